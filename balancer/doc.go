@@ -1,0 +1,15 @@
+// Package balancer chooses a backend node for each new WebSocket tunnel and
+// counts the tunnels each node holds.
+//
+// It is pure logic with no I/O. A [Pool] holds a set of [Node] values and a
+// [Picker] policy. [Pool.Acquire] filters the eligible nodes (up, under their
+// cap, not excluded), lets the picker choose one and takes a [Lease] on it
+// with a single compare-and-swap against the node's cap, so the count is
+// raised at pick time, before the dial, and a burst never overshoots the
+// cap. The caller holds the lease for the whole life of the tunnel and calls
+// [Lease.Release] on every exit path; Release is idempotent, so an extra
+// deferred call is harmless.
+//
+// Long-lived connections are balanced by open sessions, not by request
+// counts or client address hashes: [LeastConn] is the default policy.
+package balancer
