@@ -1,0 +1,105 @@
+package balancer
+
+import (
+	"errors"
+	"fmt"
+	"slices"
+	"sync/atomic"
+)
+
+// ErrNoCapacity is returned (wrapped with the pool name) by [Pool.Acquire]
+// when no node can take a new tunnel: none is up, or every up node is at its
+// cap or excluded. The gateway answers 503 with Retry-After (or close 1013).
+// Raise max_conns on the nodes or add nodes to the pool.
+var ErrNoCapacity = errors.New("balancer: no node with capacity")
+
+// stackCandidates is how many candidates Acquire filters into an array on
+// its stack; larger pools spill to one heap allocation per acquire.
+const stackCandidates = 64
+
+// Pool is a named set of nodes with a picker policy.
+//
+// A Pool is safe for concurrent use: Acquire may run while SetNodes swaps
+// the node set. It must not be copied after first use.
+type Pool struct {
+	_      noCopy
+	name   string
+	picker Picker
+	nodes  atomic.Pointer[[]*Node]
+}
+
+// NewPool returns a pool named name that chooses among nodes with picker.
+// A nil picker means [LeastConn]. The pool keeps its own copy of the nodes
+// slice (the nodes themselves are shared).
+func NewPool(name string, picker Picker, nodes []*Node) *Pool {
+	if picker == nil {
+		picker = &LeastConn{}
+	}
+	p := &Pool{name: name, picker: picker}
+	p.SetNodes(nodes)
+	return p
+}
+
+// Name returns the pool's name.
+func (p *Pool) Name() string { return p.name }
+
+// Nodes returns the current snapshot of the pool's nodes. Callers must not
+// modify the returned slice.
+func (p *Pool) Nodes() []*Node { return *p.nodes.Load() }
+
+// SetNodes atomically replaces the pool's node set with a copy of nodes.
+// Leases taken on nodes that leave the set stay valid and release normally.
+func (p *Pool) SetNodes(nodes []*Node) {
+	s := slices.Clone(nodes)
+	if s == nil {
+		s = []*Node{}
+	}
+	p.nodes.Store(&s)
+}
+
+// Acquire picks an eligible node (in [StateUp], under its cap and not in
+// exclude) with the pool's picker and takes a lease on it. If a concurrent
+// acquire fills the chosen node in between, Acquire drops that candidate and
+// picks again, at most once per node. It returns an error wrapping
+// [ErrNoCapacity] when no eligible node has a free slot.
+func (p *Pool) Acquire(exclude []*Node) (*Lease, error) {
+	nodes := p.Nodes()
+	var buf [stackCandidates]*Node
+	cands := buf[:0]
+	for _, n := range nodes {
+		if n.State() == StateUp && !n.atCap() && !slices.Contains(exclude, n) {
+			cands = append(cands, n)
+		}
+	}
+	for range len(nodes) {
+		if len(cands) == 0 {
+			break
+		}
+		n := p.pick(cands)
+		if n == nil {
+			break
+		}
+		if l, ok := n.TryAcquire(); ok {
+			return l, nil
+		}
+		i := slices.Index(cands, n)
+		if i < 0 {
+			break // the picker returned a node it was not offered
+		}
+		cands = slices.Delete(cands, i, i+1)
+	}
+	return nil, fmt.Errorf("acquire from pool %q: %w", p.name, ErrNoCapacity)
+}
+
+// pick calls the picker. The built-in pickers are called directly so the
+// compiler can see they do not keep the candidates, which lets Acquire's
+// candidate array stay on its stack; any other picker gets a heap copy.
+func (p *Pool) pick(cands []*Node) *Node {
+	switch pk := p.picker.(type) {
+	case *LeastConn:
+		return pk.Pick(cands)
+	case *RoundRobin:
+		return pk.Pick(cands)
+	}
+	return p.picker.Pick(slices.Clone(cands))
+}
