@@ -1,0 +1,76 @@
+package conf
+
+import "time"
+
+// Defaults are set before the file is decoded over them, so a key left out
+// keeps its default and a key written with a zero value is kept (and then
+// validated). Each default says why it is what it is.
+
+// setDefaults fills the sections that always exist.
+func (c *Config) setDefaults() {
+	c.Gateway.setDefaults()
+	c.Admin.setDefaults()
+}
+
+func (g *Gateway) setDefaults() {
+	g.Listen = ":8080" // an unprivileged port on every interface
+	// Hold 100k+ connections out of the box: a low default (nginx's 1024)
+	// fails real WebSocket loads. The real ceiling is RLIMIT_NOFILE.
+	g.MaxConns = 1_000_000
+	g.MaxConnsPerIP = 0                             // unlimited: many users share one NAT address
+	g.HandshakeTimeout = Duration{10 * time.Second} // ample for a slow client; frees slowloris sockets
+	g.DrainWindow = Duration{10 * time.Second}      // spread reconnects so the remaining nodes are not stampeded
+	g.DrainTimeout = Duration{30 * time.Second}     // window plus time for clients to finish closing
+	g.RetryAfter = Duration{1 * time.Second}        // clients add jitter; a short hint gets them back soon
+}
+
+func (a *Admin) setDefaults() {
+	a.Listen = "127.0.0.1:9090" // loopback only: the admin API can drain nodes
+}
+
+func (p *Pool) setDefaults() {
+	p.Balance = "least_conn" // long-lived connections need least-connections, not hashing
+	// More than one relay replica usually holds; beyond ~28k-64k per node
+	// the pool also needs source_addrs.
+	p.MaxConnsPerNode = 50_000
+	p.ConnectTimeout = Duration{2 * time.Second} // loopback/LAN dials take ms; fail over fast
+	p.ConnectTries = 3                           // ride out one or two dead nodes before a 502
+	p.Health.setDefaults()
+}
+
+func (h *Health) setDefaults() {
+	h.Path = "/healthz"
+	h.Interval = Duration{2 * time.Second} // notice a dead node within a few seconds
+	h.Timeout = Duration{1 * time.Second}  // must stay below the interval
+	h.Rise = 2                             // one lucky probe does not bring a node back
+	h.Fall = 3                             // one lost probe does not take a node out
+}
+
+func (n *Node) setDefaults() {
+	n.Weight = 1 // equal shares
+	// MaxConns stays 0 and inherits the pool's max_conns_per_node (derive).
+}
+
+func (r *Route) setDefaults() {
+	r.Host = "*"
+	r.PathPrefix = "/"
+	r.Overflow = "http-503" // a status every client library understands
+	r.MaxFrame = 1 << 20    // 1MiB: room for a document snapshot, a bound on memory
+}
+
+func (p *Plugin) setDefaults() {
+	p.Timeout = Duration{2 * time.Second} // an auth call slower than this is broken
+}
+
+// derive computes the values that follow from others, once, after
+// validation.
+func (c *Config) derive() {
+	for i := range c.Pools {
+		p := &c.Pools[i]
+		for j := range p.Nodes {
+			if p.Nodes[j].MaxConns == 0 {
+				p.Nodes[j].MaxConns = p.MaxConnsPerNode
+			}
+		}
+	}
+}

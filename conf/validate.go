@@ -1,0 +1,300 @@
+package conf
+
+import (
+	"encoding/hex"
+	"fmt"
+	"net"
+	"net/netip"
+	"net/url"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// validate checks every rule that decoding alone cannot, reporting each
+// problem at the key it concerns.
+func (c *Config) validate(e *errorList) {
+	c.Gateway.validate(e)
+	c.Admin.validate(e)
+	if len(c.Pools) == 0 {
+		e.add("pools", "at least one [[pools]] entry is required")
+	}
+	pools := make(map[string]string, len(c.Pools))
+	for i := range c.Pools {
+		path := indexKey("pools", i)
+		c.Pools[i].validate(e, path)
+		unique(e, pools, c.Pools[i].Name, joinKey(path, "name"), "pool name")
+	}
+	plugins := make(map[string]string, len(c.Plugins))
+	for i := range c.Plugins {
+		path := indexKey("plugins", i)
+		c.Plugins[i].validate(e, path)
+		unique(e, plugins, c.Plugins[i].Name, joinKey(path, "name"), "plugin name")
+	}
+	if len(c.Routes) == 0 {
+		e.add("routes", "at least one [[routes]] entry is required")
+	}
+	for i := range c.Routes {
+		c.Routes[i].validate(e, indexKey("routes", i), pools, plugins)
+	}
+}
+
+// unique reports value at key if seen already has it; it records the first
+// key of each value. Empty values are left to the "required" checks.
+func unique(e *errorList, seen map[string]string, value, key, what string) {
+	if value == "" {
+		return
+	}
+	first, dup := seen[value]
+	if !dup {
+		seen[value] = key
+		return
+	}
+	where := first
+	if n := e.lines.Line(first); n > 0 {
+		where = "line " + strconv.Itoa(n)
+	}
+	e.add(key, fmt.Sprintf("duplicate %s %q (first at %s)", what, value, where))
+}
+
+func (g *Gateway) validate(e *errorList) {
+	checkListen(e, "gateway.listen", g.Listen)
+	seen := map[string]string{g.Listen: "gateway.listen"}
+	for i, a := range g.Listeners {
+		key := indexKey("gateway.listeners", i)
+		checkListen(e, key, a)
+		unique(e, seen, a, key, "listen address")
+	}
+	atLeast(e, "gateway.max_conns", g.MaxConns, 1)
+	atLeast(e, "gateway.max_conns_per_ip", g.MaxConnsPerIP, 0)
+	positive(e, "gateway.handshake_timeout", g.HandshakeTimeout)
+	if g.DrainWindow.Duration < 0 {
+		e.add("gateway.drain_window", "must be >= 0, got "+g.DrainWindow.String())
+	}
+	if g.DrainTimeout.Duration < g.DrainWindow.Duration {
+		e.add("gateway.drain_timeout", fmt.Sprintf("must be >= drain_window (%s), got %s", g.DrainWindow, g.DrainTimeout))
+	}
+	switch r := g.RetryAfter.Duration; {
+	case r < time.Second:
+		e.add("gateway.retry_after", "must be >= 1s, got "+r.String())
+	case r%time.Second != 0:
+		e.add("gateway.retry_after", "must be whole seconds (Retry-After has no fractions), got "+r.String())
+	}
+}
+
+func (a *Admin) validate(e *errorList) {
+	if a.Listen != "" { // "" disables the admin listener
+		checkListen(e, "admin.listen", a.Listen)
+	}
+}
+
+func (p *Pool) validate(e *errorList, path string) {
+	switch {
+	case p.Name == "":
+		e.add(path, "name is required")
+	case !isName(p.Name):
+		e.add(joinKey(path, "name"), fmt.Sprintf("must match [a-z0-9_-]+, got %q", p.Name))
+	}
+	switch p.Balance {
+	case "least_conn", "round_robin":
+	case "p2c", "hash":
+		e.add(joinKey(path, "balance"), fmt.Sprintf("%q is planned but not supported yet; use \"least_conn\" or \"round_robin\"", p.Balance))
+	default:
+		e.add(joinKey(path, "balance"), fmt.Sprintf("must be \"least_conn\" or \"round_robin\", got %q", p.Balance))
+	}
+	if p.HashKey != "" {
+		if err := checkHashKey(p.HashKey); err != nil {
+			e.add(joinKey(path, "hash_key"), err.Error())
+		}
+	}
+	atLeast(e, joinKey(path, "max_conns_per_node"), p.MaxConnsPerNode, 1)
+	for i, a := range p.SourceAddrs {
+		if _, err := netip.ParseAddr(a); err != nil {
+			e.add(indexKey(joinKey(path, "source_addrs"), i), fmt.Sprintf("must be an IP address, got %q", a))
+		}
+	}
+	positive(e, joinKey(path, "connect_timeout"), p.ConnectTimeout)
+	atLeast(e, joinKey(path, "connect_tries"), p.ConnectTries, 1)
+	p.Health.validate(e, joinKey(path, "health"))
+	if len(p.Nodes) == 0 {
+		e.add(joinKey(path, "nodes"), "at least one [[pools.nodes]] entry is required")
+	}
+	addrs := make(map[string]string, len(p.Nodes))
+	for i := range p.Nodes {
+		npath := indexKey(joinKey(path, "nodes"), i)
+		p.Nodes[i].validate(e, npath)
+		unique(e, addrs, p.Nodes[i].Addr, joinKey(npath, "addr"), "node addr")
+	}
+}
+
+func (h *Health) validate(e *errorList, path string) {
+	if !strings.HasPrefix(h.Path, "/") {
+		e.add(joinKey(path, "path"), fmt.Sprintf("must start with \"/\", got %q", h.Path))
+	}
+	positive(e, joinKey(path, "interval"), h.Interval)
+	positive(e, joinKey(path, "timeout"), h.Timeout)
+	if h.Timeout.Duration > h.Interval.Duration && h.Interval.Duration > 0 {
+		e.add(joinKey(path, "timeout"), fmt.Sprintf("must be <= interval (%s), got %s", h.Interval, h.Timeout))
+	}
+	atLeast(e, joinKey(path, "rise"), h.Rise, 1)
+	atLeast(e, joinKey(path, "fall"), h.Fall, 1)
+}
+
+func (n *Node) validate(e *errorList, path string) {
+	if n.Addr == "" {
+		e.add(path, "addr is required")
+	} else if err := checkHostPort(n.Addr, false); err != nil {
+		e.add(joinKey(path, "addr"), err.Error())
+	}
+	if n.Weight < 1 || n.Weight > 1000 {
+		e.add(joinKey(path, "weight"), fmt.Sprintf("must be 1..1000, got %d", n.Weight))
+	}
+	// 0 inherits the pool's max_conns_per_node.
+	atLeast(e, joinKey(path, "max_conns"), n.MaxConns, 0)
+}
+
+func (r *Route) validate(e *errorList, path string, pools, plugins map[string]string) {
+	if err := checkHost(r.Host); err != nil {
+		e.add(joinKey(path, "host"), err.Error())
+	}
+	if !strings.HasPrefix(r.PathPrefix, "/") {
+		e.add(joinKey(path, "path_prefix"), fmt.Sprintf("must start with \"/\", got %q", r.PathPrefix))
+	}
+	switch _, ok := pools[r.Pool]; {
+	case r.Pool == "":
+		e.add(path, "pool is required")
+	case !ok:
+		e.add(joinKey(path, "pool"), fmt.Sprintf("no pool named %q", r.Pool))
+	}
+	for i, o := range r.Origins {
+		if err := checkOrigin(o); err != nil {
+			e.add(indexKey(joinKey(path, "origins"), i), err.Error())
+		}
+	}
+	for i, name := range r.Auth {
+		if _, ok := plugins[name]; !ok {
+			e.add(indexKey(joinKey(path, "auth"), i), fmt.Sprintf("no plugin named %q", name))
+		}
+	}
+	switch r.Overflow {
+	case "http-503", "close-1013":
+	default:
+		e.add(joinKey(path, "overflow"), fmt.Sprintf("must be \"http-503\" or \"close-1013\", got %q", r.Overflow))
+	}
+	if r.MaxFrame <= 0 {
+		e.add(joinKey(path, "max_frame"), "must be > 0, got "+r.MaxFrame.String())
+	}
+}
+
+func (p *Plugin) validate(e *errorList, path string) {
+	if p.Name == "" {
+		e.add(path, "name is required")
+	}
+	if p.Path == "" {
+		e.add(path, "path is required")
+	}
+	if p.SHA256 != "" {
+		if _, err := hex.DecodeString(p.SHA256); err != nil || len(p.SHA256) != 64 {
+			e.add(joinKey(path, "sha256"), fmt.Sprintf("must be 64 hex digits, got %q", p.SHA256))
+		}
+	}
+	positive(e, joinKey(path, "timeout"), p.Timeout)
+}
+
+func atLeast(e *errorList, key string, v, min int) {
+	if v < min {
+		e.add(key, fmt.Sprintf("must be >= %d, got %d", min, v))
+	}
+}
+
+func positive(e *errorList, key string, d Duration) {
+	if d.Duration <= 0 {
+		e.add(key, "must be > 0, got "+d.String())
+	}
+}
+
+// isName reports whether s matches [a-z0-9_-]+.
+func isName(s string) bool {
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if !(c >= 'a' && c <= 'z' || c >= '0' && c <= '9' || c == '_' || c == '-') {
+			return false
+		}
+	}
+	return s != ""
+}
+
+func checkListen(e *errorList, key, addr string) {
+	if err := checkHostPort(addr, true); err != nil {
+		e.add(key, err.Error())
+	}
+}
+
+// checkHostPort checks a host:port address; port 0 (any free port) is
+// allowed only for listeners.
+func checkHostPort(addr string, listen bool) error {
+	_, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		return fmt.Errorf("must be host:port, got %q", addr)
+	}
+	n, err := strconv.Atoi(port)
+	lo := 1
+	if listen {
+		lo = 0
+	}
+	if err != nil || n < lo || n > 65535 {
+		return fmt.Errorf("port must be %d-65535, got %q", lo, addr)
+	}
+	return nil
+}
+
+// checkHost checks a route host: "*", "example.com" or "*.example.com".
+func checkHost(h string) error {
+	if h == "*" {
+		return nil
+	}
+	name := strings.TrimPrefix(h, "*.")
+	bad := name == "" || len(name) > 253
+	for _, label := range strings.Split(name, ".") {
+		if bad {
+			break
+		}
+		bad = label == "" || len(label) > 63
+		for i := 0; i < len(label) && !bad; i++ {
+			c := label[i]
+			bad = !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '-' || c == '_')
+		}
+	}
+	if bad {
+		return fmt.Errorf("must be \"*\", a host name or \"*.\" and a host name, without port, got %q", h)
+	}
+	return nil
+}
+
+// checkOrigin checks an allowed Origin value: scheme://host[:port] and
+// nothing more, as browsers send it.
+func checkOrigin(o string) error {
+	u, err := url.Parse(o)
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" ||
+		u.User != nil || (u.Path != "" && u.Path != "/") || u.RawQuery != "" || u.Fragment != "" {
+		return fmt.Errorf("must be an origin such as \"https://app.example.com\", got %q", o)
+	}
+	return nil
+}
+
+// checkHashKey checks "path:N" (N >= 1), "query:NAME" or "header:NAME".
+func checkHashKey(k string) error {
+	kind, arg, _ := strings.Cut(k, ":")
+	ok := false
+	switch kind {
+	case "path":
+		n, err := strconv.Atoi(arg)
+		ok = err == nil && n >= 1
+	case "query", "header":
+		ok = arg != ""
+	}
+	if !ok {
+		return fmt.Errorf("must be \"path:N\" (N >= 1), \"query:NAME\" or \"header:NAME\", got %q", k)
+	}
+	return nil
+}
