@@ -86,9 +86,9 @@ func TestLeastConnPicksLeastLoaded(t *testing.T) {
 		{"single", []spec{{5, 1}}, 0},
 		{"fewest live", []spec{{3, 1}, {1, 1}, {2, 1}}, 1},
 		{"last is least", []spec{{3, 1}, {2, 1}, {0, 1}}, 2},
-		{"weight halves the load", []spec{{3, 2}, {2, 1}}, 0},       // 1.5 < 2
-		{"weight not enough", []spec{{5, 2}, {2, 1}}, 1},            // 2.5 > 2
-		{"large weights exact", []spec{{1, 1 << 40}, {0, 1 << 40}}, 1}, // products beyond 2^63 stay exact
+		{"weight halves the load", []spec{{3, 2}, {2, 1}}, 0},                      // 1.5 < 2
+		{"weight not enough", []spec{{5, 2}, {2, 1}}, 1},                           // 2.5 > 2
+		{"large weights exact", []spec{{1 << 40, 1 << 40}, {1 << 39, 1 << 40}}, 1}, // 2^80 vs 2^79 both wrap to 0 in 64 bits
 		{"large live", []spec{{1 << 40, 3}, {1<<40 - 1, 3}}, 1},
 	}
 	for _, tt := range tests {

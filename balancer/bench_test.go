@@ -1,0 +1,67 @@
+package balancer
+
+import (
+	"fmt"
+	"testing"
+)
+
+// BenchmarkAcquireRelease measures one Acquire plus Release on an
+// uncontended pool. The expected cost is one allocation: the Lease.
+func BenchmarkAcquireRelease(b *testing.B) {
+	for _, policy := range Policies() {
+		for _, size := range []int{2, 16, 100} {
+			b.Run(fmt.Sprintf("%s/nodes=%d", policy, size), func(b *testing.B) {
+				picker, _ := NewPicker(policy)
+				p := NewPool("relay", picker, newNodes(size, 0))
+				b.ReportAllocs()
+				for b.Loop() {
+					l, err := p.Acquire(nil)
+					if err != nil {
+						b.Fatal(err)
+					}
+					l.Release()
+				}
+			})
+		}
+	}
+}
+
+// BenchmarkAcquireReleaseParallel measures Acquire plus Release from all
+// Ps at once on shared nodes, where the CAS and the counters contend.
+func BenchmarkAcquireReleaseParallel(b *testing.B) {
+	for _, policy := range Policies() {
+		for _, size := range []int{2, 16} {
+			b.Run(fmt.Sprintf("%s/nodes=%d", policy, size), func(b *testing.B) {
+				picker, _ := NewPicker(policy)
+				p := NewPool("relay", picker, newNodes(size, 0))
+				b.ReportAllocs()
+				b.RunParallel(func(pb *testing.PB) {
+					for pb.Next() {
+						l, err := p.Acquire(nil)
+						if err != nil {
+							b.Error(err)
+							return
+						}
+						l.Release()
+					}
+				})
+			})
+		}
+	}
+}
+
+// BenchmarkAcquireFull measures the refusal path, taken in a burst when
+// every node is at its cap.
+func BenchmarkAcquireFull(b *testing.B) {
+	nodes := newNodes(16, 1)
+	for _, n := range nodes {
+		hold(b, n, 1)
+	}
+	p := NewPool("relay", nil, nodes)
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, err := p.Acquire(nil); err == nil {
+			b.Fatal("acquire on a full pool succeeded")
+		}
+	}
+}
