@@ -1,0 +1,228 @@
+package bus_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/wsgate/wsgate/relay-backend/bus"
+	"github.com/wsgate/wsgate/relay-backend/internal/redistest"
+)
+
+// counter is a Bus endpoint that can say how many subscriptions it holds.
+type counter interface {
+	bus.Bus
+	Subscriptions() int
+}
+
+// pair returns two endpoints of one bus, as two replicas would see it, and a
+// function that reports how many channels the server side still holds.
+type pairFunc func(t *testing.T) (a, b counter, serverSubs func() int)
+
+func memoryPair(t *testing.T) (counter, counter, func() int) {
+	m := bus.NewMemory()
+	t.Cleanup(func() { _ = m.Close() })
+	return m.Endpoint(), m.Endpoint(), m.Subscriptions
+}
+
+func redisPair(t *testing.T) (counter, counter, func() int) {
+	srv := redistest.Start(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	open := func() *bus.Redis {
+		r, err := bus.NewRedis(ctx, bus.RedisOptions{URL: srv.URL()})
+		if err != nil {
+			t.Fatalf("NewRedis: %v", err)
+		}
+		t.Cleanup(func() { _ = r.Close() })
+		return r
+	}
+	admin := redis.NewClient(&redis.Options{Addr: srv.Addr})
+	t.Cleanup(func() { _ = admin.Close() })
+	channels := func() int {
+		cs, err := admin.PubSubChannels(context.Background(), "*").Result()
+		if err != nil {
+			t.Errorf("PUBSUB CHANNELS: %v", err)
+		}
+		return len(cs)
+	}
+	return open(), open(), channels
+}
+
+type got struct {
+	mu   sync.Mutex
+	msgs []string
+	ch   chan struct{}
+}
+
+func newGot() *got { return &got{ch: make(chan struct{}, 1024)} }
+
+func (g *got) handler(tag string) bus.Handler {
+	return func(room string, msg []byte) {
+		g.mu.Lock()
+		g.msgs = append(g.msgs, fmt.Sprintf("%s:%s:%s", tag, room, msg))
+		g.mu.Unlock()
+		g.ch <- struct{}{}
+	}
+}
+
+func (g *got) wait(t *testing.T, n int) []string {
+	t.Helper()
+	deadline := time.After(10 * time.Second)
+	for range n {
+		select {
+		case <-g.ch:
+		case <-deadline:
+			t.Fatalf("timed out waiting for %d messages, have %v", n, g.snapshot())
+		}
+	}
+	return g.snapshot()
+}
+
+func (g *got) snapshot() []string {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return append([]string(nil), g.msgs...)
+}
+
+func TestBus(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		pair pairFunc
+	}{
+		{"memory", memoryPair},
+		{"redis", redisPair},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			a, b, serverSubs := tc.pair(t)
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			g := newGot()
+			sa, err := a.Subscribe(ctx, "r1", g.handler("a"))
+			if err != nil {
+				t.Fatalf("subscribe a: %v", err)
+			}
+			sb, err := b.Subscribe(ctx, "r1", g.handler("b"))
+			if err != nil {
+				t.Fatalf("subscribe b: %v", err)
+			}
+			so, err := b.Subscribe(ctx, "other", g.handler("o"))
+			if err != nil {
+				t.Fatalf("subscribe other: %v", err)
+			}
+			if n := a.Subscriptions() + b.Subscriptions(); n != 3 {
+				t.Fatalf("subscriptions = %d, want 3", n)
+			}
+			if err := a.Publish(ctx, "r1", []byte("hi")); err != nil {
+				t.Fatalf("publish: %v", err)
+			}
+			msgs := g.wait(t, 2)
+			want := map[string]bool{"a:r1:hi": true, "b:r1:hi": true}
+			for _, m := range msgs {
+				if !want[m] {
+					t.Errorf("unexpected delivery %q", m)
+				}
+				delete(want, m)
+			}
+			// A marker on the other room proves r1 got nothing more meanwhile.
+			if err := b.Publish(ctx, "other", []byte("end")); err != nil {
+				t.Fatalf("publish other: %v", err)
+			}
+			msgs = g.wait(t, 1)
+			if len(msgs) != 3 || msgs[2] != "o:other:end" {
+				t.Fatalf("deliveries = %v", msgs)
+			}
+			for _, s := range []bus.Subscription{sa, sb, so, sa} {
+				if err := s.Close(); err != nil {
+					t.Fatalf("close: %v", err)
+				}
+			}
+			if n := a.Subscriptions() + b.Subscriptions(); n != 0 {
+				t.Fatalf("subscriptions after close = %d, want 0", n)
+			}
+			deadline := time.Now().Add(10 * time.Second)
+			for serverSubs() != 0 {
+				if time.Now().After(deadline) {
+					t.Fatalf("server still holds %d subscriptions", serverSubs())
+				}
+				time.Sleep(10 * time.Millisecond)
+			}
+		})
+	}
+}
+
+func TestRedisResubscribeSameRoom(t *testing.T) {
+	// Closing the last subscription of a room and taking a new one right away
+	// must leave the channel subscribed: UNSUBSCRIBE and SUBSCRIBE are sent in
+	// the order the calls were made.
+	a, b, _ := redisPair(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	g := newGot()
+	for i := range 20 {
+		s, err := a.Subscribe(ctx, "flip", g.handler("a"))
+		if err != nil {
+			t.Fatalf("subscribe %d: %v", i, err)
+		}
+		if err := s.Close(); err != nil {
+			t.Fatalf("close %d: %v", i, err)
+		}
+	}
+	if _, err := a.Subscribe(ctx, "flip", g.handler("a")); err != nil {
+		t.Fatalf("final subscribe: %v", err)
+	}
+	if err := b.Publish(ctx, "flip", []byte("x")); err != nil {
+		t.Fatalf("publish: %v", err)
+	}
+	if msgs := g.wait(t, 1); msgs[0] != "a:flip:x" {
+		t.Fatalf("got %v", msgs)
+	}
+}
+
+func TestClosedBus(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		pair pairFunc
+	}{
+		{"memory", memoryPair},
+		{"redis", redisPair},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			a, _, _ := tc.pair(t)
+			switch x := a.(type) {
+			case *bus.Redis:
+				_ = x.Close()
+			case *bus.MemoryEndpoint:
+				// Closing the Memory bus closes its endpoints.
+				m := bus.NewMemory()
+				a = m.Endpoint()
+				_ = m.Close()
+			}
+			ctx := context.Background()
+			if err := a.Publish(ctx, "r", nil); !errors.Is(err, bus.ErrClosed) {
+				t.Errorf("publish after close: %v, want ErrClosed", err)
+			}
+			if _, err := a.Subscribe(ctx, "r", func(string, []byte) {}); !errors.Is(err, bus.ErrClosed) {
+				t.Errorf("subscribe after close: %v, want ErrClosed", err)
+			}
+		})
+	}
+}
+
+func TestNewRedisBadURL(t *testing.T) {
+	for _, url := range []string{"", "http://x", "redis://127.0.0.1:1/0"} {
+		t.Run(url, func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			if r, err := bus.NewRedis(ctx, bus.RedisOptions{URL: url}); err == nil {
+				_ = r.Close()
+				t.Fatalf("NewRedis(%q) succeeded", url)
+			}
+		})
+	}
+}

@@ -1,0 +1,339 @@
+package bus
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// RedisOptions configures a Redis bus.
+type RedisOptions struct {
+	// URL of the Redis server, e.g. "redis://127.0.0.1:6379/0" (required).
+	URL string
+	// ChannelPrefix is put before the room id to name its pub/sub channel
+	// (default "wsgate:room:").
+	ChannelPrefix string
+	// ConfirmTimeout bounds how long Subscribe waits for Redis to confirm a
+	// new channel subscription (default 5s).
+	ConfirmTimeout time.Duration
+	// Logger receives transport errors (default slog.Default()).
+	Logger *slog.Logger
+}
+
+// Redis is a Bus on Redis pub/sub: one PUBLISH per message, one shared
+// subscriber connection per process, one channel per room that has at least
+// one local subscription. go-redis reconnects the subscriber connection and
+// re-subscribes its channels after a failure; messages published meanwhile
+// are lost (pub/sub is at most once). Redis is safe for concurrent use.
+type Redis struct {
+	client  *redis.Client
+	ps      *redis.PubSub
+	prefix  string
+	confirm time.Duration
+	log     *slog.Logger
+	errs    atomic.Uint64
+
+	ctx      context.Context
+	cancel   context.CancelFunc
+	loopDone chan struct{}
+
+	// cmdMu serialises SUBSCRIBE and UNSUBSCRIBE so that the first and last
+	// subscription of a channel reach Redis in the order they were made.
+	cmdMu sync.Mutex
+
+	mu      sync.RWMutex
+	subs    map[string]map[*redisSub]struct{} // by channel name
+	waiters map[string][]chan struct{}        // pending SUBSCRIBE confirmations, FIFO
+	count   int
+	closed  bool
+}
+
+// NewRedis connects to the server at o.URL, checks it with a PING and starts
+// the receiving goroutine. Close releases it.
+func NewRedis(ctx context.Context, o RedisOptions) (*Redis, error) {
+	opt, err := redis.ParseURL(o.URL)
+	if err != nil {
+		return nil, fmt.Errorf("parse redis url: %w", err)
+	}
+	if o.ChannelPrefix == "" {
+		o.ChannelPrefix = "wsgate:room:"
+	}
+	if o.ConfirmTimeout <= 0 {
+		o.ConfirmTimeout = 5 * time.Second
+	}
+	if o.Logger == nil {
+		o.Logger = slog.Default()
+	}
+	client := redis.NewClient(opt)
+	if err := client.Ping(ctx).Err(); err != nil {
+		_ = client.Close()
+		return nil, fmt.Errorf("ping redis at %s: %w", opt.Addr, err)
+	}
+	rctx, cancel := context.WithCancel(context.Background())
+	r := &Redis{
+		client:   client,
+		ps:       client.Subscribe(rctx),
+		prefix:   o.ChannelPrefix,
+		confirm:  o.ConfirmTimeout,
+		log:      o.Logger,
+		ctx:      rctx,
+		cancel:   cancel,
+		loopDone: make(chan struct{}),
+		subs:     make(map[string]map[*redisSub]struct{}),
+		waiters:  make(map[string][]chan struct{}),
+	}
+	go r.receiveLoop()
+	return r, nil
+}
+
+// Publish sends msg on the room's channel.
+func (r *Redis) Publish(ctx context.Context, room string, msg []byte) error {
+	if r.isClosed() {
+		return ErrClosed
+	}
+	if err := r.client.Publish(ctx, r.prefix+room, msg).Err(); err != nil {
+		return fmt.Errorf("publish on room %q: %w", room, err)
+	}
+	return nil
+}
+
+// Subscribe registers h on room. The first subscription of a room sends
+// SUBSCRIBE and waits, bounded by ctx and ConfirmTimeout, for Redis to
+// confirm it; see Bus.Subscribe for the meaning of a returned error.
+func (r *Redis) Subscribe(ctx context.Context, room string, h Handler) (Subscription, error) {
+	ch := r.prefix + room
+	s := &redisSub{r: r, ch: ch, room: room, h: h}
+
+	r.cmdMu.Lock()
+	r.mu.Lock()
+	if r.closed {
+		r.mu.Unlock()
+		r.cmdMu.Unlock()
+		return nil, ErrClosed
+	}
+	set := r.subs[ch]
+	first := len(set) == 0
+	if set == nil {
+		set = make(map[*redisSub]struct{})
+		r.subs[ch] = set
+	}
+	set[s] = struct{}{}
+	r.count++
+	var w chan struct{}
+	if first {
+		w = make(chan struct{})
+		r.waiters[ch] = append(r.waiters[ch], w)
+	}
+	r.mu.Unlock()
+	var werr error
+	if first {
+		// go-redis records the channel even when the write fails and
+		// subscribes it again on reconnect, so a failure here is not fatal.
+		werr = r.ps.Subscribe(ctx, ch)
+	}
+	r.cmdMu.Unlock()
+	if !first {
+		return s, nil
+	}
+
+	t := time.NewTimer(r.confirm)
+	defer t.Stop()
+	select {
+	case <-w:
+		return s, nil
+	case <-ctx.Done():
+	case <-t.C:
+	case <-r.ctx.Done():
+	}
+	r.dropWaiter(ch, w)
+	if werr != nil {
+		return s, fmt.Errorf("subscribe room %q: %w: %w", room, ErrUnconfirmed, werr)
+	}
+	return s, fmt.Errorf("subscribe room %q: %w", room, ErrUnconfirmed)
+}
+
+// Subscriptions returns the number of live subscriptions.
+func (r *Redis) Subscriptions() int {
+	r.mu.RLock()
+	defer r.mu.RUnlock()
+	return r.count
+}
+
+// Errors returns the number of transport errors met while receiving or
+// unsubscribing.
+func (r *Redis) Errors() uint64 { return r.errs.Load() }
+
+// Close stops receiving, drops every subscription and closes the connections.
+func (r *Redis) Close() error {
+	r.mu.Lock()
+	if r.closed {
+		r.mu.Unlock()
+		return nil
+	}
+	r.closed = true
+	clear(r.subs)
+	r.count = 0
+	r.mu.Unlock()
+	r.cancel()
+	err := r.ps.Close()
+	<-r.loopDone
+	if cerr := r.client.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return fmt.Errorf("close redis bus: %w", err)
+	}
+	return nil
+}
+
+func (r *Redis) isClosed() bool {
+	r.mu.RLock()
+	defer r.mu.RUnlock()
+	return r.closed
+}
+
+func (r *Redis) dropWaiter(ch string, w chan struct{}) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	ws := r.waiters[ch]
+	for i, x := range ws {
+		if x == w {
+			ws = append(ws[:i], ws[i+1:]...)
+			break
+		}
+	}
+	if len(ws) == 0 {
+		delete(r.waiters, ch)
+	} else {
+		r.waiters[ch] = ws
+	}
+}
+
+func (r *Redis) unsubscribe(s *redisSub) {
+	r.cmdMu.Lock()
+	defer r.cmdMu.Unlock()
+	r.mu.Lock()
+	set := r.subs[s.ch]
+	if _, ok := set[s]; !ok {
+		r.mu.Unlock()
+		return
+	}
+	delete(set, s)
+	r.count--
+	last := len(set) == 0
+	if last {
+		delete(r.subs, s.ch)
+	}
+	r.mu.Unlock()
+	if !last {
+		return
+	}
+	ctx, cancel := context.WithTimeout(r.ctx, r.confirm)
+	defer cancel()
+	if err := r.ps.Unsubscribe(ctx, s.ch); err != nil && r.ctx.Err() == nil {
+		r.errs.Add(1)
+		r.log.Warn("redis unsubscribe failed", "channel", s.ch, "err", err)
+	}
+}
+
+// receiveLoop reads the subscriber connection until Close: it dispatches
+// messages, resolves SUBSCRIBE confirmations and pings an idle connection so
+// that a dead one is noticed and replaced.
+func (r *Redis) receiveLoop() {
+	defer close(r.loopDone)
+	const (
+		idle       = 15 * time.Second
+		minBackoff = 50 * time.Millisecond
+		maxBackoff = 2 * time.Second
+	)
+	backoff := minBackoff
+	for r.ctx.Err() == nil {
+		v, err := r.ps.ReceiveTimeout(r.ctx, idle)
+		if err != nil {
+			if r.ctx.Err() != nil {
+				return
+			}
+			var ne net.Error
+			if errors.As(err, &ne) && ne.Timeout() {
+				if perr := r.ps.Ping(r.ctx); perr == nil {
+					continue
+				}
+			}
+			n := r.errs.Add(1)
+			if n&(n-1) == 0 { // log the 1st, 2nd, 4th, 8th... error only
+				r.log.Warn("redis bus receive failed", "err", err, "errors", n)
+			}
+			t := time.NewTimer(backoff)
+			select {
+			case <-t.C:
+			case <-r.ctx.Done():
+				t.Stop()
+				return
+			}
+			backoff = min(2*backoff, maxBackoff)
+			continue
+		}
+		backoff = minBackoff
+		switch m := v.(type) {
+		case *redis.Message:
+			r.dispatch(m.Channel, []byte(m.Payload))
+		case *redis.Subscription:
+			if m.Kind == "subscribe" {
+				r.confirmed(m.Channel)
+			}
+		}
+	}
+}
+
+func (r *Redis) dispatch(ch string, msg []byte) {
+	room, ok := strings.CutPrefix(ch, r.prefix)
+	if !ok {
+		return
+	}
+	r.mu.RLock()
+	defer r.mu.RUnlock()
+	for s := range r.subs[ch] {
+		s.h(room, msg)
+	}
+}
+
+func (r *Redis) confirmed(ch string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	ws := r.waiters[ch]
+	if len(ws) == 0 {
+		return
+	}
+	close(ws[0])
+	if len(ws) == 1 {
+		delete(r.waiters, ch)
+	} else {
+		r.waiters[ch] = ws[1:]
+	}
+}
+
+type redisSub struct {
+	r    *Redis
+	ch   string
+	room string
+	h    Handler
+}
+
+func (s *redisSub) Close() error {
+	s.r.unsubscribe(s)
+	return nil
+}
+
+var (
+	_ Bus          = (*Redis)(nil)
+	_ ErrorCounter = (*Redis)(nil)
+	_ Subscription = (*redisSub)(nil)
+)

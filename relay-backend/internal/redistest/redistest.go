@@ -1,0 +1,110 @@
+// Package redistest starts a throwaway redis-server for tests.
+package redistest
+
+import (
+	"bufio"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+)
+
+// Binary is the redis-server executable the tests use.
+const Binary = "/usr/bin/redis-server"
+
+// Server is one redis-server process started by Start. It is not safe for
+// concurrent use.
+type Server struct {
+	// Addr is the server's 127.0.0.1:port address.
+	Addr string
+	cmd  *exec.Cmd
+}
+
+// URL returns the redis:// URL of database 0.
+func (s *Server) URL() string { return "redis://" + s.Addr + "/0" }
+
+// Start runs redis-server on a free loopback port without persistence and
+// waits until it answers PING. It skips the test when the binary is missing
+// and stops the process (by its PID) when the test ends.
+func Start(tb testing.TB) *Server {
+	tb.Helper()
+	if _, err := os.Stat(Binary); err != nil {
+		tb.Skipf("redis-server not installed at %s: %v", Binary, err)
+	}
+	var lastErr error
+	for range 5 {
+		s, err := start(tb.TempDir())
+		if err == nil {
+			tb.Cleanup(s.stop)
+			return s
+		}
+		lastErr = err
+	}
+	tb.Fatalf("start redis-server: %v", lastErr)
+	return nil
+}
+
+func start(dir string) (*Server, error) {
+	port, err := freePort()
+	if err != nil {
+		return nil, err
+	}
+	addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
+	cmd := exec.Command(Binary,
+		"--port", strconv.Itoa(port), "--bind", "127.0.0.1",
+		"--save", "", "--appendonly", "no", "--dir", dir, "--loglevel", "warning")
+	if err := cmd.Start(); err != nil {
+		return nil, fmt.Errorf("exec %s: %w", Binary, err)
+	}
+	s := &Server{Addr: addr, cmd: cmd}
+	deadline := time.Now().Add(10 * time.Second)
+	for time.Now().Before(deadline) {
+		if err = ping(addr); err == nil {
+			return s, nil
+		}
+		if cmd.ProcessState != nil {
+			break
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	s.stop()
+	return nil, fmt.Errorf("redis-server on %s not ready: %w", addr, err)
+}
+
+func (s *Server) stop() {
+	_ = s.cmd.Process.Kill()
+	_ = s.cmd.Wait()
+}
+
+func freePort() (int, error) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, fmt.Errorf("find free port: %w", err)
+	}
+	defer ln.Close()
+	return ln.Addr().(*net.TCPAddr).Port, nil
+}
+
+func ping(addr string) error {
+	c, err := net.DialTimeout("tcp", addr, time.Second)
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	_ = c.SetDeadline(time.Now().Add(time.Second))
+	if _, err := c.Write([]byte("PING\r\n")); err != nil {
+		return err
+	}
+	line, err := bufio.NewReader(c).ReadString('\n')
+	if err != nil {
+		return err
+	}
+	if !strings.HasPrefix(line, "+PONG") {
+		return fmt.Errorf("unexpected reply %q", line)
+	}
+	return nil
+}
