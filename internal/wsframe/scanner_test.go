@@ -11,13 +11,13 @@ import (
 
 var testKey = [4]byte{0xA1, 0xB2, 0xC3, 0xD4}
 
-// f builds an unmasked frame with a payload of n bytes.
-func f(fin bool, op Opcode, n int) []byte {
+// uframe builds an unmasked frame with a payload of n bytes.
+func uframe(fin bool, op Opcode, n int) []byte {
 	return frame(Header{Fin: fin, Op: op}, bytes.Repeat([]byte{'p'}, n))
 }
 
-// fm builds a masked frame with a payload of n bytes.
-func fm(fin bool, op Opcode, n int) []byte {
+// mframe builds a masked frame with a payload of n bytes.
+func mframe(fin bool, op Opcode, n int) []byte {
 	return frame(Header{Fin: fin, Op: op, Masked: true, Mask: testKey}, bytes.Repeat([]byte{'p'}, n))
 }
 
@@ -46,22 +46,22 @@ func TestScanner(t *testing.T) {
 	}{
 		{
 			name:   "single text",
-			stream: f(true, OpText, 5),
+			stream: uframe(true, OpText, 5),
 			want:   []want{{op: OpText, fin: true, len: 5}},
 		},
 		{
 			name:   "zero-length frames",
-			stream: concat(f(true, OpBinary, 0), f(true, OpPing, 0), f(true, OpPong, 0)),
+			stream: concat(uframe(true, OpBinary, 0), uframe(true, OpPing, 0), uframe(true, OpPong, 0)),
 			want:   []want{{op: OpBinary, fin: true}, {op: OpPing, fin: true}, {op: OpPong, fin: true}},
 		},
 		{
 			name:   "lengths 125 126 65535 65536",
-			stream: concat(f(true, OpBinary, 125), f(true, OpBinary, 126), f(true, OpBinary, 65535), f(true, OpBinary, 65536)),
+			stream: concat(uframe(true, OpBinary, 125), uframe(true, OpBinary, 126), uframe(true, OpBinary, 65535), uframe(true, OpBinary, 65536)),
 			want:   []want{{op: OpBinary, fin: true, len: 125}, {op: OpBinary, fin: true, len: 126}, {op: OpBinary, fin: true, len: 65535}, {op: OpBinary, fin: true, len: 65536}},
 		},
 		{
 			name:   "fragmented message",
-			stream: concat(f(false, OpText, 3), f(false, OpContinuation, 0), f(true, OpContinuation, 4), f(true, OpBinary, 1)),
+			stream: concat(uframe(false, OpText, 3), uframe(false, OpContinuation, 0), uframe(true, OpContinuation, 4), uframe(true, OpBinary, 1)),
 			want: []want{
 				{op: OpText, len: 3, inMsg: true},
 				{op: OpContinuation, inMsg: true},
@@ -71,8 +71,8 @@ func TestScanner(t *testing.T) {
 		},
 		{
 			name: "control frames between fragments",
-			stream: concat(f(false, OpBinary, 10), f(true, OpPing, 4), f(false, OpContinuation, 10),
-				f(true, OpPong, 0), closeFrame(0x03, 0xE9), f(true, OpContinuation, 1)),
+			stream: concat(uframe(false, OpBinary, 10), uframe(true, OpPing, 4), uframe(false, OpContinuation, 10),
+				uframe(true, OpPong, 0), closeFrame(0x03, 0xE9), uframe(true, OpContinuation, 1)),
 			want: []want{
 				{op: OpBinary, len: 10, inMsg: true},
 				{op: OpPing, fin: true, len: 4, inMsg: true},
@@ -98,7 +98,7 @@ func TestScanner(t *testing.T) {
 		},
 		{
 			name:    "one-byte close payload",
-			stream:  concat(f(true, OpText, 1), closeFrame(0x03)),
+			stream:  concat(uframe(true, OpText, 1), closeFrame(0x03)),
 			want:    []want{{op: OpText, fin: true, len: 1}},
 			wantErr: ErrBadClosePayload,
 		},
@@ -110,51 +110,51 @@ func TestScanner(t *testing.T) {
 		{
 			name:   "masked client frames",
 			cfg:    Scanner{RequireMasked: true},
-			stream: concat(fm(true, OpText, 200), fm(true, OpClose, 2)),
+			stream: concat(mframe(true, OpText, 200), mframe(true, OpClose, 2)),
 			want:   []want{{op: OpText, fin: true, len: 200}, {op: OpClose, fin: true, len: 2, close: 0x7070}},
 		},
 		{
 			name:    "unmasked from client",
 			cfg:     Scanner{RequireMasked: true},
-			stream:  concat(fm(true, OpText, 1), f(true, OpText, 1)),
+			stream:  concat(mframe(true, OpText, 1), uframe(true, OpText, 1)),
 			want:    []want{{op: OpText, fin: true, len: 1}},
 			wantErr: ErrUnmasked,
 		},
 		{
 			name:    "masked from server",
 			cfg:     Scanner{RejectMasked: true},
-			stream:  concat(f(true, OpText, 1), fm(true, OpPing, 1)),
+			stream:  concat(uframe(true, OpText, 1), mframe(true, OpPing, 1)),
 			want:    []want{{op: OpText, fin: true, len: 1}},
 			wantErr: ErrMasked,
 		},
 		{
 			name:    "unexpected continuation",
-			stream:  concat(f(true, OpText, 1), f(true, OpContinuation, 1)),
+			stream:  concat(uframe(true, OpText, 1), uframe(true, OpContinuation, 1)),
 			want:    []want{{op: OpText, fin: true, len: 1}},
 			wantErr: ErrUnexpectedContinuation,
 		},
 		{
 			name:    "expected continuation",
-			stream:  concat(f(false, OpText, 1), f(true, OpPing, 0), f(true, OpBinary, 1)),
+			stream:  concat(uframe(false, OpText, 1), uframe(true, OpPing, 0), uframe(true, OpBinary, 1)),
 			want:    []want{{op: OpText, len: 1, inMsg: true}, {op: OpPing, fin: true, inMsg: true}},
 			wantErr: ErrExpectedContinuation,
 		},
 		{
 			name:   "max payload allows equal",
 			cfg:    Scanner{MaxPayload: 100},
-			stream: f(true, OpBinary, 100),
+			stream: uframe(true, OpBinary, 100),
 			want:   []want{{op: OpBinary, fin: true, len: 100}},
 		},
 		{
 			name:    "max payload exceeded",
 			cfg:     Scanner{MaxPayload: 100},
-			stream:  concat(f(true, OpBinary, 100), f(true, OpBinary, 101)),
+			stream:  concat(uframe(true, OpBinary, 100), uframe(true, OpBinary, 101)),
 			want:    []want{{op: OpBinary, fin: true, len: 100}},
 			wantErr: ErrTooLarge,
 		},
 		{
 			name:    "reserved opcode",
-			stream:  concat(f(true, OpText, 0), []byte{0x83, 0x00}),
+			stream:  concat(uframe(true, OpText, 0), []byte{0x83, 0x00}),
 			want:    []want{{op: OpText, fin: true}},
 			wantErr: ErrReservedOpcode,
 		},
@@ -203,10 +203,10 @@ func TestScanner(t *testing.T) {
 }
 
 func TestScannerZeroLengthFrameEndsAtHeader(t *testing.T) {
-	for _, wire := range [][]byte{f(true, OpText, 0), fm(true, OpPing, 0), closeFrame()} {
+	for _, wire := range [][]byte{uframe(true, OpText, 0), mframe(true, OpPing, 0), closeFrame()} {
 		t.Run(fmt.Sprintf("% x", wire), func(t *testing.T) {
 			var s Scanner
-			stream := append(bytes.Clone(wire), f(true, OpText, 3)...)
+			stream := append(bytes.Clone(wire), uframe(true, OpText, 3)...)
 			n, end, err := s.Advance(stream)
 			if n != len(wire) || !end || err != nil {
 				t.Fatalf("Advance = %d, %v, %v; want %d, true, nil", n, end, err, len(wire))
