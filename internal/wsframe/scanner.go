@@ -196,3 +196,9 @@ func (s *Scanner) CloseCode() uint16 {
 	}
 	return s.closeCode
 }
+
+// PartialHeader returns how many bytes of a header that is not yet complete
+// the Scanner holds (0 to MaxHeaderLen-1). They were the last bytes passed to
+// Advance; a proxy that holds them back until the header is complete can
+// insert a whole frame into the stream at any moment no payload is in flight.
+func (s *Scanner) PartialHeader() int { return int(s.hn) }
