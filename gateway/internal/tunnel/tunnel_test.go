@@ -1,0 +1,316 @@
+package tunnel
+
+import (
+	"bufio"
+	"bytes"
+	"errors"
+	"io"
+	"net"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/wsgate/wsgate/internal/wsframe"
+)
+
+// tcpPair returns both ends of one loopback TCP connection.
+func tcpPair(t *testing.T) (net.Conn, net.Conn) {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	accepted := make(chan net.Conn, 1)
+	go func() {
+		c, err := ln.Accept()
+		if err != nil {
+			accepted <- nil
+			return
+		}
+		accepted <- c
+	}()
+	a, err := net.Dial("tcp", ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := <-accepted
+	if b == nil {
+		t.Fatal("accept failed")
+	}
+	t.Cleanup(func() { a.Close(); b.Close() })
+	return a, b
+}
+
+// countingLease counts Release calls.
+type countingLease struct{ n atomic.Int32 }
+
+func (l *countingLease) Release() { l.n.Add(1) }
+
+// rig is a tunnel between a test client and a test node, each a plain TCP
+// end the test reads and writes frames on.
+type rig struct {
+	t      *testing.T
+	tun    *Tunnel
+	client net.Conn // the test's client end
+	node   net.Conn // the test's node end
+	cr, nr *bufio.Reader
+	lease  *countingLease
+}
+
+func newRig(t *testing.T, maxFrame uint64) *rig {
+	client, gwClient := tcpPair(t)
+	gwNode, node := tcpPair(t)
+	r := &rig{t: t, client: client, node: node, lease: &countingLease{}}
+	r.cr, r.nr = bufio.NewReader(client), bufio.NewReader(node)
+	r.tun = New(Params{
+		Client:       gwClient,
+		Node:         gwNode,
+		MaxFrame:     maxFrame,
+		CloseTimeout: 10 * time.Second,
+		Lease:        r.lease,
+	})
+	r.tun.Start()
+	return r
+}
+
+var testMask = [4]byte{1, 2, 3, 4}
+
+// frame builds one frame; masked frames carry testMask.
+func frame(op wsframe.Opcode, fin, masked bool, payload []byte) []byte {
+	h := wsframe.Header{Fin: fin, Op: op, Masked: masked, Length: uint64(len(payload))}
+	if masked {
+		h.Mask = testMask
+	}
+	b := wsframe.AppendHeader(nil, h)
+	start := len(b)
+	b = append(b, payload...)
+	if masked {
+		wsframe.Mask(h.Mask, 0, b[start:])
+	}
+	return b
+}
+
+// readFrame reads one whole frame and returns its header and unmasked
+// payload.
+func readFrame(t *testing.T, c net.Conn, r *bufio.Reader) (wsframe.Header, []byte) {
+	t.Helper()
+	_ = c.SetReadDeadline(time.Now().Add(10 * time.Second))
+	var hb []byte
+	for {
+		b, err := r.ReadByte()
+		if err != nil {
+			t.Fatalf("read header: %v (have % x)", err, hb)
+		}
+		hb = append(hb, b)
+		h, n, err := wsframe.ParseHeader(hb)
+		if errors.Is(err, wsframe.ErrShortHeader) {
+			continue
+		}
+		if err != nil {
+			t.Fatalf("bad header % x: %v", hb, err)
+		}
+		_ = n
+		p := make([]byte, h.Length)
+		if _, err := io.ReadFull(r, p); err != nil {
+			t.Fatalf("read payload: %v", err)
+		}
+		if h.Masked {
+			wsframe.Mask(h.Mask, 0, p)
+		}
+		return h, p
+	}
+}
+
+func expectClose(t *testing.T, c net.Conn, r *bufio.Reader, wantCode uint16, wantMasked bool) {
+	t.Helper()
+	h, p := readFrame(t, c, r)
+	if h.Op != wsframe.OpClose {
+		t.Fatalf("got %v frame %q, want close %d", h.Op, p, wantCode)
+	}
+	if h.Masked != wantMasked {
+		t.Fatalf("close masked = %v, want %v", h.Masked, wantMasked)
+	}
+	code, _, err := wsframe.ParseClosePayload(p)
+	if err != nil || code != wantCode {
+		t.Fatalf("close code %d (%v), want %d", code, err, wantCode)
+	}
+}
+
+func (r *rig) write(c net.Conn, b []byte) {
+	r.t.Helper()
+	if _, err := c.Write(b); err != nil {
+		r.t.Fatal(err)
+	}
+}
+
+// waitEnd waits for the tunnel to end and checks the lease went back once.
+func (r *rig) waitEnd() {
+	r.t.Helper()
+	select {
+	case <-r.tun.Done():
+	case <-time.After(20 * time.Second):
+		r.t.Fatal("tunnel did not end")
+	}
+	if n := r.lease.n.Load(); n != 1 {
+		r.t.Fatalf("lease released %d times, want 1", n)
+	}
+}
+
+func TestPassThroughAndCloseHandshake(t *testing.T) {
+	r := newRig(t, 0)
+	msgs := [][]byte{[]byte("hello"), bytes.Repeat([]byte("x"), 300), bytes.Repeat([]byte("y"), 70000)}
+	for _, m := range msgs {
+		r.write(r.client, frame(wsframe.OpBinary, true, true, m))
+		h, p := readFrame(t, r.node, r.nr)
+		if !h.Masked || !bytes.Equal(p, m) {
+			t.Fatalf("node got masked=%v %d bytes, want masked %d", h.Masked, len(p), len(m))
+		}
+		r.write(r.node, frame(wsframe.OpText, true, false, m))
+		h, p = readFrame(t, r.client, r.cr)
+		if h.Masked || !bytes.Equal(p, m) {
+			t.Fatalf("client got masked=%v %d bytes, want unmasked %d", h.Masked, len(p), len(m))
+		}
+	}
+	// Client-initiated close passes through both ways.
+	r.write(r.client, wsframe.AppendClose(nil, 1000, "bye", &testMask))
+	expectClose(t, r.node, r.nr, 1000, true)
+	r.write(r.node, wsframe.AppendClose(nil, 1000, "bye", nil))
+	expectClose(t, r.client, r.cr, 1000, false)
+	r.waitEnd()
+	st := r.tun.Stats()
+	if st.FramesToNode != 4 || st.FramesToClient != 4 || st.ClientCloseCode != 1000 || st.NodeCloseCode != 1000 {
+		t.Fatalf("stats %+v", st)
+	}
+}
+
+func TestGoAwayIdle(t *testing.T) {
+	r := newRig(t, 0)
+	r.tun.GoAway(CodeGoingAway, "drain")
+	expectClose(t, r.client, r.cr, CodeGoingAway, false)
+	expectClose(t, r.node, r.nr, CodeGoingAway, true)
+	r.write(r.client, wsframe.AppendClose(nil, CodeGoingAway, "", &testMask))
+	r.write(r.node, wsframe.AppendClose(nil, CodeGoingAway, "", nil))
+	r.waitEnd()
+}
+
+// TestGoAwayWaitsForFrameEnd pins that an injected close never splits a
+// frame: the close goes out after the frame in flight is complete.
+func TestGoAwayWaitsForFrameEnd(t *testing.T) {
+	r := newRig(t, 0)
+	payload := bytes.Repeat([]byte("z"), 1000)
+	f := frame(wsframe.OpBinary, true, false, payload)
+	r.write(r.node, f[:500])
+	// Wait until the tunnel has forwarded the first part.
+	got := make([]byte, 500)
+	_ = r.client.SetReadDeadline(time.Now().Add(10 * time.Second))
+	if _, err := io.ReadFull(r.cr, got); err != nil {
+		t.Fatal(err)
+	}
+	r.tun.GoAway(CodeGoingAway, "drain")
+	// The node side is at a boundary: its close goes out now.
+	expectClose(t, r.node, r.nr, CodeGoingAway, true)
+	r.write(r.node, f[500:])
+	rest := make([]byte, len(f)-500)
+	if _, err := io.ReadFull(r.cr, rest); err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(append(got, rest...), f) {
+		t.Fatal("frame changed in flight")
+	}
+	expectClose(t, r.client, r.cr, CodeGoingAway, false)
+	r.write(r.client, wsframe.AppendClose(nil, 1000, "", &testMask))
+	r.write(r.node, wsframe.AppendClose(nil, 1000, "", nil))
+	r.waitEnd()
+}
+
+// TestPartialHeaderHeldBack pins that the first bytes of a header are not
+// forwarded until the header is complete, so a close injected meanwhile
+// lands on a clean boundary.
+func TestPartialHeaderHeldBack(t *testing.T) {
+	r := newRig(t, 0)
+	f := frame(wsframe.OpBinary, true, true, []byte("abc"))
+	r.write(r.client, f[:1])
+	// Let the byte arrive, observed through the tunnel's own counter.
+	waitFor(t, func() bool { return r.tun.Stats().BytesToNode == 1 })
+	r.tun.GoAway(CodeGoingAway, "drain")
+	expectClose(t, r.node, r.nr, CodeGoingAway, true)
+	expectClose(t, r.client, r.cr, CodeGoingAway, false)
+	r.write(r.client, f[1:])
+	r.write(r.client, wsframe.AppendClose(nil, 1000, "", &testMask))
+	r.write(r.node, wsframe.AppendClose(nil, 1000, "", nil))
+	r.waitEnd()
+}
+
+func TestNodeVanishesGives1012(t *testing.T) {
+	r := newRig(t, 0)
+	r.write(r.node, frame(wsframe.OpText, true, false, []byte("last")))
+	readFrame(t, r.client, r.cr)
+	_ = r.node.Close()
+	expectClose(t, r.client, r.cr, CodeServiceRestart, false)
+	r.write(r.client, wsframe.AppendClose(nil, CodeServiceRestart, "", &testMask))
+	r.waitEnd()
+}
+
+func TestClientVanishesGives1001ToNode(t *testing.T) {
+	r := newRig(t, 0)
+	_ = r.client.Close()
+	expectClose(t, r.node, r.nr, CodeGoingAway, true)
+	r.write(r.node, wsframe.AppendClose(nil, CodeGoingAway, "", nil))
+	r.waitEnd()
+}
+
+func TestTooLargeFrameGives1009(t *testing.T) {
+	r := newRig(t, 100)
+	r.write(r.client, frame(wsframe.OpBinary, true, true, make([]byte, 100)))
+	readFrame(t, r.node, r.nr)
+	r.write(r.client, frame(wsframe.OpBinary, true, true, make([]byte, 101)))
+	expectClose(t, r.client, r.cr, CodeTooBig, false)
+	expectClose(t, r.node, r.nr, CodeGoingAway, true)
+	r.write(r.node, wsframe.AppendClose(nil, 1000, "", nil))
+	r.waitEnd()
+}
+
+func TestUnmaskedClientFrameGives1002(t *testing.T) {
+	r := newRig(t, 0)
+	r.write(r.client, frame(wsframe.OpBinary, true, false, []byte("x")))
+	expectClose(t, r.client, r.cr, CodeProtocolError, false)
+	expectClose(t, r.node, r.nr, CodeGoingAway, true)
+	r.write(r.node, wsframe.AppendClose(nil, 1000, "", nil))
+	r.waitEnd()
+}
+
+func TestPendingBytesForwardedFirst(t *testing.T) {
+	client, gwClient := tcpPair(t)
+	gwNode, node := tcpPair(t)
+	lease := &countingLease{}
+	tun := New(Params{
+		Client: gwClient, Node: gwNode, Lease: lease,
+		ClientPending: frame(wsframe.OpText, true, true, []byte("early-c")),
+		NodePending:   frame(wsframe.OpText, true, false, []byte("early-n")),
+	})
+	tun.Start()
+	if _, p := readFrame(t, node, bufio.NewReader(node)); string(p) != "early-c" {
+		t.Fatalf("node got %q", p)
+	}
+	if _, p := readFrame(t, client, bufio.NewReader(client)); string(p) != "early-n" {
+		t.Fatalf("client got %q", p)
+	}
+	tun.Abort()
+	<-tun.Done()
+	if lease.n.Load() != 1 {
+		t.Fatal("lease not released once")
+	}
+}
+
+// waitFor polls cond until it holds, failing after a generous deadline.
+func waitFor(t *testing.T, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatal("condition not met")
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
