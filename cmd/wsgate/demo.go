@@ -1,0 +1,128 @@
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"os/signal"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/wsgate/wsgate/conf"
+	"github.com/wsgate/wsgate/gateway"
+	"github.com/wsgate/wsgate/relay-backend/bus"
+	"github.com/wsgate/wsgate/relay-backend/relay"
+)
+
+// demoOptions are the flags of `wsgate demo`.
+type demoOptions struct {
+	listen, admin string
+	replicas      int
+}
+
+// runDemo parses the demo's flags and runs it until SIGINT or SIGTERM.
+func runDemo(args []string, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("wsgate demo", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	var o demoOptions
+	fs.StringVar(&o.listen, "listen", "127.0.0.1:8080", "gateway listen address")
+	fs.StringVar(&o.admin, "admin", "127.0.0.1:9090", "admin listen address")
+	fs.IntVar(&o.replicas, "replicas", 2, "relay replicas to run in process (1-16)")
+	logLevel := fs.String("log-level", "info", "log level: debug, info, warn, error")
+	if err := fs.Parse(args); err != nil {
+		return 2
+	}
+	if o.replicas < 1 || o.replicas > 16 {
+		fmt.Fprintln(stderr, "wsgate demo: -replicas must be 1 to 16")
+		return 2
+	}
+	log, err := newLogger(stderr, *logLevel)
+	if err != nil {
+		fmt.Fprintln(stderr, "wsgate demo:", err)
+		return 2
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	defer stop()
+	if err := demo(ctx, o, stdout, log); err != nil {
+		fmt.Fprintln(stderr, "wsgate demo:", err)
+		return 1
+	}
+	return 0
+}
+
+// demo runs the gateway in front of o.replicas relay replicas that share an
+// in-process bus, prints where to look, and drains everything when ctx ends.
+func demo(ctx context.Context, o demoOptions, stdout io.Writer, log *slog.Logger) error {
+	logLimits(log)
+	mem := bus.NewMemory()
+	defer mem.Close()
+	var relays []*relay.Relay
+	var addrs []string
+	defer func() {
+		for _, r := range relays {
+			_ = r.Close(context.Background())
+		}
+	}()
+	for i := range o.replicas {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			return fmt.Errorf("relay listener: %w", err)
+		}
+		id := fmt.Sprintf("relay-%d", i+1)
+		r := relay.New(relay.Options{ID: id, Bus: mem.Endpoint(), DrainWindow: time.Second, Logger: log.With("replica", id)})
+		relays = append(relays, r)
+		addrs = append(addrs, ln.Addr().String())
+		go func() { _ = r.Serve(ln) }()
+	}
+	cfg, err := conf.Parse("demo.toml", []byte(demoConfig(o, addrs)))
+	if err != nil {
+		return fmt.Errorf("demo config: %w", err)
+	}
+	srv, err := gateway.New(cfg, log)
+	if err != nil {
+		return err
+	}
+	if err := srv.Start(); err != nil {
+		return err
+	}
+	fmt.Fprintf(stdout, `wsgate demo is running.
+
+  open in two browser tabs:  http://%[1]s/
+  WebSocket rooms:           ws://%[1]s/room/<name>
+  gateway readiness:         http://%[2]s/readyz
+  relay replicas:            %[3]s
+
+Press Ctrl-C to drain (every client gets close 1001) and stop.
+`, srv.Addr(), srv.AdminAddr(), strings.Join(addrs, ", "))
+	<-ctx.Done()
+	log.Info("draining demo", "tunnels", srv.Tunnels())
+	if err := srv.Shutdown(context.Background()); err != nil {
+		return err
+	}
+	drainCtx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	for _, r := range relays {
+		if err := r.Drain(drainCtx); err != nil {
+			log.Warn("relay drain", "err", err)
+		}
+	}
+	return nil
+}
+
+// demoConfig is the gateway config of the demo: one pool of the in-process
+// replicas, every path routed to it.
+func demoConfig(o demoOptions, addrs []string) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "[gateway]\nlisten = %q\ndrain_window = \"2s\"\ndrain_timeout = \"10s\"\n\n", o.listen)
+	fmt.Fprintf(&b, "[admin]\nlisten = %q\n\n", o.admin)
+	b.WriteString("[[pools]]\nname = \"relay\"\nbalance = \"least_conn\"\n")
+	for _, a := range addrs {
+		fmt.Fprintf(&b, "  [[pools.nodes]]\n  addr = %q\n", a)
+	}
+	b.WriteString("\n[[routes]]\npath_prefix = \"/\"\npool = \"relay\"\n")
+	return b.String()
+}

@@ -1,0 +1,410 @@
+package gateway
+
+import (
+	"bufio"
+	"bytes"
+	"crypto/sha1"
+	"encoding/base64"
+	"errors"
+	"fmt"
+	"net"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/valyala/fasthttp"
+	"github.com/wsgate/wsgate/balancer"
+	"github.com/wsgate/wsgate/gateway/internal/tunnel"
+	"github.com/wsgate/wsgate/internal/wsframe"
+)
+
+// maxTries bounds the nodes one handshake tries, whatever the config says,
+// so the excluded-node list stays on the stack.
+const maxTries = 8
+
+// maxUpstreamAnswer is the largest body of a non-101 answer from a node that
+// is passed on to the client (a relay's 400 or 401, say).
+const maxUpstreamAnswer = 64 << 10
+
+// errUpstream marks a node that failed the handshake: it could not be
+// reached, answered 5xx, or answered a 101 that does not prove it speaks
+// WebSocket for this key. The next node is tried.
+var errUpstream = errors.New("upstream handshake failed")
+
+// isUpgrade reports whether the request asks for a WebSocket.
+func isUpgrade(h *fasthttp.RequestHeader) bool {
+	return h.ConnectionUpgrade() && bytes.EqualFold(h.Peek("Upgrade"), []byte("websocket"))
+}
+
+// serveUpgrade carries one WebSocket handshake: checks, cheapest first, then
+// a node from the route's pool, its 101 relayed to the client, and the
+// tunnel.
+func (s *Server) serveUpgrade(ctx *fasthttp.RequestCtx, rt *route) {
+	h := &ctx.Request.Header
+	if !ctx.IsGet() {
+		s.reject(ctx, fasthttp.StatusBadRequest, "bad_request", "websocket handshake must use GET")
+		return
+	}
+	if string(h.Peek("Sec-WebSocket-Version")) != "13" {
+		s.reject(ctx, fasthttp.StatusUpgradeRequired, "bad_request", "unsupported Sec-WebSocket-Version (want 13)")
+		ctx.Response.Header.Set("Sec-WebSocket-Version", "13")
+		return
+	}
+	key := h.Peek("Sec-WebSocket-Key")
+	if !validKey(key) {
+		s.reject(ctx, fasthttp.StatusBadRequest, "bad_request", "missing or malformed Sec-WebSocket-Key")
+		return
+	}
+	if !rt.originAllowed(h.Peek("Origin")) {
+		s.reject(ctx, fasthttp.StatusForbidden, "origin", "origin not allowed")
+		return
+	}
+	slot, status := s.limits.admit(ctx.RemoteIP())
+	if slot == nil {
+		s.retryLater(ctx, status, "limited", "connection limit reached")
+		return
+	}
+	req := s.upstreamRequest(ctx)
+	accept := acceptKey(key)
+
+	p := rt.pool
+	var excl [maxTries]*balancer.Node
+	exclude := excl[:0]
+	tries := min(p.tries, maxTries)
+	for try := 0; try < tries; try++ {
+		lease, err := p.bal.Acquire(exclude)
+		if err != nil {
+			if try > 0 {
+				break // nodes were tried and failed: 502 below
+			}
+			slot.release()
+			s.overflow(ctx, rt, accept)
+			return
+		}
+		up, answer, err := s.dialNode(p, lease.Node(), req, accept)
+		if err != nil {
+			lease.Release()
+			s.log.Warn("upstream handshake failed", "pool", p.name, "node", lease.Node().Addr(), "err", err)
+			exclude = append(exclude, lease.Node())
+			continue
+		}
+		if answer != nil {
+			// The node answered without upgrading (a 4xx of the app's
+			// own): the client gets that answer as is.
+			lease.Release()
+			slot.release()
+			answer.CopyTo(&ctx.Response)
+			fasthttp.ReleaseResponse(answer)
+			s.stats.handshakes("upstream_refused")
+			return
+		}
+		s.handOff(ctx, up, &hold{lease: lease, slot: slot}, rt)
+		return
+	}
+	slot.release()
+	s.reject(ctx, fasthttp.StatusBadGateway, "upstream_error", "no node completed the websocket handshake")
+}
+
+// upstream is a node connection whose 101 has been read.
+type upstream struct {
+	conn    net.Conn
+	pending []byte // bytes the node sent after its 101
+	header  []byte // the 101 response for the client
+}
+
+var readerPool sync.Pool
+
+// dialNode dials n, sends req and reads the node's answer. It returns the
+// upgraded connection, or a non-101 answer below 500 to pass on, or an error
+// wrapping errUpstream.
+func (s *Server) dialNode(p *pool, n *balancer.Node, req []byte, accept string) (*upstream, *fasthttp.Response, error) {
+	conn, err := p.dial.dial(n.Addr())
+	if err != nil {
+		return nil, nil, fmt.Errorf("%w: dial: %w", errUpstream, err)
+	}
+	ok := false
+	defer func() {
+		if !ok {
+			_ = conn.Close()
+		}
+	}()
+	_ = conn.SetDeadline(time.Now().Add(p.connectTimeout))
+	if _, err := conn.Write(req); err != nil {
+		return nil, nil, fmt.Errorf("%w: write request: %w", errUpstream, err)
+	}
+	br, _ := readerPool.Get().(*bufio.Reader)
+	if br == nil {
+		br = bufio.NewReaderSize(conn, 4096)
+	} else {
+		br.Reset(conn)
+	}
+	defer func() { br.Reset(nil); readerPool.Put(br) }()
+
+	resp := fasthttp.AcquireResponse()
+	resp.Header.SetNoDefaultContentType(true)
+	if err := resp.Header.Read(br); err != nil {
+		fasthttp.ReleaseResponse(resp)
+		return nil, nil, fmt.Errorf("%w: read response: %w", errUpstream, err)
+	}
+	code := resp.StatusCode()
+	switch {
+	case code >= 500:
+		fasthttp.ReleaseResponse(resp)
+		return nil, nil, fmt.Errorf("%w: node answered %d", errUpstream, code)
+	case code != fasthttp.StatusSwitchingProtocols:
+		err := resp.ReadBody(br, maxUpstreamAnswer)
+		if err != nil {
+			fasthttp.ReleaseResponse(resp)
+			return nil, nil, fmt.Errorf("%w: read %d answer: %w", errUpstream, code, err)
+		}
+		return nil, resp, nil
+	}
+	defer fasthttp.ReleaseResponse(resp)
+	if !bytes.EqualFold(resp.Header.Peek("Upgrade"), []byte("websocket")) {
+		return nil, nil, fmt.Errorf("%w: 101 without Upgrade: websocket", errUpstream)
+	}
+	if string(resp.Header.Peek("Sec-WebSocket-Accept")) != accept {
+		return nil, nil, fmt.Errorf("%w: wrong Sec-WebSocket-Accept", errUpstream)
+	}
+	up := &upstream{conn: conn, header: clientResponse(&resp.Header)}
+	if k := br.Buffered(); k > 0 {
+		b, _ := br.Peek(k)
+		up.pending = append([]byte(nil), b...)
+	}
+	_ = conn.SetDeadline(time.Time{})
+	ok = true
+	return up, nil, nil
+}
+
+// clientResponse renders the node's 101 for the client: its headers as sent,
+// less the framing headers that do not belong on a 101.
+func clientResponse(h *fasthttp.ResponseHeader) []byte {
+	b := make([]byte, 0, 256)
+	b = append(b, "HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"...)
+	for k, v := range h.All() {
+		switch {
+		case headerIs(k, "upgrade"), headerIs(k, "connection"), headerIs(k, "content-length"),
+			headerIs(k, "content-type"), headerIs(k, "transfer-encoding"):
+			continue
+		}
+		b = append(b, k...)
+		b = append(b, ": "...)
+		b = append(b, v...)
+		b = append(b, "\r\n"...)
+	}
+	return append(b, "\r\n"...)
+}
+
+// hold is what a tunnel keeps for its life: the node slot and the gateway's
+// connection slot. Release frees both, once.
+type hold struct {
+	lease *balancer.Lease
+	slot  *slot
+}
+
+// Release frees the node's and the gateway's slot; it is idempotent.
+func (h *hold) Release() {
+	h.lease.Release()
+	h.slot.release()
+}
+
+// handOff hijacks the client connection and starts the tunnel. If fasthttp
+// never calls the hijack handler (the client vanished), a timer releases
+// the node connection and the hold, so they are released exactly once on
+// every path.
+func (s *Server) handOff(ctx *fasthttp.RequestCtx, up *upstream, hd *hold, rt *route) {
+	var claimed atomic.Bool
+	timer := time.AfterFunc(s.handshakeTimeout, func() {
+		if claimed.CompareAndSwap(false, true) {
+			_ = up.conn.Close()
+			hd.Release()
+		}
+	})
+	ctx.HijackSetNoResponse(true)
+	ctx.Hijack(func(c net.Conn) {
+		if !claimed.CompareAndSwap(false, true) {
+			_ = c.Close()
+			return
+		}
+		timer.Stop()
+		s.startTunnel(c, up, hd, rt)
+	})
+}
+
+// startTunnel sends the 101 to the client and starts the tunnel.
+func (s *Server) startTunnel(c net.Conn, up *upstream, hd *hold, rt *route) {
+	client, pending := detach(c)
+	_ = client.SetWriteDeadline(time.Now().Add(s.handshakeTimeout))
+	if _, err := client.Write(up.header); err != nil {
+		_ = client.Close()
+		_ = up.conn.Close()
+		hd.Release()
+		s.stats.handshakes("client_gone")
+		return
+	}
+	_ = client.SetWriteDeadline(time.Time{})
+	t := tunnel.New(tunnel.Params{
+		Client:        client,
+		Node:          up.conn,
+		ClientPending: pending,
+		NodePending:   up.pending,
+		MaxFrame:      rt.maxFrame,
+		Lease:         hd,
+		OnEnd:         s.tunnels.remove,
+	})
+	s.stats.handshakes("ok")
+	s.tunnels.add(t)
+	t.Start()
+}
+
+// detach returns the socket under fasthttp's hijacked connection, with any
+// bytes the client sent right behind its request (still in fasthttp's read
+// buffer). The buffer is read out under an expired deadline, which returns
+// buffered bytes and never touches the socket.
+func detach(c net.Conn) (net.Conn, []byte) {
+	u, ok := c.(interface{ UnsafeConn() net.Conn })
+	if !ok {
+		return c, nil
+	}
+	if err := c.SetReadDeadline(time.Unix(1, 0)); err != nil {
+		return c, nil
+	}
+	var pending []byte
+	var buf [1024]byte
+	for range readBufferSize/len(buf) + 2 {
+		n, err := c.Read(buf[:])
+		pending = append(pending, buf[:n]...)
+		if err != nil {
+			break
+		}
+	}
+	raw := u.UnsafeConn()
+	_ = raw.SetReadDeadline(time.Time{})
+	return raw, pending
+}
+
+// overflow answers a handshake when no node has room, as the route says:
+// 503 with Retry-After, or an accepted upgrade closed at once with 1013.
+func (s *Server) overflow(ctx *fasthttp.RequestCtx, rt *route, accept string) {
+	if rt.overflow != "close-1013" {
+		s.retryLater(ctx, fasthttp.StatusServiceUnavailable, "no_capacity", "no node with capacity")
+		return
+	}
+	s.stats.handshakes("no_capacity")
+	ctx.HijackSetNoResponse(true)
+	ctx.Hijack(func(c net.Conn) {
+		defer c.Close()
+		b := make([]byte, 0, 160)
+		b = append(b, "HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Accept: "...)
+		b = append(b, accept...)
+		b = append(b, "\r\n\r\n"...)
+		b = wsframe.AppendClose(b, 1013, "no node with capacity", nil)
+		_ = c.SetDeadline(time.Now().Add(s.handshakeTimeout))
+		if _, err := c.Write(b); err != nil {
+			return
+		}
+		lingerClose(c)
+	})
+}
+
+// lingerClose half-closes c and reads what the peer still sends until it
+// closes too (bounded by the deadline already set), so the close frame just
+// written is not lost to a reset.
+func lingerClose(c net.Conn) {
+	raw, _ := detach(c)
+	if tc, ok := raw.(interface{ CloseWrite() error }); ok {
+		_ = tc.CloseWrite()
+	}
+	var buf [512]byte
+	for range 64 {
+		if _, err := c.Read(buf[:]); err != nil {
+			return
+		}
+	}
+}
+
+// upstreamRequest renders the client's upgrade request for a node: the same
+// request line and headers, hop-by-hop headers dropped, X-Forwarded-For and
+// X-Forwarded-Proto added.
+func (s *Server) upstreamRequest(ctx *fasthttp.RequestCtx) []byte {
+	h := &ctx.Request.Header
+	b := make([]byte, 0, 512)
+	b = append(b, "GET "...)
+	b = append(b, h.RequestURI()...)
+	b = append(b, " HTTP/1.1\r\nHost: "...)
+	b = append(b, h.Host()...)
+	b = append(b, "\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"...)
+	var xff []byte
+	for k, v := range h.All() {
+		switch {
+		case headerIs(k, "x-forwarded-for"):
+			xff = v
+			continue
+		case headerIs(k, "host"), headerIs(k, "upgrade"), headerIs(k, "connection"),
+			headerIs(k, "x-forwarded-proto"), headerIs(k, "keep-alive"), headerIs(k, "te"),
+			headerIs(k, "trailer"), headerIs(k, "transfer-encoding"), headerIs(k, "content-length"),
+			headerIs(k, "proxy-authorization"), headerIs(k, "proxy-connection"):
+			continue
+		}
+		b = append(b, k...)
+		b = append(b, ": "...)
+		b = append(b, v...)
+		b = append(b, "\r\n"...)
+	}
+	b = append(b, "X-Forwarded-For: "...)
+	if len(xff) > 0 {
+		b = append(b, xff...)
+		b = append(b, ", "...)
+	}
+	b = append(b, ctx.RemoteIP().String()...)
+	b = append(b, "\r\nX-Forwarded-Proto: "...)
+	b = append(b, scheme(ctx)...)
+	return append(b, "\r\n\r\n"...)
+}
+
+func scheme(ctx *fasthttp.RequestCtx) string {
+	if ctx.IsTLS() {
+		return "https"
+	}
+	return "http"
+}
+
+// reject answers a handshake or request with status and a one-line reason.
+func (s *Server) reject(ctx *fasthttp.RequestCtx, status int, result, msg string) {
+	s.stats.handshakes(result)
+	ctx.Error("wsgate: "+msg+"\n", status) // resets the response headers
+	ctx.SetConnectionClose()
+}
+
+// retryLater rejects with status and a Retry-After header.
+func (s *Server) retryLater(ctx *fasthttp.RequestCtx, status int, result, msg string) {
+	s.reject(ctx, status, result, msg)
+	ctx.Response.Header.Set("Retry-After", strconv.Itoa(s.retryAfter))
+}
+
+const websocketGUID = "258EAFA5-E914-47DA-95CA-C5AB0DC85B11"
+
+// acceptKey computes Sec-WebSocket-Accept for key (RFC 6455 section 4.2.2).
+func acceptKey(key []byte) string {
+	h := sha1.New()
+	h.Write(key)
+	h.Write([]byte(websocketGUID))
+	return base64.StdEncoding.EncodeToString(h.Sum(nil))
+}
+
+// validKey reports whether key is base64 of 16 bytes, as RFC 6455 requires.
+func validKey(key []byte) bool {
+	if len(key) != 24 {
+		return false
+	}
+	var dst [18]byte
+	n, err := base64.StdEncoding.Decode(dst[:], key)
+	return err == nil && n == 16
+}
+
+// headerIs reports whether the header name k equals name, which must be
+// lowercase ASCII, ignoring the case of k.
+func headerIs(k []byte, name string) bool {
+	return len(k) == len(name) && equalFoldSuffix(k, name)
+}

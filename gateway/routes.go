@@ -1,0 +1,119 @@
+package gateway
+
+import (
+	"bytes"
+	"strconv"
+	"strings"
+
+	"github.com/wsgate/wsgate/conf"
+)
+
+// route is a [[routes]] entry compiled for matching: lowercase host pattern,
+// its pool resolved, limits converted once at load.
+type route struct {
+	name       string // "routes[i]", for logs
+	host       string // "" matches any host; "*.x.y" stored as ".x.y"
+	wildcard   bool
+	pathPrefix []byte
+	pool       *pool
+	origins    map[string]struct{} // nil: any origin
+	overflow   string
+	maxFrame   uint64
+}
+
+// routeTable is an ordered list of routes; the first match wins.
+type routeTable []*route
+
+func compileRoutes(cfg *conf.Config, pools map[string]*pool) routeTable {
+	rt := make(routeTable, 0, len(cfg.Routes))
+	for i, r := range cfg.Routes {
+		cr := &route{
+			name:       "routes[" + strconv.Itoa(i) + "]",
+			pathPrefix: []byte(r.PathPrefix),
+			pool:       pools[r.Pool],
+			overflow:   r.Overflow,
+			maxFrame:   uint64(r.MaxFrame),
+		}
+		switch h := strings.ToLower(r.Host); {
+		case h == "*" || h == "":
+		case strings.HasPrefix(h, "*."):
+			cr.host, cr.wildcard = h[1:], true
+		default:
+			cr.host = h
+		}
+		if len(r.Origins) > 0 {
+			cr.origins = make(map[string]struct{}, len(r.Origins))
+			for _, o := range r.Origins {
+				cr.origins[strings.ToLower(o)] = struct{}{}
+			}
+		}
+		rt = append(rt, cr)
+	}
+	return rt
+}
+
+// match returns the first route for host (as sent, maybe with a port) and
+// path, or nil.
+func (rt routeTable) match(host, path []byte) *route {
+	host = stripPort(host)
+	for _, r := range rt {
+		if !r.matchHost(host) || !bytes.HasPrefix(path, r.pathPrefix) {
+			continue
+		}
+		return r
+	}
+	return nil
+}
+
+func (r *route) matchHost(host []byte) bool {
+	switch {
+	case r.host == "":
+		return true
+	case r.wildcard:
+		return len(host) > len(r.host) && equalFoldSuffix(host, r.host)
+	default:
+		return len(host) == len(r.host) && equalFoldSuffix(host, r.host)
+	}
+}
+
+// originAllowed reports whether the Origin header value is on the route's
+// allow-list (always true without one).
+func (r *route) originAllowed(origin []byte) bool {
+	if r.origins == nil {
+		return true
+	}
+	_, ok := r.origins[strings.ToLower(string(origin))]
+	return ok
+}
+
+// equalFoldSuffix reports whether s ends with the lowercase ASCII suffix,
+// ignoring the case of s.
+func equalFoldSuffix(s []byte, suffix string) bool {
+	off := len(s) - len(suffix)
+	for i := 0; i < len(suffix); i++ {
+		c := s[off+i]
+		if 'A' <= c && c <= 'Z' {
+			c += 'a' - 'A'
+		}
+		if c != suffix[i] {
+			return false
+		}
+	}
+	return true
+}
+
+// stripPort drops a trailing ":port" from a Host header value, keeping
+// bracketed IPv6 literals whole.
+func stripPort(host []byte) []byte {
+	i := bytes.LastIndexByte(host, ':')
+	if i < 0 || bytes.IndexByte(host[i:], ']') >= 0 {
+		return host
+	}
+	if len(host) > 0 && host[0] == '[' {
+		return host[:i]
+	}
+	if bytes.IndexByte(host[:i], ':') >= 0 {
+		return host // a bare IPv6 literal without port
+	}
+	return host[:i]
+}

@@ -1,0 +1,203 @@
+// Package gateway is the wsgate server: client listeners, routing by host and
+// path, the WebSocket handshake relayed to a node picked by the pool's
+// balancer, the tunnel, plain HTTP proxying, the admin listener, and drain.
+package gateway
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/valyala/fasthttp"
+	"github.com/wsgate/wsgate/conf"
+)
+
+// readBufferSize is fasthttp's per-connection read buffer, which bounds the
+// request headers a client may send.
+const readBufferSize = 8 << 10
+
+// Server is one gateway: its listeners, pools, routes and live tunnels. Create
+// it with New, then Start; Shutdown drains it. Its methods are safe for
+// concurrent use.
+type Server struct {
+	log              *slog.Logger
+	cfg              *conf.Config
+	routes           routeTable
+	pools            map[string]*pool
+	limits           *limiter
+	tunnels          registry
+	stats            stats
+	handshakeTimeout time.Duration
+	retryAfter       int // seconds
+
+	http      *fasthttp.Server
+	admin     *fasthttp.Server
+	listeners []net.Listener
+	adminLn   net.Listener
+	serving   sync.WaitGroup
+	draining  atomic.Bool
+	ready     atomic.Bool
+}
+
+// New builds a gateway from a loaded, validated config. It opens no socket.
+func New(cfg *conf.Config, log *slog.Logger) (*Server, error) {
+	s := &Server{
+		log:              log,
+		cfg:              cfg,
+		pools:            make(map[string]*pool, len(cfg.Pools)),
+		limits:           newLimiter(cfg.Gateway.MaxConns, cfg.Gateway.MaxConnsPerIP),
+		handshakeTimeout: cfg.Gateway.HandshakeTimeout.Duration,
+		retryAfter:       max(1, int(cfg.Gateway.RetryAfter.Seconds())),
+	}
+	for i := range cfg.Pools {
+		p, err := newPool(&cfg.Pools[i])
+		if err != nil {
+			return nil, err
+		}
+		s.pools[p.name] = p
+	}
+	s.routes = compileRoutes(cfg, s.pools)
+	s.http = &fasthttp.Server{
+		Handler:              s.handle,
+		Name:                 "wsgate",
+		ReadTimeout:          s.handshakeTimeout,
+		WriteTimeout:         30 * time.Second,
+		IdleTimeout:          60 * time.Second,
+		ReadBufferSize:       readBufferSize,
+		Concurrency:          cfg.Gateway.MaxConns + 1024,
+		KeepHijackedConns:    true,
+		NoDefaultContentType: true,
+		CloseOnShutdown:      true,
+		Logger:               fasthttpLogger{log},
+	}
+	s.admin = &fasthttp.Server{
+		Handler:     s.handleAdmin,
+		Name:        "wsgate-admin",
+		ReadTimeout: 10 * time.Second,
+		Logger:      fasthttpLogger{log},
+	}
+	return s, nil
+}
+
+// Start opens the client and admin listeners and serves them in the
+// background. The gateway is ready once Start returns nil.
+func (s *Server) Start() error {
+	addrs := append([]string{s.cfg.Gateway.Listen}, s.cfg.Gateway.Listeners...)
+	for _, a := range addrs {
+		ln, err := net.Listen("tcp", a)
+		if err != nil {
+			s.closeListeners()
+			return fmt.Errorf("listen on %s: %w", a, err)
+		}
+		s.listeners = append(s.listeners, ln)
+	}
+	if a := s.cfg.Admin.Listen; a != "" {
+		ln, err := net.Listen("tcp", a)
+		if err != nil {
+			s.closeListeners()
+			return fmt.Errorf("admin listen on %s: %w", a, err)
+		}
+		s.adminLn = ln
+		s.serve(s.admin, ln)
+	}
+	for _, ln := range s.listeners {
+		s.serve(s.http, ln)
+	}
+	s.ready.Store(true)
+	return nil
+}
+
+func (s *Server) serve(srv *fasthttp.Server, ln net.Listener) {
+	s.serving.Add(1)
+	go func() {
+		defer s.serving.Done()
+		if err := srv.Serve(ln); err != nil && !errors.Is(err, net.ErrClosed) {
+			s.log.Error("serve", "addr", ln.Addr().String(), "err", err)
+		}
+	}()
+}
+
+func (s *Server) closeListeners() {
+	for _, ln := range s.listeners {
+		_ = ln.Close()
+	}
+	if s.adminLn != nil {
+		_ = s.adminLn.Close()
+	}
+}
+
+// Addr is the address of the first client listener (nil before Start).
+func (s *Server) Addr() net.Addr {
+	if len(s.listeners) == 0 {
+		return nil
+	}
+	return s.listeners[0].Addr()
+}
+
+// AdminAddr is the address of the admin listener (nil when disabled).
+func (s *Server) AdminAddr() net.Addr {
+	if s.adminLn == nil {
+		return nil
+	}
+	return s.adminLn.Addr()
+}
+
+// Tunnels is the number of live WebSocket tunnels.
+func (s *Server) Tunnels() int { return s.tunnels.len() }
+
+// Shutdown drains the gateway: it stops accepting, turns readiness false,
+// closes every tunnel with 1001 spread evenly over drain_window, waits for
+// the close handshakes until drain_timeout (or ctx), cuts what is left, and
+// stops the admin listener last.
+func (s *Server) Shutdown(ctx context.Context) error {
+	if s.draining.Swap(true) {
+		return errors.New("gateway: already shutting down")
+	}
+	s.ready.Store(false)
+	window := s.cfg.Gateway.DrainWindow.Duration
+	ctx, cancel := context.WithTimeout(ctx, s.cfg.Gateway.DrainTimeout.Duration)
+	defer cancel()
+
+	// Stop accepting; keep-alive HTTP connections close, handshakes in
+	// flight finish and their tunnels join the drain.
+	stopped := make(chan struct{})
+	go func() {
+		_ = s.http.ShutdownWithContext(ctx)
+		close(stopped)
+	}()
+
+	n := s.tunnels.drain(ctx, window, tunnelGoAwayCode, "gateway shutting down")
+	s.log.Info("draining", "tunnels", n, "window", window)
+	left := s.tunnels.wait(ctx)
+	if left > 0 {
+		s.log.Warn("drain timeout: cutting tunnels", "left", left)
+		s.tunnels.abortAll()
+		s.tunnels.wait(context.Background())
+	}
+	<-stopped
+	for _, ln := range s.listeners {
+		_ = ln.Close()
+	}
+	if s.adminLn != nil {
+		_ = s.admin.Shutdown()
+	}
+	s.serving.Wait()
+	for _, p := range s.pools {
+		for _, hc := range p.http {
+			hc.CloseIdleConnections()
+		}
+	}
+	return nil
+}
+
+// fasthttpLogger routes fasthttp's own messages into the gateway's log.
+type fasthttpLogger struct{ log *slog.Logger }
+
+func (l fasthttpLogger) Printf(format string, args ...any) {
+	l.log.Debug(fmt.Sprintf(format, args...))
+}

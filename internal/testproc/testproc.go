@@ -1,0 +1,188 @@
+// Package testproc builds the module's commands and runs them as real
+// processes for integration tests: free loopback ports, logs kept for the
+// failure report, readiness polled with a deadline, every process stopped
+// by its own PID when the test ends.
+package testproc
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+)
+
+var (
+	buildMu  sync.Mutex
+	buildDir string
+	built    = map[string]string{}
+)
+
+// Build compiles the main package pkg (a path inside this module such as
+// "./cmd/wsgate") once per test binary and returns the executable's path.
+// The command is built with the race detector when the test binary is.
+func Build(tb testing.TB, pkg string) string {
+	tb.Helper()
+	buildMu.Lock()
+	defer buildMu.Unlock()
+	if p, ok := built[pkg]; ok {
+		return p
+	}
+	if buildDir == "" {
+		d, err := os.MkdirTemp("", "wsgate-bin-")
+		if err != nil {
+			tb.Fatal(err)
+		}
+		buildDir = d
+	}
+	root, err := moduleRoot()
+	if err != nil {
+		tb.Fatal(err)
+	}
+	out := filepath.Join(buildDir, filepath.Base(pkg))
+	args := []string{"build", "-o", out}
+	if raceEnabled {
+		args = append(args, "-race")
+	}
+	cmd := exec.Command("go", append(args, pkg)...)
+	cmd.Dir = root
+	if b, err := cmd.CombinedOutput(); err != nil {
+		tb.Fatalf("go build %s: %v\n%s", pkg, err, b)
+	}
+	built[pkg] = out
+	return out
+}
+
+func moduleRoot() (string, error) {
+	b, err := exec.Command("go", "env", "GOMOD").Output()
+	if err != nil {
+		return "", fmt.Errorf("go env GOMOD: %w", err)
+	}
+	mod := strings.TrimSpace(string(b))
+	if mod == "" || mod == os.DevNull {
+		return "", errors.New("not inside the wsgate module")
+	}
+	return filepath.Dir(mod), nil
+}
+
+// FreeAddr returns a 127.0.0.1:port address that was free a moment ago.
+func FreeAddr(tb testing.TB) string {
+	tb.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		tb.Fatal(err)
+	}
+	defer ln.Close()
+	return ln.Addr().String()
+}
+
+// Proc is one running process started by Start.
+type Proc struct {
+	Name string
+	cmd  *exec.Cmd
+	log  syncBuffer
+	done chan struct{}
+	err  error
+}
+
+// Start runs bin with args. Its output is kept and printed if the test
+// fails; it is killed (by PID) at the end of the test if still running.
+func Start(tb testing.TB, name, bin string, args ...string) *Proc {
+	tb.Helper()
+	p := &Proc{Name: name, cmd: exec.Command(bin, args...), done: make(chan struct{})}
+	p.cmd.Stdout = &p.log
+	p.cmd.Stderr = &p.log
+	if err := p.cmd.Start(); err != nil {
+		tb.Fatalf("start %s: %v", name, err)
+	}
+	go func() {
+		p.err = p.cmd.Wait()
+		close(p.done)
+	}()
+	tb.Cleanup(func() {
+		select {
+		case <-p.done:
+		default:
+			_ = p.cmd.Process.Kill()
+			<-p.done
+		}
+		if tb.Failed() {
+			tb.Logf("--- %s output:\n%s", name, p.log.String())
+		}
+	})
+	return p
+}
+
+// Pid is the process id.
+func (p *Proc) Pid() int { return p.cmd.Process.Pid }
+
+// Signal sends sig to the process.
+func (p *Proc) Signal(sig syscall.Signal) error { return p.cmd.Process.Signal(sig) }
+
+// Output is what the process printed so far.
+func (p *Proc) Output() string { return p.log.String() }
+
+// Wait waits up to timeout for the process to exit and returns its exit code.
+func (p *Proc) Wait(timeout time.Duration) (int, error) {
+	select {
+	case <-p.done:
+	case <-time.After(timeout):
+		return -1, fmt.Errorf("%s still running after %v", p.Name, timeout)
+	}
+	if p.err == nil {
+		return 0, nil
+	}
+	var ee *exec.ExitError
+	if errors.As(p.err, &ee) {
+		return ee.ExitCode(), nil
+	}
+	return -1, p.err
+}
+
+// WaitHTTP polls url until it answers want, or fails the test after timeout.
+func WaitHTTP(tb testing.TB, url string, want int, timeout time.Duration) {
+	tb.Helper()
+	c := &http.Client{Timeout: time.Second}
+	deadline := time.Now().Add(timeout)
+	var last string
+	for time.Now().Before(deadline) {
+		resp, err := c.Get(url)
+		if err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == want {
+				return
+			}
+			last = resp.Status
+		} else {
+			last = err.Error()
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	tb.Fatalf("%s did not answer %d within %v (last: %s)", url, want, timeout, last)
+}
+
+// syncBuffer is a bytes.Buffer safe for concurrent writes and reads.
+type syncBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}
