@@ -1,0 +1,150 @@
+package relay
+
+import (
+	"encoding/json"
+	"errors"
+	"sync/atomic"
+	"time"
+
+	"github.com/fasthttp/websocket"
+)
+
+// Close codes the relay sends.
+const (
+	closeGoingAway     = websocket.CloseGoingAway     // 1001: drain
+	closeTryAgainLater = websocket.CloseTryAgainLater // 1013: slow consumer
+)
+
+// member is one joined client, keyed by a stable id for its whole life. Its
+// connection has one reader (serveConn) and one writer (pumpWrites); other
+// goroutines only call kick, which uses WriteControl and Close.
+type member struct {
+	id         uint64
+	conn       *websocket.Conn
+	room       *room
+	queue      chan outMsg
+	wt         time.Duration
+	kicked     atomic.Bool
+	done       chan struct{} // closed when the reader has finished
+	writerDone chan struct{}
+}
+
+// kick starts closing m with code and reason and reports whether this call
+// did it (only the first call does). It never blocks: the close frame is
+// written from its own goroutine, which gives the client WriteTimeout to
+// answer before the connection is cut.
+func (m *member) kick(code int, reason string) bool {
+	if !m.kicked.CompareAndSwap(false, true) {
+		return false
+	}
+	go m.sendClose(code, reason)
+	return true
+}
+
+func (m *member) sendClose(code int, reason string) {
+	deadline := time.Now().Add(m.wt)
+	if err := m.conn.WriteControl(websocket.CloseMessage, websocket.FormatCloseMessage(code, reason), deadline); err != nil {
+		_ = m.conn.Close()
+		return
+	}
+	t := time.NewTimer(m.wt)
+	defer t.Stop()
+	select {
+	case <-m.done:
+	case <-t.C:
+		_ = m.conn.Close()
+	}
+}
+
+// pumpWrites is m's only writer: the optional hello frame first, then the
+// send queue, until the reader finishes or m is kicked.
+func (m *member) pumpWrites(hello []byte) {
+	defer close(m.writerDone)
+	if hello != nil {
+		if err := m.write(websocket.TextMessage, hello); err != nil {
+			_ = m.conn.Close()
+			return
+		}
+	}
+	for {
+		select {
+		case <-m.done:
+			return
+		case msg := <-m.queue:
+			if m.kicked.Load() {
+				return
+			}
+			if err := m.write(msg.typ, msg.data); err != nil {
+				_ = m.conn.Close()
+				return
+			}
+		}
+	}
+}
+
+func (m *member) write(typ int, data []byte) error {
+	if err := m.conn.SetWriteDeadline(time.Now().Add(m.wt)); err != nil {
+		return err
+	}
+	return m.conn.WriteMessage(typ, data)
+}
+
+// serveConn runs one upgraded client from join to leave on the connection's
+// own goroutine, which is also its reader.
+func (r *Relay) serveConn(c *websocket.Conn, roomID string, hello bool) {
+	m := &member{
+		id:         r.nextID.Add(1),
+		conn:       c,
+		queue:      make(chan outMsg, r.opt.SendQueue),
+		wt:         r.opt.WriteTimeout,
+		done:       make(chan struct{}),
+		writerDone: make(chan struct{}),
+	}
+	if err := r.join(m, roomID); err != nil {
+		// Drain began between the upgrade check and the join.
+		_ = c.WriteControl(websocket.CloseMessage,
+			websocket.FormatCloseMessage(closeGoingAway, "going away"), time.Now().Add(m.wt))
+		_ = c.Close()
+		return
+	}
+	var h []byte
+	if hello {
+		h = r.helloFrame(m.id, roomID)
+	}
+	go m.pumpWrites(h)
+	r.pumpReads(m)
+	r.leave(m)
+	close(m.done)
+	_ = c.Close()
+	<-m.writerDone
+}
+
+// pumpReads reads m's frames and fans each out locally and over the bus.
+func (r *Relay) pumpReads(m *member) {
+	m.conn.SetReadLimit(r.opt.MaxMessage)
+	for {
+		typ, data, err := m.conn.ReadMessage()
+		if err != nil {
+			if errors.Is(err, websocket.ErrReadLimit) {
+				// The library has already sent close 1009.
+				r.log.Info("closed client for an oversized message", "client", m.id, "room", m.room.id, "limit", r.opt.MaxMessage)
+			}
+			return
+		}
+		msg := outMsg{typ: typ, data: data}
+		r.fanout(m.room, m.id, msg)
+		r.publish(m.room, msg)
+	}
+}
+
+type hello struct {
+	Type    string `json:"type"`
+	Replica string `json:"replica"`
+	Client  uint64 `json:"client"`
+	Room    string `json:"room"`
+}
+
+func (r *Relay) helloFrame(id uint64, roomID string) []byte {
+	b, _ := json.Marshal(hello{Type: "hello", Replica: r.opt.ID, Client: id, Room: roomID})
+	return b
+}

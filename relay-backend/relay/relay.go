@@ -1,0 +1,224 @@
+package relay
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"log/slog"
+	"net"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/fasthttp/websocket"
+	"github.com/valyala/fasthttp"
+
+	"github.com/wsgate/wsgate/relay-backend/bus"
+)
+
+// Options configures a Relay. The zero value is usable.
+type Options struct {
+	// ID names the replica in /info and in hello frames (default "relay").
+	ID string
+	// Bus carries frames to the other replicas (default: a private
+	// in-process bus, i.e. a single replica).
+	Bus bus.Bus
+	// RoomPrefix is the path before the room id (default "/room/").
+	RoomPrefix string
+	// SendQueue is how many messages may wait for one slow member before it
+	// is closed with 1013 (default 256 messages).
+	SendQueue int
+	// MaxMessage is the largest message accepted from a client; a bigger one
+	// closes that client with 1009 (default 1 MiB, in bytes).
+	MaxMessage int64
+	// WriteTimeout bounds each write to a client, and how long a closing
+	// client gets to answer the close (default 10s).
+	WriteTimeout time.Duration
+	// DrainWindow is the window over which Drain spreads its 1001 closes
+	// (default 5s).
+	DrainWindow time.Duration
+	// Logger receives the relay's log lines (default slog.Default()).
+	Logger *slog.Logger
+}
+
+// Defaults of Options, applied by New to zero fields.
+const (
+	DefaultID           = "relay"
+	DefaultRoomPrefix   = "/room/"
+	DefaultSendQueue    = 256
+	DefaultMaxMessage   = 1 << 20
+	DefaultWriteTimeout = 10 * time.Second
+	DefaultDrainWindow  = 5 * time.Second
+)
+
+// subscribeTimeout bounds how long the first member of a room waits for the
+// room's bus subscription before it is served anyway.
+const subscribeTimeout = 5 * time.Second
+
+// Info is a snapshot of a Relay's counters, served as JSON on /info.
+type Info struct {
+	// Replica is Options.ID.
+	Replica string `json:"replica"`
+	// Connections is the number of joined WebSocket clients.
+	Connections int `json:"connections"`
+	// Rooms is the number of rooms with at least one local member.
+	Rooms int `json:"rooms"`
+	// Subscriptions is the number of bus subscriptions held (one per room).
+	Subscriptions int `json:"subscriptions"`
+	// SlowClosed counts members closed with 1013 because their send queue
+	// was full.
+	SlowClosed uint64 `json:"slow_closed"`
+	// BusErrors counts failed publishes, unconfirmed subscriptions,
+	// undecodable bus messages and the bus's own transport errors.
+	BusErrors uint64 `json:"bus_errors"`
+}
+
+// Relay serves rooms of WebSocket clients. Create it with New; it is safe for
+// concurrent use and must not be copied.
+type Relay struct {
+	opt    Options
+	bus    bus.Bus
+	origin origin
+	log    *slog.Logger
+	srv    *fasthttp.Server
+	page   []byte
+	up     websocket.FastHTTPUpgrader
+	ctx    context.Context
+	cancel context.CancelFunc
+
+	nextID     atomic.Uint64
+	draining   atomic.Bool
+	slowClosed atomic.Uint64
+	busErrors  atomic.Uint64
+	subs       atomic.Int64
+
+	mu      sync.Mutex
+	rooms   map[string]*room
+	members map[uint64]*member
+	drained chan struct{} // closed when members becomes empty during a drain
+}
+
+// New returns a Relay configured by o, with defaults for its zero fields.
+func New(o Options) *Relay {
+	if o.ID == "" {
+		o.ID = DefaultID
+	}
+	if o.Bus == nil {
+		o.Bus = bus.NewMemory().Endpoint()
+	}
+	if o.RoomPrefix == "" {
+		o.RoomPrefix = DefaultRoomPrefix
+	}
+	if o.SendQueue <= 0 {
+		o.SendQueue = DefaultSendQueue
+	}
+	if o.MaxMessage <= 0 {
+		o.MaxMessage = DefaultMaxMessage
+	}
+	if o.WriteTimeout <= 0 {
+		o.WriteTimeout = DefaultWriteTimeout
+	}
+	if o.DrainWindow <= 0 {
+		o.DrainWindow = DefaultDrainWindow
+	}
+	if o.Logger == nil {
+		o.Logger = slog.Default()
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	r := &Relay{
+		opt:     o,
+		bus:     o.Bus,
+		log:     o.Logger.With("replica", o.ID),
+		ctx:     ctx,
+		cancel:  cancel,
+		rooms:   make(map[string]*room),
+		members: make(map[uint64]*member),
+	}
+	_, _ = rand.Read(r.origin[:]) // never fails on Linux
+	r.page = bytes.ReplaceAll(demoPage, []byte(`"/room/demo?hello=1"`), []byte(strconv.Quote(o.RoomPrefix+"demo?hello=1")))
+	r.up = websocket.FastHTTPUpgrader{
+		HandshakeTimeout: o.WriteTimeout,
+		// The gateway in front owns the Origin policy; the relay accepts any.
+		CheckOrigin: func(*fasthttp.RequestCtx) bool { return true },
+		// Idle members hold no write buffer between writes.
+		WriteBufferPool: &sync.Pool{},
+	}
+	r.srv = &fasthttp.Server{
+		Handler:               r.handle,
+		Name:                  "relay-backend",
+		NoDefaultServerHeader: true,
+		ReadTimeout:           o.WriteTimeout,
+		WriteTimeout:          o.WriteTimeout,
+		IdleTimeout:           time.Minute,
+		Logger:                fasthttpLogger{r.log},
+		// Without it fasthttp's hijacked conn ignores Close, so a slow
+		// consumer or a drain straggler could not be cut from another
+		// goroutine. serveConn closes every connection it was handed.
+		KeepHijackedConns: true,
+	}
+	return r
+}
+
+// Serve accepts connections on ln until Close; it returns nil after Close.
+func (r *Relay) Serve(ln net.Listener) error {
+	if err := r.srv.Serve(ln); err != nil {
+		return fmt.Errorf("serve %s: %w", ln.Addr(), err)
+	}
+	return nil
+}
+
+// Origin returns the random id this relay stamps on what it publishes, in hex.
+func (r *Relay) Origin() string { return hex.EncodeToString(r.origin[:]) }
+
+// Info returns a snapshot of the relay's counters.
+func (r *Relay) Info() Info {
+	r.mu.Lock()
+	conns, rooms := len(r.members), len(r.rooms)
+	r.mu.Unlock()
+	errs := r.busErrors.Load()
+	if ec, ok := r.bus.(bus.ErrorCounter); ok {
+		errs += ec.Errors()
+	}
+	return Info{
+		Replica:       r.opt.ID,
+		Connections:   conns,
+		Rooms:         rooms,
+		Subscriptions: int(r.subs.Load()),
+		SlowClosed:    r.slowClosed.Load(),
+		BusErrors:     errs,
+	}
+}
+
+// Close stops the listeners, closes every client connection without a close
+// handshake and waits, bounded by ctx, for plain HTTP connections to finish.
+// Use Drain first for a graceful stop. The bus is the caller's to close.
+func (r *Relay) Close(ctx context.Context) error {
+	r.draining.Store(true)
+	r.mu.Lock()
+	for _, m := range r.members {
+		_ = m.conn.Close()
+	}
+	r.mu.Unlock()
+	r.cancel()
+	if err := r.srv.ShutdownWithContext(ctx); err != nil {
+		return fmt.Errorf("shut down http server: %w", err)
+	}
+	return nil
+}
+
+func (r *Relay) countBusError(what string, err error) {
+	n := r.busErrors.Add(1)
+	if n&(n-1) == 0 { // the 1st, 2nd, 4th, 8th... error: bounded log volume
+		r.log.Warn("bus error", "op", what, "err", err, "bus_errors", n)
+	}
+}
+
+// fasthttpLogger sends fasthttp's own messages to slog at debug level.
+type fasthttpLogger struct{ l *slog.Logger }
+
+func (f fasthttpLogger) Printf(format string, args ...any) {
+	f.l.Debug(fmt.Sprintf(format, args...))
+}
