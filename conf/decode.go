@@ -69,6 +69,13 @@ func (d *decoder) decode(path string, raw any, rv reflect.Value) {
 			for i := range v {
 				items[i] = v[i]
 			}
+		case map[string]any:
+			if rv.Type().Elem().Kind() == reflect.Struct {
+				d.errs.add(path, fmt.Sprintf("must be an array of tables: write [[%s]], not [%[1]s]", stripIndexes(path)))
+				return
+			}
+			d.errs.add(path, "must be an array, got table")
+			return
 		default:
 			d.errs.add(path, "must be an array, got "+tomlType(raw))
 			return
@@ -142,4 +149,22 @@ func knownKeys(t reflect.Type) string {
 		}
 	}
 	return strings.Join(names, ", ")
+}
+
+// stripIndexes turns a key path into a table header name:
+// "pools[0].nodes" becomes "pools.nodes".
+func stripIndexes(path string) string {
+	b := make([]byte, 0, len(path))
+	skip := false
+	for i := 0; i < len(path); i++ {
+		switch c := path[i]; {
+		case c == '[':
+			skip = true
+		case c == ']' && skip:
+			skip = false
+		case !skip:
+			b = append(b, c)
+		}
+	}
+	return string(b)
 }
