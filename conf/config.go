@@ -32,6 +32,7 @@ func (c *Config) Pool(name string) *Pool {
 }
 
 // Gateway is the [gateway] section: client listeners and gateway-wide limits.
+// Like all sections it is plain data, read-only once loaded (see Config).
 type Gateway struct {
 	// Listen is the client listener address, host:port (default ":8080").
 	Listen string `toml:"listen"`
@@ -58,6 +59,7 @@ type Gateway struct {
 }
 
 // Admin is the [admin] section: the admin listener.
+// Like all sections it is plain data, read-only once loaded (see Config).
 type Admin struct {
 	// Listen is the admin listener address, host:port (default
 	// "127.0.0.1:9090"); "" disables the admin listener.
@@ -68,6 +70,7 @@ type Admin struct {
 }
 
 // Pool is one [[pools]] entry: a group of relay nodes and how to pick one.
+// Like all sections it is plain data, read-only once loaded (see Config).
 type Pool struct {
 	// Name identifies the pool to routes; required, unique, [a-z0-9_-]+.
 	Name string `toml:"name"`
@@ -98,6 +101,7 @@ type Pool struct {
 }
 
 // Health is a pool's [pools.health] section: the active HTTP check.
+// Like all sections it is plain data, read-only once loaded (see Config).
 type Health struct {
 	// Path is the HTTP path probed on each node (default "/healthz"; starts
 	// with "/").
@@ -115,6 +119,7 @@ type Health struct {
 }
 
 // Node is one [[pools.nodes]] entry: a relay replica.
+// Like all sections it is plain data, read-only once loaded (see Config).
 type Node struct {
 	// Addr is the node's host:port; required, unique within its pool.
 	Addr string `toml:"addr"`
@@ -127,6 +132,7 @@ type Node struct {
 }
 
 // Route is one [[routes]] entry: which requests go to which pool, and how.
+// Like all sections it is plain data, read-only once loaded (see Config).
 type Route struct {
 	// Host matches the request host without port, case-insensitively:
 	// "*", "example.com" or "*.example.com" (default "*").
@@ -152,6 +158,7 @@ type Route struct {
 }
 
 // Plugin is one [[plugins]] entry: an auth plugin executable.
+// Like all sections it is plain data, read-only once loaded (see Config).
 type Plugin struct {
 	// Name identifies the plugin to routes' auth lists; required, unique.
 	Name string `toml:"name"`
