@@ -1,0 +1,163 @@
+// Command relay-backend is the reference WebSocket relay behind the wsgate
+// gateway: rooms of clients, Redis pub/sub between replicas, and a graceful
+// 1001 drain on SIGTERM or SIGINT.
+//
+// Usage:
+//
+//	relay-backend [-listen 127.0.0.1:7001] [-redis redis://127.0.0.1:6379/0]
+//	              [-drain-window 5s] [-id NAME] [-room-prefix /room/]
+//	              [-send-queue 256] [-max-message 1048576]
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/wsgate/wsgate/relay-backend/bus"
+	"github.com/wsgate/wsgate/relay-backend/relay"
+)
+
+func main() {
+	log := slog.New(slog.NewTextHandler(os.Stderr, nil))
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
+	defer stop()
+	if err := run(ctx, os.Args[1:], log); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			os.Exit(0)
+		}
+		log.Error("relay-backend failed", "err", err)
+		os.Exit(1)
+	}
+}
+
+type config struct {
+	listen      string
+	redisURL    string
+	drainWindow time.Duration
+	id          string
+	roomPrefix  string
+	sendQueue   int
+	maxMessage  int64
+}
+
+func parseFlags(args []string, out io.Writer) (config, error) {
+	var c config
+	fs := flag.NewFlagSet("relay-backend", flag.ContinueOnError)
+	fs.SetOutput(out)
+	fs.StringVar(&c.listen, "listen", "127.0.0.1:7001", "address to listen on")
+	fs.StringVar(&c.redisURL, "redis", "", "Redis URL for the bus between replicas, e.g. redis://127.0.0.1:6379/0 (empty: single replica, in-process bus)")
+	fs.DurationVar(&c.drainWindow, "drain-window", relay.DefaultDrainWindow, "window over which the 1001 closes of a drain are spread")
+	fs.StringVar(&c.id, "id", "", `replica name shown in /info and hello frames (default "<hostname>:<port>")`)
+	fs.StringVar(&c.roomPrefix, "room-prefix", relay.DefaultRoomPrefix, "path prefix before the room id")
+	fs.IntVar(&c.sendQueue, "send-queue", relay.DefaultSendQueue, "messages queued per client before it is closed as a slow consumer (1013)")
+	fs.Int64Var(&c.maxMessage, "max-message", relay.DefaultMaxMessage, "largest client message in bytes; a bigger one closes the client with 1009")
+	if err := fs.Parse(args); err != nil {
+		return c, err
+	}
+	switch {
+	case fs.NArg() > 0:
+		return c, fmt.Errorf("unexpected arguments %q", fs.Args())
+	case c.drainWindow <= 0:
+		return c, fmt.Errorf("-drain-window must be positive, got %s", c.drainWindow)
+	case !strings.HasPrefix(c.roomPrefix, "/"):
+		return c, fmt.Errorf("-room-prefix must start with /, got %q", c.roomPrefix)
+	case c.sendQueue <= 0:
+		return c, fmt.Errorf("-send-queue must be positive, got %d", c.sendQueue)
+	case c.maxMessage <= 0:
+		return c, fmt.Errorf("-max-message must be positive, got %d", c.maxMessage)
+	}
+	return c, nil
+}
+
+// run serves until ctx ends (a signal), then drains and returns nil.
+func run(ctx context.Context, args []string, log *slog.Logger) error {
+	c, err := parseFlags(args, os.Stderr)
+	if err != nil {
+		return err
+	}
+	raiseFileLimit(log)
+
+	ln, err := net.Listen("tcp", c.listen)
+	if err != nil {
+		return fmt.Errorf("listen: %w", err)
+	}
+	defer ln.Close()
+	if c.id == "" {
+		host, _ := os.Hostname()
+		c.id = net.JoinHostPort(host, fmt.Sprint(ln.Addr().(*net.TCPAddr).Port))
+	}
+
+	var b bus.Bus
+	if c.redisURL == "" {
+		b = bus.NewMemory().Endpoint()
+	} else {
+		rctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		rb, err := bus.NewRedis(rctx, bus.RedisOptions{URL: c.redisURL, Logger: log})
+		cancel()
+		if err != nil {
+			return fmt.Errorf("connect bus: %w", err)
+		}
+		defer rb.Close()
+		b = rb
+	}
+
+	r := relay.New(relay.Options{
+		ID:          c.id,
+		Bus:         b,
+		RoomPrefix:  c.roomPrefix,
+		SendQueue:   c.sendQueue,
+		MaxMessage:  c.maxMessage,
+		DrainWindow: c.drainWindow,
+		Logger:      log,
+	})
+	served := make(chan error, 1)
+	go func() { served <- r.Serve(ln) }()
+	log.Info("listening", "addr", ln.Addr().String(), "id", c.id, "redis", c.redisURL != "")
+
+	select {
+	case err := <-served:
+		return err
+	case <-ctx.Done():
+	}
+	log.Info("signal received, draining", "window", c.drainWindow)
+	dctx, cancel := context.WithTimeout(context.Background(), c.drainWindow+10*time.Second)
+	defer cancel()
+	if err := r.Drain(dctx); err != nil {
+		log.Warn("drain incomplete", "err", err)
+	}
+	if err := r.Close(dctx); err != nil {
+		log.Warn("close", "err", err)
+	}
+	log.Info("stopped", "info", r.Info())
+	return nil
+}
+
+// raiseFileLimit lifts the soft RLIMIT_NOFILE to the hard limit: every
+// client is a file descriptor and the usual soft limit of 1024 is far too low.
+func raiseFileLimit(log *slog.Logger) {
+	var lim unix.Rlimit
+	if err := unix.Getrlimit(unix.RLIMIT_NOFILE, &lim); err != nil {
+		log.Warn("read RLIMIT_NOFILE", "err", err)
+		return
+	}
+	if lim.Cur < lim.Max {
+		lim.Cur = lim.Max
+		if err := unix.Setrlimit(unix.RLIMIT_NOFILE, &lim); err != nil {
+			log.Warn("raise RLIMIT_NOFILE", "err", err)
+			return
+		}
+	}
+	log.Info("file descriptor limit", "nofile", lim.Cur)
+}
