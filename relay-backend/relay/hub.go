@@ -42,10 +42,10 @@ func (r *Relay) join(m *member, roomID string) error {
 		rm = &room{id: roomID, ready: make(chan struct{}), members: make(map[uint64]*member)}
 		r.rooms[roomID] = rm
 	}
+	m.room = rm // before m is visible to fan-out, which reads it
 	rm.mu.Lock()
 	rm.members[m.id] = m
 	rm.mu.Unlock()
-	m.room = rm
 	r.mu.Unlock()
 
 	if !creator {
