@@ -13,7 +13,9 @@ import (
 var demoPage []byte
 
 // Handler returns the relay's HTTP handler, for embedding in another
-// fasthttp.Server instead of calling Serve.
+// fasthttp.Server instead of calling Serve. That server must set
+// KeepHijackedConns: without it fasthttp ignores Close on an upgraded
+// connection, so slow consumers and drain stragglers could not be cut.
 func (r *Relay) Handler() fasthttp.RequestHandler { return r.handle }
 
 func (r *Relay) handle(ctx *fasthttp.RequestCtx) {
