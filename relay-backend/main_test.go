@@ -15,7 +15,7 @@ import (
 
 	"github.com/fasthttp/websocket"
 
-	"github.com/wsgate/wsgate/relay-backend/internal/redistest"
+	"github.com/wsgate/wsgate/internal/redistest"
 )
 
 const ioTimeout = 10 * time.Second

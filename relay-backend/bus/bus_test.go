@@ -11,7 +11,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/wsgate/wsgate/relay-backend/bus"
-	"github.com/wsgate/wsgate/relay-backend/internal/redistest"
+	"github.com/wsgate/wsgate/internal/redistest"
 )
 
 // counter is a Bus endpoint that can say how many subscriptions it holds.

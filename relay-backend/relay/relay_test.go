@@ -11,7 +11,7 @@ import (
 	"github.com/fasthttp/websocket"
 
 	"github.com/wsgate/wsgate/relay-backend/bus"
-	"github.com/wsgate/wsgate/relay-backend/internal/redistest"
+	"github.com/wsgate/wsgate/internal/redistest"
 	"github.com/wsgate/wsgate/relay-backend/relay"
 )
 
