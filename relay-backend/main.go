@@ -23,8 +23,7 @@ import (
 	"syscall"
 	"time"
 
-	"golang.org/x/sys/unix"
-
+	"github.com/wsgate/wsgate/internal/rlimit"
 	"github.com/wsgate/wsgate/relay-backend/bus"
 	"github.com/wsgate/wsgate/relay-backend/relay"
 )
@@ -147,17 +146,9 @@ func run(ctx context.Context, args []string, log *slog.Logger) error {
 // raiseFileLimit lifts the soft RLIMIT_NOFILE to the hard limit: every
 // client is a file descriptor and the usual soft limit of 1024 is far too low.
 func raiseFileLimit(log *slog.Logger) {
-	var lim unix.Rlimit
-	if err := unix.Getrlimit(unix.RLIMIT_NOFILE, &lim); err != nil {
-		log.Warn("read RLIMIT_NOFILE", "err", err)
-		return
+	soft, hard, err := rlimit.RaiseNoFile()
+	if err != nil {
+		log.Warn("open-file limit not raised", "err", err)
 	}
-	if lim.Cur < lim.Max {
-		lim.Cur = lim.Max
-		if err := unix.Setrlimit(unix.RLIMIT_NOFILE, &lim); err != nil {
-			log.Warn("raise RLIMIT_NOFILE", "err", err)
-			return
-		}
-	}
-	log.Info("file descriptor limit", "nofile", lim.Cur)
+	log.Info("open-file limit", "soft", soft, "hard", hard)
 }

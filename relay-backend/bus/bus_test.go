@@ -10,8 +10,8 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/wsgate/wsgate/relay-backend/bus"
 	"github.com/wsgate/wsgate/internal/redistest"
+	"github.com/wsgate/wsgate/relay-backend/bus"
 )
 
 // counter is a Bus endpoint that can say how many subscriptions it holds.

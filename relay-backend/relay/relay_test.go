@@ -10,8 +10,8 @@ import (
 
 	"github.com/fasthttp/websocket"
 
-	"github.com/wsgate/wsgate/relay-backend/bus"
 	"github.com/wsgate/wsgate/internal/redistest"
+	"github.com/wsgate/wsgate/relay-backend/bus"
 	"github.com/wsgate/wsgate/relay-backend/relay"
 )
 
