@@ -31,6 +31,7 @@ fuzz:
 	$(GO) test -run '^$$' -fuzz '^FuzzScanner$$' -fuzztime $(FUZZTIME) ./internal/wsframe
 	$(GO) test -run '^$$' -fuzz '^FuzzParseClosePayload$$' -fuzztime $(FUZZTIME) ./internal/wsframe
 	$(GO) test -run '^$$' -fuzz '^FuzzParse$$' -fuzztime $(FUZZTIME) ./conf
+	$(GO) test -run '^$$' -fuzz '^FuzzRouteMatch$$' -fuzztime $(FUZZTIME) ./gateway
 
 # build puts wsgate and relay-backend into bin/.
 build:

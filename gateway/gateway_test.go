@@ -394,3 +394,104 @@ func TestShutdownClosesWith1001(t *testing.T) {
 		time.Sleep(10 * time.Millisecond)
 	}
 }
+
+// TestClientGoneMidHandshake pins that a client that vanishes while the
+// gateway talks to the node leaves nothing held: the node slot, the
+// gateway slot and the node's connection are all released.
+func TestClientGoneMidHandshake(t *testing.T) {
+	e := newEnv(t, 1, oneNode)
+	req := "GET /room/gone HTTP/1.1\r\nHost: x\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n" +
+		"Sec-WebSocket-Version: 13\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n\r\n"
+	for range 50 {
+		c, err := net.Dial("tcp", e.gw)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := c.Write([]byte(req)); err != nil {
+			t.Fatal(err)
+		}
+		c.Close()
+	}
+	e.waitZero()
+}
+
+// TestSilentNodeTimesOut pins connect_timeout: a node that accepts but never
+// answers the upgrade costs one timeout, then the client gets 502.
+func TestSilentNodeTimesOut(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	go func() {
+		var held []net.Conn
+		defer func() {
+			for _, c := range held {
+				c.Close()
+			}
+		}()
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			held = append(held, c)
+		}
+	}()
+	e := newEnv(t, 0, `
+[gateway]
+listen = %[1]q
+[admin]
+listen = ""
+[[pools]]
+name = "relay"
+connect_timeout = "200ms"
+connect_tries = 1
+  [[pools.nodes]]
+  addr = "`+ln.Addr().String()+`"
+[[routes]]
+pool = "relay"
+`)
+	_, resp, err := e.dial("/room/x", nil)
+	if err == nil || resp == nil || resp.StatusCode != http.StatusBadGateway {
+		t.Fatalf("want 502, got %v %+v", err, resp)
+	}
+	if got := e.srv.Handshakes()["upstream_error"]; got != 1 {
+		t.Fatalf("upstream_error handshakes = %d, want 1", got)
+	}
+	e.waitZero()
+}
+
+func FuzzRouteMatch(f *testing.F) {
+	cfg, err := conf.Parse("fuzz.toml", []byte(`
+[[pools]]
+name = "p"
+  [[pools.nodes]]
+  addr = "127.0.0.1:1"
+[[routes]]
+host = "*.example.com"
+path_prefix = "/a/"
+pool = "p"
+[[routes]]
+host = "Example.org"
+pool = "p"
+`))
+	if err != nil {
+		f.Fatal(err)
+	}
+	p := &pool{name: "p"}
+	rt := compileRoutes(cfg, map[string]*pool{"p": p})
+	for _, s := range []string{"x.example.com:80", "[::1]:8080", "::1", "EXAMPLE.ORG", "example.com", ""} {
+		f.Add(s, "/a/b")
+	}
+	f.Fuzz(func(t *testing.T, host, path string) {
+		r := rt.match([]byte(host), []byte(path))
+		h := strings.ToLower(string(stripPort([]byte(host))))
+		switch {
+		case r == rt[0] && !strings.HasSuffix(h, ".example.com"):
+			t.Fatalf("host %q matched *.example.com", host)
+		case r == rt[1] && h != "example.org":
+			t.Fatalf("host %q matched example.org", host)
+		}
+	})
+}
