@@ -32,6 +32,10 @@ const (
 // finish once either side has started it, when Params.CloseTimeout is 0.
 const DefaultCloseTimeout = 5 * time.Second
 
+// lastWordTimeout bounds the write of the close frame that tells one side
+// the other is gone.
+const lastWordTimeout = time.Second
+
 // Releaser is the node slot the tunnel holds; Release must be idempotent.
 type Releaser interface{ Release() }
 
@@ -119,13 +123,16 @@ func (t *Tunnel) Start() {
 // Done is closed when the tunnel has ended and released its lease.
 func (t *Tunnel) Done() <-chan struct{} { return t.done }
 
-// GoAway starts a close handshake with both sides on the gateway's behalf:
-// close code to the client, a masked close 1001 to the node, each at the next
-// frame boundary of its direction. Frames that arrive after it are dropped.
+// GoAway closes the tunnel on the gateway's behalf: the client gets a close
+// with code at the next frame boundary, and from then on the node's frames
+// are dropped. Frames the client sent before it read that close still reach
+// the node, and so does the client's close reply, which ends the node's side
+// as an ordinary close: a drain loses no client write. A client that does
+// not answer within the close timeout is cut, and the node then gets a close
+// 1001 of the gateway's own.
 func (t *Tunnel) GoAway(code uint16, reason string) {
 	t.startClosing()
 	t.toClient.injectClose(code, reason)
-	t.toNode.injectClose(CodeGoingAway, reason)
 }
 
 // Abort closes both connections at once, without a close handshake.
@@ -155,6 +162,8 @@ func (t *Tunnel) pumpClientToNode(pending []byte) {
 	// frame unless the client's own close was already passed on.
 	t.clientDone.Store(true)
 	if !t.toNode.sawClose() {
+		// The close deadline may have passed for writes too.
+		_ = t.node.SetWriteDeadline(time.Now().Add(lastWordTimeout))
 		t.toNode.injectClose(CodeGoingAway, "client went away")
 	}
 	t.pumpExited()
@@ -166,6 +175,7 @@ func (t *Tunnel) pumpNodeToClient(pending []byte) {
 	t.toClient.pump(pending)
 	t.nodeDone.Store(true)
 	if !t.toClient.sawClose() {
+		_ = t.client.SetWriteDeadline(time.Now().Add(lastWordTimeout))
 		t.toClient.injectClose(CodeServiceRestart, "upstream went away")
 	}
 	t.pumpExited()

@@ -184,14 +184,40 @@ func TestPassThroughAndCloseHandshake(t *testing.T) {
 	}
 }
 
-func TestGoAwayIdle(t *testing.T) {
+// TestGoAwayLosesNoClientWrite pins the drain order: the client is told
+// first, what it sends before its close reply still reaches the node, the
+// node's later frames are dropped, and the client's close reply ends the
+// node's side.
+func TestGoAwayLosesNoClientWrite(t *testing.T) {
 	r := newRig(t, 0)
 	r.tun.GoAway(CodeGoingAway, "drain")
 	expectClose(t, r.client, r.cr, CodeGoingAway, false)
-	expectClose(t, r.node, r.nr, CodeGoingAway, true)
+	r.write(r.node, frame(wsframe.OpText, true, false, []byte("dropped")))
+	r.write(r.client, frame(wsframe.OpText, true, true, []byte("late write")))
+	if h, p := readFrame(t, r.node, r.nr); h.Op != wsframe.OpText || string(p) != "late write" {
+		t.Fatalf("node got %v %q, want the client's late write", h.Op, p)
+	}
 	r.write(r.client, wsframe.AppendClose(nil, CodeGoingAway, "", &testMask))
+	expectClose(t, r.node, r.nr, CodeGoingAway, true)
 	r.write(r.node, wsframe.AppendClose(nil, CodeGoingAway, "", nil))
 	r.waitEnd()
+}
+
+// TestGoAwaySilentClientCut pins the timeout: a client that never answers
+// the close is cut, and the node gets the gateway's own close 1001.
+func TestGoAwaySilentClientCut(t *testing.T) {
+	client, gwClient := tcpPair(t)
+	gwNode, node := tcpPair(t)
+	lease := &countingLease{}
+	tun := New(Params{Client: gwClient, Node: gwNode, Lease: lease, CloseTimeout: 200 * time.Millisecond})
+	tun.Start()
+	tun.GoAway(CodeGoingAway, "drain")
+	expectClose(t, client, bufio.NewReader(client), CodeGoingAway, false)
+	expectClose(t, node, bufio.NewReader(node), CodeGoingAway, true)
+	<-tun.Done()
+	if lease.n.Load() != 1 {
+		t.Fatal("lease not released once")
+	}
 }
 
 // TestGoAwayWaitsForFrameEnd pins that an injected close never splits a
@@ -208,8 +234,6 @@ func TestGoAwayWaitsForFrameEnd(t *testing.T) {
 		t.Fatal(err)
 	}
 	r.tun.GoAway(CodeGoingAway, "drain")
-	// The node side is at a boundary: its close goes out now.
-	expectClose(t, r.node, r.nr, CodeGoingAway, true)
 	r.write(r.node, f[500:])
 	rest := make([]byte, len(f)-500)
 	if _, err := io.ReadFull(r.cr, rest); err != nil {
@@ -220,6 +244,7 @@ func TestGoAwayWaitsForFrameEnd(t *testing.T) {
 	}
 	expectClose(t, r.client, r.cr, CodeGoingAway, false)
 	r.write(r.client, wsframe.AppendClose(nil, 1000, "", &testMask))
+	expectClose(t, r.node, r.nr, 1000, true)
 	r.write(r.node, wsframe.AppendClose(nil, 1000, "", nil))
 	r.waitEnd()
 }
@@ -229,15 +254,15 @@ func TestGoAwayWaitsForFrameEnd(t *testing.T) {
 // lands on a clean boundary.
 func TestPartialHeaderHeldBack(t *testing.T) {
 	r := newRig(t, 0)
-	f := frame(wsframe.OpBinary, true, true, []byte("abc"))
-	r.write(r.client, f[:1])
+	f := frame(wsframe.OpBinary, true, false, []byte("abc"))
+	r.write(r.node, f[:1])
 	// Let the byte arrive, observed through the tunnel's own counter.
-	waitFor(t, func() bool { return r.tun.Stats().BytesToNode == 1 })
+	waitFor(t, func() bool { return r.tun.Stats().BytesToClient == 1 })
 	r.tun.GoAway(CodeGoingAway, "drain")
-	expectClose(t, r.node, r.nr, CodeGoingAway, true)
 	expectClose(t, r.client, r.cr, CodeGoingAway, false)
-	r.write(r.client, f[1:])
+	r.write(r.node, f[1:])
 	r.write(r.client, wsframe.AppendClose(nil, 1000, "", &testMask))
+	expectClose(t, r.node, r.nr, 1000, true)
 	r.write(r.node, wsframe.AppendClose(nil, 1000, "", nil))
 	r.waitEnd()
 }
