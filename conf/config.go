@@ -65,7 +65,8 @@ type Admin struct {
 	// "127.0.0.1:9090"); "" disables the admin listener.
 	Listen string `toml:"listen"`
 	// TokenEnv names the environment variable holding the admin bearer token
-	// (default "", no token).
+	// (default "", no token). A token is required when Listen is not a
+	// loopback address.
 	TokenEnv string `toml:"token_env"`
 }
 
@@ -94,6 +95,10 @@ type Pool struct {
 	// ConnectTries is the number of nodes tried per client handshake before
 	// answering 502 (default 3; >= 1).
 	ConnectTries int `toml:"connect_tries"`
+	// SlowStart is the time over which a node that comes up ramps from a
+	// small share to its full weight, so a recovered replica is not handed
+	// a whole reconnect storm at once (default 0s: off; >= 0).
+	SlowStart Duration `toml:"slow_start"`
 	// Health configures the active health check of the pool's nodes.
 	Health Health `toml:"health"`
 	// Nodes are the pool's relay nodes; at least one.
@@ -116,6 +121,12 @@ type Health struct {
 	// Fall is the number of failing probes in a row that mark a node down
 	// (default 3; >= 1).
 	Fall int `toml:"fall"`
+	// EjectAfter is the number of failed dials or upstream handshakes in a
+	// row that eject a node without waiting for a probe (default 3; >= 1).
+	EjectAfter int `toml:"eject_after"`
+	// EjectFor is how long an ejected node rests before probes may bring it
+	// back (default 10s; > 0).
+	EjectFor Duration `toml:"eject_for"`
 }
 
 // Node is one [[pools.nodes]] entry: a relay replica.

@@ -40,10 +40,12 @@ func (p *Pool) setDefaults() {
 
 func (h *Health) setDefaults() {
 	h.Path = "/healthz"
-	h.Interval = Duration{2 * time.Second} // notice a dead node within a few seconds
-	h.Timeout = Duration{1 * time.Second}  // must stay below the interval
-	h.Rise = 2                             // one lucky probe does not bring a node back
-	h.Fall = 3                             // one lost probe does not take a node out
+	h.Interval = Duration{2 * time.Second}  // notice a dead node within a few seconds
+	h.Timeout = Duration{1 * time.Second}   // must stay below the interval
+	h.Rise = 2                              // one lucky probe does not bring a node back
+	h.Fall = 3                              // one lost probe does not take a node out
+	h.EjectAfter = 3                        // as many failed dials as failed probes
+	h.EjectFor = Duration{10 * time.Second} // several intervals: long enough to stop hammering it
 }
 
 func (n *Node) setDefaults() {

@@ -83,8 +83,12 @@ func (g *Gateway) validate(e *errorList) {
 }
 
 func (a *Admin) validate(e *errorList) {
-	if a.Listen != "" { // "" disables the admin listener
-		checkListen(e, "admin.listen", a.Listen)
+	if a.Listen == "" { // "" disables the admin listener
+		return
+	}
+	checkListen(e, "admin.listen", a.Listen)
+	if a.TokenEnv == "" && !loopbackListen(a.Listen) {
+		e.add("admin.listen", fmt.Sprintf("%q is not a loopback address: set admin.token_env so the admin API needs a bearer token", a.Listen))
 	}
 }
 
@@ -115,6 +119,9 @@ func (p *Pool) validate(e *errorList, path string) {
 	}
 	positive(e, joinKey(path, "connect_timeout"), p.ConnectTimeout)
 	atLeast(e, joinKey(path, "connect_tries"), p.ConnectTries, 1)
+	if p.SlowStart.Duration < 0 {
+		e.add(joinKey(path, "slow_start"), "must be >= 0, got "+p.SlowStart.String())
+	}
 	p.Health.validate(e, joinKey(path, "health"))
 	if len(p.Nodes) == 0 {
 		e.add(joinKey(path, "nodes"), "at least one [[pools.nodes]] entry is required")
@@ -138,6 +145,8 @@ func (h *Health) validate(e *errorList, path string) {
 	}
 	atLeast(e, joinKey(path, "rise"), h.Rise, 1)
 	atLeast(e, joinKey(path, "fall"), h.Fall, 1)
+	atLeast(e, joinKey(path, "eject_after"), h.EjectAfter, 1)
+	positive(e, joinKey(path, "eject_for"), h.EjectFor)
 }
 
 func (n *Node) validate(e *errorList, path string) {
@@ -297,4 +306,18 @@ func checkHashKey(k string) error {
 		return fmt.Errorf("must be \"path:N\" (N >= 1), \"query:NAME\" or \"header:NAME\", got %q", k)
 	}
 	return nil
+}
+
+// loopbackListen reports whether a listen address binds only loopback
+// (an empty host binds every interface).
+func loopbackListen(addr string) bool {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil || host == "" {
+		return false
+	}
+	if host == "localhost" {
+		return true
+	}
+	ip, err := netip.ParseAddr(host)
+	return err == nil && ip.IsLoopback()
 }
