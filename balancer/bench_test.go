@@ -3,6 +3,7 @@ package balancer
 import (
 	"fmt"
 	"testing"
+	"time"
 )
 
 // BenchmarkAcquireRelease measures one Acquire plus Release on an
@@ -63,5 +64,27 @@ func BenchmarkAcquireFull(b *testing.B) {
 		if _, err := p.Acquire(nil); err == nil {
 			b.Fatal("acquire on a full pool succeeded")
 		}
+	}
+}
+
+// BenchmarkAcquireReleaseSlowStart measures least_conn while every node
+// ramps, the path that reads the clock once per acquire.
+func BenchmarkAcquireReleaseSlowStart(b *testing.B) {
+	for _, size := range []int{2, 16} {
+		b.Run(fmt.Sprintf("nodes=%d", size), func(b *testing.B) {
+			nodes := newNodes(size, 0)
+			for _, n := range nodes {
+				n.SetSlowStart(time.Now(), time.Hour)
+			}
+			p := NewPool("relay", nil, nodes)
+			b.ReportAllocs()
+			for b.Loop() {
+				l, err := p.Acquire(nil)
+				if err != nil {
+					b.Fatal(err)
+				}
+				l.Release()
+			}
+		})
 	}
 }

@@ -11,5 +11,13 @@
 // deferred call is harmless.
 //
 // Long-lived connections are balanced by open sessions, not by request
-// counts or client address hashes: [LeastConn] is the default policy.
+// counts or client address hashes: [LeastConn] is the default policy. It
+// weighs nodes by [Node.EffectiveWeight]: the weight the node's own agent
+// asked for ([Node.SetAgentWeight]) or else the configured weight, ramped
+// up linearly after the node comes back ([Node.SetSlowStart]) so a fresh
+// node is not handed every new connection at once.
+//
+// A node's [State] is set from outside (the health checker, through the
+// gateway); only [StateUp] takes new connections. The balancer never
+// decides health itself.
 package balancer

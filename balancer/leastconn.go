@@ -6,23 +6,32 @@ import (
 )
 
 // LeastConn picks the candidate with the fewest live leases per unit of
-// weight, so a node of weight 2 carries twice the tunnels of a node of
-// weight 1. Ties are broken uniformly at random.
+// effective weight ([Node.EffectiveWeight]: the agent weight or the
+// configured weight, scaled down during slow start), so a node of weight 2
+// carries twice the tunnels of a node of weight 1, and a node in slow start
+// takes a growing share. Ties are broken uniformly at random.
 //
 // The zero value is ready to use. A LeastConn is stateless and safe for
 // concurrent use.
 type LeastConn struct{}
 
 // Pick returns the candidate with the lowest live/weight ratio, comparing
-// live_a*weight_b with live_b*weight_a in exact integer arithmetic. Among
-// equal candidates each is chosen with equal probability. It returns nil for
-// an empty slice.
-func (*LeastConn) Pick(candidates []*Node) *Node {
+// live_a*weight_b with live_b*weight_a in exact integer arithmetic on
+// effective weights. Among equal candidates each is chosen with equal
+// probability. It reads the clock once, and only if a candidate is in slow
+// start. It returns nil for an empty slice.
+func (lc *LeastConn) Pick(candidates []*Node) *Node {
+	var clk clock
+	return lc.pick(candidates, &clk)
+}
+
+// pick is Pick with a clock shared by every pick of one acquire.
+func (*LeastConn) pick(candidates []*Node, clk *clock) *Node {
 	var best *Node
 	var bestLive, bestWeight uint64
 	ties := 0
 	for _, n := range candidates {
-		live, weight := nonNeg(n.live.Load()), nonNeg(n.weight.Load())
+		live, weight := nonNeg(n.live.Load()), n.pickWeight(clk)
 		if best == nil {
 			best, bestLive, bestWeight, ties = n, live, weight, 1
 			continue

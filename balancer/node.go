@@ -18,10 +18,16 @@ const (
 	// StateDraining means the node takes no new connections while its
 	// existing tunnels stay open.
 	StateDraining
+	// StateDrained means the node was draining and holds no live
+	// connection any more; it takes no new connections.
+	StateDrained
+	// StateEjected means passive failures (dials, upstream handshakes)
+	// took the node out for a cool-down; it takes no new connections.
+	StateEjected
 )
 
-// String returns "up", "down" or "draining", or "State(N)" for an unknown
-// value.
+// String returns "up", "down", "draining", "drained" or "ejected", or
+// "State(N)" for an unknown value.
 func (s State) String() string {
 	switch s {
 	case StateUp:
@@ -30,6 +36,10 @@ func (s State) String() string {
 		return "down"
 	case StateDraining:
 		return "draining"
+	case StateDrained:
+		return "drained"
+	case StateEjected:
+		return "ejected"
 	}
 	return "State(" + strconv.FormatUint(uint64(s), 10) + ")"
 }
@@ -52,12 +62,14 @@ func (*noCopy) Unlock() {}
 // A Node is safe for concurrent use and must not be copied after first use;
 // share it by pointer.
 type Node struct {
-	_        noCopy
-	addr     string
-	weight   atomic.Int64
-	maxConns atomic.Int64
-	live     atomic.Int64
-	state    atomic.Uint32
+	_           noCopy
+	addr        string
+	weight      atomic.Int64
+	agentWeight atomic.Int64
+	maxConns    atomic.Int64
+	live        atomic.Int64
+	state       atomic.Uint32
+	slow        atomic.Pointer[slowStart] // nil: no ramp in progress
 }
 
 // NewNode returns a node for addr in [StateUp] with no leases. A weight
@@ -75,13 +87,22 @@ func (n *Node) Addr() string { return n.addr }
 // Weight returns the node's relative weight (at least 1).
 func (n *Node) Weight() int { return int(n.weight.Load()) }
 
-// SetWeight sets the node's relative weight; a value below 1 becomes 1.
-// It applies to the next pick.
+// SetWeight sets the node's configured relative weight; a value below 1
+// becomes 1 and a value above 2^50 becomes 2^50 (so a weight times
+// [WeightScale] fits in 64 bits). It applies to the next pick.
 func (n *Node) SetWeight(w int) {
-	if w < 1 {
-		w = 1
-	}
-	n.weight.Store(int64(w))
+	n.weight.Store(int64(min(max(w, 1), maxWeight)))
+}
+
+// AgentWeight returns the weight the node's agent asked for, 0 meaning none.
+func (n *Node) AgentWeight() int { return int(n.agentWeight.Load()) }
+
+// SetAgentWeight sets the weight the node's own agent asked for in its
+// health answer; while it is not 0 it replaces the configured [Node.Weight]
+// in every pick. 0 or less means none (use the configured weight); values
+// above [MaxAgentWeight] become MaxAgentWeight. It applies to the next pick.
+func (n *Node) SetAgentWeight(w int) {
+	n.agentWeight.Store(int64(min(max(w, 0), MaxAgentWeight)))
 }
 
 // MaxConns returns the node's cap on live leases, 0 meaning unlimited.

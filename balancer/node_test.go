@@ -14,6 +14,8 @@ func TestStateString(t *testing.T) {
 		{StateUp, "up"},
 		{StateDown, "down"},
 		{StateDraining, "draining"},
+		{StateDrained, "drained"},
+		{StateEjected, "ejected"},
 		{State(7), "State(7)"},
 	}
 	for _, tt := range tests {
@@ -65,7 +67,7 @@ func TestNewNodeDefaults(t *testing.T) {
 }
 
 func TestTryAcquireIgnoresState(t *testing.T) {
-	for _, s := range []State{StateUp, StateDown, StateDraining} {
+	for _, s := range []State{StateUp, StateDown, StateDraining, StateDrained, StateEjected} {
 		t.Run(s.String(), func(t *testing.T) {
 			n := NewNode("a", 1, 1)
 			n.SetState(s)

@@ -71,11 +71,12 @@ func (p *Pool) Acquire(exclude []*Node) (*Lease, error) {
 			cands = append(cands, n)
 		}
 	}
+	var clk clock
 	for range len(nodes) {
 		if len(cands) == 0 {
 			break
 		}
-		n := p.pick(cands)
+		n := p.pick(cands, &clk)
 		if n == nil {
 			break
 		}
@@ -94,10 +95,12 @@ func (p *Pool) Acquire(exclude []*Node) (*Lease, error) {
 // pick calls the picker. The built-in pickers are called directly so the
 // compiler can see they do not keep the candidates, which lets Acquire's
 // candidate array stay on its stack; any other picker gets a heap copy.
-func (p *Pool) pick(cands []*Node) *Node {
+// clk is shared by the picks of one acquire, so it reads the time at most
+// once.
+func (p *Pool) pick(cands []*Node, clk *clock) *Node {
 	switch pk := p.picker.(type) {
 	case *LeastConn:
-		return pk.Pick(cands)
+		return pk.pick(cands, clk)
 	case *RoundRobin:
 		return pk.Pick(cands)
 	}

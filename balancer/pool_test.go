@@ -7,6 +7,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 )
 
 // ineligibleSetup builds five nodes where only the last may take a lease:
@@ -86,6 +87,11 @@ func TestAcquireNoCapacity(t *testing.T) {
 			return nil
 		}},
 		{"all excluded", func(ns []*Node) []*Node { return ns }},
+		{"drained and ejected", func(ns []*Node) []*Node {
+			ns[0].SetState(StateDrained)
+			ns[1].SetState(StateEjected)
+			return nil
+		}},
 		{"one draining one excluded", func(ns []*Node) []*Node {
 			ns[0].SetState(StateDraining)
 			return ns[1:]
@@ -360,14 +366,21 @@ func TestMixedWorkloadReturnsToZero(t *testing.T) {
 			flipWG.Add(1)
 			go func() {
 				defer flipWG.Done()
-				states := []State{StateUp, StateDown, StateDraining, StateUp}
+				states := []State{StateUp, StateDown, StateDraining, StateDrained, StateEjected, StateUp}
 				for i := range maxFlips {
 					select {
 					case <-done:
 						return
 					default:
 					}
-					nodes[i%len(nodes)].SetState(states[rand.IntN(len(states))])
+					n := nodes[i%len(nodes)]
+					n.SetState(states[rand.IntN(len(states))])
+					switch i % 8 {
+					case 1:
+						n.SetSlowStart(time.Now(), time.Duration(rand.IntN(3))*time.Millisecond)
+					case 5:
+						n.SetAgentWeight(rand.IntN(4))
+					}
 					if i%16 == 0 {
 						p.SetNodes(nodes[:1+rand.IntN(len(nodes))])
 					}
