@@ -1,12 +1,14 @@
 // Command relay-backend is the reference WebSocket relay behind the wsgate
-// gateway: rooms of clients, Redis pub/sub between replicas, and a graceful
-// 1001 drain on SIGTERM or SIGINT.
+// gateway: rooms of clients, a durable room log in Redis (epochs, offsets,
+// Streams) published to every replica, relay.v1 resume and acknowledgements
+// (docs/protocol.md), and a graceful 1001 drain on SIGTERM or SIGINT.
 //
 // Usage:
 //
 //	relay-backend [-listen 127.0.0.1:7001] [-redis redis://127.0.0.1:6379/0]
 //	              [-drain-window 5s] [-id NAME] [-room-prefix /room/]
-//	              [-send-queue 256] [-max-message 1048576]
+//	              [-send-queue 256] [-max-message 1048576] [-max-members 10000]
+//	              [-history 1000] [-history-ttl 24h] [-weight 0]
 package main
 
 import (
@@ -26,6 +28,7 @@ import (
 	"github.com/wsgate/wsgate/internal/rlimit"
 	"github.com/wsgate/wsgate/relay-backend/bus"
 	"github.com/wsgate/wsgate/relay-backend/relay"
+	"github.com/wsgate/wsgate/relay-backend/roomlog"
 )
 
 func main() {
@@ -49,6 +52,10 @@ type config struct {
 	roomPrefix  string
 	sendQueue   int
 	maxMessage  int64
+	maxMembers  int
+	history     int
+	historyTTL  time.Duration
+	weight      int
 }
 
 func parseFlags(args []string, out io.Writer) (config, error) {
@@ -62,6 +69,10 @@ func parseFlags(args []string, out io.Writer) (config, error) {
 	fs.StringVar(&c.roomPrefix, "room-prefix", relay.DefaultRoomPrefix, "path prefix before the room id")
 	fs.IntVar(&c.sendQueue, "send-queue", relay.DefaultSendQueue, "messages queued per client before it is closed as a slow consumer (1013)")
 	fs.Int64Var(&c.maxMessage, "max-message", relay.DefaultMaxMessage, "largest client message in bytes; a bigger one closes the client with 1009")
+	fs.IntVar(&c.maxMembers, "max-members", relay.DefaultMaxMembers, "members per room on this replica; the next join gets HTTP 503")
+	fs.IntVar(&c.history, "history", roomlog.DefaultHistory, "messages retained per room for replay (MAXLEN ~)")
+	fs.DurationVar(&c.historyTTL, "history-ttl", roomlog.DefaultTTL, "a room's log expires after this idle time")
+	fs.IntVar(&c.weight, "weight", 0, "weight announced in /healthz's Wsgate-Agent header, 1..1000 (0: not announced)")
 	if err := fs.Parse(args); err != nil {
 		return c, err
 	}
@@ -76,6 +87,14 @@ func parseFlags(args []string, out io.Writer) (config, error) {
 		return c, fmt.Errorf("-send-queue must be positive, got %d", c.sendQueue)
 	case c.maxMessage <= 0:
 		return c, fmt.Errorf("-max-message must be positive, got %d", c.maxMessage)
+	case c.maxMembers <= 0:
+		return c, fmt.Errorf("-max-members must be positive, got %d", c.maxMembers)
+	case c.history <= 0:
+		return c, fmt.Errorf("-history must be positive, got %d", c.history)
+	case c.historyTTL < time.Millisecond:
+		return c, fmt.Errorf("-history-ttl must be at least 1ms, got %s", c.historyTTL)
+	case c.weight < 0 || c.weight > 1000:
+		return c, fmt.Errorf("-weight must be 0 (off) or 1..1000, got %d", c.weight)
 	}
 	return c, nil
 }
@@ -98,23 +117,37 @@ func run(ctx context.Context, args []string, log *slog.Logger) error {
 		c.id = net.JoinHostPort(host, fmt.Sprint(ln.Addr().(*net.TCPAddr).Port))
 	}
 
-	var b bus.Bus
+	var (
+		b  bus.Bus
+		rl relay.Log
+	)
 	if c.redisURL == "" {
-		b = bus.NewMemory().Endpoint()
+		mb := bus.NewMemory()
+		b = mb.Endpoint()
+		rl = roomlog.Shared(mb, roomlog.MemoryOptions{History: c.history, TTL: c.historyTTL})
 	} else {
 		rctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 		rb, err := bus.NewRedis(rctx, bus.RedisOptions{URL: c.redisURL, Logger: log})
-		cancel()
 		if err != nil {
+			cancel()
 			return fmt.Errorf("connect bus: %w", err)
 		}
 		defer rb.Close()
-		b = rb
+		lg, err := roomlog.NewRedis(rctx, roomlog.RedisOptions{URL: c.redisURL, History: c.history, TTL: c.historyTTL})
+		cancel()
+		if err != nil {
+			return fmt.Errorf("connect room log: %w", err)
+		}
+		defer lg.Close()
+		b, rl = rb, lg
 	}
 
 	r := relay.New(relay.Options{
 		ID:          c.id,
 		Bus:         b,
+		Log:         rl,
+		MaxMembers:  c.maxMembers,
+		Weight:      c.weight,
 		RoomPrefix:  c.roomPrefix,
 		SendQueue:   c.sendQueue,
 		MaxMessage:  c.maxMessage,

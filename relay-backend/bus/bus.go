@@ -7,7 +7,9 @@
 // built on Redis pub/sub for replicas in separate processes.
 //
 // Delivery is at most once on both: a message published while a subscription
-// is being taken, or while Redis reconnects, may be lost.
+// is being taken, or while Redis reconnects, may be lost. The Redis bus says
+// when that may have happened: after it re-subscribes a channel it calls the
+// channel's handlers with a nil message.
 package bus
 
 import (
@@ -18,6 +20,9 @@ import (
 // Handler receives one message published on a room. It is called from the
 // bus's own goroutine and must not block or call back into the bus. msg is
 // shared with other handlers: treat it as read-only; it may be retained.
+// A nil msg is not a message but a gap marker: the subscription was lost and
+// taken again (a reconnect), so messages published meanwhile were missed. A
+// published empty message arrives as a non-nil empty slice.
 type Handler func(room string, msg []byte)
 
 // Subscription is one registration of a Handler on a room.
@@ -47,6 +52,14 @@ type Bus interface {
 type ErrorCounter interface {
 	// Errors returns the count since the bus was created.
 	Errors() uint64
+}
+
+// ResubscribeCounter is an optional ability of a Bus: the number of channel
+// subscriptions it re-established after losing them, each of which was
+// signalled to the channel's handlers with a nil message.
+type ResubscribeCounter interface {
+	// Resubscribes returns the count since the bus was created.
+	Resubscribes() uint64
 }
 
 // ErrClosed is returned by Publish and Subscribe after the bus was closed.

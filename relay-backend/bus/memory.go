@@ -11,6 +11,9 @@ import (
 // Redis pub/sub does too. Delivery is synchronous: Publish returns after every
 // handler ran. Memory is safe for concurrent use and must not be copied.
 type Memory struct {
+	sharedMu sync.Mutex
+	shared   map[any]any
+
 	mu     sync.RWMutex
 	rooms  map[string]map[*memorySub]struct{}
 	count  int
@@ -26,6 +29,23 @@ func NewMemory() *Memory {
 // counts its own subscriptions.
 func (m *Memory) Endpoint() *MemoryEndpoint {
 	return &MemoryEndpoint{m: m}
+}
+
+// Shared returns the value stored under key, creating it with create on first
+// use. It lets state that every replica on this bus must share (the
+// in-process room log) live as long as the bus does.
+func (m *Memory) Shared(key any, create func() any) any {
+	m.sharedMu.Lock()
+	defer m.sharedMu.Unlock()
+	if v, ok := m.shared[key]; ok {
+		return v
+	}
+	if m.shared == nil {
+		m.shared = make(map[any]any)
+	}
+	v := create()
+	m.shared[key] = v
+	return v
 }
 
 // Subscriptions returns the number of live subscriptions over all endpoints.
@@ -47,6 +67,9 @@ func (m *Memory) Close() error {
 }
 
 func (m *Memory) publish(room string, msg []byte) error {
+	if msg == nil {
+		msg = []byte{} // nil is the gap marker
+	}
 	m.mu.RLock()
 	defer m.mu.RUnlock()
 	if m.closed {
@@ -97,6 +120,9 @@ type MemoryEndpoint struct {
 	m     *Memory
 	count int // guarded by m.mu
 }
+
+// Bus returns the Memory bus e belongs to.
+func (e *MemoryEndpoint) Bus() *Memory { return e.m }
 
 // Publish delivers msg to every subscription on room, on every endpoint.
 func (e *MemoryEndpoint) Publish(_ context.Context, room string, msg []byte) error {

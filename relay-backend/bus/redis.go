@@ -32,7 +32,8 @@ type RedisOptions struct {
 // subscriber connection per process, one channel per room that has at least
 // one local subscription. go-redis reconnects the subscriber connection and
 // re-subscribes its channels after a failure; messages published meanwhile
-// are lost (pub/sub is at most once). Redis is safe for concurrent use.
+// are lost (pub/sub is at most once), and each re-subscribed channel's
+// handlers get a nil message to say so. Redis is safe for concurrent use.
 type Redis struct {
 	client  *redis.Client
 	ps      *redis.PubSub
@@ -40,6 +41,7 @@ type Redis struct {
 	confirm time.Duration
 	log     *slog.Logger
 	errs    atomic.Uint64
+	resubs  atomic.Uint64
 
 	ctx      context.Context
 	cancel   context.CancelFunc
@@ -171,6 +173,10 @@ func (r *Redis) Subscriptions() int {
 // unsubscribing.
 func (r *Redis) Errors() uint64 { return r.errs.Load() }
 
+// Resubscribes returns the number of channel subscriptions Redis confirmed
+// again after a reconnect, each signalled to its handlers with a nil message.
+func (r *Redis) Resubscribes() uint64 { return r.resubs.Load() }
+
 // Close stops receiving, drops every subscription and closes the connections.
 func (r *Redis) Close() error {
 	r.mu.Lock()
@@ -286,8 +292,11 @@ func (r *Redis) receiveLoop() {
 		case *redis.Message:
 			r.dispatch(m.Channel, []byte(m.Payload))
 		case *redis.Subscription:
-			if m.Kind == "subscribe" {
-				r.confirmed(m.Channel)
+			if m.Kind == "subscribe" && !r.confirmed(m.Channel) {
+				// Nobody waits for it: go-redis re-subscribed the channel
+				// on a new connection, and what was published on the old
+				// one since it failed is lost.
+				r.resubscribed(m.Channel)
 			}
 		}
 	}
@@ -298,6 +307,31 @@ func (r *Redis) dispatch(ch string, msg []byte) {
 	if !ok {
 		return
 	}
+	if msg == nil {
+		msg = []byte{} // nil is the gap marker
+	}
+	r.deliver(ch, room, msg)
+}
+
+// resubscribed tells ch's handlers, with a nil message, that they may have
+// missed messages.
+func (r *Redis) resubscribed(ch string) {
+	room, ok := strings.CutPrefix(ch, r.prefix)
+	if !ok {
+		return
+	}
+	r.mu.RLock()
+	n := len(r.subs[ch])
+	r.mu.RUnlock()
+	if n == 0 {
+		return
+	}
+	r.resubs.Add(1)
+	r.log.Info("redis bus re-subscribed a channel", "channel", ch)
+	r.deliver(ch, room, nil)
+}
+
+func (r *Redis) deliver(ch, room string, msg []byte) {
 	r.mu.RLock()
 	defer r.mu.RUnlock()
 	for s := range r.subs[ch] {
@@ -305,12 +339,14 @@ func (r *Redis) dispatch(ch string, msg []byte) {
 	}
 }
 
-func (r *Redis) confirmed(ch string) {
+// confirmed resolves the oldest pending Subscribe of ch and reports whether
+// there was one.
+func (r *Redis) confirmed(ch string) bool {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	ws := r.waiters[ch]
 	if len(ws) == 0 {
-		return
+		return false
 	}
 	close(ws[0])
 	if len(ws) == 1 {
@@ -318,6 +354,7 @@ func (r *Redis) confirmed(ch string) {
 	} else {
 		r.waiters[ch] = ws[1:]
 	}
+	return true
 }
 
 type redisSub struct {
@@ -333,7 +370,8 @@ func (s *redisSub) Close() error {
 }
 
 var (
-	_ Bus          = (*Redis)(nil)
-	_ ErrorCounter = (*Redis)(nil)
-	_ Subscription = (*redisSub)(nil)
+	_ Bus                = (*Redis)(nil)
+	_ ErrorCounter       = (*Redis)(nil)
+	_ ResubscribeCounter = (*Redis)(nil)
+	_ Subscription       = (*redisSub)(nil)
 )

@@ -1,41 +1,46 @@
 package relay
 
 import (
+	"encoding/binary"
 	"errors"
 	"fmt"
 
 	"github.com/fasthttp/websocket"
 )
 
-// An envelope is what a relay publishes on the bus for one frame:
+// An envelope is what a relay appends to the room log for one member's
+// message; the log stores and publishes it as opaque data:
 //
-//	byte 0      version (1)
+//	byte 0      version (2)
 //	byte 1      WebSocket message type (1 text, 2 binary)
-//	bytes 2-9   origin: the publishing relay's random id
-//	bytes 10-   the frame's payload, unchanged
+//	bytes 2-9   origin: the appending relay's random id
+//	bytes 10-17 the sender's member id on that relay, big-endian
+//	bytes 18-   the message's payload, unchanged
 //
-// The origin lets a relay drop its own messages when the bus hands them back,
-// since it already delivered them to its local members.
+// Origin and member id identify the sender, which never gets its own
+// message back, whether live, repaired or replayed.
 const (
-	envelopeVersion = 1
+	envelopeVersion = 2
 	originLen       = 8
-	envelopeHeader  = 2 + originLen
+	envelopeHeader  = 2 + originLen + 8
 )
 
 type origin [originLen]byte
 
 type envelope struct {
 	origin origin
+	member uint64
 	typ    int
 	data   []byte
 }
 
-var errBadEnvelope = errors.New("bad bus envelope")
+var errBadEnvelope = errors.New("bad room log envelope")
 
-// appendEnvelope appends the envelope of one frame to dst.
-func appendEnvelope(dst []byte, o origin, typ int, data []byte) []byte {
+// appendEnvelope appends the envelope of one message to dst.
+func appendEnvelope(dst []byte, o origin, member uint64, typ int, data []byte) []byte {
 	dst = append(dst, envelopeVersion, byte(typ))
 	dst = append(dst, o[:]...)
+	dst = binary.BigEndian.AppendUint64(dst, member)
 	return append(dst, data...)
 }
 
@@ -52,7 +57,8 @@ func parseEnvelope(b []byte) (envelope, error) {
 		return envelope{}, fmt.Errorf("%w: message type %d", errBadEnvelope, typ)
 	}
 	var e envelope
-	copy(e.origin[:], b[2:envelopeHeader])
+	copy(e.origin[:], b[2:2+originLen])
+	e.member = binary.BigEndian.Uint64(b[2+originLen : envelopeHeader])
 	e.typ = typ
 	e.data = b[envelopeHeader:]
 	return e, nil

@@ -44,20 +44,20 @@ func TestValidRoom(t *testing.T) {
 
 func FuzzParseEnvelope(f *testing.F) {
 	o := origin{1, 2, 3, 4, 5, 6, 7, 8}
-	f.Add(appendEnvelope(nil, o, 1, []byte("hello")))
-	f.Add(appendEnvelope(nil, o, 2, []byte{0, 0xff}))
-	f.Add(appendEnvelope(nil, o, 2, nil))
+	f.Add(appendEnvelope(nil, o, 7, 1, []byte("hello")))
+	f.Add(appendEnvelope(nil, o, 1<<40, 2, []byte{0, 0xff}))
+	f.Add(appendEnvelope(nil, o, 0, 2, nil))
 	f.Add([]byte{})
 	f.Add([]byte{1})
-	f.Add([]byte{2, 1, 0, 0, 0, 0, 0, 0, 0, 0})
-	f.Add([]byte{1, 8, 0, 0, 0, 0, 0, 0, 0, 0})
+	f.Add([]byte{1, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0})
+	f.Add([]byte{2, 8, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0})
 	f.Fuzz(func(t *testing.T, b []byte) {
 		e, err := parseEnvelope(b)
 		if err != nil {
 			return
 		}
 		// Whatever parses re-encodes to the same bytes.
-		if again := appendEnvelope(nil, e.origin, e.typ, e.data); !bytes.Equal(again, b) {
+		if again := appendEnvelope(nil, e.origin, e.member, e.typ, e.data); !bytes.Equal(again, b) {
 			t.Fatalf("round trip of %x gave %x", b, again)
 		}
 	})
@@ -70,11 +70,11 @@ func TestEnvelope(t *testing.T) {
 		in   []byte
 		ok   bool
 	}{
-		{"text", appendEnvelope(nil, o, 1, []byte("x")), true},
-		{"binary empty", appendEnvelope(nil, o, 2, nil), true},
+		{"text", appendEnvelope(nil, o, 3, 1, []byte("x")), true},
+		{"binary empty", appendEnvelope(nil, o, 4, 2, nil), true},
 		{"short", []byte{1, 1, 0}, false},
-		{"version", append([]byte{2, 1}, o[:]...), false},
-		{"close type", append([]byte{1, 8}, o[:]...), false},
+		{"version", append(append([]byte{1, 1}, o[:]...), 0, 0, 0, 0, 0, 0, 0, 0), false},
+		{"close type", append(append([]byte{2, 8}, o[:]...), 0, 0, 0, 0, 0, 0, 0, 0), false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			e, err := parseEnvelope(tc.in)

@@ -3,10 +3,13 @@ package relay
 import (
 	_ "embed"
 	"encoding/json"
+	"strconv"
 	"strings"
 
 	"github.com/fasthttp/websocket"
 	"github.com/valyala/fasthttp"
+
+	"github.com/wsgate/wsgate/relay-backend/relayclient"
 )
 
 //go:embed page.html
@@ -26,12 +29,7 @@ func (r *Relay) handle(ctx *fasthttp.RequestCtx) {
 	}
 	switch {
 	case path == "/healthz":
-		if r.draining.Load() {
-			ctx.Error("draining", fasthttp.StatusServiceUnavailable)
-			return
-		}
-		ctx.SetContentType("text/plain; charset=utf-8")
-		ctx.SetBodyString("ok")
+		r.health(ctx)
 	case path == "/info":
 		b, _ := json.Marshal(r.Info())
 		ctx.SetContentType("application/json")
@@ -46,21 +44,89 @@ func (r *Relay) handle(ctx *fasthttp.RequestCtx) {
 	}
 }
 
+// AgentHeader is the response header of GET /healthz that tells the
+// gateway's health checker the relay's state and load: "up, load=N" (plus
+// ", weight=W" when Options.Weight is set), or "drain, load=N" while
+// draining; N is the number of open client connections.
+const AgentHeader = "Wsgate-Agent"
+
+// health answers GET /healthz: 200 "ok", or 503 "draining", with the agent
+// header.
+func (r *Relay) health(ctx *fasthttp.RequestCtx) {
+	r.mu.Lock()
+	load := len(r.members)
+	r.mu.Unlock()
+	state, status, body := "up", fasthttp.StatusOK, "ok"
+	if r.draining.Load() {
+		state, status, body = "drain", fasthttp.StatusServiceUnavailable, "draining"
+	}
+	v := make([]byte, 0, 40)
+	v = append(v, state...)
+	v = append(v, ", load="...)
+	v = strconv.AppendInt(v, int64(load), 10)
+	if r.opt.Weight > 0 && status == fasthttp.StatusOK {
+		v = append(v, ", weight="...)
+		v = strconv.AppendInt(v, int64(r.opt.Weight), 10)
+	}
+	ctx.Response.Header.SetBytesV(AgentHeader, v)
+	ctx.SetStatusCode(status)
+	ctx.SetContentType("text/plain; charset=utf-8")
+	ctx.SetBodyString(body)
+}
+
+// offersV1 reports whether a Sec-WebSocket-Protocol header value lists
+// relay.v1.
+func offersV1(h []byte) bool {
+	for tok := range strings.SplitSeq(string(h), ",") {
+		if strings.TrimSpace(tok) == relayclient.Subprotocol {
+			return true
+		}
+	}
+	return false
+}
+
 func (r *Relay) upgrade(ctx *fasthttp.RequestCtx, roomID string) {
 	if !ValidRoom(roomID) {
 		ctx.Error("bad room id", fasthttp.StatusBadRequest)
 		return
+	}
+	var since relayclient.Since
+	if ctx.QueryArgs().Has("since") {
+		if !offersV1(ctx.Request.Header.Peek("Sec-WebSocket-Protocol")) {
+			ctx.Error("since needs the relay.v1 subprotocol", fasthttp.StatusBadRequest)
+			return
+		}
+		s, err := relayclient.ParseSince(string(ctx.QueryArgs().Peek("since")))
+		if err != nil {
+			ctx.Error("bad since: want <epoch>.<offset>", fasthttp.StatusBadRequest)
+			return
+		}
+		since = s
 	}
 	if r.draining.Load() {
 		ctx.Response.Header.Set("Retry-After", "1")
 		ctx.Error("draining", fasthttp.StatusServiceUnavailable)
 		return
 	}
+	if r.roomFull(roomID) {
+		ctx.Response.Header.Set("Retry-After", "1")
+		ctx.Error("room full", fasthttp.StatusServiceUnavailable)
+		return
+	}
 	hello := string(ctx.QueryArgs().Peek("hello")) == "1"
-	// roomID was copied out of the request by string(ctx.Path()); nothing
-	// from ctx is used once the handler returns.
-	err := r.up.Upgrade(ctx, func(c *websocket.Conn) { r.serveConn(c, roomID, hello) })
+	// roomID was copied out of the request by string(ctx.Path()), since
+	// by ParseSince; nothing from ctx is used once the handler returns.
+	err := r.up.Upgrade(ctx, func(c *websocket.Conn) { r.serveConn(c, roomID, hello, since) })
 	if err != nil {
 		r.log.Debug("upgrade refused", "room", roomID, "err", err)
 	}
+}
+
+// roomFull reports whether roomID has MaxMembers members here. Joins racing
+// past this check are refused after the upgrade with close 1013.
+func (r *Relay) roomFull(roomID string) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	rm := r.rooms[roomID]
+	return rm != nil && rm.count >= r.opt.MaxMembers
 }

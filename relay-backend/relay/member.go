@@ -1,12 +1,16 @@
 package relay
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"sync/atomic"
 	"time"
 
 	"github.com/fasthttp/websocket"
+
+	"github.com/wsgate/wsgate/relay-backend/relayclient"
+	"github.com/wsgate/wsgate/relay-backend/roomlog"
 )
 
 // Close codes the relay sends.
@@ -22,11 +26,16 @@ type member struct {
 	id         uint64
 	conn       *websocket.Conn
 	room       *room
+	v1         bool              // relay.v1 was negotiated
+	since      relayclient.Since // where a relay.v1 client resumes (zero: none)
 	queue      chan outMsg
 	wt         time.Duration
 	kicked     atomic.Bool
 	done       chan struct{} // closed when the reader has finished
 	writerDone chan struct{}
+	admitted   chan struct{} // closed by runRoom once preamble is set (or refused)
+	preamble   []outMsg      // written before the queue; set before admitted closes
+	gone       bool          // left its room; guarded by room.mu
 }
 
 // kick starts closing m with code and reason and reports whether this call
@@ -56,12 +65,32 @@ func (m *member) sendClose(code int, reason string) {
 	}
 }
 
-// pumpWrites is m's only writer: the optional hello frame first, then the
-// send queue, until the reader finishes or m is kicked.
+// pumpWrites is m's only writer. Once m is admitted it writes the optional
+// hello frame, then the preamble (POS... LIVE, or the history), then the send
+// queue, until the reader finishes or m is kicked.
 func (m *member) pumpWrites(hello []byte) {
 	defer close(m.writerDone)
+	select {
+	case <-m.admitted:
+	case <-m.done:
+		return
+	}
+	if m.kicked.Load() {
+		return
+	}
 	if hello != nil {
 		if err := m.write(websocket.TextMessage, hello); err != nil {
+			_ = m.conn.Close()
+			return
+		}
+	}
+	pre := m.preamble
+	m.preamble = nil
+	for _, msg := range pre {
+		if m.kicked.Load() {
+			return
+		}
+		if err := m.write(msg.typ, msg.data); err != nil {
 			_ = m.conn.Close()
 			return
 		}
@@ -91,24 +120,32 @@ func (m *member) write(typ int, data []byte) error {
 
 // serveConn runs one upgraded client from join to leave on the connection's
 // own goroutine, which is also its reader.
-func (r *Relay) serveConn(c *websocket.Conn, roomID string, hello bool) {
+func (r *Relay) serveConn(c *websocket.Conn, roomID string, hello bool, since relayclient.Since) {
 	m := &member{
 		id:         r.nextID.Add(1),
 		conn:       c,
+		v1:         c.Subprotocol() == relayclient.Subprotocol,
+		since:      since,
 		queue:      make(chan outMsg, r.opt.SendQueue),
 		wt:         r.opt.WriteTimeout,
 		done:       make(chan struct{}),
 		writerDone: make(chan struct{}),
+		admitted:   make(chan struct{}),
 	}
 	if err := r.join(m, roomID); err != nil {
-		// Drain began between the upgrade check and the join.
+		// Drain began, or the room filled up, between the upgrade check
+		// and the join.
+		code, text := closeGoingAway, "going away"
+		if errors.Is(err, errRoomFull) {
+			code, text = closeTryAgainLater, "room full"
+		}
 		_ = c.WriteControl(websocket.CloseMessage,
-			websocket.FormatCloseMessage(closeGoingAway, "going away"), time.Now().Add(m.wt))
+			websocket.FormatCloseMessage(code, text), time.Now().Add(m.wt))
 		_ = c.Close()
 		return
 	}
 	var h []byte
-	if hello {
+	if hello && !m.v1 { // relay.v1 starts with POS, and only binary frames
 		h = r.helloFrame(m.id, roomID)
 	}
 	go m.pumpWrites(h)
@@ -119,9 +156,14 @@ func (r *Relay) serveConn(c *websocket.Conn, roomID string, hello bool) {
 	<-m.writerDone
 }
 
-// pumpReads reads m's frames and fans each out locally and over the bus.
+// pumpReads reads m's messages and commits each to the room log, which
+// publishes it to every replica; it acknowledges each to a relay.v1 sender
+// and hands it to the room's delivery goroutine. A message the log refuses
+// closes m with 1011: it was not committed, and the ACKs that follow would
+// no longer match the messages sent.
 func (r *Relay) pumpReads(m *member) {
 	m.conn.SetReadLimit(r.opt.MaxMessage)
+	rm := m.room
 	for {
 		typ, data, err := m.conn.ReadMessage()
 		if err != nil {
@@ -131,9 +173,22 @@ func (r *Relay) pumpReads(m *member) {
 			}
 			return
 		}
-		msg := outMsg{typ: typ, data: data}
-		r.fanout(m.room, m.id, msg)
-		r.publish(m.room, msg)
+		if m.kicked.Load() {
+			continue // closing: read on until the client answers the close
+		}
+		env := appendEnvelope(make([]byte, 0, envelopeHeader+len(data)), r.origin, m.id, typ, data)
+		ctx, cancel := context.WithTimeout(r.ctx, logTimeout)
+		pos, err := r.roomLog.Append(ctx, rm.id, env)
+		cancel()
+		if err != nil {
+			r.countLogError("append", rm.id, err)
+			m.kick(websocket.CloseInternalServerErr, "room log unavailable")
+			return
+		}
+		if m.v1 {
+			r.enqueue(m, v1Frame(relayclient.KindAck, 0, pos.Offset, nil))
+		}
+		rm.push(roomlog.Entry{Epoch: pos.Epoch, Offset: pos.Offset, Data: env})
 	}
 }
 

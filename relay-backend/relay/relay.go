@@ -17,15 +17,29 @@ import (
 	"github.com/valyala/fasthttp"
 
 	"github.com/wsgate/wsgate/relay-backend/bus"
+	"github.com/wsgate/wsgate/relay-backend/relayclient"
+	"github.com/wsgate/wsgate/relay-backend/roomlog"
 )
 
 // Options configures a Relay. The zero value is usable.
 type Options struct {
 	// ID names the replica in /info and in hello frames (default "relay").
 	ID string
-	// Bus carries frames to the other replicas (default: a private
-	// in-process bus, i.e. a single replica).
+	// Bus carries committed messages to the other replicas (default: a
+	// private in-process bus, i.e. a single replica).
 	Bus bus.Bus
+	// Log commits every message and publishes it on Bus (default: the
+	// in-process log shared by every relay on the same bus.Memory, see
+	// roomlog.Shared; with any other Bus, a private in-process log, which
+	// is only right for a single replica: replicas on Redis need a
+	// roomlog.Redis on the same server).
+	Log Log
+	// MaxMembers is how many members one room may have on this replica;
+	// the next join is answered 503 before the upgrade (default 10000).
+	MaxMembers int
+	// Weight is announced to the gateway's health checker in the
+	// Wsgate-Agent header of /healthz, 1 to 1000 (default 0: not announced).
+	Weight int
 	// RoomPrefix is the path before the room id (default "/room/").
 	RoomPrefix string
 	// SendQueue is how many messages may wait for one slow member before it
@@ -52,7 +66,24 @@ const (
 	DefaultMaxMessage   = 1 << 20
 	DefaultWriteTimeout = 10 * time.Second
 	DefaultDrainWindow  = 5 * time.Second
+	DefaultMaxMembers   = 10000
 )
+
+// Log is the durable room log a Relay commits messages to: roomlog.Redis or
+// roomlog.Memory. Append must publish the committed entry on the Relay's Bus
+// in roomlog's message format.
+type Log interface {
+	// Append commits data to room and returns its position.
+	Append(ctx context.Context, room string, data []byte) (roomlog.Position, error)
+	// Position returns room's epoch and last committed offset.
+	Position(ctx context.Context, room string) (roomlog.Position, error)
+	// Range returns room's position and its retained entries after offset
+	// after, in order.
+	Range(ctx context.Context, room string, after uint64) (roomlog.Position, []roomlog.Entry, error)
+}
+
+// logTimeout bounds each call to the room log.
+const logTimeout = 5 * time.Second
 
 // subscribeTimeout bounds how long the first member of a room waits for the
 // room's bus subscription before it is served anyway.
@@ -71,9 +102,17 @@ type Info struct {
 	// SlowClosed counts members closed with 1013 because their send queue
 	// was full.
 	SlowClosed uint64 `json:"slow_closed"`
-	// BusErrors counts failed publishes, unconfirmed subscriptions,
-	// undecodable bus messages and the bus's own transport errors.
+	// BusErrors counts unconfirmed subscriptions, undecodable bus
+	// messages and the bus's own transport errors.
 	BusErrors uint64 `json:"bus_errors"`
+	// Repairs counts reads of the room log that filled a gap in the
+	// offsets delivered (a missed or late publication, a resubscribe, a
+	// full room queue, an epoch change).
+	Repairs uint64 `json:"repairs"`
+	// Resubscribes counts bus channels re-subscribed after a reconnect.
+	Resubscribes uint64 `json:"resubscribes"`
+	// LogErrors counts failed room log calls.
+	LogErrors uint64 `json:"log_errors"`
 }
 
 // Relay serves rooms of WebSocket clients. Create it with New; it is safe for
@@ -93,7 +132,10 @@ type Relay struct {
 	draining   atomic.Bool
 	slowClosed atomic.Uint64
 	busErrors  atomic.Uint64
+	repairs    atomic.Uint64
+	logErrors  atomic.Uint64
 	subs       atomic.Int64
+	roomLog    Log
 
 	mu      sync.Mutex
 	rooms   map[string]*room
@@ -108,6 +150,16 @@ func New(o Options) *Relay {
 	}
 	if o.Bus == nil {
 		o.Bus = bus.NewMemory().Endpoint()
+	}
+	if o.Log == nil {
+		if ep, ok := o.Bus.(*bus.MemoryEndpoint); ok {
+			o.Log = roomlog.Shared(ep.Bus(), roomlog.MemoryOptions{})
+		} else {
+			o.Log = roomlog.NewMemory(o.Bus, roomlog.MemoryOptions{})
+		}
+	}
+	if o.MaxMembers <= 0 {
+		o.MaxMembers = DefaultMaxMembers
 	}
 	if o.RoomPrefix == "" {
 		o.RoomPrefix = DefaultRoomPrefix
@@ -131,6 +183,7 @@ func New(o Options) *Relay {
 	r := &Relay{
 		opt:     o,
 		bus:     o.Bus,
+		roomLog: o.Log,
 		log:     o.Logger.With("replica", o.ID),
 		ctx:     ctx,
 		cancel:  cancel,
@@ -140,6 +193,7 @@ func New(o Options) *Relay {
 	_, _ = rand.Read(r.origin[:]) // never fails on Linux
 	r.page = bytes.ReplaceAll(demoPage, []byte(`"/room/demo?hello=1"`), []byte(strconv.Quote(o.RoomPrefix+"demo?hello=1")))
 	r.up = websocket.FastHTTPUpgrader{
+		Subprotocols:     []string{relayclient.Subprotocol},
 		HandshakeTimeout: o.WriteTimeout,
 		// The gateway in front owns the Origin policy; the relay accepts any.
 		CheckOrigin: func(*fasthttp.RequestCtx) bool { return true },
@@ -182,6 +236,10 @@ func (r *Relay) Info() Info {
 	if ec, ok := r.bus.(bus.ErrorCounter); ok {
 		errs += ec.Errors()
 	}
+	var resubs uint64
+	if rc, ok := r.bus.(bus.ResubscribeCounter); ok {
+		resubs = rc.Resubscribes()
+	}
 	return Info{
 		Replica:       r.opt.ID,
 		Connections:   conns,
@@ -189,6 +247,9 @@ func (r *Relay) Info() Info {
 		Subscriptions: int(r.subs.Load()),
 		SlowClosed:    r.slowClosed.Load(),
 		BusErrors:     errs,
+		Repairs:       r.repairs.Load(),
+		Resubscribes:  resubs,
+		LogErrors:     r.logErrors.Load(),
 	}
 }
 
@@ -207,6 +268,13 @@ func (r *Relay) Close(ctx context.Context) error {
 		return fmt.Errorf("shut down http server: %w", err)
 	}
 	return nil
+}
+
+func (r *Relay) countLogError(what, room string, err error) {
+	n := r.logErrors.Add(1)
+	if n&(n-1) == 0 { // bounded log volume, as for bus errors
+		r.log.Warn("room log error", "op", what, "room", room, "err", err, "log_errors", n)
+	}
 }
 
 func (r *Relay) countBusError(what string, err error) {

@@ -13,6 +13,7 @@ import (
 	"github.com/wsgate/wsgate/internal/redistest"
 	"github.com/wsgate/wsgate/relay-backend/bus"
 	"github.com/wsgate/wsgate/relay-backend/relay"
+	"github.com/wsgate/wsgate/relay-backend/roomlog"
 )
 
 // busCounter is a bus that can tell how many subscriptions it holds.
@@ -21,31 +22,51 @@ type busCounter interface {
 	Subscriptions() int
 }
 
-func memoryBuses(t *testing.T) (busCounter, busCounter) {
-	m := bus.NewMemory()
-	t.Cleanup(func() { _ = m.Close() })
-	return m.Endpoint(), m.Endpoint()
+// replica is what one relay replica is given: its bus and its room log.
+type replica struct {
+	bus busCounter
+	log relay.Log
 }
 
-func redisBuses(t *testing.T) (busCounter, busCounter) {
+func (r replica) options(o relay.Options) relay.Options {
+	o.Bus, o.Log = r.bus, r.log
+	return o
+}
+
+func memoryBuses(t *testing.T) (replica, replica) {
+	m := bus.NewMemory()
+	t.Cleanup(func() { _ = m.Close() })
+	return replica{bus: m.Endpoint()}, replica{bus: m.Endpoint()}
+}
+
+func redisBuses(t *testing.T) (replica, replica) {
 	srv := redistest.Start(t)
-	open := func() *bus.Redis {
-		ctx, cancel := context.WithTimeout(context.Background(), ioTimeout)
-		defer cancel()
-		b, err := bus.NewRedis(ctx, bus.RedisOptions{URL: srv.URL()})
-		if err != nil {
-			t.Fatalf("NewRedis: %v", err)
-		}
-		t.Cleanup(func() { _ = b.Close() })
-		return b
+	return redisReplica(t, srv.URL(), roomlog.RedisOptions{}), redisReplica(t, srv.URL(), roomlog.RedisOptions{})
+}
+
+// redisReplica connects a bus and a room log to the Redis at url.
+func redisReplica(t *testing.T, url string, lo roomlog.RedisOptions) replica {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), ioTimeout)
+	defer cancel()
+	b, err := bus.NewRedis(ctx, bus.RedisOptions{URL: url})
+	if err != nil {
+		t.Fatalf("NewRedis bus: %v", err)
 	}
-	return open(), open()
+	t.Cleanup(func() { _ = b.Close() })
+	lo.URL = url
+	l, err := roomlog.NewRedis(ctx, lo)
+	if err != nil {
+		t.Fatalf("NewRedis log: %v", err)
+	}
+	t.Cleanup(func() { _ = l.Close() })
+	return replica{bus: b, log: l}
 }
 
 func TestFanout(t *testing.T) {
 	for _, tc := range []struct {
 		name        string
-		buses       func(*testing.T) (busCounter, busCounter)
+		buses       func(*testing.T) (replica, replica)
 		sameReplica bool
 	}{
 		{"memory/two-replicas", memoryBuses, false},
@@ -55,8 +76,8 @@ func TestFanout(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			b1, b2 := tc.buses(t)
-			r1 := startRelay(t, relay.Options{ID: "r1", Bus: b1})
-			r2 := startRelay(t, relay.Options{ID: "r2", Bus: b2})
+			r1 := startRelay(t, b1.options(relay.Options{ID: "r1"}))
+			r2 := startRelay(t, b2.options(relay.Options{ID: "r2"}))
 			other := r2
 			if tc.sameReplica {
 				other = r1
@@ -107,7 +128,7 @@ func TestFanout(t *testing.T) {
 			waitIdle(t, r1)
 			waitIdle(t, r2)
 			waitFor(t, "bus subscriptions to return to 0", func() bool {
-				return b1.Subscriptions()+b2.Subscriptions() == 0
+				return b1.bus.Subscriptions()+b2.bus.Subscriptions() == 0
 			})
 		})
 	}
@@ -181,7 +202,7 @@ func TestHTTP(t *testing.T) {
 		body   string // prefix
 	}{
 		{"/healthz", 200, "ok"},
-		{"/info", 200, `{"replica":"h1","connections":0,"rooms":0,"subscriptions":0,"slow_closed":0,"bus_errors":0}`},
+		{"/info", 200, `{"replica":"h1","connections":0,"rooms":0,"subscriptions":0,"slow_closed":0,"bus_errors":0,"repairs":0,"resubscribes":0,"log_errors":0}`},
 		{"/", 200, "<!doctype html>"},
 		{"/nope", 404, ""},
 		{"/room/", 400, ""},
@@ -281,8 +302,8 @@ func TestDrainEmpty(t *testing.T) {
 // and leave rooms concurrently; everything must return to zero.
 func TestRoomChurn(t *testing.T) {
 	b1, b2 := memoryBuses(t)
-	r1 := startRelay(t, relay.Options{ID: "r1", Bus: b1})
-	r2 := startRelay(t, relay.Options{ID: "r2", Bus: b2})
+	r1 := startRelay(t, b1.options(relay.Options{ID: "r1"}))
+	r2 := startRelay(t, b2.options(relay.Options{ID: "r2"}))
 	errs := make(chan error, 40)
 	for i := range 40 {
 		go func() {
@@ -314,6 +335,6 @@ func TestRoomChurn(t *testing.T) {
 	waitIdle(t, r1)
 	waitIdle(t, r2)
 	waitFor(t, "bus subscriptions to return to 0", func() bool {
-		return b1.Subscriptions()+b2.Subscriptions() == 0
+		return b1.bus.Subscriptions()+b2.bus.Subscriptions() == 0
 	})
 }

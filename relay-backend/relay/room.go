@@ -1,0 +1,435 @@
+package relay
+
+import (
+	"context"
+	"errors"
+	"sync"
+
+	"github.com/fasthttp/websocket"
+
+	"github.com/wsgate/wsgate/relay-backend/bus"
+	"github.com/wsgate/wsgate/relay-backend/relayclient"
+	"github.com/wsgate/wsgate/relay-backend/roomlog"
+)
+
+// roomQueue bounds the entries waiting for a room's delivery goroutine;
+// beyond it entries are dropped and the goroutine repairs from the log.
+const roomQueue = 4096
+
+// room is one room id with at least one local member. Delivery is ordered
+// by one goroutine per room (runRoom), the only one that reads or writes
+// epoch and last and that fans out: entries from the bus and from local
+// senders, gap repairs and the admission of joining members all go through
+// its queue, so a member gets every offset once and in order without locks
+// on the delivery path beyond the queue's.
+type room struct {
+	id       string
+	ready    chan struct{} // closed once sub is settled and runRoom started
+	sub      bus.Subscription
+	quit     chan struct{} // closed by the last member out
+	loopDone chan struct{}
+	count    int // members joined or joining; guarded by Relay.mu
+
+	qmu     sync.Mutex
+	entries []roomlog.Entry
+	joins   []*member
+	gap     bool          // entries were dropped or a resubscribe happened
+	wake    chan struct{} // capacity 1
+
+	mu      sync.RWMutex
+	members map[uint64]*member // admitted members
+
+	// Owned by runRoom.
+	epoch string // "" until the first admission read the position
+	last  uint64 // last offset delivered to the members
+}
+
+// outMsg is one message on its way to members; data is shared, read-only.
+type outMsg struct {
+	typ  int
+	data []byte
+}
+
+var errDraining = errors.New("relay is draining")
+
+// errRoomFull is returned by join when the room has MaxMembers members.
+var errRoomFull = errors.New("room is full")
+
+func newRoom(id string) *room {
+	return &room{
+		id:       id,
+		ready:    make(chan struct{}),
+		quit:     make(chan struct{}),
+		loopDone: make(chan struct{}),
+		wake:     make(chan struct{}, 1),
+		members:  make(map[uint64]*member),
+	}
+}
+
+// push queues a committed entry for delivery; it never blocks.
+func (rm *room) push(e roomlog.Entry) {
+	rm.qmu.Lock()
+	if len(rm.entries) >= roomQueue {
+		rm.gap = true
+	} else {
+		rm.entries = append(rm.entries, e)
+	}
+	rm.qmu.Unlock()
+	rm.signal()
+}
+
+// markGap asks runRoom to repair from the log.
+func (rm *room) markGap() {
+	rm.qmu.Lock()
+	rm.gap = true
+	rm.qmu.Unlock()
+	rm.signal()
+}
+
+func (rm *room) admitLater(m *member) {
+	rm.qmu.Lock()
+	rm.joins = append(rm.joins, m)
+	rm.qmu.Unlock()
+	rm.signal()
+}
+
+func (rm *room) signal() {
+	select {
+	case rm.wake <- struct{}{}:
+	default:
+	}
+}
+
+func (rm *room) take() ([]roomlog.Entry, []*member, bool) {
+	rm.qmu.Lock()
+	defer rm.qmu.Unlock()
+	es, js, gap := rm.entries, rm.joins, rm.gap
+	rm.entries, rm.joins, rm.gap = nil, nil, false
+	return es, js, gap
+}
+
+// join registers m and queues its admission to its room, creating the room,
+// its bus subscription and its delivery goroutine when m is the first local
+// member. The room is subscribed before anyone reads its position, so no
+// committed message falls between the two.
+func (r *Relay) join(m *member, roomID string) error {
+	r.mu.Lock()
+	if r.draining.Load() {
+		r.mu.Unlock()
+		return errDraining
+	}
+	rm := r.rooms[roomID]
+	if rm != nil && rm.count >= r.opt.MaxMembers {
+		r.mu.Unlock()
+		return errRoomFull
+	}
+	r.members[m.id] = m
+	creator := rm == nil
+	if creator {
+		rm = newRoom(roomID)
+		r.rooms[roomID] = rm
+	}
+	rm.count++
+	m.room = rm
+	r.mu.Unlock()
+
+	if creator {
+		ctx, cancel := context.WithTimeout(r.ctx, subscribeTimeout)
+		sub, err := r.bus.Subscribe(ctx, roomID, func(_ string, msg []byte) { r.fromBus(rm, msg) })
+		cancel()
+		if err != nil {
+			r.countBusError("subscribe", err)
+		}
+		if sub != nil {
+			rm.sub = sub
+			r.subs.Add(1)
+		}
+		go r.runRoom(rm)
+		close(rm.ready)
+	}
+	<-rm.ready
+	rm.admitLater(m)
+	return nil
+}
+
+// leave removes m from its room and the registry; the last member out of a
+// room stops its goroutine and drops its bus subscription.
+func (r *Relay) leave(m *member) {
+	rm := m.room
+	r.mu.Lock()
+	delete(r.members, m.id)
+	rm.count--
+	empty := rm.count == 0
+	if empty {
+		delete(r.rooms, rm.id)
+	}
+	if len(r.members) == 0 && r.drained != nil {
+		close(r.drained)
+		r.drained = nil
+	}
+	r.mu.Unlock()
+	rm.mu.Lock()
+	delete(rm.members, m.id)
+	m.gone = true
+	rm.mu.Unlock()
+	if !empty {
+		return
+	}
+	<-rm.ready
+	close(rm.quit)
+	<-rm.loopDone
+	if rm.sub != nil {
+		if err := rm.sub.Close(); err != nil {
+			r.countBusError("unsubscribe", err)
+		}
+		r.subs.Add(-1)
+	}
+}
+
+// fromBus hands a published entry, or a resubscribe's gap marker, to the
+// room's delivery goroutine.
+func (r *Relay) fromBus(rm *room, msg []byte) {
+	if msg == nil {
+		rm.markGap()
+		return
+	}
+	e, err := roomlog.ParseMessage(msg)
+	if err != nil {
+		r.countBusError("decode", err)
+		return
+	}
+	rm.push(e)
+}
+
+// runRoom is rm's delivery goroutine; see room.
+func (r *Relay) runRoom(rm *room) {
+	defer close(rm.loopDone)
+	for {
+		select {
+		case <-rm.quit:
+			return
+		case <-rm.wake:
+		}
+		entries, joins, gap := rm.take()
+		for _, e := range entries {
+			r.deliver(rm, e)
+		}
+		if gap && rm.epoch != "" {
+			r.repairs.Add(1)
+			r.catchUp(rm)
+		}
+		for _, m := range joins {
+			r.admit(rm, m)
+		}
+	}
+}
+
+// deliver fans e out if it is the next offset, drops it if it was
+// delivered, and repairs from the log first if offsets are missing or e is
+// of another epoch.
+func (r *Relay) deliver(rm *room, e roomlog.Entry) {
+	switch {
+	case rm.epoch == "":
+		// Nobody admitted yet: the first admission reads the position.
+	case e.Epoch != rm.epoch || e.Offset > rm.last+1:
+		r.repairs.Add(1)
+		r.catchUp(rm)
+	case e.Offset == rm.last+1:
+		r.fanout(rm, e)
+		rm.last = e.Offset
+	}
+}
+
+// catchUp delivers what the log committed after rm.last. If the room's
+// epoch changed (Redis lost the room) or the log no longer holds the next
+// offset, relay.v1 members get RESYNC, the retained entries, then LIVE.
+func (r *Relay) catchUp(rm *room) bool {
+	ctx, cancel := context.WithTimeout(r.ctx, logTimeout)
+	defer cancel()
+	pos, entries, err := r.roomLog.Range(ctx, rm.id, rm.last)
+	resync := false
+	if err == nil && pos.Epoch != rm.epoch {
+		pos, entries, err = r.roomLog.Range(ctx, rm.id, 0)
+		if err == nil {
+			rm.epoch, rm.last, resync = pos.Epoch, 0, true
+		}
+	}
+	if err != nil {
+		r.countLogError("range", rm.id, err)
+		rm.qmu.Lock()
+		rm.gap = true // retried on the room's next event
+		rm.qmu.Unlock()
+		return false
+	}
+	if pos.Offset > rm.last && (len(entries) == 0 || entries[0].Offset != rm.last+1) {
+		resync = true // trimmed past rm.last
+	}
+	if resync {
+		r.toV1(rm, outMsg{websocket.BinaryMessage, relayclient.AppendFrame(nil,
+			relayclient.Frame{Kind: relayclient.KindResync, Body: []byte(rm.epoch)})})
+	}
+	for _, e := range entries {
+		if e.Offset > rm.last && e.Offset <= pos.Offset {
+			r.fanout(rm, e)
+			rm.last = e.Offset
+		}
+	}
+	rm.last = max(rm.last, pos.Offset) // entries the log lost are not waited for
+	if resync {
+		r.toV1(rm, outMsg{websocket.BinaryMessage, relayclient.AppendFrame(nil,
+			relayclient.Frame{Kind: relayclient.KindLive, Offset: rm.last})})
+	}
+	return true
+}
+
+// admit brings the room up to date, gives m its preamble (POS, RESYNC,
+// replay, LIVE for relay.v1; the retained history for plain members) and
+// makes it a receiver of everything after rm.last.
+func (r *Relay) admit(rm *room, m *member) {
+	defer close(m.admitted)
+	rm.mu.RLock()
+	gone := m.gone
+	rm.mu.RUnlock()
+	if gone {
+		return
+	}
+	ctx, cancel := context.WithTimeout(r.ctx, logTimeout)
+	defer cancel()
+	if rm.epoch == "" {
+		pos, err := r.roomLog.Position(ctx, rm.id)
+		if err != nil {
+			r.refuse(rm, m, "position", err)
+			return
+		}
+		rm.epoch, rm.last = pos.Epoch, pos.Offset
+	} else if !r.catchUp(rm) {
+		r.refuse(rm, m, "range", errors.New("room log unavailable"))
+		return
+	}
+
+	var from uint64
+	resync := false
+	if m.v1 && !m.since.IsZero() {
+		if m.since.Epoch == rm.epoch && m.since.Offset <= rm.last {
+			from = m.since.Offset
+		} else {
+			resync = true
+		}
+	}
+	var entries []roomlog.Entry
+	if from < rm.last {
+		pos, es, err := r.roomLog.Range(ctx, rm.id, from)
+		if err == nil && pos.Epoch != rm.epoch {
+			err = errors.New("epoch changed during the join")
+		}
+		if err != nil {
+			r.refuse(rm, m, "range", err)
+			return
+		}
+		for _, e := range es {
+			if e.Offset <= rm.last {
+				entries = append(entries, e)
+			}
+		}
+		if from > 0 && (len(entries) == 0 || entries[0].Offset != from+1) {
+			resync = true // trimmed past since
+		}
+	}
+
+	var pre []outMsg
+	if m.v1 {
+		pre = make([]outMsg, 0, len(entries)+3)
+		pre = append(pre, v1Frame(relayclient.KindPos, 0, rm.last, []byte(rm.epoch)))
+		if resync {
+			pre = append(pre, v1Frame(relayclient.KindResync, 0, 0, []byte(rm.epoch)))
+		}
+	}
+	for _, e := range entries {
+		env, err := parseEnvelope(e.Data)
+		if err != nil {
+			r.countBusError("decode", err)
+			continue
+		}
+		if env.origin == r.origin && env.member == m.id {
+			continue // m sent it before its admission: never echoed
+		}
+		if m.v1 {
+			pre = append(pre, v1Frame(relayclient.KindMsg, byte(env.typ), e.Offset, env.data))
+		} else {
+			pre = append(pre, outMsg{env.typ, env.data})
+		}
+	}
+	if m.v1 {
+		pre = append(pre, v1Frame(relayclient.KindLive, 0, rm.last, nil))
+	}
+	rm.mu.Lock()
+	if !m.gone {
+		m.preamble = pre
+		rm.members[m.id] = m
+	}
+	rm.mu.Unlock()
+}
+
+// refuse closes a member whose admission failed on the room log.
+func (r *Relay) refuse(rm *room, m *member, op string, err error) {
+	r.countLogError(op, rm.id, err)
+	m.kick(websocket.CloseInternalServerErr, "room log unavailable")
+}
+
+func v1Frame(k relayclient.Kind, typ byte, off uint64, body []byte) outMsg {
+	b := relayclient.AppendFrame(make([]byte, 0, relayclient.HeaderLen+len(body)),
+		relayclient.Frame{Kind: k, Type: typ, Offset: off, Body: body})
+	return outMsg{websocket.BinaryMessage, b}
+}
+
+// fanout queues e for every admitted member of rm except its sender. It
+// never blocks.
+func (r *Relay) fanout(rm *room, e roomlog.Entry) {
+	env, err := parseEnvelope(e.Data)
+	if err != nil {
+		r.countBusError("decode", err)
+		return
+	}
+	own := env.origin == r.origin
+	plain := outMsg{env.typ, env.data}
+	var v1 outMsg
+	rm.mu.RLock()
+	defer rm.mu.RUnlock()
+	for id, p := range rm.members {
+		if own && id == env.member {
+			continue
+		}
+		if !p.v1 {
+			r.enqueue(p, plain)
+			continue
+		}
+		if v1.data == nil {
+			v1 = v1Frame(relayclient.KindMsg, byte(env.typ), e.Offset, env.data)
+		}
+		r.enqueue(p, v1)
+	}
+}
+
+// toV1 queues msg for every admitted relay.v1 member of rm.
+func (r *Relay) toV1(rm *room, msg outMsg) {
+	rm.mu.RLock()
+	defer rm.mu.RUnlock()
+	for _, p := range rm.members {
+		if p.v1 {
+			r.enqueue(p, msg)
+		}
+	}
+}
+
+// enqueue puts msg on p's send queue, or closes p as a slow consumer when the
+// queue is full.
+func (r *Relay) enqueue(p *member, msg outMsg) {
+	select {
+	case p.queue <- msg:
+	default:
+		if p.kick(closeTryAgainLater, "slow consumer") {
+			r.slowClosed.Add(1)
+			r.log.Info("closed slow consumer", "client", p.id, "room", p.room.id, "queue", cap(p.queue))
+		}
+	}
+}

@@ -1,0 +1,238 @@
+package roomlog
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// RedisOptions configures a Redis log.
+type RedisOptions struct {
+	// URL of the Redis server, e.g. "redis://127.0.0.1:6379/0" (required).
+	URL string
+	// History is how many messages a room's Stream retains, trimmed with
+	// MAXLEN ~ so a few more may stay (default 1000 messages).
+	History int
+	// TTL is how long a room's keys live after its last message (default
+	// 24h, at millisecond resolution).
+	TTL time.Duration
+	// KeyPrefix is put before the room's keys: {KeyPrefix}{room}:meta, a
+	// hash of epoch and offset, and {KeyPrefix}{room}:log, the Stream (the
+	// braces make both hash to one Redis Cluster slot; default "wsgate:").
+	KeyPrefix string
+	// ChannelPrefix is put before the room id to name the channel the
+	// committed messages are published on (default "wsgate:room:", the
+	// bus's default).
+	ChannelPrefix string
+}
+
+// Redis is a room log in Redis: per room a hash {e: epoch, o: offset} and a
+// Stream whose entry ids are "<offset>-0". Every call is one script run
+// (EVALSHA, loaded at start, reloaded if the server lost it), so each is
+// atomic. Redis is safe for concurrent use.
+type Redis struct {
+	client  *redis.Client
+	history string
+	ttlMS   string
+	keys    string
+	channel string
+}
+
+// appendScript commits one message: KEYS meta, stream; ARGV new epoch,
+// maxlen, ttl in ms, channel, data. It returns {epoch, offset}. A missing
+// meta hash starts a new epoch and drops any stream left from the old one,
+// whose ids would be above the new offsets.
+var appendScript = redis.NewScript(`
+local e = redis.call('HGET', KEYS[1], 'e')
+if not e then
+  e = ARGV[1]
+  redis.call('DEL', KEYS[2])
+  redis.call('HSET', KEYS[1], 'e', e, 'o', 0)
+end
+local o = redis.call('HINCRBY', KEYS[1], 'o', 1)
+local id = string.format('%d-0', o)
+redis.call('XADD', KEYS[2], 'MAXLEN', '~', ARGV[2], id, 'd', ARGV[5])
+redis.call('PEXPIRE', KEYS[1], ARGV[3])
+redis.call('PEXPIRE', KEYS[2], ARGV[3])
+redis.call('PUBLISH', ARGV[4], string.format('%d ', o) .. e .. ' ' .. ARGV[5])
+return {e, o}
+`)
+
+// readScript returns {epoch, offset[, entries]}: KEYS meta, stream; ARGV new
+// epoch, ttl in ms, and the first stream id to return ("" for none). A
+// missing room gets its epoch now, so every reader sees the same one.
+var readScript = redis.NewScript(`
+local e = redis.call('HGET', KEYS[1], 'e')
+if not e then
+  e = ARGV[1]
+  redis.call('DEL', KEYS[2])
+  redis.call('HSET', KEYS[1], 'e', e, 'o', 0)
+  redis.call('PEXPIRE', KEYS[1], ARGV[2])
+end
+local o = redis.call('HGET', KEYS[1], 'o')
+if ARGV[3] == '' then
+  return {e, o}
+end
+return {e, o, redis.call('XRANGE', KEYS[2], ARGV[3], '+')}
+`)
+
+// NewRedis connects to o.URL and loads the scripts. Close releases it.
+func NewRedis(ctx context.Context, o RedisOptions) (*Redis, error) {
+	opt, err := redis.ParseURL(o.URL)
+	if err != nil {
+		return nil, fmt.Errorf("parse redis url: %w", err)
+	}
+	if o.History <= 0 {
+		o.History = DefaultHistory
+	}
+	if o.TTL <= 0 {
+		o.TTL = DefaultTTL
+	}
+	if o.KeyPrefix == "" {
+		o.KeyPrefix = DefaultKeyPrefix
+	}
+	if o.ChannelPrefix == "" {
+		o.ChannelPrefix = DefaultChannelPrefix
+	}
+	client := redis.NewClient(opt)
+	for _, s := range []*redis.Script{appendScript, readScript} {
+		if err := s.Load(ctx, client).Err(); err != nil {
+			_ = client.Close()
+			return nil, fmt.Errorf("load room log script into %s: %w", opt.Addr, err)
+		}
+	}
+	return &Redis{
+		client:  client,
+		history: strconv.Itoa(o.History),
+		ttlMS:   strconv.FormatInt(max(o.TTL.Milliseconds(), 1), 10),
+		keys:    o.KeyPrefix,
+		channel: o.ChannelPrefix,
+	}, nil
+}
+
+func (r *Redis) roomKeys(room string) []string {
+	base := r.keys + "{" + room + "}:"
+	return []string{base + "meta", base + "log"}
+}
+
+// Append commits data to room and publishes it; it returns the entry's
+// position. data is sent as is.
+func (r *Redis) Append(ctx context.Context, room string, data []byte) (Position, error) {
+	v, err := appendScript.Run(ctx, r.client, r.roomKeys(room),
+		NewEpoch(), r.history, r.ttlMS, r.channel+room, data).Slice()
+	if err != nil {
+		return Position{}, fmt.Errorf("append to room %q: %w", room, err)
+	}
+	p, err := parsePosition(v)
+	if err != nil {
+		return Position{}, fmt.Errorf("append to room %q: %w", room, err)
+	}
+	return p, nil
+}
+
+// Position returns room's epoch and last committed offset, creating the
+// epoch if the room has none.
+func (r *Redis) Position(ctx context.Context, room string) (Position, error) {
+	v, err := readScript.Run(ctx, r.client, r.roomKeys(room), NewEpoch(), r.ttlMS, "").Slice()
+	if err != nil {
+		return Position{}, fmt.Errorf("position of room %q: %w", room, err)
+	}
+	p, err := parsePosition(v)
+	if err != nil {
+		return Position{}, fmt.Errorf("position of room %q: %w", room, err)
+	}
+	return p, nil
+}
+
+// Range returns the room's position and its retained entries with offsets
+// above after, in order. When the first returned offset is not after+1,
+// the history was trimmed past after.
+func (r *Redis) Range(ctx context.Context, room string, after uint64) (Position, []Entry, error) {
+	start := strconv.FormatUint(after+1, 10) + "-0"
+	if after == ^uint64(0) {
+		start = "+" // nothing can follow
+	}
+	v, err := readScript.Run(ctx, r.client, r.roomKeys(room), NewEpoch(), r.ttlMS, start).Slice()
+	if err != nil {
+		return Position{}, nil, fmt.Errorf("range of room %q: %w", room, err)
+	}
+	p, err := parsePosition(v)
+	if err != nil || len(v) != 3 {
+		return Position{}, nil, fmt.Errorf("range of room %q: %w (reply %v)", room, err, v)
+	}
+	raw, ok := v[2].([]any)
+	if !ok {
+		return Position{}, nil, fmt.Errorf("range of room %q: entries of type %T", room, v[2])
+	}
+	entries := make([]Entry, 0, len(raw))
+	for _, x := range raw {
+		e, err := parseStreamEntry(x)
+		if err != nil {
+			return Position{}, nil, fmt.Errorf("range of room %q: %w", room, err)
+		}
+		if e.Offset > p.Offset {
+			break
+		}
+		e.Epoch = p.Epoch
+		entries = append(entries, e)
+	}
+	return p, entries, nil
+}
+
+// Close closes the connection pool.
+func (r *Redis) Close() error {
+	if err := r.client.Close(); err != nil {
+		return fmt.Errorf("close room log: %w", err)
+	}
+	return nil
+}
+
+func parsePosition(v []any) (Position, error) {
+	if len(v) < 2 {
+		return Position{}, fmt.Errorf("script reply of %d items", len(v))
+	}
+	e, ok := v[0].(string)
+	if !ok {
+		return Position{}, fmt.Errorf("epoch of type %T", v[0])
+	}
+	var off uint64
+	switch o := v[1].(type) {
+	case int64:
+		off = uint64(o)
+	case string:
+		n, err := strconv.ParseUint(o, 10, 64)
+		if err != nil {
+			return Position{}, fmt.Errorf("offset %q: %w", o, err)
+		}
+		off = n
+	default:
+		return Position{}, fmt.Errorf("offset of type %T", v[1])
+	}
+	return Position{Epoch: e, Offset: off}, nil
+}
+
+func parseStreamEntry(x any) (Entry, error) {
+	pair, ok := x.([]any)
+	if !ok || len(pair) != 2 {
+		return Entry{}, fmt.Errorf("stream entry %v", x)
+	}
+	id, _ := pair[0].(string)
+	offs, ok := strings.CutSuffix(id, "-0")
+	if !ok {
+		return Entry{}, fmt.Errorf("stream entry id %q", id)
+	}
+	off, err := strconv.ParseUint(offs, 10, 64)
+	if err != nil {
+		return Entry{}, fmt.Errorf("stream entry id %q: %w", id, err)
+	}
+	fields, ok := pair[1].([]any)
+	if !ok || len(fields) != 2 {
+		return Entry{}, fmt.Errorf("stream entry %q fields %v", id, pair[1])
+	}
+	data, _ := fields[1].(string)
+	return Entry{Offset: off, Data: []byte(data)}, nil
+}
