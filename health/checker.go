@@ -62,7 +62,7 @@ type Checker struct {
 	log *slog.Logger
 	obs atomic.Pointer[observerBox]
 
-	mu      sync.Mutex // guards nodes and stopped; never held while taking a node's lock
+	mu      sync.Mutex // guards nodes and stopped; never waits for a node's lock (Add locks a node not yet seen)
 	nodes   map[string]*node
 	stopped bool
 	wg      sync.WaitGroup // one per probe goroutine
@@ -119,11 +119,12 @@ func (c *Checker) observer() Observer {
 }
 
 // Add starts probing t. The node starts in [StateUp] (optimistic, so a
-// fresh gateway serves at once; Fall failed probes bring it down), and the
-// target is not told so: a new balancer node is already up. Adding an
-// address the checker already probes replaces its target and keeps its
-// health; the new target is told the current state and agent weight. Add
-// after Stop does nothing.
+// fresh gateway serves at once; Fall failed probes bring it down), and Add
+// tells the target so with SetState(StateUp), so that a node reused from
+// an earlier checker agrees with this one; that is not a transition and the
+// observer does not hear it. Adding an address the checker already probes
+// replaces its target and keeps its health; the new target is told the
+// current state and agent weight. Add after Stop does nothing.
 func (c *Checker) Add(t Target) {
 	addr := t.Addr()
 	c.mu.Lock()
@@ -143,9 +144,12 @@ func (c *Checker) Add(t Target) {
 	ctx, cancel := context.WithCancel(context.Background())
 	n := &node{addr: addr, cancel: cancel, done: make(chan struct{}), t: t,
 		st: NodeStatus{Addr: addr, State: StateUp}}
+	n.mu.Lock() // before the node is visible: nothing can come between
 	c.nodes[addr] = n
 	c.wg.Add(1)
 	c.mu.Unlock()
+	t.SetState(StateUp)
+	n.mu.Unlock()
 	go c.probeLoop(ctx, n)
 }
 

@@ -246,6 +246,10 @@ func waitProbes(t *testing.T, rec *recorder, addr string, k int) {
 func sameStates(t *testing.T, f *fakeTarget, rec *recorder) {
 	t.Helper()
 	got, want := f.States(), rec.transitions()
+	if len(got) == 0 || got[0] != StateUp {
+		t.Fatalf("target heard %v, want up first (from Add)", got)
+	}
+	got = got[1:]
 	if len(got) != len(want) {
 		t.Fatalf("target heard %v, observer saw %v", got, want)
 	}
