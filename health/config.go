@@ -7,11 +7,20 @@ import (
 
 // Defaults applied by [NewChecker] to zero (or negative) [Config] fields.
 const (
-	DefaultPath     = "/healthz"
+	// DefaultPath is the path probed when Config.Path is empty or invalid.
+	DefaultPath = "/healthz"
+	// DefaultInterval is the time between probes of one node.
 	DefaultInterval = 2 * time.Second
-	DefaultTimeout  = time.Second
-	DefaultRise     = 2
-	DefaultFall     = 3
+	// DefaultTimeout bounds one probe.
+	DefaultTimeout = time.Second
+	// DefaultRise is the number of passing probes in a row that bring a
+	// node up.
+	DefaultRise = 2
+	// DefaultFall is the number of failing probes in a row that take a node
+	// down.
+	DefaultFall = 3
+	// DefaultEjectFor is the rest of an ejected node before it is probed
+	// again.
 	DefaultEjectFor = 10 * time.Second
 )
 
