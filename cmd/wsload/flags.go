@@ -1,0 +1,137 @@
+package main
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/wsgate/wsgate/internal/loadgen"
+)
+
+// options is the parsed command line.
+type options struct {
+	cfg        loadgen.Config
+	procs      int
+	json       bool
+	thresholds []loadgen.Threshold
+	child      int // index of this child process, -1 in the parent
+}
+
+// thresholdFlag collects repeated -threshold values, parsed at once so an
+// unknown metric fails at startup.
+type thresholdFlag struct{ ts *[]loadgen.Threshold }
+
+func (f thresholdFlag) String() string { return "" }
+
+func (f thresholdFlag) Set(s string) error {
+	t, err := loadgen.ParseThreshold(s)
+	if err != nil {
+		return err
+	}
+	*f.ts = append(*f.ts, t)
+	return nil
+}
+
+const usage = `usage: wsload <scenario> -url ws://HOST:PORT/PATH [flags]
+
+scenarios: idle, churn, fanout, reconnect-storm, kill, drain
+run "wsload <scenario> -h" for its flags; docs/wsload.md for the report keys
+`
+
+// parseArgs parses "<scenario> [flags]".
+func parseArgs(args []string, out io.Writer) (options, error) {
+	o := options{child: -1}
+	if len(args) == 0 || strings.HasPrefix(args[0], "-") {
+		fmt.Fprint(out, usage)
+		if len(args) > 0 && (args[0] == "-h" || args[0] == "-help" || args[0] == "--help") {
+			return o, flag.ErrHelp
+		}
+		return o, errors.New("missing scenario")
+	}
+	c := &o.cfg
+	c.Scenario = args[0]
+	if !slices.Contains(loadgen.Scenarios, c.Scenario) {
+		fmt.Fprint(out, usage)
+		return o, fmt.Errorf("unknown scenario %q", c.Scenario)
+	}
+	fs := flag.NewFlagSet("wsload "+c.Scenario, flag.ContinueOnError)
+	fs.SetOutput(out)
+	var source string
+	var seed uint64
+	fs.StringVar(&c.URL, "url", "", "ws:// URL to load; %d is replaced by a room number (required)")
+	fs.StringVar(&source, "source", "", "local source addresses, round robin: list and ranges, e.g. 127.0.0.2-127.0.0.250")
+	fs.IntVar(&o.procs, "procs", 1, "run as this many child processes and merge their reports")
+	fs.BoolVar(&o.json, "json", false, "print one JSON report on stdout (the table goes to stderr)")
+	fs.Var(thresholdFlag{&o.thresholds}, "threshold", "'metric OP value', e.g. 'p95<50ms', 'delivered>=99.9', 'dropped==0' (repeatable)")
+	fs.DurationVar(&c.Dialer.Timeout, "timeout", loadgen.DefaultTimeout, "handshake timeout (TCP connect and upgrade)")
+	fs.Uint64Var(&seed, "seed", 0, "seed for jitter and ids (0: random)")
+	fs.IntVar(&o.child, "child", -1, "internal: index of this child process of -procs")
+	switch c.Scenario {
+	case "idle":
+		fs.IntVar(&c.N, "n", 1000, "connections")
+		fs.Float64Var(&c.Rate, "rate", 1000, "connections opened per second")
+		fs.DurationVar(&c.Hold, "hold", 10*time.Second, "how long to hold them")
+		fs.DurationVar(&c.Ping, "ping", 0, "ping every connection at this interval (0: never)")
+		fs.IntVar(&c.Rooms, "rooms", 100, "rooms %d cycles over")
+	case "churn":
+		fs.IntVar(&c.Concurrency, "c", 10, "concurrent workers, one room each")
+		fs.DurationVar(&c.Duration, "duration", 10*time.Second, "how long to loop")
+		fs.IntVar(&c.Size, "size", loadgen.MsgHeaderLen, "probe message size in bytes")
+	case "fanout", "kill", "drain":
+		fs.IntVar(&c.Rooms, "rooms", 10, "rooms")
+		fs.IntVar(&c.Members, "members", 2, "members per room")
+		fs.Float64Var(&c.MsgRate, "rate", 1, "messages per second per member")
+		fs.IntVar(&c.Size, "size", loadgen.MsgHeaderLen, "message size in bytes (at least 32)")
+		fs.DurationVar(&c.Duration, "duration", 10*time.Second, "how long members send")
+		fs.DurationVar(&c.Settle, "settle", 0, "wait for messages in flight after sending (default 2s; kill, drain 10s)")
+		fs.Float64Var(&c.Rate, "connect-rate", 1000, "connections opened per second")
+		if c.Scenario != "fanout" {
+			fs.DurationVar(&c.After, "after", time.Second, "when to kill or drain, after connecting")
+			fs.StringVar(&c.KillCmd, "kill-cmd", "", "shell command run at -after, e.g. 'kill -9 PID'")
+			fs.IntVar(&c.KillPID, "kill-pid", 0, "process to signal at -after")
+			fs.StringVar(&c.Signal, "signal", "", "signal for -kill-pid (default KILL for kill, TERM for drain)")
+			fs.StringVar(&c.RestartCmd, "restart-cmd", "", "shell command started at -restart-after")
+			fs.DurationVar(&c.RestartAfter, "restart-after", 0, "when to run -restart-cmd, after connecting")
+			fs.StringVar(&c.DrainURL, "drain-url", "", "URL to POST at -after (admin drain API)")
+			fs.DurationVar(&c.Window, "window", time.Second, "reconnects start after a random delay below this")
+			fs.DurationVar(&c.GiveUp, "give-up", 30*time.Second, "how long a client keeps trying to come back")
+		}
+	case "reconnect-storm":
+		fs.IntVar(&c.N, "n", 1000, "connections")
+		fs.Float64Var(&c.Rate, "rate", 1000, "connections opened per second")
+		fs.IntVar(&c.Rooms, "rooms", 100, "rooms %d cycles over")
+		fs.DurationVar(&c.After, "after", time.Second, "when all drop, after connecting")
+		fs.DurationVar(&c.Window, "window", time.Second, "reconnects start after a random delay below this")
+		fs.DurationVar(&c.GiveUp, "give-up", 30*time.Second, "how long a client keeps trying to come back")
+	}
+	if err := fs.Parse(args[1:]); err != nil {
+		return o, err
+	}
+	if fs.NArg() > 0 {
+		return o, fmt.Errorf("unexpected arguments %q", fs.Args())
+	}
+	if c.URL == "" {
+		return o, errors.New("-url is required")
+	}
+	if o.procs < 1 || o.procs > 256 {
+		return o, fmt.Errorf("-procs must be 1-256, got %d", o.procs)
+	}
+	src, err := loadgen.ParseSources(source)
+	if err != nil {
+		return o, err
+	}
+	c.Dialer.Sources = src
+	c.Seed = seed
+	if c.Seed == 0 {
+		c.Seed = rand.Uint64()
+	}
+	if err := c.Validate(); err != nil {
+		return o, err
+	}
+	return o, nil
+}

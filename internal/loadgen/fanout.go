@@ -1,0 +1,552 @@
+package loadgen
+
+import (
+	"context"
+	"math/rand/v2"
+	"net/url"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/wsgate/wsgate/internal/wsframe"
+	"github.com/wsgate/wsgate/relay-backend/relayclient"
+)
+
+// bitset is a growable set of sequence numbers.
+type bitset []uint64
+
+func (b *bitset) set(i uint64) (was bool) {
+	w := int(i / 64)
+	if w >= len(*b) {
+		*b = append(*b, make([]uint64, w-len(*b)+1)...)
+	}
+	m := uint64(1) << (i % 64)
+	was = (*b)[w]&m != 0
+	(*b)[w] |= m
+	return was
+}
+
+func (b bitset) has(i uint64) bool {
+	w := int(i / 64)
+	return w < len(b) && b[w]&(uint64(1)<<(i%64)) != 0
+}
+
+// seen is what one receiver got from one sender.
+type seen struct {
+	got    bitset
+	resent bitset // copies flagged as resent
+	hi     uint64
+	any    bool
+}
+
+// fanMember is one member of a fanout room. Its receive state is owned by
+// its read loop; the send state (seq, unacked, acked, conn) is guarded by
+// mu.
+type fanMember struct {
+	id   uint32
+	room *fanRoom
+
+	recv map[uint32]*seen // by sender; read loop only
+
+	mu      sync.Mutex
+	conn    *Conn // nil while disconnected
+	gone    bool  // never connected, or gave up reconnecting
+	seq     uint64
+	unacked []uint64 // seqs sent on the current connection, oldest first
+	resend  []uint64 // seqs whose ACK never came, to send after reconnect
+	acked   bitset
+	nAcked  int64
+	since   relayclient.Since
+	// per-connection relay.v1 offset checking (read loop only)
+	live    bool
+	checked bool                // connected with a since: the replay must be contiguous
+	maxSeen uint64              // highest offset seen on this connection
+	water   uint64              // highest offset below which all were seen
+	above   map[uint64]struct{} // offsets seen above water
+}
+
+// fanRoom is one room's members.
+type fanRoom struct {
+	n       int
+	target  Target
+	members []*fanMember
+}
+
+// fanout is the shared state of a fanout, kill or drain run.
+type fanout struct {
+	c        *Config
+	rec      *Recorder
+	run      uint32
+	resume   bool // relay.v1 with reconnects
+	rooms    []*fanRoom
+	received atomic.Int64 // unique deliveries
+	sending  atomic.Bool
+	stopping atomic.Bool // the run is ending: closes are expected
+	wg       sync.WaitGroup
+	backMu   sync.Mutex
+	back     []time.Duration
+}
+
+func newFanout(c *Config, rec *Recorder, resume bool) *fanout {
+	f := &fanout{c: c, rec: rec, run: newRunID(), resume: resume}
+	for r := range c.Rooms {
+		room := &fanRoom{n: r, target: c.roomTarget(r)}
+		for k := range c.Members {
+			id := uint32(c.Proc)<<20 | uint32(r*c.Members+k)
+			room.members = append(room.members, &fanMember{id: id, room: room, recv: map[uint32]*seen{}})
+		}
+		f.rooms = append(f.rooms, room)
+	}
+	return f
+}
+
+// runFanout connects every member, lets each send c.MsgRate messages per
+// second for c.Duration, waits for the messages in flight, and checks
+// latency, delivery, duplicates and order.
+func runFanout(ctx context.Context, c *Config, rec *Recorder) error {
+	f := newFanout(c, rec, false)
+	f.connectAll(ctx)
+	f.sendFor(ctx, c.Duration)
+	f.settle(ctx)
+	f.finish()
+	return nil
+}
+
+// connectAll dials every member, paced at c.Rate, and starts its read loop.
+func (f *fanout) connectAll(ctx context.Context) {
+	var all []*fanMember
+	for _, r := range f.rooms {
+		all = append(all, r.members...)
+	}
+	ramp(ctx, len(all), f.c.Rate, func(i int) {
+		m := all[i]
+		if conn := f.dial(ctx, m); conn != nil {
+			f.attach(m, conn)
+			return
+		}
+		m.mu.Lock()
+		m.gone = true
+		m.mu.Unlock()
+	})
+}
+
+// dial connects m (relay.v1 with its since when resuming).
+func (f *fanout) dial(ctx context.Context, m *fanMember) *Conn {
+	t := m.room.target
+	d := f.c.Dialer
+	if f.resume {
+		d.Protocol = relayclient.Subprotocol
+		m.mu.Lock()
+		since := m.since
+		m.mu.Unlock()
+		if !since.IsZero() {
+			u, err := url.Parse(t.Path)
+			if err == nil {
+				q := u.Query()
+				q.Set("since", since.String())
+				u.RawQuery = q.Encode()
+				t.Path = u.RequestURI()
+			}
+		}
+	}
+	t0 := time.Now()
+	conn, err := d.Dial(ctx, t)
+	if err != nil {
+		if !ended(ctx) {
+			f.rec.Fail(Reason(err))
+		}
+		return nil
+	}
+	f.rec.Connected(time.Since(t0))
+	if f.resume && conn.Protocol != relayclient.Subprotocol {
+		conn.Abort()
+		f.rec.Update(func(r *Report) { r.FailedBy["no_relay_v1"]++ })
+		return nil
+	}
+	return conn
+}
+
+// attach makes conn m's connection and starts its read loop.
+func (f *fanout) attach(m *fanMember, conn *Conn) {
+	f.prepare(m, conn)
+	f.wg.Add(1)
+	go f.life(m, conn)
+}
+
+// prepare makes conn m's connection and resends the writes whose ACK never
+// came.
+func (f *fanout) prepare(m *fanMember, conn *Conn) {
+	m.mu.Lock()
+	m.conn = conn
+	m.live = false
+	m.checked = !m.since.IsZero()
+	m.water = m.since.Offset
+	m.maxSeen = m.water
+	m.above = nil
+	resend := m.resend
+	m.resend = nil
+	buf := make([]byte, 0, f.c.Size)
+	for i, seq := range resend {
+		buf = AppendMsg(buf[:0], Msg{Run: f.run, Sender: m.id, Flags: FlagResent, Seq: seq, SentNS: time.Now().UnixNano()}, f.c.Size)
+		m.unacked = append(m.unacked, seq)
+		if conn.Write(wsframe.OpBinary, buf) != nil {
+			m.unacked = append(m.unacked, resend[i+1:]...)
+			break
+		}
+	}
+	m.mu.Unlock()
+	if len(resend) > 0 {
+		f.rec.Update(func(r *Report) { r.Resent += int64(len(resend)) })
+	}
+}
+
+// life runs m's read loop and, when resuming, reconnects after a drop.
+func (f *fanout) life(m *fanMember, conn *Conn) {
+	defer f.wg.Done()
+	for {
+		code, _ := conn.ReadLoop(func(op wsframe.Opcode, p []byte) { f.onMessage(m, op, p) })
+		m.mu.Lock()
+		m.conn = nil
+		m.resend = append(m.resend, m.unacked...)
+		m.unacked = nil
+		var gaps int64
+		if f.resume && m.maxSeen > m.water {
+			gaps = int64(m.maxSeen-m.water) - int64(len(m.above))
+		}
+		m.mu.Unlock()
+		if gaps > 0 {
+			f.rec.Update(func(r *Report) { r.Gaps += gaps })
+		}
+		client := conn.Closing() || f.stopping.Load()
+		if !client {
+			f.rec.Update(func(r *Report) {
+				r.CloseCodes[itoa(code)]++
+				if !f.resume {
+					r.DroppedBy[itoa(code)]++
+				}
+			})
+		}
+		if !f.resume || client {
+			return
+		}
+		dropped := time.Now()
+		if conn = f.reconnect(m); conn == nil {
+			m.mu.Lock()
+			m.gone = true
+			m.mu.Unlock()
+			f.rec.Update(func(r *Report) { r.NotBack++ })
+			return
+		}
+		f.rec.r.Reconnect.Hist.Record(time.Since(dropped))
+		f.rec.Update(func(r *Report) { r.Back++ })
+		f.backMu.Lock()
+		f.back = append(f.back, time.Since(dropped))
+		f.backMu.Unlock()
+		f.prepare(m, conn)
+	}
+}
+
+// attachNoLoop is attach without starting a new read loop goroutine.
+func (f *fanout) attachNoLoop(m *fanMember, conn *Conn) {
+	m.mu.Lock()
+	m.conn = conn
+	m.live = false
+	m.water = m.since.Offset
+	m.above = nil
+	resend := m.resend
+	m.resend = nil
+	buf := make([]byte, 0, f.c.Size)
+	for _, seq := range resend {
+		buf = AppendMsg(buf[:0], Msg{Run: f.run, Sender: m.id, Flags: FlagResent, Seq: seq, SentNS: time.Now().UnixNano()}, f.c.Size)
+		m.unacked = append(m.unacked, seq)
+		if conn.Write(wsframe.OpBinary, buf) != nil {
+			break
+		}
+	}
+	m.mu.Unlock()
+	if len(resend) > 0 {
+		f.rec.Update(func(r *Report) { r.Resent += int64(len(resend)) })
+	}
+}
+
+// reconnect waits a random delay in [0, Window), then tries with jittered
+// exponential backoff until GiveUp. It returns nil when giving up or when
+// the run ends.
+func (f *fanout) reconnect(m *fanMember) *Conn {
+	rng := rand.New(rand.NewPCG(f.c.Seed, uint64(m.id)))
+	deadline := time.Now().Add(f.c.GiveUp)
+	ctx, cancel := context.WithDeadline(context.Background(), deadline)
+	defer cancel()
+	wait := time.Duration(rng.Int64N(int64(f.c.Window)))
+	backoff := 100 * time.Millisecond
+	for try := 0; try < 1000; try++ {
+		if !sleepCtx(ctx, wait) || f.stopping.Load() {
+			return nil
+		}
+		f.rec.Update(func(r *Report) { r.Tries++ })
+		if conn := f.dial(ctx, m); conn != nil {
+			return conn
+		}
+		wait = backoff/2 + time.Duration(rng.Int64N(int64(backoff)))
+		backoff = min(2*backoff, 2*time.Second)
+	}
+	return nil
+}
+
+// onMessage handles one message on m's read loop.
+func (f *fanout) onMessage(m *fanMember, op wsframe.Opcode, p []byte) {
+	now := time.Now()
+	if f.resume {
+		fr, err := relayclient.ParseFrame(p)
+		if err != nil {
+			f.rec.Update(func(r *Report) { r.FailedBy["bad_frame"]++ })
+			return
+		}
+		switch fr.Kind {
+		case relayclient.KindPos:
+			m.mu.Lock()
+			if m.since.Epoch != string(fr.Body) {
+				m.since = relayclient.Since{Epoch: string(fr.Body)}
+			}
+			m.mu.Unlock()
+			return
+		case relayclient.KindResync:
+			f.rec.Update(func(r *Report) { r.Resyncs++ })
+			m.mu.Lock()
+			m.since = relayclient.Since{Epoch: string(fr.Body)}
+			m.water, m.maxSeen, m.above, m.checked = 0, 0, nil, false
+			m.mu.Unlock()
+			return
+		case relayclient.KindLive:
+			m.mu.Lock()
+			m.live = true
+			if !m.checked && m.water < fr.Offset && len(m.above) == 0 {
+				m.water = fr.Offset
+			}
+			m.maxSeen = max(m.maxSeen, fr.Offset, m.water)
+			m.since.Offset = m.water
+			m.mu.Unlock()
+			return
+		case relayclient.KindAck:
+			m.mu.Lock()
+			f.offset(m, fr.Offset)
+			if len(m.unacked) > 0 {
+				seq := m.unacked[0]
+				m.unacked = m.unacked[1:]
+				if !m.acked.set(seq) {
+					m.nAcked++
+				}
+			}
+			m.mu.Unlock()
+			return
+		case relayclient.KindMsg:
+			m.mu.Lock()
+			f.offset(m, fr.Offset)
+			m.mu.Unlock()
+			p = fr.Body
+		}
+	}
+	msg, err := ParseMsg(p)
+	if err != nil || msg.Run != f.run || msg.Sender == m.id {
+		return
+	}
+	f.rec.r.Latency.Hist.Record(msg.Age(now))
+	s := m.recv[msg.Sender]
+	if s == nil {
+		s = &seen{}
+		m.recv[msg.Sender] = s
+	}
+	resent := msg.Flags&FlagResent != 0
+	if s.got.set(msg.Seq) {
+		if resent || s.resent.has(msg.Seq) {
+			f.rec.Update(func(r *Report) { r.DuplicatesResent++ })
+		} else {
+			f.rec.Update(func(r *Report) { r.Duplicates++ })
+		}
+		return
+	}
+	if resent {
+		s.resent.set(msg.Seq)
+	}
+	f.received.Add(1)
+	if s.any && msg.Seq < s.hi && !resent {
+		f.rec.Update(func(r *Report) { r.OutOfOrder++ })
+	}
+	if !s.any || msg.Seq > s.hi {
+		s.hi, s.any = msg.Seq, true
+	}
+}
+
+// offset checks a relay.v1 offset (MSG or ACK) against what this
+// connection saw: a repeat is a duplicate offset; the watermark advances
+// over contiguous offsets. Called with m.mu held.
+func (f *fanout) offset(m *fanMember, off uint64) {
+	m.maxSeen = max(m.maxSeen, off)
+	switch {
+	case off <= m.water:
+		if m.live || m.water != 0 {
+			f.rec.Update(func(r *Report) { r.DupOffsets++ })
+		}
+		return
+	case off == m.water+1:
+		m.water = off
+		for {
+			if _, ok := m.above[m.water+1]; !ok {
+				break
+			}
+			delete(m.above, m.water+1)
+			m.water++
+		}
+	default:
+		if !m.checked && !m.live && m.water == 0 && len(m.above) == 0 {
+			// First frame of a replay without a usable since: start here.
+			m.water = off
+			break
+		}
+		if m.above == nil {
+			m.above = map[uint64]struct{}{}
+		}
+		if _, dup := m.above[off]; dup {
+			f.rec.Update(func(r *Report) { r.DupOffsets++ })
+		}
+		m.above[off] = struct{}{}
+	}
+	m.since.Offset = m.water
+}
+
+// sendFor runs every connected member's sender for d.
+func (f *fanout) sendFor(ctx context.Context, d time.Duration) {
+	ctx, cancel := context.WithTimeout(ctx, d)
+	defer cancel()
+	var wg sync.WaitGroup
+	interval := time.Duration(float64(time.Second) / f.c.MsgRate)
+	for _, r := range f.rooms {
+		for _, m := range r.members {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				f.send(ctx, m, interval)
+			}()
+		}
+	}
+	wg.Wait()
+}
+
+// send writes one message every interval (first one after a random part
+// of it) while m is connected.
+func (f *fanout) send(ctx context.Context, m *fanMember, interval time.Duration) {
+	rng := rand.New(rand.NewPCG(f.c.Seed^0x5eed, uint64(m.id)))
+	next := time.Now().Add(time.Duration(rng.Int64N(int64(interval) + 1)))
+	buf := make([]byte, 0, f.c.Size)
+	for sleepCtx(ctx, time.Until(next)) {
+		next = next.Add(interval)
+		m.mu.Lock()
+		if m.conn != nil && len(m.resend) == 0 {
+			seq := m.seq
+			buf = AppendMsg(buf[:0], Msg{Run: f.run, Sender: m.id, Seq: seq, SentNS: time.Now().UnixNano()}, f.c.Size)
+			if f.resume {
+				m.unacked = append(m.unacked, seq)
+			}
+			if err := m.conn.Write(wsframe.OpBinary, buf); err == nil || f.resume {
+				m.seq++
+			}
+		}
+		m.mu.Unlock()
+	}
+}
+
+// settle waits until every message sent was delivered (and acknowledged
+// when resuming), or c.Settle passed.
+func (f *fanout) settle(ctx context.Context) {
+	deadline := time.Now().Add(f.c.Settle)
+	for time.Now().Before(deadline) && ctx.Err() == nil {
+		exp, _ := f.expected()
+		if f.received.Load() >= exp && f.pendingAcks() == 0 {
+			return
+		}
+		sleepCtx(ctx, 20*time.Millisecond)
+	}
+}
+
+// pendingAcks counts writes waiting for an ACK or a resend.
+func (f *fanout) pendingAcks() int {
+	if !f.resume {
+		return 0
+	}
+	n := 0
+	for _, r := range f.rooms {
+		for _, m := range r.members {
+			m.mu.Lock()
+			n += len(m.unacked) + len(m.resend)
+			m.mu.Unlock()
+		}
+	}
+	return n
+}
+
+// expected returns the deliveries expected so far (every other member of
+// the room gets every message of every member that connected) and the
+// distinct messages sent.
+func (f *fanout) expected() (exp, sent int64) {
+	for _, r := range f.rooms {
+		var roomSent int64
+		for _, m := range r.members {
+			m.mu.Lock()
+			roomSent += int64(m.seq)
+			m.mu.Unlock()
+		}
+		sent += roomSent
+		exp += roomSent * int64(len(r.members)-1)
+	}
+	return exp, sent
+}
+
+// finish closes every member, waits for the read loops and fills the
+// report.
+func (f *fanout) finish() {
+	f.stopping.Store(true)
+	for _, r := range f.rooms {
+		for _, m := range r.members {
+			m.mu.Lock()
+			if m.conn != nil {
+				m.conn.Close(1000, 2*time.Second)
+			}
+			m.mu.Unlock()
+		}
+	}
+	f.wg.Wait()
+	exp, sent := f.expected()
+	var lost, acked int64
+	if f.resume {
+		for _, r := range f.rooms {
+			for _, s := range r.members {
+				acked += s.nAcked
+				// Writes never acknowledged and never resent.
+				lost += int64(len(s.unacked) + len(s.resend))
+				for q := uint64(0); q < s.seq; q++ {
+					if !s.acked.has(q) {
+						continue
+					}
+					for _, m := range r.members {
+						if m == s {
+							continue
+						}
+						if st := m.recv[s.id]; st == nil || !st.got.has(q) {
+							lost++
+						}
+					}
+				}
+			}
+		}
+	}
+	f.rec.Update(func(r *Report) {
+		r.Sent += sent
+		r.Expected += exp
+		r.Received += f.received.Load()
+		r.Acked += acked
+		r.LostWrites += lost
+	})
+}
+
+func itoa(code uint16) string { return strconv.Itoa(int(code)) }
