@@ -226,3 +226,49 @@ func TestNewRedisBadURL(t *testing.T) {
 		})
 	}
 }
+
+// TestRedisResubscribeGap: after Redis kills the subscriber connection,
+// the bus re-subscribes, counts it, and hands the handler a nil message,
+// and messages flow again.
+func TestRedisResubscribeGap(t *testing.T) {
+	srv := redistest.Start(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	r, err := bus.NewRedis(ctx, bus.RedisOptions{URL: srv.URL()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	events := make(chan []byte, 16)
+	if _, err := r.Subscribe(ctx, "g", func(_ string, msg []byte) { events <- msg }); err != nil {
+		t.Fatal(err)
+	}
+	if err := r.Publish(ctx, "g", nil); err != nil {
+		t.Fatal(err)
+	}
+	if m := <-events; m == nil || len(m) != 0 {
+		t.Fatalf("empty message arrived as %v (nil is the gap marker)", m)
+	}
+	admin := redis.NewClient(&redis.Options{Addr: srv.Addr})
+	defer admin.Close()
+	if err := admin.ClientKillByFilter(ctx, "TYPE", "pubsub").Err(); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case m := <-events:
+		if m != nil {
+			t.Fatalf("got %q, want the nil gap marker", m)
+		}
+	case <-ctx.Done():
+		t.Fatal("no gap marker after the subscriber connection was killed")
+	}
+	if n := r.Resubscribes(); n != 1 {
+		t.Fatalf("resubscribes = %d", n)
+	}
+	if err := r.Publish(ctx, "g", []byte("again")); err != nil {
+		t.Fatal(err)
+	}
+	if m := <-events; string(m) != "again" {
+		t.Fatalf("after resubscribe got %q", m)
+	}
+}

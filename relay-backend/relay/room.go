@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"sync"
+	"time"
 
 	"github.com/fasthttp/websocket"
 
@@ -235,7 +236,7 @@ func (r *Relay) deliver(rm *room, e roomlog.Entry) {
 		r.repairs.Add(1)
 		r.catchUp(rm)
 	case e.Offset == rm.last+1:
-		r.fanout(rm, e)
+		r.fanout(rm, e, time.Time{})
 		rm.last = e.Offset
 	}
 }
@@ -268,9 +269,13 @@ func (r *Relay) catchUp(rm *room) bool {
 		r.toV1(rm, outMsg{websocket.BinaryMessage, relayclient.AppendFrame(nil,
 			relayclient.Frame{Kind: relayclient.KindResync, Body: []byte(rm.epoch)})})
 	}
+	// A repair can hand a member more than its whole send queue at once;
+	// it waits for room (up to WriteTimeout for the whole repair) instead
+	// of closing a member that is reading.
+	patience := time.Now().Add(r.opt.WriteTimeout)
 	for _, e := range entries {
 		if e.Offset > rm.last && e.Offset <= pos.Offset {
-			r.fanout(rm, e)
+			r.fanout(rm, e, patience)
 			rm.last = e.Offset
 		}
 	}
@@ -382,9 +387,10 @@ func v1Frame(k relayclient.Kind, typ byte, off uint64, body []byte) outMsg {
 	return outMsg{websocket.BinaryMessage, b}
 }
 
-// fanout queues e for every admitted member of rm except its sender. It
-// never blocks.
-func (r *Relay) fanout(rm *room, e roomlog.Entry) {
+// fanout queues e for every admitted member of rm except its sender. With a
+// zero patience it never blocks; otherwise a full queue is waited on until
+// that time.
+func (r *Relay) fanout(rm *room, e roomlog.Entry, patience time.Time) {
 	env, err := parseEnvelope(e.Data)
 	if err != nil {
 		r.countBusError("decode", err)
@@ -393,20 +399,54 @@ func (r *Relay) fanout(rm *room, e roomlog.Entry) {
 	own := env.origin == r.origin
 	plain := outMsg{env.typ, env.data}
 	var v1 outMsg
-	rm.mu.RLock()
-	defer rm.mu.RUnlock()
-	for id, p := range rm.members {
-		if own && id == env.member {
-			continue
-		}
+	pick := func(p *member) outMsg {
 		if !p.v1 {
-			r.enqueue(p, plain)
-			continue
+			return plain
 		}
 		if v1.data == nil {
 			v1 = v1Frame(relayclient.KindMsg, byte(env.typ), e.Offset, env.data)
 		}
-		r.enqueue(p, v1)
+		return v1
+	}
+	if patience.IsZero() {
+		rm.mu.RLock()
+		defer rm.mu.RUnlock()
+		for id, p := range rm.members {
+			if !own || id != env.member {
+				r.enqueue(p, pick(p))
+			}
+		}
+		return
+	}
+	// Waiting must not hold rm.mu: a leaving member takes it.
+	rm.mu.RLock()
+	list := make([]*member, 0, len(rm.members))
+	for id, p := range rm.members {
+		if !own || id != env.member {
+			list = append(list, p)
+		}
+	}
+	rm.mu.RUnlock()
+	for _, p := range list {
+		msg := pick(p)
+		if wait := time.Until(patience); wait > 0 && !p.kicked.Load() {
+			select {
+			case p.queue <- msg:
+				continue
+			default:
+			}
+			t := time.NewTimer(wait)
+			select {
+			case p.queue <- msg:
+				t.Stop()
+				continue
+			case <-p.done:
+				t.Stop()
+				continue
+			case <-t.C:
+			}
+		}
+		r.enqueue(p, msg)
 	}
 }
 
