@@ -1,0 +1,89 @@
+// Command testplugin is an auth plugin for the host's tests: its config
+// picks allow or deny, the request path picks a misbehaviour (/hang,
+// /slow, /crash, /error, /bad-header), and every decision carries the
+// plugin's pid and call count so a test can see which process answered
+// and whether the call reached it.
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log"
+	"os"
+	"strconv"
+	"sync/atomic"
+	"time"
+
+	"github.com/wsgate/wsgate/plugins/auth"
+)
+
+type config struct {
+	Deny       bool          `json:"deny"`
+	Status     int           `json:"status"`
+	Tag        string        `json:"tag"`
+	CacheKey   []string      `json:"cache_key"`
+	CacheTTL   auth.Duration `json:"cache_ttl"`
+	BadConfig  bool          `json:"bad_config"`
+	SlowFor    auth.Duration `json:"slow_for"`
+	HeaderName string        `json:"header_name"`
+}
+
+type testAuth struct {
+	cfg   config
+	calls atomic.Int64
+}
+
+func (a *testAuth) Configure(_ context.Context, raw map[string]any) error {
+	if err := auth.DecodeConfig(raw, &a.cfg); err != nil {
+		return err
+	}
+	if a.cfg.BadConfig {
+		return fmt.Errorf("%w: bad_config is set", auth.ErrInvalidConfig)
+	}
+	if a.cfg.HeaderName == "" {
+		a.cfg.HeaderName = "X-Tag"
+	}
+	log.Printf("testplugin configured tag=%s", a.cfg.Tag)
+	return nil
+}
+
+func (a *testAuth) CacheKey() []string { return a.cfg.CacheKey }
+
+func (a *testAuth) Authenticate(ctx context.Context, req *auth.Request) (*auth.Decision, error) {
+	n := a.calls.Add(1)
+	switch req.Path {
+	case "/hang":
+		select {} // ignores ctx, as a stuck plugin would
+	case "/slow":
+		select {
+		case <-time.After(a.cfg.SlowFor.Duration):
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+	case "/crash":
+		os.Exit(3)
+	case "/error":
+		return nil, errors.New("backend down")
+	case "/bad-header":
+		return auth.Allow(map[string]string{"X-Evil": "a\r\nX-Injected: 1"}), nil
+	case "/nil":
+		return nil, nil
+	}
+	h := map[string]string{
+		a.cfg.HeaderName: a.cfg.Tag,
+		"X-Pid":          strconv.Itoa(os.Getpid()),
+		"X-Calls":        strconv.FormatInt(n, 10),
+	}
+	if a.cfg.Deny {
+		d := auth.Deny(a.cfg.Status, "denied by "+a.cfg.Tag)
+		d.CacheTTL = a.cfg.CacheTTL.Duration
+		return d, nil
+	}
+	d := auth.Allow(h)
+	d.CacheTTL = a.cfg.CacheTTL.Duration
+	d.Subject = a.cfg.Tag
+	return d, nil
+}
+
+func main() { auth.Serve(&testAuth{}) }
