@@ -1,13 +1,26 @@
 // Package relay is the reference WebSocket relay behind the wsgate gateway.
 //
-// Clients join a room with GET {prefix}{room}; every text or binary frame a
-// member sends reaches every other member of the room exactly once, on this
-// replica directly and on other replicas through a bus.Bus, and is never
-// echoed to its sender. A member that cannot keep up is closed with 1013, a
-// frame over the size limit closes its sender with 1009, and Drain says
-// goodbye (1001) to every client, spread over a window, so they reconnect
-// elsewhere a few at a time.
+// Clients join a room with GET {prefix}{room}; every text or binary message
+// a member sends is committed to the room's log (Options.Log: an epoch and a
+// dense offset per message, see roomlog), which publishes it to every
+// replica over Options.Bus, and reaches every other member of the room
+// exactly once and in offset order; it is never echoed to its sender. One
+// goroutine per room delivers: it tracks the last offset it delivered, and a
+// message past a gap, a bus resubscribe or a full room queue makes it read
+// the missing offsets from the log first.
 //
-// Besides the rooms a Relay serves GET /healthz, GET /info (JSON counters)
-// and GET / (a small demo page).
+// Plain clients get the room's retained history on join, then live
+// messages, with their frame types kept. relay.v1 clients (the subprotocol,
+// docs/protocol.md) get binary frames with positions: POS, an optional
+// RESYNC, the replay after ?since=, LIVE, then live messages and an ACK for
+// each message they sent, once committed.
+//
+// A member that cannot keep up is closed with 1013, a message over the size
+// limit closes its sender with 1009, a room log failure closes with 1011,
+// and Drain says goodbye (1001) to every client, spread over a window, so
+// they reconnect elsewhere a few at a time.
+//
+// Besides the rooms a Relay serves GET /healthz (with the Wsgate-Agent
+// header for the gateway's checker), GET /info (JSON counters) and GET / (a
+// small demo page).
 package relay
