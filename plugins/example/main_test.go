@@ -4,12 +4,20 @@ import (
 	"context"
 	"errors"
 	"net/http"
+	"os"
+	"strings"
 	"testing"
 
 	"github.com/wsgate/wsgate/internal/testproc"
 	"github.com/wsgate/wsgate/plugins/auth"
 	"github.com/wsgate/wsgate/plugins/auth/authtest"
 )
+
+// TestMain keeps race-enabled plugin builds from sleeping a second at exit.
+func TestMain(m *testing.M) {
+	os.Setenv("GORACE", strings.TrimSpace(os.Getenv("GORACE")+" atexit_sleep_ms=0"))
+	os.Exit(m.Run())
+}
 
 // TestExamplePlugin builds the example of docs/plugins.md and runs it as
 // the gateway does.
