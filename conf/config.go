@@ -7,18 +7,18 @@ package conf
 // changing one in place.
 type Config struct {
 	// File is the name the config was loaded from, as given to Load or Parse.
-	File string `toml:"-"`
+	File string `toml:"-" json:"file"`
 	// Gateway holds the client-facing listener and gateway-wide limits.
-	Gateway Gateway `toml:"gateway"`
+	Gateway Gateway `toml:"gateway" json:"gateway"`
 	// Admin holds the admin listener (metrics, API, dashboard).
-	Admin Admin `toml:"admin"`
+	Admin Admin `toml:"admin" json:"admin"`
 	// Pools are the groups of relay nodes routes send traffic to; at least one.
-	Pools []Pool `toml:"pools"`
+	Pools []Pool `toml:"pools" json:"pools"`
 	// Routes map a request's host and path to a pool, first match wins; at
 	// least one.
-	Routes []Route `toml:"routes"`
+	Routes []Route `toml:"routes" json:"routes"`
 	// Plugins are the auth plugins routes may name; default none.
-	Plugins []Plugin `toml:"plugins"`
+	Plugins []Plugin `toml:"plugins" json:"plugins"`
 }
 
 // Pool returns the pool named name, or nil if there is none.
@@ -35,27 +35,27 @@ func (c *Config) Pool(name string) *Pool {
 // Like all sections it is plain data, read-only once loaded (see Config).
 type Gateway struct {
 	// Listen is the client listener address, host:port (default ":8080").
-	Listen string `toml:"listen"`
+	Listen string `toml:"listen" json:"listen"`
 	// Listeners are extra client listener addresses, host:port (default none).
-	Listeners []string `toml:"listeners"`
+	Listeners []string `toml:"listeners" json:"listeners"`
 	// MaxConns caps open client connections across the gateway (default
 	// 1_000_000 connections; >= 1).
-	MaxConns int `toml:"max_conns"`
+	MaxConns int `toml:"max_conns" json:"max_conns"`
 	// MaxConnsPerIP caps open connections from one client IP (default 0,
 	// meaning unlimited; >= 0).
-	MaxConnsPerIP int `toml:"max_conns_per_ip"`
+	MaxConnsPerIP int `toml:"max_conns_per_ip" json:"max_conns_per_ip"`
 	// HandshakeTimeout bounds reading the client's upgrade request and
 	// completing the handshake (default 10s; > 0).
-	HandshakeTimeout Duration `toml:"handshake_timeout"`
+	HandshakeTimeout Duration `toml:"handshake_timeout" json:"handshake_timeout"`
 	// DrainWindow is the time over which close 1001 frames are spread when
 	// draining (default 10s; >= 0).
-	DrainWindow Duration `toml:"drain_window"`
+	DrainWindow Duration `toml:"drain_window" json:"drain_window"`
 	// DrainTimeout is the hard stop for a drain: connections still open after
 	// it are cut (default 30s; >= drain_window).
-	DrainTimeout Duration `toml:"drain_timeout"`
+	DrainTimeout Duration `toml:"drain_timeout" json:"drain_timeout"`
 	// RetryAfter is the Retry-After sent with 503 and 429 answers (default
 	// 1s; whole seconds, >= 1s).
-	RetryAfter Duration `toml:"retry_after"`
+	RetryAfter Duration `toml:"retry_after" json:"retry_after"`
 }
 
 // Admin is the [admin] section: the admin listener.
@@ -63,46 +63,46 @@ type Gateway struct {
 type Admin struct {
 	// Listen is the admin listener address, host:port (default
 	// "127.0.0.1:9090"); "" disables the admin listener.
-	Listen string `toml:"listen"`
+	Listen string `toml:"listen" json:"listen"`
 	// TokenEnv names the environment variable holding the admin bearer token
 	// (default "", no token). A token is required when Listen is not a
 	// loopback address.
-	TokenEnv string `toml:"token_env"`
+	TokenEnv string `toml:"token_env" json:"token_env"`
 }
 
 // Pool is one [[pools]] entry: a group of relay nodes and how to pick one.
 // Like all sections it is plain data, read-only once loaded (see Config).
 type Pool struct {
 	// Name identifies the pool to routes; required, unique, [a-z0-9_-]+.
-	Name string `toml:"name"`
+	Name string `toml:"name" json:"name"`
 	// Balance is the selection policy (default "least_conn"; "least_conn" or
 	// "round_robin"; "p2c" and "hash" are planned and rejected for now).
-	Balance string `toml:"balance"`
+	Balance string `toml:"balance" json:"balance"`
 	// HashKey says where the hash policy finds its key: "path:N" (Nth path
 	// segment, from 1), "query:NAME" or "header:NAME" (default "", only
 	// used with balance = "hash").
-	HashKey string `toml:"hash_key"`
+	HashKey string `toml:"hash_key" json:"hash_key"`
 	// MaxConnsPerNode is the default cap of open connections per node
 	// (default 50_000 connections; >= 1).
-	MaxConnsPerNode int `toml:"max_conns_per_node"`
+	MaxConnsPerNode int `toml:"max_conns_per_node" json:"max_conns_per_node"`
 	// SourceAddrs are local IP addresses to dial nodes from, to get past the
 	// ~28k-64k connections one source address can open to one node (default
 	// none: the kernel picks).
-	SourceAddrs []string `toml:"source_addrs"`
+	SourceAddrs []string `toml:"source_addrs" json:"source_addrs"`
 	// ConnectTimeout bounds the dial plus the upstream handshake (default
 	// 2s; > 0).
-	ConnectTimeout Duration `toml:"connect_timeout"`
+	ConnectTimeout Duration `toml:"connect_timeout" json:"connect_timeout"`
 	// ConnectTries is the number of nodes tried per client handshake before
 	// answering 502 (default 3; >= 1).
-	ConnectTries int `toml:"connect_tries"`
+	ConnectTries int `toml:"connect_tries" json:"connect_tries"`
 	// SlowStart is the time over which a node that comes up ramps from a
 	// small share to its full weight, so a recovered replica is not handed
 	// a whole reconnect storm at once (default 0s: off; >= 0).
-	SlowStart Duration `toml:"slow_start"`
+	SlowStart Duration `toml:"slow_start" json:"slow_start"`
 	// Health configures the active health check of the pool's nodes.
-	Health Health `toml:"health"`
+	Health Health `toml:"health" json:"health"`
 	// Nodes are the pool's relay nodes; at least one.
-	Nodes []Node `toml:"nodes"`
+	Nodes []Node `toml:"nodes" json:"nodes"`
 }
 
 // Health is a pool's [pools.health] section: the active HTTP check.
@@ -110,36 +110,36 @@ type Pool struct {
 type Health struct {
 	// Path is the HTTP path probed on each node (default "/healthz"; starts
 	// with "/").
-	Path string `toml:"path"`
+	Path string `toml:"path" json:"path"`
 	// Interval is the time between probes of one node (default 2s; > 0).
-	Interval Duration `toml:"interval"`
+	Interval Duration `toml:"interval" json:"interval"`
 	// Timeout bounds one probe (default 1s; > 0 and <= interval).
-	Timeout Duration `toml:"timeout"`
+	Timeout Duration `toml:"timeout" json:"timeout"`
 	// Rise is the number of passing probes in a row that mark a node up
 	// (default 2; >= 1).
-	Rise int `toml:"rise"`
+	Rise int `toml:"rise" json:"rise"`
 	// Fall is the number of failing probes in a row that mark a node down
 	// (default 3; >= 1).
-	Fall int `toml:"fall"`
+	Fall int `toml:"fall" json:"fall"`
 	// EjectAfter is the number of failed dials or upstream handshakes in a
 	// row that eject a node without waiting for a probe (default 3; >= 1).
-	EjectAfter int `toml:"eject_after"`
+	EjectAfter int `toml:"eject_after" json:"eject_after"`
 	// EjectFor is how long an ejected node rests before probes may bring it
 	// back (default 10s; > 0).
-	EjectFor Duration `toml:"eject_for"`
+	EjectFor Duration `toml:"eject_for" json:"eject_for"`
 }
 
 // Node is one [[pools.nodes]] entry: a relay replica.
 // Like all sections it is plain data, read-only once loaded (see Config).
 type Node struct {
 	// Addr is the node's host:port; required, unique within its pool.
-	Addr string `toml:"addr"`
+	Addr string `toml:"addr" json:"addr"`
 	// Weight is the node's relative share of connections (default 1;
 	// 1..1000).
-	Weight int `toml:"weight"`
+	Weight int `toml:"weight" json:"weight"`
 	// MaxConns caps open connections to this node (default: the pool's
 	// max_conns_per_node; 0 or absent inherits it; >= 1 once loaded).
-	MaxConns int `toml:"max_conns"`
+	MaxConns int `toml:"max_conns" json:"max_conns"`
 }
 
 // Route is one [[routes]] entry: which requests go to which pool, and how.
@@ -147,39 +147,39 @@ type Node struct {
 type Route struct {
 	// Host matches the request host without port, case-insensitively:
 	// "*", "example.com" or "*.example.com" (default "*").
-	Host string `toml:"host"`
+	Host string `toml:"host" json:"host"`
 	// PathPrefix matches the start of the request path (default "/"; starts
 	// with "/").
-	PathPrefix string `toml:"path_prefix"`
+	PathPrefix string `toml:"path_prefix" json:"path_prefix"`
 	// Pool names the pool that serves the route; required.
-	Pool string `toml:"pool"`
+	Pool string `toml:"pool" json:"pool"`
 	// Origins are the allowed Origin header values, such as
 	// "https://app.example.com" (default none: any origin).
-	Origins []string `toml:"origins"`
+	Origins []string `toml:"origins" json:"origins"`
 	// Auth names the [[plugins]] entries called in order to admit a client
 	// (default none: no auth).
-	Auth []string `toml:"auth"`
+	Auth []string `toml:"auth" json:"auth"`
 	// Overflow says what a client gets when no node has room: "http-503"
 	// (503 + Retry-After, the default) or "close-1013" (accept, then close
 	// with 1013).
-	Overflow string `toml:"overflow"`
+	Overflow string `toml:"overflow" json:"overflow"`
 	// MaxFrame is the largest frame accepted from a client before closing
 	// with 1009 (default 1MiB; > 0).
-	MaxFrame Size `toml:"max_frame"`
+	MaxFrame Size `toml:"max_frame" json:"max_frame"`
 }
 
 // Plugin is one [[plugins]] entry: an auth plugin executable.
 // Like all sections it is plain data, read-only once loaded (see Config).
 type Plugin struct {
 	// Name identifies the plugin to routes' auth lists; required, unique.
-	Name string `toml:"name"`
+	Name string `toml:"name" json:"name"`
 	// Path is the plugin executable; required.
-	Path string `toml:"path"`
+	Path string `toml:"path" json:"path"`
 	// SHA256 is the expected hex SHA-256 of the executable (default "", not
 	// checked; else 64 hex digits).
-	SHA256 string `toml:"sha256"`
+	SHA256 string `toml:"sha256" json:"sha256"`
 	// Timeout bounds one call to the plugin (default 2s; > 0).
-	Timeout Duration `toml:"timeout"`
+	Timeout Duration `toml:"timeout" json:"timeout"`
 	// Config is handed to the plugin as is; its keys are not checked here.
-	Config map[string]any `toml:"config"`
+	Config map[string]any `toml:"config" json:"config"`
 }

@@ -42,7 +42,8 @@ type half struct {
 	dstFailed   bool
 	frames      uint64
 	bytes       uint64
-	closeCode   uint16
+	closeCode   uint16 // code of src's close frame
+	sentCode    uint16 // code of the gateway's own close to dst
 }
 
 func (h *half) init(t *Tunnel, src, dst net.Conn, toClient bool) {
@@ -237,6 +238,7 @@ func (h *half) writeClose(code uint16, reason string) {
 		h.failDst()
 	}
 	h.sentClose = true
+	h.sentCode = code
 }
 
 // injectClose sends the gateway's close frame to dst now if dst sits at a
@@ -283,8 +285,8 @@ func (h *half) sawClose() bool {
 	return h.srcClosed
 }
 
-func (h *half) stats() (frames, bytes uint64, closeCode uint16) {
+func (h *half) stats() (frames, bytes uint64, closeCode, sentCode uint16) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	return h.frames, h.bytes, h.closeCode
+	return h.frames, h.bytes, h.closeCode, h.sentCode
 }

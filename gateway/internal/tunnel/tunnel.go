@@ -144,13 +144,15 @@ type Stats struct {
 	BytesToNode, BytesToClient   uint64 // bytes read from each side
 	ClientCloseCode              uint16 // code of the client's close frame, 0 if none
 	NodeCloseCode                uint16 // code of the node's close frame, 0 if none
+	GatewayToClientCode          uint16 // code of the gateway's own close to the client, 0 if none
+	GatewayToNodeCode            uint16 // code of the gateway's own close to the node, 0 if none
 }
 
 // Stats returns the tunnel's counters so far.
 func (t *Tunnel) Stats() Stats {
 	var s Stats
-	s.FramesToNode, s.BytesToNode, s.ClientCloseCode = t.toNode.stats()
-	s.FramesToClient, s.BytesToClient, s.NodeCloseCode = t.toClient.stats()
+	s.FramesToNode, s.BytesToNode, s.ClientCloseCode, s.GatewayToNodeCode = t.toNode.stats()
+	s.FramesToClient, s.BytesToClient, s.NodeCloseCode, s.GatewayToClientCode = t.toClient.stats()
 	return s
 }
 
