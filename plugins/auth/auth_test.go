@@ -95,6 +95,12 @@ func TestErrorTranslation(t *testing.T) {
 			t.Fatalf("got %v", got)
 		}
 	})
+	t.Run("connection closed under the call", func(t *testing.T) {
+		got := fromStatus(bg, status.Error(codes.Canceled, "grpc: the client connection is closing"))
+		if !errors.Is(got, ErrTransport) {
+			t.Fatalf("got %v", got)
+		}
+	})
 	t.Run("caller context wins", func(t *testing.T) {
 		ctx, cancel := context.WithCancel(bg)
 		cancel()

@@ -60,12 +60,12 @@ func fromStatus(ctx context.Context, err error) error {
 	switch st.Code() {
 	case codes.InvalidArgument:
 		return fmt.Errorf("%w: %s", ErrInvalidConfig, st.Message())
-	case codes.Unavailable:
+	case codes.Unavailable, codes.Canceled:
+		// Canceled while the caller's context is live: the connection
+		// was closed under the call (the process exited).
 		return fmt.Errorf("%w: %s", ErrTransport, st.Message())
 	case codes.DeadlineExceeded:
 		return fmt.Errorf("%w: %w: %s", ErrPlugin, context.DeadlineExceeded, st.Message())
-	case codes.Canceled:
-		return fmt.Errorf("%w: %w: %s", ErrPlugin, context.Canceled, st.Message())
 	default:
 		return fmt.Errorf("%w: %s", ErrPlugin, st.Message())
 	}

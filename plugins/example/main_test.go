@@ -67,3 +67,19 @@ func TestExamplePlugin(t *testing.T) {
 		}
 	})
 }
+
+// TestGuideQuotesExample keeps docs/plugins.md's "Write a plugin" in step
+// with this file, which the test above builds and runs.
+func TestGuideQuotesExample(t *testing.T) {
+	src, err := os.ReadFile("main.go")
+	if err != nil {
+		t.Fatal(err)
+	}
+	guide, err := os.ReadFile("../../docs/plugins.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(guide), "```go\n"+string(src)+"```\n") {
+		t.Fatal("docs/plugins.md does not quote plugins/example/main.go verbatim; paste it again")
+	}
+}

@@ -176,3 +176,6 @@ func TestMain(m *testing.M) {
 	os.Setenv("GORACE", strings.TrimSpace(os.Getenv("GORACE")+" atexit_sleep_ms=0"))
 	os.Exit(m.Run())
 }
+
+// quiet is a logger for hosts whose log no test reads.
+var quiet = slog.New(slog.DiscardHandler)

@@ -24,7 +24,7 @@ func TestChain(t *testing.T) {
 		spec("b", bin, map[string]any{"tag": "b", "deny": true, "status": int64(401)}),
 		spec("c", bin, map[string]any{"tag": "c"}),
 		spec("d", bin, map[string]any{"tag": "d", "deny": true}),
-	}, Options{})
+	}, Options{Logger: quiet})
 	for _, tc := range []struct {
 		name     string
 		chain    []string
@@ -80,7 +80,7 @@ func TestChain(t *testing.T) {
 
 func TestPluginErrorsFailClosed(t *testing.T) {
 	bin := testPlugin(t)
-	h, _, _ := newHost(t, []conf.Plugin{spec("a", bin, map[string]any{"tag": "a"})}, Options{})
+	h, _, _ := newHost(t, []conf.Plugin{spec("a", bin, map[string]any{"tag": "a"})}, Options{Logger: quiet})
 	for _, tc := range []struct {
 		path string
 		want error
@@ -106,7 +106,7 @@ func TestCache(t *testing.T) {
 		spec("cached", bin, map[string]any{"tag": "c", "cache_key": []any{"header:X-Token", "query:t"}, "cache_ttl": "1m"}),
 		spec("nokey", bin, map[string]any{"tag": "n", "cache_ttl": "1m"}),
 		spec("nottl", bin, map[string]any{"tag": "z", "cache_key": []any{"header:X-Token"}}),
-	}, Options{})
+	}, Options{Logger: quiet})
 	ctx := context.Background()
 	call := func(name string, r *auth.Request) Result {
 		t.Helper()
@@ -156,7 +156,7 @@ func TestCache(t *testing.T) {
 // ErrUnavailable until the supervisor has restarted it, then allow again.
 func TestKillRestart(t *testing.T) {
 	bin := testPlugin(t)
-	h, _, logs := newHost(t, []conf.Plugin{spec("a", bin, map[string]any{"tag": "a"})}, Options{})
+	h, _, logs := newHost(t, []conf.Plugin{spec("a", bin, map[string]any{"tag": "a"})}, Options{Logger: quiet})
 	chain := []string{"a"}
 	first := allowAgain(t, h, chain, req("/"), 5*time.Second)
 	pid := pidOf(t, h, "a")
@@ -181,7 +181,7 @@ func TestKillRestart(t *testing.T) {
 // TestCrashOnRequest: a plugin that exits in the middle of a call.
 func TestCrashOnRequest(t *testing.T) {
 	bin := testPlugin(t)
-	h, _, _ := newHost(t, []conf.Plugin{spec("a", bin, map[string]any{"tag": "a"})}, Options{})
+	h, _, _ := newHost(t, []conf.Plugin{spec("a", bin, map[string]any{"tag": "a"})}, Options{Logger: quiet})
 	res, err := h.Authenticate(context.Background(), []string{"a"}, req("/crash"))
 	if !errors.Is(err, ErrUnavailable) || res.Allow {
 		t.Fatalf("got %+v, %v; want ErrUnavailable", res, err)
@@ -226,13 +226,13 @@ func TestChecksum(t *testing.T) {
 	t.Run("match starts", func(t *testing.T) {
 		p := spec("a", bin, map[string]any{"tag": "a"})
 		p.SHA256 = strings.ToUpper(good)
-		h, _, _ := newHost(t, []conf.Plugin{p}, Options{})
+		h, _, _ := newHost(t, []conf.Plugin{p}, Options{Logger: quiet})
 		allowAgain(t, h, []string{"a"}, req("/"), 5*time.Second)
 	})
 	t.Run("mismatch refuses", func(t *testing.T) {
 		p := spec("a", bin, map[string]any{"tag": "a"})
 		p.SHA256 = bad
-		h, err := New([]conf.Plugin{p}, Options{})
+		h, err := New([]conf.Plugin{p}, Options{Logger: quiet})
 		if !errors.Is(err, ErrChecksum) || h != nil {
 			t.Fatalf("New = %v, %v; want ErrChecksum", h, err)
 		}
@@ -257,7 +257,7 @@ func TestStartFailures(t *testing.T) {
 		{"bad cache key", spec("a", bin, map[string]any{"cache_key": []any{"cookie:x"}}), nil},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			h, err := New([]conf.Plugin{tc.p}, Options{})
+			h, err := New([]conf.Plugin{tc.p}, Options{Logger: quiet})
 			if err == nil || h != nil {
 				t.Fatalf("New = %v, %v; want an error", h, err)
 			}
@@ -275,7 +275,7 @@ func TestReload(t *testing.T) {
 	bin := testPlugin(t)
 	a := spec("a", bin, map[string]any{"tag": "v1", "slow_for": "300ms"})
 	gone := spec("gone", bin, map[string]any{"tag": "g"})
-	h, _, _ := newHost(t, []conf.Plugin{a, gone}, Options{})
+	h, _, _ := newHost(t, []conf.Plugin{a, gone}, Options{Logger: quiet})
 	ctx := context.Background()
 	oldPid, gonePid := pidOf(t, h, "a"), pidOf(t, h, "gone")
 
@@ -347,7 +347,7 @@ func TestCloseLeavesNothing(t *testing.T) {
 	h, err := New([]conf.Plugin{
 		spec("a", bin, map[string]any{"tag": "a"}),
 		spec("b", bin, map[string]any{"tag": "b"}),
-	}, Options{})
+	}, Options{Logger: quiet})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -377,7 +377,7 @@ func TestCloseLeavesNothing(t *testing.T) {
 
 func TestPluginLogsReachSlog(t *testing.T) {
 	bin := testPlugin(t)
-	_, _, logs := newHost(t, []conf.Plugin{spec("loud", bin, map[string]any{"tag": "x"})}, Options{})
+	_, _, logs := newHost(t, []conf.Plugin{spec("loud", bin, map[string]any{"tag": "x"})}, Options{Logger: quiet})
 	waitFor(t, 5*time.Second, "the plugin's log line", func() bool {
 		s := logs.String()
 		return strings.Contains(s, "testplugin configured tag=x") && strings.Contains(s, "plugin=loud")
