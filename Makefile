@@ -38,9 +38,12 @@ build:
 	$(GO) build -o bin/wsgate ./cmd/wsgate
 	$(GO) build -o bin/relay-backend ./relay-backend
 
-# deps installs redis-server from Debian's packages when it is missing (as
-# root); the integration tests need it.
+# deps installs what the tests run from Debian's packages when it is missing
+# (as root): redis-server for the integration tests, chromium for the
+# dashboard test.
+DEPS = redis-server chromium
 deps:
-	@command -v redis-server >/dev/null 2>&1 || { \
-		if [ "$$(id -u)" = 0 ]; then apt-get update -qq && apt-get install -y -qq redis-server >/dev/null; \
-		else echo "redis-server is missing: sudo apt-get install redis-server" >&2; exit 1; fi; }
+	@missing=""; for p in $(DEPS); do command -v $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
+	if [ -n "$$missing" ]; then \
+		if [ "$$(id -u)" = 0 ]; then apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing >/dev/null; \
+		else echo "missing:$$missing (sudo apt-get install$$missing)" >&2; exit 1; fi; fi

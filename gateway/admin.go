@@ -1,24 +1,168 @@
 package gateway
 
 import (
+	"crypto/subtle"
+	"embed"
+	"encoding/json"
+	"fmt"
+	"net/url"
+	"os"
+	"strings"
+
+	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/valyala/fasthttp"
+	"github.com/valyala/fasthttp/fasthttpadaptor"
+	"github.com/wsgate/wsgate/balancer"
 )
 
-// handleAdmin serves the admin listener: liveness and readiness for now.
-func (s *Server) handleAdmin(ctx *fasthttp.RequestCtx) {
-	switch string(ctx.Path()) {
+//go:embed dashboard/index.html
+var dashboard embed.FS
+
+// adminAPI serves the admin listener: liveness, readiness, metrics, the
+// node API and the dashboard.
+type adminAPI struct {
+	s       *Server
+	token   []byte // bearer token; nil = none
+	metrics fasthttp.RequestHandler
+	page    []byte
+}
+
+func newAdminAPI(s *Server) (*adminAPI, error) {
+	a := &adminAPI{s: s}
+	if env := s.cfg.Admin.TokenEnv; env != "" {
+		tok := os.Getenv(env)
+		if tok == "" {
+			return nil, fmt.Errorf("admin.token_env names %s, which is empty or unset", env)
+		}
+		a.token = []byte(tok)
+	}
+	a.metrics = fasthttpadaptor.NewFastHTTPHandler(promhttp.HandlerFor(s.metrics.reg, promhttp.HandlerOpts{}))
+	page, err := dashboard.ReadFile("dashboard/index.html")
+	if err != nil {
+		return nil, err
+	}
+	a.page = page
+	return a, nil
+}
+
+// handle routes one admin request. Liveness, readiness and the dashboard
+// page (which holds no data) need no token; everything else does when one
+// is configured.
+func (a *adminAPI) handle(ctx *fasthttp.RequestCtx) {
+	path := string(ctx.Path())
+	switch path {
 	case "/healthz":
 		ctx.SetBodyString("ok\n")
+		return
 	case "/readyz":
 		switch {
-		case s.draining.Load():
+		case a.s.draining.Load():
 			ctx.Error("draining\n", fasthttp.StatusServiceUnavailable)
-		case !s.ready.Load():
+		case !a.s.ready.Load():
 			ctx.Error("not ready\n", fasthttp.StatusServiceUnavailable)
 		default:
 			ctx.SetBodyString("ready\n")
 		}
-	default:
-		ctx.Error("not found\n", fasthttp.StatusNotFound)
+		return
+	case "/":
+		ctx.SetContentType("text/html; charset=utf-8")
+		ctx.SetBody(a.page)
+		return
 	}
+	if !a.authorized(ctx) {
+		ctx.Response.Header.Set("WWW-Authenticate", `Bearer realm="wsgate admin"`)
+		jsonError(ctx, fasthttp.StatusUnauthorized, "missing or wrong bearer token")
+		return
+	}
+	switch {
+	case path == "/metrics":
+		a.metrics(ctx)
+	case path == "/api/nodes":
+		if !method(ctx, fasthttp.MethodGet) {
+			return
+		}
+		writeJSON(ctx, fasthttp.StatusOK, a.s.nodesView())
+	case path == "/api/config":
+		if !method(ctx, fasthttp.MethodGet) {
+			return
+		}
+		writeJSON(ctx, fasthttp.StatusOK, redactedConfig(a.s.cfg))
+	case strings.HasPrefix(path, "/api/pools/"):
+		a.nodeAction(ctx, strings.TrimPrefix(path, "/api/pools/"))
+	default:
+		jsonError(ctx, fasthttp.StatusNotFound, "no admin endpoint "+path)
+	}
+}
+
+func (a *adminAPI) authorized(ctx *fasthttp.RequestCtx) bool {
+	if a.token == nil {
+		return true
+	}
+	got, ok := strings.CutPrefix(string(ctx.Request.Header.Peek("Authorization")), "Bearer ")
+	return ok && subtle.ConstantTimeCompare([]byte(got), a.token) == 1
+}
+
+// nodeAction serves POST /api/pools/{pool}/nodes/{addr}/drain[?migrate=1]
+// and .../undrain.
+func (a *adminAPI) nodeAction(ctx *fasthttp.RequestCtx, rest string) {
+	parts := strings.Split(rest, "/")
+	if len(parts) != 4 || parts[1] != "nodes" || (parts[3] != "drain" && parts[3] != "undrain") {
+		jsonError(ctx, fasthttp.StatusNotFound, "want /api/pools/{pool}/nodes/{addr}/drain or /undrain")
+		return
+	}
+	if !method(ctx, fasthttp.MethodPost) {
+		return
+	}
+	poolName, _ := url.PathUnescape(parts[0])
+	addr, _ := url.PathUnescape(parts[2])
+	p := a.s.pools[poolName]
+	if p == nil {
+		jsonError(ctx, fasthttp.StatusNotFound, fmt.Sprintf("no pool %q", poolName))
+		return
+	}
+	n := p.node(addr)
+	if n == nil {
+		jsonError(ctx, fasthttp.StatusNotFound, fmt.Sprintf("pool %q has no node %q", poolName, addr))
+		return
+	}
+	if parts[3] == "undrain" {
+		a.s.undrainNode(p, n)
+		writeJSON(ctx, fasthttp.StatusOK, a.s.nodeView(p, n))
+		return
+	}
+	migrate := string(ctx.QueryArgs().Peek("migrate")) == "1"
+	moved := a.s.drainNode(p, n, migrate)
+	v := a.s.nodeView(p, n)
+	writeJSON(ctx, fasthttp.StatusOK, map[string]any{"node": v, "migrating": moved})
+}
+
+func method(ctx *fasthttp.RequestCtx, want string) bool {
+	if string(ctx.Method()) == want {
+		return true
+	}
+	ctx.Response.Header.Set("Allow", want)
+	jsonError(ctx, fasthttp.StatusMethodNotAllowed, "use "+want)
+	return false
+}
+
+func writeJSON(ctx *fasthttp.RequestCtx, status int, v any) {
+	ctx.SetStatusCode(status)
+	ctx.SetContentType("application/json")
+	enc := json.NewEncoder(ctx)
+	enc.SetIndent("", "  ")
+	_ = enc.Encode(v)
+}
+
+func jsonError(ctx *fasthttp.RequestCtx, status int, msg string) {
+	writeJSON(ctx, status, map[string]string{"error": msg})
+}
+
+// node returns the pool's node at addr, or nil.
+func (p *pool) node(addr string) *balancer.Node {
+	for _, n := range p.bal.Nodes() {
+		if n.Addr() == addr {
+			return n
+		}
+	}
+	return nil
 }

@@ -234,6 +234,7 @@ pool = "relay"
 		c.Close()
 	})
 	t.Run("per-ip limit", func(t *testing.T) {
+		e.waitZero() // the tunnels of the cases above free their slots
 		a, b := e.mustDial("/room/x"), e.mustDial("/room/x")
 		_, resp, err := e.dial("/room/x", nil)
 		if err == nil || resp.StatusCode != http.StatusTooManyRequests || resp.Header.Get("Retry-After") != "1" {
@@ -456,7 +457,7 @@ pool = "relay"
 	if err == nil || resp == nil || resp.StatusCode != http.StatusBadGateway {
 		t.Fatalf("want 502, got %v %+v", err, resp)
 	}
-	if got := e.srv.Handshakes()["upstream_error"]; got != 1 {
+	if got := e.srv.metrics.handshakeCounts()["upstream_error"]; got != 1 {
 		t.Fatalf("upstream_error handshakes = %d, want 1", got)
 	}
 	e.waitZero()

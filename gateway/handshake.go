@@ -85,6 +85,7 @@ func (s *Server) serveUpgrade(ctx *fasthttp.RequestCtx, rt *route) {
 		up, answer, err := s.dialNode(p, lease.Node(), req, accept)
 		if err != nil {
 			lease.Release()
+			p.health.ReportFailure(lease.Node().Addr(), err)
 			s.log.Warn("upstream handshake failed", "pool", p.name, "node", lease.Node().Addr(), "err", err)
 			exclude = append(exclude, lease.Node())
 			continue
@@ -96,9 +97,10 @@ func (s *Server) serveUpgrade(ctx *fasthttp.RequestCtx, rt *route) {
 			slot.release()
 			answer.CopyTo(&ctx.Response)
 			fasthttp.ReleaseResponse(answer)
-			s.stats.handshakes("upstream_refused")
+			s.metrics.handshake("upstream_refused", ctx.Time())
 			return
 		}
+		p.health.ReportSuccess(lease.Node().Addr())
 		s.handOff(ctx, up, &hold{lease: lease, slot: slot}, rt)
 		return
 	}
@@ -214,6 +216,7 @@ func (h *hold) Release() {
 // the node connection and the hold, so they are released exactly once on
 // every path.
 func (s *Server) handOff(ctx *fasthttp.RequestCtx, up *upstream, hd *hold, rt *route) {
+	start := ctx.Time()
 	var claimed atomic.Bool
 	timer := time.AfterFunc(s.handshakeTimeout, func() {
 		if claimed.CompareAndSwap(false, true) {
@@ -228,19 +231,19 @@ func (s *Server) handOff(ctx *fasthttp.RequestCtx, up *upstream, hd *hold, rt *r
 			return
 		}
 		timer.Stop()
-		s.startTunnel(c, up, hd, rt)
+		s.startTunnel(c, up, hd, rt, start)
 	})
 }
 
 // startTunnel sends the 101 to the client and starts the tunnel.
-func (s *Server) startTunnel(c net.Conn, up *upstream, hd *hold, rt *route) {
+func (s *Server) startTunnel(c net.Conn, up *upstream, hd *hold, rt *route, start time.Time) {
 	client, pending := detach(c)
 	_ = client.SetWriteDeadline(time.Now().Add(s.handshakeTimeout))
 	if _, err := client.Write(up.header); err != nil {
 		_ = client.Close()
 		_ = up.conn.Close()
 		hd.Release()
-		s.stats.handshakes("client_gone")
+		s.metrics.handshake("client_gone", start)
 		return
 	}
 	_ = client.SetWriteDeadline(time.Time{})
@@ -251,11 +254,18 @@ func (s *Server) startTunnel(c net.Conn, up *upstream, hd *hold, rt *route) {
 		NodePending:   up.pending,
 		MaxFrame:      rt.maxFrame,
 		Lease:         hd,
-		OnEnd:         s.tunnels.remove,
+		OnEnd:         s.tunnelEnded,
 	})
-	s.stats.handshakes("ok")
-	s.tunnels.add(t)
+	s.metrics.handshake("ok", start)
+	s.tunnels.add(t, hd.lease.Node())
 	t.Start()
+}
+
+// tunnelEnded retires an ended tunnel and counts its close codes.
+func (s *Server) tunnelEnded(t *tunnel.Tunnel) {
+	st := t.Stats()
+	s.tunnels.remove(t, st)
+	s.metrics.tunnelEnded(st)
 }
 
 // detach returns the socket under fasthttp's hijacked connection, with any
@@ -291,7 +301,7 @@ func (s *Server) overflow(ctx *fasthttp.RequestCtx, rt *route, accept string) {
 		s.retryLater(ctx, fasthttp.StatusServiceUnavailable, "no_capacity", "no node with capacity")
 		return
 	}
-	s.stats.handshakes("no_capacity")
+	s.metrics.handshake("no_capacity", ctx.Time())
 	ctx.HijackSetNoResponse(true)
 	ctx.Hijack(func(c net.Conn) {
 		defer c.Close()
@@ -372,7 +382,7 @@ func scheme(ctx *fasthttp.RequestCtx) string {
 
 // reject answers a handshake or request with status and a one-line reason.
 func (s *Server) reject(ctx *fasthttp.RequestCtx, status int, result, msg string) {
-	s.stats.handshakes(result)
+	s.metrics.handshake(result, ctx.Time())
 	ctx.Error("wsgate: "+msg+"\n", status) // resets the response headers
 	ctx.SetConnectionClose()
 }

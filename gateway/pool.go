@@ -2,6 +2,7 @@ package gateway
 
 import (
 	"fmt"
+	"log/slog"
 	"net"
 	"sync/atomic"
 	"time"
@@ -9,20 +10,23 @@ import (
 	"github.com/valyala/fasthttp"
 	"github.com/wsgate/wsgate/balancer"
 	"github.com/wsgate/wsgate/conf"
+	"github.com/wsgate/wsgate/health"
 )
 
 // pool is a [[pools]] entry at run time: the balancer's view of its nodes,
 // how to dial them, and an HTTP client per node for plain requests.
 type pool struct {
 	name           string
+	balance        string
 	bal            *balancer.Pool
+	health         *health.Checker
 	connectTimeout time.Duration
 	tries          int
 	dial           *dialer
 	http           map[*balancer.Node]*fasthttp.HostClient
 }
 
-func newPool(pc *conf.Pool) (*pool, error) {
+func newPool(pc *conf.Pool, log *slog.Logger) (*pool, error) {
 	picker, err := balancer.NewPicker(pc.Balance)
 	if err != nil {
 		return nil, fmt.Errorf("pool %q: %w", pc.Name, err)
@@ -33,6 +37,7 @@ func newPool(pc *conf.Pool) (*pool, error) {
 	}
 	p := &pool{
 		name:           pc.Name,
+		balance:        pc.Balance,
 		connectTimeout: pc.ConnectTimeout.Duration,
 		tries:          pc.ConnectTries,
 		dial:           d,
@@ -54,7 +59,82 @@ func newPool(pc *conf.Pool) (*pool, error) {
 		}
 	}
 	p.bal = balancer.NewPool(pc.Name, picker, nodes)
+	h := &pc.Health
+	p.health = health.NewChecker(health.Config{
+		Path:       h.Path,
+		Interval:   h.Interval.Duration,
+		Timeout:    h.Timeout.Duration,
+		Rise:       h.Rise,
+		Fall:       h.Fall,
+		SlowStart:  pc.SlowStart.Duration,
+		EjectAfter: h.EjectAfter,
+		EjectFor:   h.EjectFor.Duration,
+	}, log.With("pool", pc.Name))
 	return p, nil
+}
+
+// startHealth begins probing every node, reporting to obs.
+func (p *pool) startHealth(obs health.Observer) {
+	p.health.SetObserver(obs)
+	for _, n := range p.bal.Nodes() {
+		p.health.Add(nodeTarget{n})
+	}
+}
+
+// close stops the pool's probes and idle HTTP connections.
+func (p *pool) close() {
+	p.health.Stop()
+	for _, hc := range p.http {
+		hc.CloseIdleConnections()
+	}
+}
+
+// drain and undrain go through the health checker, which owns node states.
+func (p *pool) drain(n *balancer.Node) { _ = p.health.Drain(n.Addr()) }
+
+func (p *pool) undrain(n *balancer.Node) { _ = p.health.Undrain(n.Addr()) }
+
+// checkView is the node's last health check for the admin API.
+func (p *pool) checkView(addr string) *checkJSON {
+	st, ok := p.health.Status(addr)
+	if !ok {
+		return nil
+	}
+	c := &checkJSON{
+		LatencyMS:           float64(st.LastLatency.Microseconds()) / 1000,
+		Result:              st.LastResult,
+		ConsecutiveFailures: st.ConsecutiveFailures,
+		ConsecutivePasses:   st.ConsecutivePasses,
+		PassiveFailures:     st.PassiveFailures,
+		AgentWeight:         st.AgentWeight,
+		AgentLoad:           st.AgentLoad,
+		AdminDrain:          st.AdminDrain,
+	}
+	if !st.LastCheck.IsZero() {
+		c.Last = st.LastCheck.UTC().Format(time.RFC3339Nano)
+	}
+	return c
+}
+
+// nodeTarget lets the health checker steer a balancer node; the two
+// packages do not know each other.
+type nodeTarget struct{ *balancer.Node }
+
+// SetState maps the checker's state onto the balancer's.
+func (t nodeTarget) SetState(s health.State) { t.Node.SetState(balancerState(s)) }
+
+func balancerState(s health.State) balancer.State {
+	switch s {
+	case health.StateUp:
+		return balancer.StateUp
+	case health.StateDraining:
+		return balancer.StateDraining
+	case health.StateDrained:
+		return balancer.StateDrained
+	case health.StateEjected:
+		return balancer.StateEjected
+	}
+	return balancer.StateDown
 }
 
 // dialer opens connections to nodes, rotating over the pool's source

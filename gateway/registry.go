@@ -5,27 +5,31 @@ import (
 	"sync"
 	"time"
 
+	"github.com/wsgate/wsgate/balancer"
 	"github.com/wsgate/wsgate/gateway/internal/tunnel"
 )
 
 // tunnelGoAwayCode is the close code of a planned drain (going away).
 const tunnelGoAwayCode = tunnel.CodeGoingAway
 
-// registry holds every live tunnel, so a drain reaches all of them. A
-// tunnel added while a drain runs is told to go away at once.
+// registry holds every live tunnel with the node it runs to, so a drain
+// reaches all of them (or all of one node's), and keeps the counters of
+// tunnels that ended so totals stay monotonic. A tunnel added while a drain
+// runs is told to go away at once.
 type registry struct {
 	mu       sync.Mutex
-	live     map[*tunnel.Tunnel]struct{}
+	live     map[*tunnel.Tunnel]*balancer.Node
 	draining bool
 	empty    chan struct{} // made by wait, closed when live becomes empty
+	retired  tunnel.Stats  // frames and bytes of ended tunnels
 }
 
-func (r *registry) add(t *tunnel.Tunnel) {
+func (r *registry) add(t *tunnel.Tunnel, n *balancer.Node) {
 	r.mu.Lock()
 	if r.live == nil {
-		r.live = make(map[*tunnel.Tunnel]struct{})
+		r.live = make(map[*tunnel.Tunnel]*balancer.Node)
 	}
-	r.live[t] = struct{}{}
+	r.live[t] = n
 	draining := r.draining
 	r.mu.Unlock()
 	if draining {
@@ -33,9 +37,15 @@ func (r *registry) add(t *tunnel.Tunnel) {
 	}
 }
 
-func (r *registry) remove(t *tunnel.Tunnel) {
+// remove retires an ended tunnel, folding its counters into the totals
+// under the same lock a scrape takes, so no scrape counts it twice.
+func (r *registry) remove(t *tunnel.Tunnel, st tunnel.Stats) {
 	r.mu.Lock()
 	delete(r.live, t)
+	r.retired.FramesToNode += st.FramesToNode
+	r.retired.FramesToClient += st.FramesToClient
+	r.retired.BytesToNode += st.BytesToNode
+	r.retired.BytesToClient += st.BytesToClient
 	if len(r.live) == 0 && r.empty != nil {
 		close(r.empty)
 		r.empty = nil
@@ -49,28 +59,51 @@ func (r *registry) len() int {
 	return len(r.live)
 }
 
-func (r *registry) snapshot() []*tunnel.Tunnel {
+// totals returns frames and bytes forwarded so far by every tunnel, live
+// or ended.
+func (r *registry) totals() tunnel.Stats {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	sum := r.retired
+	for t := range r.live {
+		st := t.Stats()
+		sum.FramesToNode += st.FramesToNode
+		sum.FramesToClient += st.FramesToClient
+		sum.BytesToNode += st.BytesToNode
+		sum.BytesToClient += st.BytesToClient
+	}
+	return sum
+}
+
+// snapshot returns the live tunnels, of node n only when n is not nil.
+func (r *registry) snapshot(n *balancer.Node) []*tunnel.Tunnel {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	ts := make([]*tunnel.Tunnel, 0, len(r.live))
-	for t := range r.live {
-		ts = append(ts, t)
+	for t, tn := range r.live {
+		if n == nil || tn == n {
+			ts = append(ts, t)
+		}
 	}
 	return ts
 }
 
-// drain tells every live tunnel to go away, tunnel i of n at i*window/n, so
-// clients reconnect elsewhere in a trickle rather than a storm. It returns
-// the number of tunnels told; it stops early when ctx ends.
-func (r *registry) drain(ctx context.Context, window time.Duration, code uint16, reason string) int {
+// drainAll marks the registry draining and tells every live tunnel to go
+// away, spread over window (see spread).
+func (r *registry) drainAll(ctx context.Context, window time.Duration, reason string) int {
 	r.mu.Lock()
 	r.draining = true
 	r.mu.Unlock()
-	ts := r.snapshot()
+	return spread(ctx, r.snapshot(nil), window, reason)
+}
+
+// spread tells tunnel i of n to go away at i*window/n, so clients reconnect
+// elsewhere in a trickle rather than a storm. It returns the number told;
+// it stops early when ctx ends.
+func spread(ctx context.Context, ts []*tunnel.Tunnel, window time.Duration, reason string) int {
 	start := time.Now()
-	timer := time.NewTimer(0)
+	timer := time.NewTimer(time.Hour)
 	defer timer.Stop()
-	<-timer.C
 	for i, t := range ts {
 		at := start.Add(window * time.Duration(i) / time.Duration(len(ts)))
 		if d := time.Until(at); d > 0 {
@@ -81,7 +114,7 @@ func (r *registry) drain(ctx context.Context, window time.Duration, code uint16,
 				return i
 			}
 		}
-		go t.GoAway(code, reason)
+		go t.GoAway(tunnelGoAwayCode, reason)
 	}
 	return len(ts)
 }
@@ -108,7 +141,7 @@ func (r *registry) wait(ctx context.Context) int {
 }
 
 func (r *registry) abortAll() {
-	for _, t := range r.snapshot() {
+	for _, t := range r.snapshot(nil) {
 		t.Abort()
 	}
 }

@@ -31,7 +31,7 @@ type Server struct {
 	pools            map[string]*pool
 	limits           *limiter
 	tunnels          registry
-	stats            stats
+	metrics          *metrics
 	handshakeTimeout time.Duration
 	retryAfter       int // seconds
 
@@ -55,13 +55,18 @@ func New(cfg *conf.Config, log *slog.Logger) (*Server, error) {
 		retryAfter:       max(1, int(cfg.Gateway.RetryAfter.Seconds())),
 	}
 	for i := range cfg.Pools {
-		p, err := newPool(&cfg.Pools[i])
+		p, err := newPool(&cfg.Pools[i], log)
 		if err != nil {
 			return nil, err
 		}
 		s.pools[p.name] = p
 	}
 	s.routes = compileRoutes(cfg, s.pools)
+	s.metrics = newMetrics(s)
+	api, err := newAdminAPI(s)
+	if err != nil {
+		return nil, err
+	}
 	s.http = &fasthttp.Server{
 		Handler:              s.handle,
 		Name:                 "wsgate",
@@ -76,7 +81,7 @@ func New(cfg *conf.Config, log *slog.Logger) (*Server, error) {
 		Logger:               fasthttpLogger{log},
 	}
 	s.admin = &fasthttp.Server{
-		Handler:     s.handleAdmin,
+		Handler:     api.handle,
 		Name:        "wsgate-admin",
 		ReadTimeout: 10 * time.Second,
 		Logger:      fasthttpLogger{log},
@@ -104,6 +109,9 @@ func (s *Server) Start() error {
 		}
 		s.adminLn = ln
 		s.serve(s.admin, ln)
+	}
+	for _, p := range s.pools {
+		p.startHealth(probeObserver{m: s.metrics, pool: p.name})
 	}
 	for _, ln := range s.listeners {
 		s.serve(s.http, ln)
@@ -171,7 +179,8 @@ func (s *Server) Shutdown(ctx context.Context) error {
 		close(stopped)
 	}()
 
-	n := s.tunnels.drain(ctx, window, tunnelGoAwayCode, "gateway shutting down")
+	s.metrics.drains.WithLabelValues("gateway").Inc()
+	n := s.tunnels.drainAll(ctx, window, "gateway shutting down")
 	s.log.Info("draining", "tunnels", n, "window", window)
 	left := s.tunnels.wait(ctx)
 	if left > 0 {
@@ -188,9 +197,7 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	}
 	s.serving.Wait()
 	for _, p := range s.pools {
-		for _, hc := range p.http {
-			hc.CloseIdleConnections()
-		}
+		p.close()
 	}
 	return nil
 }

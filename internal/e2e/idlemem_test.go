@@ -28,7 +28,7 @@ func TestIdleMemoryPerTunnel(t *testing.T) {
 	}
 	st := &stack{}
 	startRelays(t, st, 2, "")
-	startGateway(t, st, "")
+	startGateway(t, st, "", "")
 
 	before := rssKiB(t, st.gw.Pid())
 	conns := make([]net.Conn, 0, n)

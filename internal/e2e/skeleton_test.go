@@ -49,8 +49,10 @@ func startRelays(t *testing.T, st *stack, n int, redisURL string) {
 	}
 }
 
-// startGateway writes a config (extra is appended to it) and starts wsgate.
-func startGateway(t *testing.T, st *stack, extra string) {
+// startGateway writes a config and starts wsgate: one pool "relay" of the
+// stack's relays (poolExtra goes inside it, after its own keys) routed
+// from "/", with extra (more pools and routes) before them.
+func startGateway(t *testing.T, st *stack, poolExtra, extra string) {
 	t.Helper()
 	st.gwAddr, st.adminAddr = testproc.FreeAddr(t), testproc.FreeAddr(t)
 	var nodes strings.Builder
@@ -69,10 +71,11 @@ listen = %q
 name = "relay"
 connect_tries = 2
 %s
+%s
 [[routes]]
 path_prefix = "/"
 pool = "relay"
-`, st.gwAddr, st.adminAddr, extra, nodes.String())
+`, st.gwAddr, st.adminAddr, extra, poolExtra, nodes.String())
 	path := filepath.Join(t.TempDir(), "wsgate.toml")
 	if err := os.WriteFile(path, []byte(cfg), 0o644); err != nil {
 		t.Fatal(err)
@@ -164,7 +167,7 @@ func TestSkeleton(t *testing.T) {
 	st := &stack{}
 	startRelays(t, st, 2, rs.URL())
 	relay1 := st.relayAddr[0]
-	startGateway(t, st, fmt.Sprintf(`
+	startGateway(t, st, "", fmt.Sprintf(`
 [[pools]]
 name = "capped"
   [[pools.nodes]]
@@ -357,7 +360,7 @@ func TestRelayKilled(t *testing.T) {
 	rs := redistest.Start(t)
 	st := &stack{}
 	startRelays(t, st, 2, rs.URL())
-	startGateway(t, st, "")
+	startGateway(t, st, "", "")
 	var clients []*client
 	for i := range 20 {
 		clients = append(clients, dial(t, st.gwAddr, i, "kill"))

@@ -1,0 +1,266 @@
+package gateway
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/fasthttp/websocket"
+	dto "github.com/prometheus/client_model/go"
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
+)
+
+const withAdmin = `
+[gateway]
+listen = %[1]q
+drain_window = "300ms"
+drain_timeout = "5s"
+[admin]
+listen = "127.0.0.1:0"
+[[pools]]
+name = "relay"
+  [pools.health]
+  interval = "50ms"
+  timeout = "40ms"
+  [[pools.nodes]]
+  addr = %[2]q
+  [[pools.nodes]]
+  addr = %[3]q
+[[routes]]
+pool = "relay"
+`
+
+func (e *env) admin(method, path, token string) (int, []byte) {
+	e.t.Helper()
+	req, _ := http.NewRequest(method, "http://"+e.srv.AdminAddr().String()+path, nil)
+	if token != "" {
+		req.Header.Set("Authorization", "Bearer "+token)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, b
+}
+
+// scrape reads /metrics through the Prometheus text parser.
+func (e *env) scrape() map[string]*dto.MetricFamily {
+	e.t.Helper()
+	code, body := e.admin(http.MethodGet, "/metrics", "")
+	if code != 200 {
+		e.t.Fatalf("/metrics: %d %s", code, body)
+	}
+	p := expfmt.NewTextParser(model.UTF8Validation)
+	fams, err := p.TextToMetricFamilies(strings.NewReader(string(body)))
+	if err != nil {
+		e.t.Fatalf("parse /metrics: %v", err)
+	}
+	return fams
+}
+
+// TestMetricsMatchRelays loads the gateway, then checks the scraped
+// per-node connection gauge equals each relay's own count, and that frames
+// and handshakes were counted.
+func TestMetricsMatchRelays(t *testing.T) {
+	e := newEnv(t, 2, withAdmin)
+	var conns []*websocket.Conn
+	for i := range 30 {
+		c := e.mustDial(fmt.Sprintf("/room/m%d", i%5))
+		conns = append(conns, c)
+	}
+	for _, c := range conns[:10] {
+		if err := c.WriteMessage(websocket.TextMessage, []byte("x")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Every room member gets the frames: wait until the gateway counted
+	// them toward the clients.
+	waitUntil(t, func() bool { return e.srv.tunnels.totals().FramesToClient >= 10 })
+	fams := e.scrape()
+	got := map[string]float64{}
+	for _, m := range fams["wsgate_connections"].GetMetric() {
+		for _, l := range m.GetLabel() {
+			if l.GetName() == "node" {
+				got[l.GetValue()] = m.GetGauge().GetValue()
+			}
+		}
+	}
+	for i, r := range e.relays {
+		if want := float64(r.Info().Connections); got[e.addrs[i]] != want {
+			t.Errorf("wsgate_connections{node=%q} = %v, relay says %v", e.addrs[i], got[e.addrs[i]], want)
+		}
+	}
+	if v := counter(fams, "wsgate_handshakes_total", "result", "ok"); v != 30 {
+		t.Errorf("ok handshakes = %v, want 30", v)
+	}
+	if v := counter(fams, "wsgate_frames_total", "direction", "to_node"); v < 10 {
+		t.Errorf("frames to nodes = %v, want >= 10", v)
+	}
+	if fams["wsgate_health_checks_total"] == nil {
+		t.Error("no health check metrics")
+	}
+	for _, c := range conns {
+		c.Close()
+	}
+	e.waitZero()
+	if v := counter(e.scrape(), "wsgate_frames_total", "direction", "to_node"); v < 10 {
+		t.Errorf("frames to nodes went down to %v after tunnels ended", v)
+	}
+}
+
+func counter(fams map[string]*dto.MetricFamily, name, label, value string) float64 {
+	for _, m := range fams[name].GetMetric() {
+		for _, l := range m.GetLabel() {
+			if l.GetName() == label && l.GetValue() == value {
+				return m.GetCounter().GetValue()
+			}
+		}
+	}
+	return -1
+}
+
+func TestAdminAPIErrors(t *testing.T) {
+	e := newEnv(t, 2, withAdmin)
+	cases := []struct {
+		method, path string
+		want         int
+		msg          string
+	}{
+		{"POST", "/api/pools/nope/nodes/x/drain", 404, `no pool \"nope\"`},
+		{"POST", "/api/pools/relay/nodes/127.0.0.1:1/drain", 404, `has no node \"127.0.0.1:1\"`},
+		{"GET", "/api/pools/relay/nodes/" + e.addrs[0] + "/drain", 405, "use POST"},
+		{"POST", "/api/pools/relay/drain", 404, "want /api/pools"},
+		{"POST", "/api/nodes", 405, "use GET"},
+		{"GET", "/api/nope", 404, "no admin endpoint"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.method+" "+tc.path, func(t *testing.T) {
+			code, body := e.admin(tc.method, tc.path, "")
+			if code != tc.want || !strings.Contains(string(body), tc.msg) {
+				t.Fatalf("%d %s, want %d with %q", code, body, tc.want, tc.msg)
+			}
+			var j map[string]string
+			if err := json.Unmarshal(body, &j); err != nil || j["error"] == "" {
+				t.Fatalf("not a JSON error: %s", body)
+			}
+		})
+	}
+	code, body := e.admin("GET", "/api/nodes", "")
+	var v nodesJSON
+	if err := json.Unmarshal(body, &v); code != 200 || err != nil || len(v.Pools) != 1 || len(v.Pools[0].Nodes) != 2 {
+		t.Fatalf("/api/nodes: %d %v %s", code, err, body)
+	}
+	code, body = e.admin("GET", "/api/config", "")
+	if code != 200 || !strings.Contains(string(body), `"max_conns_per_node": 50000`) {
+		t.Fatalf("/api/config: %d %s", code, body)
+	}
+}
+
+func TestAdminToken(t *testing.T) {
+	t.Setenv("WSGATE_TEST_TOKEN", "s3cret")
+	e := newEnv(t, 2, strings.Replace(withAdmin, `listen = "127.0.0.1:0"`, `listen = "127.0.0.1:0"
+token_env = "WSGATE_TEST_TOKEN"`, 1))
+	for _, tc := range []struct {
+		path, token string
+		want        int
+	}{
+		{"/api/nodes", "", 401},
+		{"/api/nodes", "wrong", 401},
+		{"/api/nodes", "s3cret", 200},
+		{"/metrics", "", 401},
+		{"/metrics", "s3cret", 200},
+		{"/healthz", "", 200},
+		{"/readyz", "", 200},
+		{"/", "", 200},
+	} {
+		if code, _ := e.admin("GET", tc.path, tc.token); code != tc.want {
+			t.Errorf("GET %s with token %q: %d, want %d", tc.path, tc.token, code, tc.want)
+		}
+	}
+}
+
+func TestRedactedConfig(t *testing.T) {
+	m := redactMap(map[string]any{
+		"hs256_secret_env": "JWT_SECRET", "secret": "x", "api_key": "k", "issuer": "me",
+		"nested": map[string]any{"password": "p", "rs256_public_key_file": "/k.pem"},
+	})
+	want := map[string]any{
+		"hs256_secret_env": "JWT_SECRET", "secret": "REDACTED", "api_key": "REDACTED", "issuer": "me",
+		"nested": map[string]any{"password": "REDACTED", "rs256_public_key_file": "/k.pem"},
+	}
+	if fmt.Sprint(m) != fmt.Sprint(want) {
+		t.Fatalf("got %v\nwant %v", m, want)
+	}
+}
+
+// TestDrainMigrateMovesClients drains one node with migrate=1: every one of
+// its clients gets 1001 and reconnects, all to the other node, and no
+// handshake fails meanwhile.
+func TestDrainMigrateMovesClients(t *testing.T) {
+	e := newEnv(t, 2, withAdmin)
+	type cl struct {
+		c    *websocket.Conn
+		node string
+	}
+	var cls []cl
+	for range 20 {
+		c := e.mustDial("/room/mig?hello=1")
+		var h struct{ Replica string }
+		_ = c.SetReadDeadline(time.Now().Add(10 * time.Second))
+		if err := c.ReadJSON(&h); err != nil {
+			t.Fatal(err)
+		}
+		cls = append(cls, cl{c, h.Replica})
+	}
+	drained := e.addrs[0]
+	code, body := e.admin("POST", "/api/pools/relay/nodes/"+drained+"/drain?migrate=1", "")
+	if code != 200 || !strings.Contains(string(body), `"migrating": 10`) {
+		t.Fatalf("drain: %d %s", code, body)
+	}
+	failed := e.srv.metrics.handshakeCounts()
+	for _, x := range cls {
+		if x.node != "relay-1" {
+			continue
+		}
+		_, _, err := x.c.ReadMessage()
+		if !websocket.IsCloseError(err, 1001) {
+			t.Fatalf("client on the drained node: %v, want 1001", err)
+		}
+		x.c.Close()
+		c := e.mustDial("/room/mig?hello=1")
+		var h struct{ Replica string }
+		if err := c.ReadJSON(&h); err != nil || h.Replica != "relay-2" {
+			t.Fatalf("reconnected to %q (%v), want relay-2", h.Replica, err)
+		}
+		c.Close()
+	}
+	after := e.srv.metrics.handshakeCounts()
+	for r, n := range after {
+		if r != "ok" && n != failed[r] {
+			t.Errorf("handshakes %s went from %d to %d during the migration", r, failed[r], n)
+		}
+	}
+	waitUntil(t, func() bool { return e.relays[0].Info().Connections == 0 })
+	for _, x := range cls {
+		x.c.Close()
+	}
+	e.waitZero()
+}
+
+func waitUntil(t *testing.T, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatal("condition not met within 10s")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}

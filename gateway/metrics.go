@@ -1,0 +1,186 @@
+package gateway
+
+import (
+	"strconv"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	dto "github.com/prometheus/client_model/go"
+	"github.com/wsgate/wsgate/balancer"
+	"github.com/wsgate/wsgate/gateway/internal/tunnel"
+	"github.com/wsgate/wsgate/health"
+)
+
+// metrics is the gateway's Prometheus registry. Counters that move once per
+// handshake, close or probe are ordinary counters. Frames and bytes are not
+// counted on a shared cache line per frame: each tunnel counts its own under
+// the lock its direction already holds, and a scrape sums the live tunnels
+// and the registry's retired totals.
+type metrics struct {
+	reg              *prometheus.Registry
+	handshakes       *prometheus.CounterVec
+	handshakeSeconds *prometheus.HistogramVec
+	closes           *prometheus.CounterVec
+	drains           *prometheus.CounterVec
+	probes           *prometheus.CounterVec
+	probeSeconds     *prometheus.HistogramVec
+	transitions      *prometheus.CounterVec
+}
+
+func newMetrics(s *Server) *metrics {
+	m := &metrics{
+		reg: prometheus.NewRegistry(),
+		handshakes: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "wsgate_handshakes_total",
+			Help: "WebSocket handshakes by result: ok, bad_request, origin, limited, no_capacity, upstream_error, upstream_refused, client_gone, no_route.",
+		}, []string{"result"}),
+		handshakeSeconds: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "wsgate_handshake_duration_seconds",
+			Help:    "Time from the client's upgrade request to the gateway's answer, by result.",
+			Buckets: []float64{.0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5},
+		}, []string{"result"}),
+		closes: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "wsgate_closes_total",
+			Help: "Close frames seen at the end of tunnels, by code and by side: client and node sent it, gateway_to_client and gateway_to_node were the gateway's own.",
+		}, []string{"code", "side"}),
+		drains: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "wsgate_drains_total",
+			Help: "Drains started, by scope: gateway (shutdown), node (admin drain), node_migrate (admin drain that also closes the node's tunnels).",
+		}, []string{"scope"}),
+		probes: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "wsgate_health_checks_total",
+			Help: "Active health probes by pool, node and result (pass, fail).",
+		}, []string{"pool", "node", "result"}),
+		probeSeconds: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "wsgate_health_check_duration_seconds",
+			Help:    "Latency of active health probes, by pool.",
+			Buckets: []float64{.0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1},
+		}, []string{"pool"}),
+		transitions: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "wsgate_node_transitions_total",
+			Help: "Node state changes by pool, node and the state entered.",
+		}, []string{"pool", "node", "state"}),
+	}
+	m.reg.MustRegister(m.handshakes, m.handshakeSeconds, m.closes, m.drains,
+		m.probes, m.probeSeconds, m.transitions,
+		&liveCollector{s: s},
+		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	return m
+}
+
+// handshake counts one handshake's result and its latency since start.
+func (m *metrics) handshake(result string, start time.Time) {
+	m.handshakes.WithLabelValues(result).Inc()
+	m.handshakeSeconds.WithLabelValues(result).Observe(time.Since(start).Seconds())
+}
+
+// tunnelEnded counts the close codes of an ended tunnel.
+func (m *metrics) tunnelEnded(st tunnel.Stats) {
+	for _, c := range [...]struct {
+		code uint16
+		side string
+	}{
+		{st.ClientCloseCode, "client"},
+		{st.NodeCloseCode, "node"},
+		{st.GatewayToClientCode, "gateway_to_client"},
+		{st.GatewayToNodeCode, "gateway_to_node"},
+	} {
+		if c.code != 0 {
+			m.closes.WithLabelValues(codeLabel(c.code), c.side).Inc()
+		}
+	}
+}
+
+// codeLabel keeps the code label's values bounded: registered codes as
+// numbers, application ranges folded.
+func codeLabel(c uint16) string {
+	switch {
+	case c >= 1000 && c <= 1015:
+		return strconv.Itoa(int(c))
+	case c >= 3000 && c <= 3999:
+		return "3xxx"
+	case c >= 4000 && c <= 4999:
+		return "4xxx"
+	}
+	return "other"
+}
+
+var (
+	descTunnels     = prometheus.NewDesc("wsgate_tunnels", "Live WebSocket tunnels.", nil, nil)
+	descConnections = prometheus.NewDesc("wsgate_connections", "Open connections (leases) per pool and node.", []string{"pool", "node"}, nil)
+	descMaxConns    = prometheus.NewDesc("wsgate_node_max_connections", "Connection cap per pool and node (0 = unlimited).", []string{"pool", "node"}, nil)
+	descState       = prometheus.NewDesc("wsgate_node_state", "1 for the node's current state, 0 for the others.", []string{"pool", "node", "state"}, nil)
+	descFrames      = prometheus.NewDesc("wsgate_frames_total", "WebSocket frames forwarded, by direction (to_node, to_client).", []string{"direction"}, nil)
+	descBytes       = prometheus.NewDesc("wsgate_bytes_total", "Bytes forwarded by tunnels, by direction (to_node, to_client).", []string{"direction"}, nil)
+)
+
+var nodeStates = []balancer.State{balancer.StateUp, balancer.StateDown, balancer.StateDraining, balancer.StateDrained, balancer.StateEjected}
+
+// probeObserver counts one pool's health probes and node transitions.
+type probeObserver struct {
+	m    *metrics
+	pool string
+}
+
+func (o probeObserver) ProbeDone(addr string, ok bool, latency time.Duration) {
+	result := "fail"
+	if ok {
+		result = "pass"
+	}
+	o.m.probes.WithLabelValues(o.pool, addr, result).Inc()
+	o.m.probeSeconds.WithLabelValues(o.pool).Observe(latency.Seconds())
+}
+
+func (o probeObserver) StateChanged(addr string, from, to health.State) {
+	o.m.transitions.WithLabelValues(o.pool, addr, to.String()).Inc()
+}
+
+// handshakeResults are the values of the result label.
+var handshakeResults = []string{"ok", "bad_request", "origin", "limited", "no_capacity", "upstream_error", "upstream_refused", "client_gone", "no_route"}
+
+// handshakeCounts reads the handshake counters for the admin API.
+func (m *metrics) handshakeCounts() map[string]uint64 {
+	out := make(map[string]uint64, len(handshakeResults))
+	var d dto.Metric
+	for _, r := range handshakeResults {
+		if err := m.handshakes.WithLabelValues(r).Write(&d); err == nil {
+			out[r] = uint64(d.GetCounter().GetValue())
+		}
+	}
+	return out
+}
+
+// liveCollector reads gauges and frame totals from the running gateway at
+// scrape time.
+type liveCollector struct{ s *Server }
+
+func (c *liveCollector) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range []*prometheus.Desc{descTunnels, descConnections, descMaxConns, descState, descFrames, descBytes} {
+		ch <- d
+	}
+}
+
+func (c *liveCollector) Collect(ch chan<- prometheus.Metric) {
+	s := c.s
+	ch <- prometheus.MustNewConstMetric(descTunnels, prometheus.GaugeValue, float64(s.tunnels.len()))
+	for _, p := range s.poolList() {
+		for _, n := range p.bal.Nodes() {
+			ch <- prometheus.MustNewConstMetric(descConnections, prometheus.GaugeValue, float64(n.Live()), p.name, n.Addr())
+			ch <- prometheus.MustNewConstMetric(descMaxConns, prometheus.GaugeValue, float64(n.MaxConns()), p.name, n.Addr())
+			cur := n.State()
+			for _, st := range nodeStates {
+				v := 0.0
+				if st == cur {
+					v = 1
+				}
+				ch <- prometheus.MustNewConstMetric(descState, prometheus.GaugeValue, v, p.name, n.Addr(), st.String())
+			}
+		}
+	}
+	t := s.tunnels.totals()
+	ch <- prometheus.MustNewConstMetric(descFrames, prometheus.CounterValue, float64(t.FramesToNode), "to_node")
+	ch <- prometheus.MustNewConstMetric(descFrames, prometheus.CounterValue, float64(t.FramesToClient), "to_client")
+	ch <- prometheus.MustNewConstMetric(descBytes, prometheus.CounterValue, float64(t.BytesToNode), "to_node")
+	ch <- prometheus.MustNewConstMetric(descBytes, prometheus.CounterValue, float64(t.BytesToClient), "to_client")
+}

@@ -1,0 +1,155 @@
+package gateway
+
+import (
+	"context"
+	"regexp"
+	"sort"
+	"strings"
+
+	"github.com/wsgate/wsgate/balancer"
+	"github.com/wsgate/wsgate/conf"
+)
+
+// poolList returns the pools sorted by name.
+func (s *Server) poolList() []*pool {
+	ps := make([]*pool, 0, len(s.pools))
+	for _, p := range s.pools {
+		ps = append(ps, p)
+	}
+	sort.Slice(ps, func(i, j int) bool { return ps[i].name < ps[j].name })
+	return ps
+}
+
+// nodesJSON is the answer of GET /api/nodes.
+type nodesJSON struct {
+	Ready      bool              `json:"ready"`
+	Draining   bool              `json:"draining"`
+	Tunnels    int               `json:"tunnels"`
+	Handshakes map[string]uint64 `json:"handshakes"`
+	Frames     directionJSON     `json:"frames"`
+	Bytes      directionJSON     `json:"bytes"`
+	Pools      []poolJSON        `json:"pools"`
+}
+
+type directionJSON struct {
+	ToNode   uint64 `json:"to_node"`
+	ToClient uint64 `json:"to_client"`
+}
+
+type poolJSON struct {
+	Name    string     `json:"name"`
+	Balance string     `json:"balance"`
+	Nodes   []nodeJSON `json:"nodes"`
+}
+
+// nodeJSON is one node as the admin API shows it.
+type nodeJSON struct {
+	Addr     string     `json:"addr"`
+	State    string     `json:"state"`
+	Live     int        `json:"live"`
+	MaxConns int        `json:"max_conns"`
+	Weight   int        `json:"weight"`
+	Check    *checkJSON `json:"check,omitempty"`
+}
+
+// checkJSON is the node's last health check, when the pool checks health.
+type checkJSON struct {
+	Last                string  `json:"last,omitempty"`
+	LatencyMS           float64 `json:"latency_ms"`
+	Result              string  `json:"result"`
+	ConsecutiveFailures int     `json:"consecutive_failures"`
+	ConsecutivePasses   int     `json:"consecutive_passes"`
+	PassiveFailures     int     `json:"passive_failures"`
+	AgentWeight         int     `json:"agent_weight,omitempty"`
+	AgentLoad           int     `json:"agent_load,omitempty"`
+	AdminDrain          bool    `json:"admin_drain"`
+}
+
+func (s *Server) nodesView() nodesJSON {
+	t := s.tunnels.totals()
+	v := nodesJSON{
+		Ready:      s.ready.Load(),
+		Draining:   s.draining.Load(),
+		Tunnels:    s.tunnels.len(),
+		Handshakes: s.metrics.handshakeCounts(),
+		Frames:     directionJSON{ToNode: t.FramesToNode, ToClient: t.FramesToClient},
+		Bytes:      directionJSON{ToNode: t.BytesToNode, ToClient: t.BytesToClient},
+	}
+	for _, p := range s.poolList() {
+		pj := poolJSON{Name: p.name, Balance: p.balance}
+		for _, n := range p.bal.Nodes() {
+			pj.Nodes = append(pj.Nodes, s.nodeView(p, n))
+		}
+		v.Pools = append(v.Pools, pj)
+	}
+	return v
+}
+
+func (s *Server) nodeView(p *pool, n *balancer.Node) nodeJSON {
+	return nodeJSON{
+		Addr:     n.Addr(),
+		State:    n.State().String(),
+		Live:     n.Live(),
+		MaxConns: n.MaxConns(),
+		Weight:   n.Weight(),
+		Check:    p.checkView(n.Addr()),
+	}
+}
+
+// drainNode stops new connections to n; with migrate it also closes n's
+// tunnels with 1001, spread over drain_window, so their clients reconnect
+// to the other nodes. It returns how many tunnels it is moving.
+func (s *Server) drainNode(p *pool, n *balancer.Node, migrate bool) int {
+	p.drain(n)
+	if !migrate {
+		s.metrics.drains.WithLabelValues("node").Inc()
+		return 0
+	}
+	s.metrics.drains.WithLabelValues("node_migrate").Inc()
+	ts := s.tunnels.snapshot(n)
+	s.log.Info("draining node", "pool", p.name, "node", n.Addr(), "tunnels", len(ts), "window", s.cfg.Gateway.DrainWindow.Duration)
+	go spread(context.Background(), ts, s.cfg.Gateway.DrainWindow.Duration, "node drained")
+	return len(ts)
+}
+
+// undrainNode lets n take new connections again (once healthy).
+func (s *Server) undrainNode(p *pool, n *balancer.Node) {
+	p.undrain(n)
+	s.log.Info("node undrained", "pool", p.name, "node", n.Addr())
+}
+
+// secretKey matches plugin config keys whose values are secrets; keys
+// naming where a secret lives (…_env, …_file) are kept.
+var secretKey = regexp.MustCompile(`(?i)(secret|token|password|passwd|private|key)`)
+
+// redactedConfig is the effective config with plugin secrets replaced.
+func redactedConfig(c *conf.Config) conf.Config {
+	out := *c
+	out.Plugins = make([]conf.Plugin, len(c.Plugins))
+	for i, p := range c.Plugins {
+		cp := p
+		cp.Config = redactMap(p.Config)
+		out.Plugins[i] = cp
+	}
+	return out
+}
+
+func redactMap(m map[string]any) map[string]any {
+	if m == nil {
+		return nil
+	}
+	out := make(map[string]any, len(m))
+	for k, v := range m {
+		switch vv := v.(type) {
+		case map[string]any:
+			out[k] = redactMap(vv)
+			continue
+		}
+		if secretKey.MatchString(k) && !strings.HasSuffix(k, "_env") && !strings.HasSuffix(k, "_file") {
+			out[k] = "REDACTED"
+			continue
+		}
+		out[k] = v
+	}
+	return out
+}
