@@ -58,7 +58,7 @@ type NodeStatus struct {
 // probed by its own goroutine until [Checker.Remove] or [Checker.Stop].
 type Checker struct {
 	_   noCopy
-	cfg Config
+	cfg atomic.Pointer[Config] // swapped whole by SetConfig
 	log *slog.Logger
 	obs atomic.Pointer[observerBox]
 
@@ -98,7 +98,9 @@ func NewChecker(cfg Config, log *slog.Logger) *Checker {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	return &Checker{cfg: cfg.withDefaults(), log: log, nodes: make(map[string]*node)}
+	c := &Checker{log: log, nodes: make(map[string]*node)}
+	c.SetConfig(cfg)
+	return c
 }
 
 // SetObserver sets the receiver of probe and state events; nil removes it.
@@ -118,6 +120,23 @@ func (c *Checker) observer() Observer {
 	return nil
 }
 
+// conf returns the settings in force.
+func (c *Checker) conf() *Config { return c.cfg.Load() }
+
+// SetConfig replaces the checker's settings (zero fields defaulted as in
+// NewChecker). Probes, passive counts and states carry on: each probe loop
+// uses the new interval from its next wait, and the new rise, fall and
+// ejection rules from the next result.
+func (c *Checker) SetConfig(cfg Config) {
+	cfg = cfg.withDefaults()
+	c.cfg.Store(&cfg)
+}
+
+// AddPending starts probing t like Add, but the node starts [StateDown]:
+// it takes traffic only after Rise passing probes. A reload adds nodes
+// this way, so a new node proves itself before clients reach it.
+func (c *Checker) AddPending(t Target) { c.add(t, StateDown) }
+
 // Add starts probing t. The node starts in [StateUp] (optimistic, so a
 // fresh gateway serves at once; Fall failed probes bring it down), and Add
 // tells the target so with SetState(StateUp), so that a node reused from
@@ -125,7 +144,9 @@ func (c *Checker) observer() Observer {
 // observer does not hear it. Adding an address the checker already probes
 // replaces its target and keeps its health; the new target is told the
 // current state and agent weight. Add after Stop does nothing.
-func (c *Checker) Add(t Target) {
+func (c *Checker) Add(t Target) { c.add(t, StateUp) }
+
+func (c *Checker) add(t Target, initial State) {
 	addr := t.Addr()
 	c.mu.Lock()
 	if c.stopped {
@@ -143,12 +164,12 @@ func (c *Checker) Add(t Target) {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	n := &node{addr: addr, cancel: cancel, done: make(chan struct{}), t: t,
-		st: NodeStatus{Addr: addr, State: StateUp}}
+		st: NodeStatus{Addr: addr, State: initial}}
 	n.mu.Lock() // before the node is visible: nothing can come between
 	c.nodes[addr] = n
 	c.wg.Add(1)
 	c.mu.Unlock()
-	t.SetState(StateUp)
+	t.SetState(initial)
 	n.mu.Unlock()
 	go c.probeLoop(ctx, n)
 }
@@ -218,15 +239,15 @@ func (c *Checker) ReportFailure(addr string, err error) {
 		return
 	}
 	n.st.PassiveFailures++
-	if n.st.State != StateUp || n.st.PassiveFailures < c.cfg.EjectAfter {
+	if n.st.State != StateUp || n.st.PassiveFailures < c.conf().EjectAfter {
 		return
 	}
 	now := time.Now()
-	n.ejectedUntil = now.Add(c.cfg.EjectFor)
+	n.ejectedUntil = now.Add(c.conf().EjectFor)
 	n.st.ConsecutivePasses, n.st.ConsecutiveFailures = 0, 0
 	n.lastPass = false
 	c.transition(n, StateEjected, now, "passive failures", slog.Int("failures", n.st.PassiveFailures),
-		slog.Duration("for", c.cfg.EjectFor), slog.Any("err", err))
+		slog.Duration("for", c.conf().EjectFor), slog.Any("err", err))
 }
 
 // Drain puts addr in admin drain: no new connections (draining, then
@@ -317,7 +338,7 @@ func (c *Checker) Statuses() []NodeStatus {
 func (c *Checker) probeLoop(ctx context.Context, n *node) {
 	defer c.wg.Done()
 	defer close(n.done)
-	timer := time.NewTimer(firstWait(c.cfg.Interval))
+	timer := time.NewTimer(firstWait(c.conf().Interval))
 	defer timer.Stop()
 	for {
 		select {
@@ -340,7 +361,7 @@ func (c *Checker) probeLoop(ctx context.Context, n *node) {
 			c.log.Debug("health: ignored malformed agent tokens", "node", n.addr, "tokens", r.malformed)
 		}
 		c.apply(n, r, time.Now())
-		timer.Reset(jittered(c.cfg.Interval))
+		timer.Reset(jittered(c.conf().Interval))
 	}
 }
 
@@ -394,8 +415,8 @@ func (c *Checker) apply(n *node, r result, now time.Time) {
 // step applies the state rules to one probe verdict; see docs/health.md.
 func (c *Checker) step(n *node, r result, now time.Time) {
 	st := &n.st
-	rose := st.ConsecutivePasses >= c.cfg.Rise
-	fell := st.ConsecutiveFailures >= c.cfg.Fall
+	rose := st.ConsecutivePasses >= c.conf().Rise
+	fell := st.ConsecutiveFailures >= c.conf().Fall
 	switch s := st.State; {
 	case r.verdict == verdictDrain:
 		if s != StateDraining && s != StateDrained {
@@ -444,8 +465,8 @@ func (c *Checker) transition(n *node, to State, now time.Time, why string, attrs
 	}
 	if to == StateUp {
 		n.st.PassiveFailures = 0
-		if c.cfg.SlowStart > 0 {
-			n.t.SetSlowStart(now, c.cfg.SlowStart)
+		if c.conf().SlowStart > 0 {
+			n.t.SetSlowStart(now, c.conf().SlowStart)
 		}
 	}
 	n.t.SetState(to)

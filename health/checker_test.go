@@ -651,3 +651,45 @@ func TestStopLeavesNoGoroutine(t *testing.T) {
 	}()
 	waitUntil(t, "goroutines to end", func() bool { return runtime.NumGoroutine() <= before })
 }
+
+// TestAddPendingWaitsForRise pins the reload rule: a node added pending
+// starts down and takes traffic only after Rise passing probes.
+func TestAddPendingWaitsForRise(t *testing.T) {
+	b := newBackend(t)
+	cfg := fastConfig()
+	c, rec := startChecker(t, cfg)
+	f := newTarget(b.addr())
+	c.AddPending(f)
+	if st, _ := c.Status(f.addr); st.State != StateDown {
+		t.Fatalf("pending node starts %v, want down", st.State)
+	}
+	waitState(t, c, f.addr, StateUp)
+	if run := rec.probesBefore(StateUp, 0); !slices.Equal(run, trues(cfg.Rise)) {
+		t.Fatalf("probes before up %v, want exactly %d passes", run, cfg.Rise)
+	}
+	if got := f.States(); got[0] != StateDown {
+		t.Fatalf("target told %v first, want down", got)
+	}
+}
+
+// TestSetConfigKeepsState pins that new settings apply without resetting a
+// node: a down node stays down under a new config, and the new Rise counts.
+func TestSetConfigKeepsState(t *testing.T) {
+	b := newBackend(t)
+	cfg := fastConfig()
+	c, rec := startChecker(t, cfg)
+	f := newTarget(b.addr())
+	c.Add(f)
+	b.set(500, "boom", "")
+	waitState(t, c, f.addr, StateDown)
+	cfg.Rise = cfg.Rise + 2
+	c.SetConfig(cfg)
+	if st, _ := c.Status(f.addr); st.State != StateDown {
+		t.Fatalf("SetConfig moved a down node to %v", st.State)
+	}
+	b.set(200, "ok", "")
+	waitState(t, c, f.addr, StateUp)
+	if run := rec.probesBefore(StateUp, 0); !slices.Equal(run, trues(cfg.Rise)) {
+		t.Fatalf("probes before up %v, want the new rise of %d", run, cfg.Rise)
+	}
+}

@@ -61,7 +61,7 @@ func (c *Checker) probe(ctx context.Context, addr string) result {
 }
 
 func (c *Checker) exchange(ctx context.Context, addr string, start time.Time) result {
-	ctx, cancel := context.WithDeadline(ctx, start.Add(c.cfg.Timeout))
+	ctx, cancel := context.WithDeadline(ctx, start.Add(c.conf().Timeout))
 	defer cancel()
 	var d net.Dialer
 	conn, err := d.DialContext(ctx, "tcp", addr)
@@ -77,13 +77,13 @@ func (c *Checker) exchange(ctx context.Context, addr string, start time.Time) re
 	stop := context.AfterFunc(ctx, func() { _ = conn.SetDeadline(time.Unix(1, 0)) })
 	defer stop()
 
-	host := c.cfg.Host
+	host := c.conf().Host
 	if host == "" {
 		host = addr
 	}
 	req := make([]byte, 0, 128)
 	req = append(req, "GET "...)
-	req = append(req, c.cfg.Path...)
+	req = append(req, c.conf().Path...)
 	req = append(req, " HTTP/1.1\r\nHost: "...)
 	req = append(req, host...)
 	req = append(req, "\r\nUser-Agent: wsgate-health\r\nAccept: */*\r\nConnection: close\r\n\r\n"...)
