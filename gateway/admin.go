@@ -29,7 +29,7 @@ type adminAPI struct {
 
 func newAdminAPI(s *Server) (*adminAPI, error) {
 	a := &adminAPI{s: s}
-	if env := s.cfg.Admin.TokenEnv; env != "" {
+	if env := s.current().cfg.Admin.TokenEnv; env != "" {
 		tok := os.Getenv(env)
 		if tok == "" {
 			return nil, fmt.Errorf("admin.token_env names %s, which is empty or unset", env)
@@ -86,11 +86,32 @@ func (a *adminAPI) handle(ctx *fasthttp.RequestCtx) {
 		if !method(ctx, fasthttp.MethodGet) {
 			return
 		}
-		writeJSON(ctx, fasthttp.StatusOK, redactedConfig(a.s.cfg))
+		writeJSON(ctx, fasthttp.StatusOK, redactedConfig(a.s.current().cfg))
+	case path == "/api/reload":
+		a.reload(ctx)
 	case strings.HasPrefix(path, "/api/pools/"):
 		a.nodeAction(ctx, strings.TrimPrefix(path, "/api/pools/"))
 	default:
 		jsonError(ctx, fasthttp.StatusNotFound, "no admin endpoint "+path)
+	}
+}
+
+// reload serves POST /api/reload (reload the config file now: 200 with the
+// new generation, or 400 with the error naming file, line and key) and
+// GET /api/reload (how the last reload went).
+func (a *adminAPI) reload(ctx *fasthttp.RequestCtx) {
+	switch string(ctx.Method()) {
+	case fasthttp.MethodGet:
+		writeJSON(ctx, fasthttp.StatusOK, a.s.LastReload())
+	case fasthttp.MethodPost:
+		if err := a.s.Reload(); err != nil {
+			jsonError(ctx, fasthttp.StatusBadRequest, err.Error())
+			return
+		}
+		writeJSON(ctx, fasthttp.StatusOK, a.s.LastReload())
+	default:
+		ctx.Response.Header.Set("Allow", "GET, POST")
+		jsonError(ctx, fasthttp.StatusMethodNotAllowed, "use GET or POST")
 	}
 }
 
@@ -115,7 +136,7 @@ func (a *adminAPI) nodeAction(ctx *fasthttp.RequestCtx, rest string) {
 	}
 	poolName, _ := url.PathUnescape(parts[0])
 	addr, _ := url.PathUnescape(parts[2])
-	p := a.s.pools[poolName]
+	p := a.s.current().pools[poolName]
 	if p == nil {
 		jsonError(ctx, fasthttp.StatusNotFound, fmt.Sprintf("no pool %q", poolName))
 		return
@@ -150,6 +171,7 @@ func writeJSON(ctx *fasthttp.RequestCtx, status int, v any) {
 	ctx.SetContentType("application/json")
 	enc := json.NewEncoder(ctx)
 	enc.SetIndent("", "  ")
+	enc.SetEscapeHTML(false) // messages quote config values such as ">= 0"
 	_ = enc.Encode(v)
 }
 

@@ -83,7 +83,7 @@ func TestDashboardInBrowser(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Logf("screenshot: %s", shot)
-	if got := e.srv.pools["relay"].node(e.addrs[0]).State().String(); !strings.HasPrefix(got, "drain") {
+	if got := e.srv.current().pools["relay"].node(e.addrs[0]).State().String(); !strings.HasPrefix(got, "drain") {
 		t.Errorf("node state %q after the dashboard's drain", got)
 	}
 }

@@ -112,7 +112,7 @@ func (e *env) waitZero() {
 	deadline := time.Now().Add(10 * time.Second)
 	for {
 		held := e.srv.Tunnels() + int(e.srv.limits.open())
-		for _, p := range e.srv.pools {
+		for _, p := range e.srv.current().pools {
 			for _, n := range p.bal.Nodes() {
 				held += n.Live()
 			}

@@ -14,13 +14,14 @@ const proxyTimeout = 30 * time.Second
 
 // handle is the client listener's handler: route, then upgrade or proxy.
 func (s *Server) handle(ctx *fasthttp.RequestCtx) {
-	rt := s.routes.match(ctx.Host(), ctx.Path())
+	g := s.current()
+	rt := g.routes.match(ctx.Host(), ctx.Path())
 	if rt == nil {
 		s.reject(ctx, fasthttp.StatusNotFound, "no_route", "no route for this host and path")
 		return
 	}
 	if isUpgrade(&ctx.Request.Header) {
-		s.serveUpgrade(ctx, rt)
+		s.serveUpgrade(ctx, g, rt)
 		return
 	}
 	s.serveHTTP(ctx, rt)

@@ -40,7 +40,7 @@ func isUpgrade(h *fasthttp.RequestHeader) bool {
 // serveUpgrade carries one WebSocket handshake: checks, cheapest first, then
 // a node from the route's pool, its 101 relayed to the client, and the
 // tunnel.
-func (s *Server) serveUpgrade(ctx *fasthttp.RequestCtx, rt *route) {
+func (s *Server) serveUpgrade(ctx *fasthttp.RequestCtx, g *generation, rt *route) {
 	h := &ctx.Request.Header
 	if !ctx.IsGet() {
 		s.reject(ctx, fasthttp.StatusBadRequest, "bad_request", "websocket handshake must use GET")
@@ -79,7 +79,7 @@ func (s *Server) serveUpgrade(ctx *fasthttp.RequestCtx, rt *route) {
 				break // nodes were tried and failed: 502 below
 			}
 			slot.release()
-			s.overflow(ctx, rt, accept)
+			s.overflow(ctx, g, rt, accept)
 			return
 		}
 		up, answer, err := s.dialNode(p, lease.Node(), req, accept)
@@ -101,7 +101,7 @@ func (s *Server) serveUpgrade(ctx *fasthttp.RequestCtx, rt *route) {
 			return
 		}
 		p.health.ReportSuccess(lease.Node().Addr())
-		s.handOff(ctx, up, &hold{lease: lease, slot: slot}, rt)
+		s.handOff(ctx, g, up, &hold{lease: lease, slot: slot}, rt)
 		return
 	}
 	slot.release()
@@ -215,10 +215,10 @@ func (h *hold) Release() {
 // never calls the hijack handler (the client vanished), a timer releases
 // the node connection and the hold, so they are released exactly once on
 // every path.
-func (s *Server) handOff(ctx *fasthttp.RequestCtx, up *upstream, hd *hold, rt *route) {
+func (s *Server) handOff(ctx *fasthttp.RequestCtx, g *generation, up *upstream, hd *hold, rt *route) {
 	start := ctx.Time()
 	var claimed atomic.Bool
-	timer := time.AfterFunc(s.handshakeTimeout, func() {
+	timer := time.AfterFunc(g.handshakeTimeout, func() {
 		if claimed.CompareAndSwap(false, true) {
 			_ = up.conn.Close()
 			hd.Release()
@@ -231,14 +231,14 @@ func (s *Server) handOff(ctx *fasthttp.RequestCtx, up *upstream, hd *hold, rt *r
 			return
 		}
 		timer.Stop()
-		s.startTunnel(c, up, hd, rt, start)
+		s.startTunnel(c, g, up, hd, rt, start)
 	})
 }
 
 // startTunnel sends the 101 to the client and starts the tunnel.
-func (s *Server) startTunnel(c net.Conn, up *upstream, hd *hold, rt *route, start time.Time) {
+func (s *Server) startTunnel(c net.Conn, g *generation, up *upstream, hd *hold, rt *route, start time.Time) {
 	client, pending := detach(c)
-	_ = client.SetWriteDeadline(time.Now().Add(s.handshakeTimeout))
+	_ = client.SetWriteDeadline(time.Now().Add(g.handshakeTimeout))
 	if _, err := client.Write(up.header); err != nil {
 		_ = client.Close()
 		_ = up.conn.Close()
@@ -296,7 +296,7 @@ func detach(c net.Conn) (net.Conn, []byte) {
 
 // overflow answers a handshake when no node has room, as the route says:
 // 503 with Retry-After, or an accepted upgrade closed at once with 1013.
-func (s *Server) overflow(ctx *fasthttp.RequestCtx, rt *route, accept string) {
+func (s *Server) overflow(ctx *fasthttp.RequestCtx, g *generation, rt *route, accept string) {
 	if rt.overflow != "close-1013" {
 		s.retryLater(ctx, fasthttp.StatusServiceUnavailable, "no_capacity", "no node with capacity")
 		return
@@ -310,7 +310,7 @@ func (s *Server) overflow(ctx *fasthttp.RequestCtx, rt *route, accept string) {
 		b = append(b, accept...)
 		b = append(b, "\r\n\r\n"...)
 		b = wsframe.AppendClose(b, 1013, "no node with capacity", nil)
-		_ = c.SetDeadline(time.Now().Add(s.handshakeTimeout))
+		_ = c.SetDeadline(time.Now().Add(g.handshakeTimeout))
 		if _, err := c.Write(b); err != nil {
 			return
 		}
@@ -390,7 +390,7 @@ func (s *Server) reject(ctx *fasthttp.RequestCtx, status int, result, msg string
 // retryLater rejects with status and a Retry-After header.
 func (s *Server) retryLater(ctx *fasthttp.RequestCtx, status int, result, msg string) {
 	s.reject(ctx, status, result, msg)
-	ctx.Response.Header.Set("Retry-After", strconv.Itoa(s.retryAfter))
+	ctx.Response.Header.Set("Retry-After", strconv.Itoa(s.current().retryAfter))
 }
 
 const websocketGUID = "258EAFA5-E914-47DA-95CA-C5AB0DC85B11"

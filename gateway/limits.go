@@ -11,8 +11,8 @@ import (
 // limiter caps open client connections (tunnels and handshakes in flight)
 // gateway-wide and per client IP.
 type limiter struct {
-	max   int64
-	perIP int
+	max   atomic.Int64
+	perIP atomic.Int64 // 0 = unlimited
 
 	total atomic.Int64
 	mu    sync.Mutex
@@ -20,32 +20,37 @@ type limiter struct {
 }
 
 func newLimiter(maxConns, perIP int) *limiter {
-	l := &limiter{max: int64(maxConns), perIP: perIP}
-	if perIP > 0 {
-		l.byIP = make(map[string]int)
-	}
+	l := &limiter{byIP: make(map[string]int)}
+	l.set(maxConns, perIP)
 	return l
+}
+
+// set changes the limits for the next admissions; open connections stay.
+func (l *limiter) set(maxConns, perIP int) {
+	l.max.Store(int64(maxConns))
+	l.perIP.Store(int64(perIP))
 }
 
 // slot is one admitted connection; release frees it once.
 type slot struct {
 	l        *limiter
 	ip       string
+	counted  bool // counted in byIP
 	released atomic.Bool
 }
 
 // admit takes a slot for a connection from ip, or returns nil and the status
 // to answer: 503 when the gateway is full, 429 when the IP is.
 func (l *limiter) admit(ip net.IP) (*slot, int) {
-	if l.total.Add(1) > l.max {
+	if l.total.Add(1) > l.max.Load() {
 		l.total.Add(-1)
 		return nil, fasthttp.StatusServiceUnavailable
 	}
 	s := &slot{l: l}
-	if l.byIP != nil {
-		s.ip = string(ip)
+	if perIP := int(l.perIP.Load()); perIP > 0 {
+		s.ip, s.counted = string(ip), true
 		l.mu.Lock()
-		if l.byIP[s.ip] >= l.perIP {
+		if l.byIP[s.ip] >= perIP {
 			l.mu.Unlock()
 			l.total.Add(-1)
 			return nil, fasthttp.StatusTooManyRequests
@@ -61,7 +66,7 @@ func (s *slot) release() {
 		return
 	}
 	l := s.l
-	if l.byIP != nil {
+	if s.counted {
 		l.mu.Lock()
 		if l.byIP[s.ip]--; l.byIP[s.ip] <= 0 {
 			delete(l.byIP, s.ip)

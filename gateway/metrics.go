@@ -26,6 +26,8 @@ type metrics struct {
 	probes           *prometheus.CounterVec
 	probeSeconds     *prometheus.HistogramVec
 	transitions      *prometheus.CounterVec
+	reloads          *prometheus.CounterVec
+	generation       prometheus.Gauge
 }
 
 func newMetrics(s *Server) *metrics {
@@ -61,8 +63,17 @@ func newMetrics(s *Server) *metrics {
 			Name: "wsgate_node_transitions_total",
 			Help: "Node state changes by pool, node and the state entered.",
 		}, []string{"pool", "node", "state"}),
+		reloads: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "wsgate_reloads_total",
+			Help: "Config reloads by result (ok, error); an error keeps the running config.",
+		}, []string{"result"}),
+		generation: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "wsgate_config_generation",
+			Help: "Generation of the config in force: 1 at start, +1 per successful reload.",
+		}),
 	}
-	m.reg.MustRegister(m.handshakes, m.handshakeSeconds, m.closes, m.drains,
+	m.generation.Set(1)
+	m.reg.MustRegister(m.reloads, m.generation, m.handshakes, m.handshakeSeconds, m.closes, m.drains,
 		m.probes, m.probeSeconds, m.transitions,
 		&liveCollector{s: s},
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))

@@ -12,8 +12,9 @@ import (
 
 // poolList returns the pools sorted by name.
 func (s *Server) poolList() []*pool {
-	ps := make([]*pool, 0, len(s.pools))
-	for _, p := range s.pools {
+	pools := s.current().pools
+	ps := make([]*pool, 0, len(pools))
+	for _, p := range pools {
 		ps = append(ps, p)
 	}
 	sort.Slice(ps, func(i, j int) bool { return ps[i].name < ps[j].name })
@@ -29,6 +30,8 @@ type nodesJSON struct {
 	Frames     directionJSON     `json:"frames"`
 	Bytes      directionJSON     `json:"bytes"`
 	Pools      []poolJSON        `json:"pools"`
+	Generation uint64            `json:"generation"`
+	Reload     ReloadStatus      `json:"reload"`
 }
 
 type directionJSON struct {
@@ -68,6 +71,8 @@ type checkJSON struct {
 func (s *Server) nodesView() nodesJSON {
 	t := s.tunnels.totals()
 	v := nodesJSON{
+		Generation: s.current().n,
+		Reload:     s.LastReload(),
 		Ready:      s.ready.Load(),
 		Draining:   s.draining.Load(),
 		Tunnels:    s.tunnels.len(),
@@ -107,8 +112,9 @@ func (s *Server) drainNode(p *pool, n *balancer.Node, migrate bool) int {
 	}
 	s.metrics.drains.WithLabelValues("node_migrate").Inc()
 	ts := s.tunnels.snapshot(n)
-	s.log.Info("draining node", "pool", p.name, "node", n.Addr(), "tunnels", len(ts), "window", s.cfg.Gateway.DrainWindow.Duration)
-	go spread(context.Background(), ts, s.cfg.Gateway.DrainWindow.Duration, "node drained")
+	window := s.current().cfg.Gateway.DrainWindow.Duration
+	s.log.Info("draining node", "pool", p.name, "node", n.Addr(), "tunnels", len(ts), "window", window)
+	go spread(context.Background(), ts, window, "node drained")
 	return len(ts)
 }
 

@@ -24,28 +24,52 @@ type pool struct {
 	tries          int
 	dial           *dialer
 	http           map[*balancer.Node]*fasthttp.HostClient
+	conf           *conf.Pool    // the config it was built from
+	healthConf     health.Config // its checker's settings
 }
 
-func newPool(pc *conf.Pool, log *slog.Logger) (*pool, error) {
+// newPool builds the run-time pool for pc. With old (the pool of the same
+// name in the running generation) it reuses old's nodes by address, so
+// they keep their live counts, tunnels and health, and old's checker; the
+// nodes pc adds are returned in added, old's nodes pc drops in removed.
+// It changes nothing that is in use: commit does, once the whole new
+// generation is built.
+func newPool(pc *conf.Pool, old *pool, log *slog.Logger) (p *pool, added, removed []*balancer.Node, err error) {
 	picker, err := balancer.NewPicker(pc.Balance)
 	if err != nil {
-		return nil, fmt.Errorf("pool %q: %w", pc.Name, err)
+		return nil, nil, nil, fmt.Errorf("pool %q: %w", pc.Name, err)
 	}
 	d, err := newDialer(pc.SourceAddrs, pc.ConnectTimeout.Duration)
 	if err != nil {
-		return nil, fmt.Errorf("pool %q: %w", pc.Name, err)
+		return nil, nil, nil, fmt.Errorf("pool %q: %w", pc.Name, err)
 	}
-	p := &pool{
+	p = &pool{
 		name:           pc.Name,
 		balance:        pc.Balance,
 		connectTimeout: pc.ConnectTimeout.Duration,
 		tries:          pc.ConnectTries,
 		dial:           d,
 		http:           make(map[*balancer.Node]*fasthttp.HostClient, len(pc.Nodes)),
+		conf:           pc,
+		healthConf:     healthConfig(pc),
+	}
+	keep := map[string]*balancer.Node{}
+	if old != nil {
+		p.health = old.health
+		for _, n := range old.bal.Nodes() {
+			keep[n.Addr()] = n
+		}
+	} else {
+		p.health = health.NewChecker(p.healthConf, log.With("pool", pc.Name))
 	}
 	nodes := make([]*balancer.Node, 0, len(pc.Nodes))
 	for _, nc := range pc.Nodes {
-		n := balancer.NewNode(nc.Addr, nc.Weight, nc.MaxConns)
+		n := keep[nc.Addr]
+		if n == nil {
+			n = balancer.NewNode(nc.Addr, nc.Weight, nc.MaxConns)
+			added = append(added, n)
+		}
+		delete(keep, nc.Addr)
 		nodes = append(nodes, n)
 		p.http[n] = &fasthttp.HostClient{
 			Addr:                          nc.Addr,
@@ -58,9 +82,17 @@ func newPool(pc *conf.Pool, log *slog.Logger) (*pool, error) {
 			NoDefaultUserAgentHeader:      true,
 		}
 	}
+	for _, n := range keep {
+		removed = append(removed, n)
+	}
 	p.bal = balancer.NewPool(pc.Name, picker, nodes)
+	return p, added, removed, nil
+}
+
+// healthConfig is the checker's view of a pool's settings.
+func healthConfig(pc *conf.Pool) health.Config {
 	h := &pc.Health
-	p.health = health.NewChecker(health.Config{
+	return health.Config{
 		Path:       h.Path,
 		Interval:   h.Interval.Duration,
 		Timeout:    h.Timeout.Duration,
@@ -69,8 +101,18 @@ func newPool(pc *conf.Pool, log *slog.Logger) (*pool, error) {
 		SlowStart:  pc.SlowStart.Duration,
 		EjectAfter: h.EjectAfter,
 		EjectFor:   h.EjectFor.Duration,
-	}, log.With("pool", pc.Name))
-	return p, nil
+	}
+}
+
+// applyNodeSettings gives every node the weight and cap pc sets for it;
+// they apply from the next pick and never evict.
+func (p *pool) applyNodeSettings() {
+	for _, nc := range p.conf.Nodes {
+		if n := p.node(nc.Addr); n != nil {
+			n.SetWeight(nc.Weight)
+			n.SetMaxConns(nc.MaxConns)
+		}
+	}
 }
 
 // startHealth begins probing every node, reporting to obs.
@@ -81,12 +123,17 @@ func (p *pool) startHealth(obs health.Observer) {
 	}
 }
 
-// close stops the pool's probes and idle HTTP connections.
-func (p *pool) close() {
-	p.health.Stop()
+// closeIdle closes the pool's idle HTTP connections to its nodes.
+func (p *pool) closeIdle() {
 	for _, hc := range p.http {
 		hc.CloseIdleConnections()
 	}
+}
+
+// close stops the pool's probes and idle HTTP connections.
+func (p *pool) close() {
+	p.health.Stop()
+	p.closeIdle()
 }
 
 // drain and undrain go through the health checker, which owns node states.

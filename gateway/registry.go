@@ -19,9 +19,10 @@ const tunnelGoAwayCode = tunnel.CodeGoingAway
 type registry struct {
 	mu       sync.Mutex
 	live     map[*tunnel.Tunnel]*balancer.Node
+	retired  map[*balancer.Node]bool // nodes a reload removed
 	draining bool
 	empty    chan struct{} // made by wait, closed when live becomes empty
-	retired  tunnel.Stats  // frames and bytes of ended tunnels
+	ended    tunnel.Stats  // frames and bytes of ended tunnels
 }
 
 func (r *registry) add(t *tunnel.Tunnel, n *balancer.Node) {
@@ -30,11 +31,26 @@ func (r *registry) add(t *tunnel.Tunnel, n *balancer.Node) {
 		r.live = make(map[*tunnel.Tunnel]*balancer.Node)
 	}
 	r.live[t] = n
-	draining := r.draining
+	draining, retired := r.draining, r.retired[n]
 	r.mu.Unlock()
-	if draining {
+	switch {
+	case draining:
 		go t.GoAway(tunnelGoAwayCode, "gateway shutting down")
+	case retired:
+		go t.GoAway(tunnelGoAwayCode, "node removed")
 	}
+}
+
+// retire marks n as removed, so a tunnel to it that a handshake in flight
+// still registers goes away at once, and returns n's live tunnels.
+func (r *registry) retire(n *balancer.Node) []*tunnel.Tunnel {
+	r.mu.Lock()
+	if r.retired == nil {
+		r.retired = make(map[*balancer.Node]bool)
+	}
+	r.retired[n] = true
+	r.mu.Unlock()
+	return r.snapshot(n)
 }
 
 // remove retires an ended tunnel, folding its counters into the totals
@@ -42,10 +58,10 @@ func (r *registry) add(t *tunnel.Tunnel, n *balancer.Node) {
 func (r *registry) remove(t *tunnel.Tunnel, st tunnel.Stats) {
 	r.mu.Lock()
 	delete(r.live, t)
-	r.retired.FramesToNode += st.FramesToNode
-	r.retired.FramesToClient += st.FramesToClient
-	r.retired.BytesToNode += st.BytesToNode
-	r.retired.BytesToClient += st.BytesToClient
+	r.ended.FramesToNode += st.FramesToNode
+	r.ended.FramesToClient += st.FramesToClient
+	r.ended.BytesToNode += st.BytesToNode
+	r.ended.BytesToClient += st.BytesToClient
 	if len(r.live) == 0 && r.empty != nil {
 		close(r.empty)
 		r.empty = nil
@@ -64,7 +80,7 @@ func (r *registry) len() int {
 func (r *registry) totals() tunnel.Stats {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	sum := r.retired
+	sum := r.ended
 	for t := range r.live {
 		st := t.Stats()
 		sum.FramesToNode += st.FramesToNode

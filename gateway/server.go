@@ -1,6 +1,7 @@
 // Package gateway is the wsgate server: client listeners, routing by host and
 // path, the WebSocket handshake relayed to a node picked by the pool's
-// balancer, the tunnel, plain HTTP proxying, the admin listener, and drain.
+// balancer, the tunnel, plain HTTP proxying, the admin listener, config
+// reloads, and drain.
 package gateway
 
 import (
@@ -21,22 +22,32 @@ import (
 // request headers a client may send.
 const readBufferSize = 8 << 10
 
+// generation is one config as the gateway runs it: routes compiled, pools
+// built. A request reads the current generation once and uses it to the
+// end; a reload builds a whole new one and swaps it in.
+type generation struct {
+	n                uint64
+	cfg              *conf.Config
+	routes           routeTable
+	pools            map[string]*pool
+	handshakeTimeout time.Duration
+	retryAfter       int // seconds
+}
+
 // Server is one gateway: its listeners, pools, routes and live tunnels. Create
 // it with New, then Start; Shutdown drains it. Its methods are safe for
 // concurrent use.
 type Server struct {
-	log              *slog.Logger
-	cfg              *conf.Config
-	routes           routeTable
-	pools            map[string]*pool
-	limits           *limiter
-	tunnels          registry
-	metrics          *metrics
-	handshakeTimeout time.Duration
-	retryAfter       int // seconds
+	log     *slog.Logger
+	gen     atomic.Pointer[generation]
+	limits  *limiter
+	tunnels registry
+	metrics *metrics
+	reload  reloadState
 
 	http      *fasthttp.Server
 	admin     *fasthttp.Server
+	listen    ListenFunc
 	listeners []net.Listener
 	adminLn   net.Listener
 	serving   sync.WaitGroup
@@ -44,24 +55,23 @@ type Server struct {
 	ready     atomic.Bool
 }
 
+// ListenFunc opens a listener for a configured address; a restart passes
+// one that hands out sockets inherited from the previous process.
+type ListenFunc func(addr string) (net.Listener, error)
+
 // New builds a gateway from a loaded, validated config. It opens no socket.
 func New(cfg *conf.Config, log *slog.Logger) (*Server, error) {
 	s := &Server{
-		log:              log,
-		cfg:              cfg,
-		pools:            make(map[string]*pool, len(cfg.Pools)),
-		limits:           newLimiter(cfg.Gateway.MaxConns, cfg.Gateway.MaxConnsPerIP),
-		handshakeTimeout: cfg.Gateway.HandshakeTimeout.Duration,
-		retryAfter:       max(1, int(cfg.Gateway.RetryAfter.Seconds())),
+		log:    log,
+		limits: newLimiter(cfg.Gateway.MaxConns, cfg.Gateway.MaxConnsPerIP),
+		listen: func(addr string) (net.Listener, error) { return net.Listen("tcp", addr) },
 	}
-	for i := range cfg.Pools {
-		p, err := newPool(&cfg.Pools[i], log)
-		if err != nil {
-			return nil, err
-		}
-		s.pools[p.name] = p
+	g, _, err := s.build(cfg, nil)
+	if err != nil {
+		return nil, err
 	}
-	s.routes = compileRoutes(cfg, s.pools)
+	g.n = 1
+	s.gen.Store(g)
 	s.metrics = newMetrics(s)
 	api, err := newAdminAPI(s)
 	if err != nil {
@@ -70,7 +80,7 @@ func New(cfg *conf.Config, log *slog.Logger) (*Server, error) {
 	s.http = &fasthttp.Server{
 		Handler:              s.handle,
 		Name:                 "wsgate",
-		ReadTimeout:          s.handshakeTimeout,
+		ReadTimeout:          g.handshakeTimeout,
 		WriteTimeout:         30 * time.Second,
 		IdleTimeout:          60 * time.Second,
 		ReadBufferSize:       readBufferSize,
@@ -89,20 +99,27 @@ func New(cfg *conf.Config, log *slog.Logger) (*Server, error) {
 	return s, nil
 }
 
+// current is the generation in force.
+func (s *Server) current() *generation { return s.gen.Load() }
+
+// SetListen replaces how Start opens listeners (before Start).
+func (s *Server) SetListen(f ListenFunc) { s.listen = f }
+
 // Start opens the client and admin listeners and serves them in the
 // background. The gateway is ready once Start returns nil.
 func (s *Server) Start() error {
-	addrs := append([]string{s.cfg.Gateway.Listen}, s.cfg.Gateway.Listeners...)
+	g := s.current()
+	addrs := append([]string{g.cfg.Gateway.Listen}, g.cfg.Gateway.Listeners...)
 	for _, a := range addrs {
-		ln, err := net.Listen("tcp", a)
+		ln, err := s.listen(a)
 		if err != nil {
 			s.closeListeners()
 			return fmt.Errorf("listen on %s: %w", a, err)
 		}
 		s.listeners = append(s.listeners, ln)
 	}
-	if a := s.cfg.Admin.Listen; a != "" {
-		ln, err := net.Listen("tcp", a)
+	if a := g.cfg.Admin.Listen; a != "" {
+		ln, err := s.listen(a)
 		if err != nil {
 			s.closeListeners()
 			return fmt.Errorf("admin listen on %s: %w", a, err)
@@ -110,7 +127,7 @@ func (s *Server) Start() error {
 		s.adminLn = ln
 		s.serve(s.admin, ln)
 	}
-	for _, p := range s.pools {
+	for _, p := range g.pools {
 		p.startHealth(probeObserver{m: s.metrics, pool: p.name})
 	}
 	for _, ln := range s.listeners {
@@ -137,6 +154,23 @@ func (s *Server) closeListeners() {
 	if s.adminLn != nil {
 		_ = s.adminLn.Close()
 	}
+}
+
+// Listeners returns the open listeners by configured address, client and
+// admin alike, so a restart can hand them to the next process.
+func (s *Server) Listeners() map[string]net.Listener {
+	g := s.current()
+	out := map[string]net.Listener{}
+	addrs := append([]string{g.cfg.Gateway.Listen}, g.cfg.Gateway.Listeners...)
+	for i, ln := range s.listeners {
+		if i < len(addrs) {
+			out[addrs[i]] = ln
+		}
+	}
+	if s.adminLn != nil {
+		out[g.cfg.Admin.Listen] = s.adminLn
+	}
+	return out
 }
 
 // Addr is the address of the first client listener (nil before Start).
@@ -167,8 +201,9 @@ func (s *Server) Shutdown(ctx context.Context) error {
 		return errors.New("gateway: already shutting down")
 	}
 	s.ready.Store(false)
-	window := s.cfg.Gateway.DrainWindow.Duration
-	ctx, cancel := context.WithTimeout(ctx, s.cfg.Gateway.DrainTimeout.Duration)
+	g := s.current()
+	window := g.cfg.Gateway.DrainWindow.Duration
+	ctx, cancel := context.WithTimeout(ctx, g.cfg.Gateway.DrainTimeout.Duration)
 	defer cancel()
 
 	// Stop accepting; keep-alive HTTP connections close, handshakes in
@@ -196,7 +231,9 @@ func (s *Server) Shutdown(ctx context.Context) error {
 		_ = s.admin.Shutdown()
 	}
 	s.serving.Wait()
-	for _, p := range s.pools {
+	s.reload.mu.Lock() // no reload may start a checker from here on
+	defer s.reload.mu.Unlock()
+	for _, p := range s.current().pools {
 		p.close()
 	}
 	return nil

@@ -1,6 +1,8 @@
 // Command wsgate is the WebSocket edge gateway.
 //
 //	wsgate [-config FILE]            run the gateway (default conf/wsgate.toml)
+//	                                 SIGHUP or a file change: reload the config
+//	                                 SIGUSR2: restart onto a new process, no connection refused
 //	wsgate -check [-config FILE]     validate the config and exit (1 on error)
 //	wsgate demo [-listen ADDR]       gateway + two relay replicas in one process
 package main
@@ -14,10 +16,14 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	"strconv"
+	"strings"
 	"syscall"
+	"time"
 
 	"github.com/wsgate/wsgate/conf"
 	"github.com/wsgate/wsgate/gateway"
+	"github.com/wsgate/wsgate/internal/handoff"
 	"github.com/wsgate/wsgate/internal/rlimit"
 )
 
@@ -35,6 +41,9 @@ func run(args []string, stdout, stderr io.Writer) int {
 	configPath := fs.String("config", "conf/wsgate.toml", "config file")
 	check := fs.Bool("check", false, "validate the config, print the first problems with file:line, and exit")
 	logLevel := fs.String("log-level", "info", "log level: debug, info, warn, error")
+	var o serveOptions
+	fs.StringVar(&o.pidfile, "pidfile", "", "write the process id here once serving (a restarted process rewrites it)")
+	fs.BoolVar(&o.watch, "watch", true, "reload the config when its file changes (SIGHUP and POST /api/reload always do)")
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
@@ -56,38 +65,107 @@ func run(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stdout, "%s: ok\n", *configPath)
 		return 0
 	}
-	if err := serve(cfg, log); err != nil {
+	if err := serve(cfg, o, log); err != nil {
 		log.Error("wsgate stopped", "err", err)
 		return 1
 	}
 	return 0
 }
 
-// serve runs the gateway until SIGTERM or SIGINT, then drains it.
-func serve(cfg *conf.Config, log *slog.Logger) error {
+// serveOptions are the flags that shape a gateway process's life.
+type serveOptions struct {
+	pidfile string // written once the gateway accepts
+	watch   bool   // reload when the config file changes
+}
+
+// serve runs the gateway until SIGTERM or SIGINT, then drains it. SIGHUP
+// (and a change of the config file, with watch) reloads the config; SIGUSR2
+// starts a new process of the same binary on the same listening sockets
+// and, once it is ready, drains this one.
+func serve(cfg *conf.Config, o serveOptions, log *slog.Logger) error {
 	logLimits(log)
 	srv, err := gateway.New(cfg, log)
 	if err != nil {
 		return err
 	}
-	stop := make(chan os.Signal, 1)
-	signal.Notify(stop, syscall.SIGTERM, syscall.SIGINT)
-	defer signal.Stop(stop)
+	inherited, err := handoff.FromEnv()
+	if err != nil {
+		return err
+	}
+	srv.SetListen(inherited.Listen)
+	sigs := make(chan os.Signal, 4)
+	signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP, syscall.SIGUSR2)
+	defer signal.Stop(sigs)
 	if err := srv.Start(); err != nil {
 		return err
 	}
-	attrs := []any{"config", cfg.File, "addr", srv.Addr().String()}
+	if err := inherited.Ready(); err != nil {
+		log.Warn("telling the previous process we are ready", "err", err)
+	}
+	if o.pidfile != "" {
+		if err := os.WriteFile(o.pidfile, []byte(strconv.Itoa(os.Getpid())+"\n"), 0o644); err != nil {
+			log.Warn("pidfile", "err", err)
+		}
+		defer removeOwnPidfile(o.pidfile)
+	}
+	_ = handoff.NotifySystemd(fmt.Sprintf("READY=1\nMAINPID=%d", os.Getpid()))
+	attrs := []any{"config", cfg.File, "addr", srv.Addr().String(), "pid", os.Getpid(), "inherited", inherited != nil}
 	if a := srv.AdminAddr(); a != nil {
 		attrs = append(attrs, "admin", a.String())
 	}
 	log.Info("wsgate listening", attrs...)
-	sig := <-stop
-	log.Info("draining", "signal", sig.String(), "window", cfg.Gateway.DrainWindow.Duration, "timeout", cfg.Gateway.DrainTimeout.Duration)
+
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	if o.watch {
+		if err := conf.Watch(ctx, cfg.File, 0, func() { _ = srv.Reload() }); err != nil {
+			log.Warn("config file not watched", "err", err)
+		}
+	}
+	for sig := range sigs {
+		switch sig {
+		case syscall.SIGHUP:
+			_ = srv.Reload() // logged, counted and shown by the server
+			continue
+		case syscall.SIGUSR2:
+			if !upgrade(srv, log) {
+				continue
+			}
+		}
+		log.Info("draining", "signal", sig.String())
+		break
+	}
 	if err := srv.Shutdown(context.Background()); err != nil {
 		return err
 	}
 	log.Info("wsgate stopped")
 	return nil
+}
+
+// upgrade starts the next process of this binary on the same sockets and
+// reports whether it became ready; if not, this process keeps serving.
+func upgrade(srv *gateway.Server, log *slog.Logger) bool {
+	exe, err := os.Executable()
+	if err != nil {
+		log.Error("upgrade: cannot find this executable", "err", err)
+		return false
+	}
+	log.Info("upgrade: starting the new process", "exe", exe)
+	pid, err := handoff.Spawn(exe, os.Args[1:], srv.Listeners(), os.Stdout, os.Stderr, 30*time.Second)
+	if err != nil {
+		log.Error("upgrade failed; this process keeps serving", "err", err)
+		return false
+	}
+	log.Info("upgrade: new process ready, draining this one", "new_pid", pid)
+	return true
+}
+
+// removeOwnPidfile removes the pidfile unless a newer process rewrote it.
+func removeOwnPidfile(path string) {
+	b, err := os.ReadFile(path)
+	if err == nil && strings.TrimSpace(string(b)) == strconv.Itoa(os.Getpid()) {
+		_ = os.Remove(path)
+	}
 }
 
 // logLimits raises the open-file limit and says what limits apply: each

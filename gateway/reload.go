@@ -1,0 +1,211 @@
+package gateway
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/wsgate/wsgate/balancer"
+	"github.com/wsgate/wsgate/conf"
+)
+
+// reloadState serializes reloads and remembers how the last one went.
+type reloadState struct {
+	mu   sync.Mutex
+	last ReloadStatus
+}
+
+// ReloadStatus is how the last reload went, as the admin API shows it.
+type ReloadStatus struct {
+	At         time.Time `json:"at"`
+	OK         bool      `json:"ok"`
+	Error      string    `json:"error,omitempty"`
+	Generation uint64    `json:"generation"`
+	TookMS     float64   `json:"took_ms"`
+	Restart    []string  `json:"needs_restart,omitempty"` // changes that apply only after a restart
+}
+
+// leaving is a node a reload removed, with the pool it was in.
+type leaving struct {
+	p *pool
+	n *balancer.Node
+}
+
+// Reload reads the config file again and, if it is valid, swaps it in: nodes
+// are matched by address and keep their live counts, health and tunnels; a
+// changed weight or cap applies to the next pick; a removed node takes no
+// new connection and its tunnels are closed with 1001 spread over the drain
+// window; an added node takes traffic after rise passing probes; routes,
+// origins and limits apply to the next handshake. Any error leaves the
+// running config untouched and is returned (naming file, line and key).
+func (s *Server) Reload() error {
+	return s.ReloadFrom(s.current().cfg.File)
+}
+
+// ReloadFrom is Reload from the file at path.
+func (s *Server) ReloadFrom(path string) error {
+	start := time.Now()
+	cfg, err := conf.Load(path)
+	s.reload.mu.Lock()
+	defer s.reload.mu.Unlock()
+	if err != nil {
+		s.recordReload(err, nil, start)
+		return err
+	}
+	return s.apply(cfg, start)
+}
+
+// Apply swaps in a loaded config as Reload does.
+func (s *Server) Apply(cfg *conf.Config) error {
+	s.reload.mu.Lock()
+	defer s.reload.mu.Unlock()
+	return s.apply(cfg, time.Now())
+}
+
+// apply is Apply with reload.mu held.
+func (s *Server) apply(cfg *conf.Config, start time.Time) error {
+	if s.draining.Load() {
+		err := fmt.Errorf("gateway is shutting down: reload refused")
+		s.recordReload(err, nil, start)
+		return err
+	}
+	old := s.current()
+	g, gone, err := s.build(cfg, old)
+	if err != nil {
+		s.recordReload(err, nil, start)
+		return err
+	}
+	g.n = old.n + 1
+	restart := needsRestart(old.cfg, cfg)
+
+	// Commit: nothing above touched what is running.
+	for _, p := range g.pools {
+		if op := old.pools[p.name]; op != nil {
+			p.applyNodeSettings()
+			if p.healthConf != op.healthConf {
+				p.health.SetConfig(p.healthConf)
+			}
+			for _, n := range p.bal.Nodes() {
+				if op.node(n.Addr()) == nil {
+					p.health.AddPending(nodeTarget{n})
+				}
+			}
+		} else {
+			p.health.SetObserver(probeObserver{m: s.metrics, pool: p.name})
+			for _, n := range p.bal.Nodes() {
+				p.health.AddPending(nodeTarget{n})
+			}
+		}
+	}
+	s.limits.set(cfg.Gateway.MaxConns, cfg.Gateway.MaxConnsPerIP)
+	s.gen.Store(g)
+
+	// Retire what left: no new connections, then their tunnels go away.
+	window := cfg.Gateway.DrainWindow.Duration
+	for _, l := range gone {
+		l.p.health.Remove(l.n.Addr())
+		l.n.SetState(balancer.StateDrained)
+		ts := s.tunnels.retire(l.n)
+		s.log.Info("node removed by reload", "pool", l.p.name, "node", l.n.Addr(), "tunnels", len(ts), "window", window)
+		go spread(context.Background(), ts, window, "node removed")
+	}
+	for name, op := range old.pools {
+		if g.pools[name] == nil {
+			op.close()
+		} else {
+			op.closeIdle()
+		}
+	}
+	for _, r := range restart {
+		s.log.Warn("config change needs a restart to apply", "change", r)
+	}
+	s.recordReload(nil, restart, start)
+	s.log.Info("config reloaded", "file", cfg.File, "generation", g.n, "took", time.Since(start))
+	return nil
+}
+
+// build makes the generation for cfg, reusing old's pools and nodes where
+// names and addresses match. It changes nothing that is running; gone lists
+// the nodes old had that cfg drops.
+func (s *Server) build(cfg *conf.Config, old *generation) (*generation, []leaving, error) {
+	g := &generation{
+		cfg:              cfg,
+		pools:            make(map[string]*pool, len(cfg.Pools)),
+		handshakeTimeout: cfg.Gateway.HandshakeTimeout.Duration,
+		retryAfter:       max(1, int(cfg.Gateway.RetryAfter.Seconds())),
+	}
+	var gone []leaving
+	for i := range cfg.Pools {
+		var op *pool
+		if old != nil {
+			op = old.pools[cfg.Pools[i].Name]
+		}
+		p, _, removed, err := newPool(&cfg.Pools[i], op, s.log)
+		if err != nil {
+			return nil, nil, err
+		}
+		g.pools[p.name] = p
+		for _, n := range removed {
+			gone = append(gone, leaving{op, n})
+		}
+	}
+	if old != nil {
+		for name, op := range old.pools {
+			if g.pools[name] != nil {
+				continue
+			}
+			for _, n := range op.bal.Nodes() {
+				gone = append(gone, leaving{op, n})
+			}
+		}
+	}
+	g.routes = compileRoutes(cfg, g.pools)
+	return g, gone, nil
+}
+
+// needsRestart lists the changes from old to cfg that a reload cannot
+// apply: the sockets the gateway listens on, and fasthttp's own read
+// timeout for handshakes.
+func needsRestart(old, cfg *conf.Config) []string {
+	var out []string
+	if old.Gateway.Listen != cfg.Gateway.Listen || !slices.Equal(old.Gateway.Listeners, cfg.Gateway.Listeners) {
+		out = append(out, "gateway.listen/listeners")
+	}
+	if old.Admin.Listen != cfg.Admin.Listen {
+		out = append(out, "admin.listen")
+	}
+	if old.Admin.TokenEnv != cfg.Admin.TokenEnv {
+		out = append(out, "admin.token_env")
+	}
+	if old.Gateway.HandshakeTimeout != cfg.Gateway.HandshakeTimeout {
+		out = append(out, "gateway.handshake_timeout (reading the request; the handshake's own deadlines use the new value)")
+	}
+	return out
+}
+
+// recordReload keeps the outcome for the admin API and the metrics; it is
+// called with reload.mu held.
+func (s *Server) recordReload(err error, restart []string, start time.Time) {
+	st := ReloadStatus{At: time.Now(), OK: err == nil, Generation: s.current().n,
+		TookMS: float64(time.Since(start).Microseconds()) / 1000, Restart: restart}
+	result := "ok"
+	if err != nil {
+		st.Error = err.Error()
+		result = "error"
+		s.log.Error("config reload failed; the running config stays", "err", err)
+	}
+	if s.metrics != nil {
+		s.metrics.reloads.WithLabelValues(result).Inc()
+		s.metrics.generation.Set(float64(st.Generation))
+	}
+	s.reload.last = st
+}
+
+// LastReload is how the last reload went (zero before the first).
+func (s *Server) LastReload() ReloadStatus {
+	s.reload.mu.Lock()
+	defer s.reload.mu.Unlock()
+	return s.reload.last
+}

@@ -1,0 +1,357 @@
+package gateway
+
+import (
+	"encoding/binary"
+	"fmt"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/fasthttp/websocket"
+	"github.com/wsgate/wsgate/conf"
+)
+
+// reloadable starts a gateway whose config lives in a file, so tests can
+// rewrite it and reload. cfgFmt is as for newEnv.
+func reloadable(t *testing.T, relays int, cfgFmt string) (*env, string) {
+	e := newEnv(t, relays, cfgFmt)
+	path := filepath.Join(t.TempDir(), "wsgate.toml")
+	e.writeConfig(path, cfgFmt)
+	if err := e.srv.ReloadFrom(path); err != nil {
+		t.Fatal(err)
+	}
+	return e, path
+}
+
+// writeConfig renders cfgFmt for this env (the running gateway's own
+// address first) into path.
+func (e *env) writeConfig(path, cfgFmt string) {
+	e.t.Helper()
+	args := []any{e.gw}
+	for _, a := range e.addrs {
+		args = append(args, a)
+	}
+	if err := os.WriteFile(path, []byte(fmt.Sprintf(cfgFmt, args...)), 0o644); err != nil {
+		e.t.Fatal(err)
+	}
+}
+
+const reloadBase = `
+[gateway]
+listen = %[1]q
+drain_window = "3s"
+drain_timeout = "10s"
+[admin]
+listen = "127.0.0.1:0"
+[[pools]]
+name = "relay"
+max_conns_per_node = 5000
+  [pools.health]
+  interval = "50ms"
+  timeout = "40ms"
+  rise = 1
+  [[pools.nodes]]
+  addr = %[2]q
+  [[pools.nodes]]
+  addr = %[3]q
+[[routes]]
+path_prefix = "/room/"
+pool = "relay"
+`
+
+// pair is two clients in one room: a sends numbered frames, b checks them.
+type pair struct {
+	a, b   *websocket.Conn
+	sent   atomic.Uint64
+	got    atomic.Uint64
+	closed atomic.Bool
+	err    atomic.Value // string
+}
+
+// TestReloadKeepsTunnels holds 2,000 tunnels with numbered frames flowing
+// through two reloads (one adds a route and a node, one changes a cap) and
+// checks no tunnel closed and every frame arrived once, in order.
+func TestReloadKeepsTunnels(t *testing.T) {
+	const pairs = 1000
+	e, path := reloadable(t, 3, reloadBase+"# %[4]s\n")
+	e.writeConfig(path, reloadBase+"# %[4]s\n")
+	ps := make([]*pair, pairs)
+	var readers sync.WaitGroup
+	for i := range ps {
+		room := fmt.Sprintf("/room/keep-%d", i)
+		p := &pair{a: e.mustDial(room), b: e.mustDial(room)}
+		ps[i] = p
+		readers.Add(1)
+		go p.check(&readers)
+	}
+	if n := e.srv.Tunnels(); n != 2*pairs {
+		t.Fatalf("tunnels %d, want %d", n, 2*pairs)
+	}
+	stop := make(chan struct{})
+	var senders sync.WaitGroup
+	for _, p := range ps[:100] {
+		senders.Add(1)
+		go p.send(stop, &senders)
+	}
+	waitUntil(t, func() bool { return sentTotal(ps) > 2000 })
+
+	// Reload 1: a new route and a third node.
+	withNode := strings.Replace(reloadBase, "[[routes]]", "  [[pools.nodes]]\n  addr = %[4]q\n[[routes]]\npath_prefix = \"/other/\"\npool = \"relay\"\n[[routes]]", 1)
+	e.writeConfig(path, withNode)
+	if err := e.srv.Reload(); err != nil {
+		t.Fatal(err)
+	}
+	mark := sentTotal(ps)
+	waitUntil(t, func() bool { return sentTotal(ps) > mark+2000 })
+	// Reload 2: a lower cap on every node.
+	e.writeConfig(path, strings.Replace(withNode, "max_conns_per_node = 5000", "max_conns_per_node = 4000", 1))
+	if err := e.srv.Reload(); err != nil {
+		t.Fatal(err)
+	}
+	mark = sentTotal(ps)
+	waitUntil(t, func() bool { return sentTotal(ps) > mark+2000 })
+	close(stop)
+	senders.Wait()
+
+	if g := e.srv.current(); g.n != 4 || g.pools["relay"].node(e.addrs[0]).MaxConns() != 4000 {
+		t.Fatalf("generation %d, cap %d", g.n, g.pools["relay"].node(e.addrs[0]).MaxConns())
+	}
+	// Every receiver gets everything its sender sent, then the tunnels
+	// are still all there.
+	waitUntil(t, func() bool {
+		for _, p := range ps {
+			if p.got.Load() != p.sent.Load() {
+				return false
+			}
+		}
+		return true
+	})
+	for i, p := range ps {
+		if msg, _ := p.err.Load().(string); msg != "" {
+			t.Fatalf("pair %d: %s", i, msg)
+		}
+		if p.closed.Load() {
+			t.Fatalf("pair %d: a tunnel closed during the reloads", i)
+		}
+	}
+	if n := e.srv.Tunnels(); n != 2*pairs {
+		t.Fatalf("tunnels %d after the reloads, want %d", n, 2*pairs)
+	}
+	t.Logf("frames checked: %d over %d tunnels", sentTotal(ps), 2*pairs)
+	for _, p := range ps {
+		p.a.Close()
+		p.b.Close()
+	}
+	readers.Wait()
+	e.waitZero()
+}
+
+func sentTotal(ps []*pair) uint64 {
+	var n uint64
+	for _, p := range ps {
+		n += p.sent.Load()
+	}
+	return n
+}
+
+// send writes numbered frames every 10ms until stop.
+func (p *pair) send(stop <-chan struct{}, wg *sync.WaitGroup) {
+	defer wg.Done()
+	tick := time.NewTicker(10 * time.Millisecond)
+	defer tick.Stop()
+	var b [8]byte
+	for {
+		select {
+		case <-stop:
+			return
+		case <-tick.C:
+		}
+		binary.BigEndian.PutUint64(b[:], p.sent.Load()+1)
+		if err := p.a.WriteMessage(websocket.BinaryMessage, b[:]); err != nil {
+			p.err.Store("send: " + err.Error())
+			return
+		}
+		p.sent.Add(1)
+	}
+}
+
+// check reads b until it closes, requiring 1, 2, 3, ...
+func (p *pair) check(wg *sync.WaitGroup) {
+	defer wg.Done()
+	for {
+		_, msg, err := p.b.ReadMessage()
+		if err != nil {
+			if websocket.IsCloseError(err, 1001, 1012, 1013) {
+				p.closed.Store(true)
+			}
+			return
+		}
+		seq := binary.BigEndian.Uint64(msg)
+		if want := p.got.Load() + 1; seq != want {
+			p.err.Store(fmt.Sprintf("got frame %d, want %d (lost or duplicated)", seq, want))
+		}
+		p.got.Store(seq)
+	}
+}
+
+// TestReloadRemovingNode removes one of three nodes: exactly its clients
+// get 1001, spread over the drain window with no burst above twice the
+// even rate, and they reconnect to the other nodes.
+func TestReloadRemovingNode(t *testing.T) {
+	three := strings.Replace(reloadBase, "[[routes]]", "  [[pools.nodes]]\n  addr = %[4]q\n[[routes]]", 1)
+	e, path := reloadable(t, 3, three)
+	type cl struct {
+		c    *websocket.Conn
+		node string
+	}
+	var cls []cl
+	for i := range 60 {
+		c := e.mustDial(fmt.Sprintf("/room/rm%d?hello=1", i))
+		var h struct{ Replica string }
+		_ = c.SetReadDeadline(time.Now().Add(10 * time.Second))
+		if err := c.ReadJSON(&h); err != nil {
+			t.Fatal(err)
+		}
+		cls = append(cls, cl{c, h.Replica})
+	}
+	two := strings.Replace(three, "  [[pools.nodes]]\n  addr = %[4]q\n", "", 1)
+	e.writeConfig(path, two)
+	start := time.Now()
+	if err := e.srv.Reload(); err != nil {
+		t.Fatal(err)
+	}
+	var mu sync.Mutex
+	var closes []time.Duration
+	var wrong []string
+	var victims, others sync.WaitGroup
+	for _, x := range cls {
+		wg := &others
+		if x.node == "relay-3" {
+			wg = &victims
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			_ = x.c.SetReadDeadline(time.Now().Add(8 * time.Second))
+			_, _, err := x.c.ReadMessage()
+			mu.Lock()
+			defer mu.Unlock()
+			switch {
+			case x.node == "relay-3" && websocket.IsCloseError(err, 1001):
+				closes = append(closes, time.Since(start))
+			case x.node == "relay-3":
+				wrong = append(wrong, fmt.Sprintf("client of the removed node: %v", err))
+			case err == nil || websocket.IsCloseError(err, 1000, 1001, 1006, 1012):
+				wrong = append(wrong, fmt.Sprintf("client of %s was closed: %v", x.node, err))
+			}
+		}()
+	}
+	victims.Wait()
+	// The others were not closed: end their reads now.
+	for _, x := range cls {
+		if x.node != "relay-3" {
+			_ = x.c.SetReadDeadline(time.Now())
+		}
+	}
+	others.Wait()
+	if len(wrong) > 0 {
+		t.Fatalf("%d wrong: %v", len(wrong), wrong)
+	}
+	if len(closes) < 15 {
+		t.Fatalf("only %d clients were on the removed node", len(closes))
+	}
+	buckets := make([]int, 4)
+	for _, d := range closes {
+		buckets[min(int(d/time.Second), 3)]++
+	}
+	even := float64(len(closes)) / 3 // per second over the 3s window
+	for i, n := range buckets {
+		if float64(n) > 2*even {
+			t.Errorf("second %d had %d closes, over twice the even %.1f/s (buckets %v)", i, n, even, buckets)
+		}
+	}
+	t.Logf("%d closes by second: %v", len(closes), buckets)
+	for range closes {
+		c := e.mustDial("/room/again?hello=1")
+		var h struct{ Replica string }
+		if err := c.ReadJSON(&h); err != nil || h.Replica == "relay-3" {
+			t.Fatalf("reconnected to %q (%v)", h.Replica, err)
+		}
+		c.Close()
+	}
+	for _, x := range cls {
+		x.c.Close()
+	}
+	e.waitZero()
+}
+
+// TestBrokenReloadKeepsServing feeds broken files to a running gateway:
+// each is refused with the line and key, counted, shown by the admin API,
+// and the old config keeps serving.
+func TestBrokenReloadKeepsServing(t *testing.T) {
+	e, path := reloadable(t, 2, reloadBase)
+	for _, name := range []string{"syntax", "unknown_node_key", "missing_pool", "negative_node_cap"} {
+		t.Run(name, func(t *testing.T) {
+			fixture := filepath.Join("..", "testdata", "conf", "invalid", name+".toml")
+			golden, err := os.ReadFile(strings.TrimSuffix(fixture, ".toml") + ".golden")
+			if err != nil {
+				t.Fatal(err)
+			}
+			data, err := os.ReadFile(fixture)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := os.WriteFile(path, data, 0o644); err != nil {
+				t.Fatal(err)
+			}
+			code, body := e.admin(http.MethodPost, "/api/reload", "")
+			want := strings.TrimPrefix(strings.TrimSpace(string(golden)), name+".toml")
+			if code != 400 || !strings.Contains(string(body), jsonEscape(want)) {
+				t.Fatalf("POST /api/reload: %d %s\nwant 400 with %q", code, body, want)
+			}
+			if st := e.srv.LastReload(); st.OK || !strings.Contains(st.Error, path) {
+				t.Fatalf("last reload %+v: want an error naming %s", st, path)
+			}
+			c := e.mustDial("/room/still")
+			c.Close()
+		})
+	}
+	if g := e.srv.current(); g.n != 2 {
+		t.Fatalf("generation %d after only broken reloads, want 2", g.n)
+	}
+	if v := counter(e.scrape(), "wsgate_reloads_total", "result", "error"); v != 4 {
+		t.Fatalf("reload errors counted %v, want 4", v)
+	}
+	e.waitZero()
+}
+
+func jsonEscape(s string) string {
+	return strings.NewReplacer(`"`, `\"`, "\n", `\n`).Replace(s)
+}
+
+// TestReloadWatchAndLatency rewrites the config the way editors do (a new
+// file renamed over the old) and measures the time until the new
+// generation is active.
+func TestReloadWatchAndLatency(t *testing.T) {
+	e, path := reloadable(t, 2, reloadBase)
+	ctx := t.Context()
+	if err := conf.Watch(ctx, path, 0, func() { _ = e.srv.Reload() }); err != nil {
+		t.Fatal(err)
+	}
+	tmp := path + ".new"
+	e.writeConfig(tmp, strings.Replace(reloadBase, "max_conns_per_node = 5000", "max_conns_per_node = 4999", 1))
+	start := time.Now()
+	if err := os.Rename(tmp, path); err != nil {
+		t.Fatal(err)
+	}
+	waitUntil(t, func() bool { return e.srv.current().n == 3 })
+	t.Logf("file renamed -> new generation active in %v (settle %v)", time.Since(start), conf.DefaultSettle)
+	if got := e.srv.current().pools["relay"].node(e.addrs[0]).MaxConns(); got != 4999 {
+		t.Fatalf("cap %d after the watched reload", got)
+	}
+}
