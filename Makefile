@@ -13,9 +13,12 @@ test: deps
 demo:
 	$(GO) run ./cmd/wsgate demo
 
-# bench runs the hot-path benchmarks (frame scanner, balancer).
+# bench builds wsgate, relay-backend and wsload, starts redis, two relays and
+# the gateway on 127.0.0.1, runs fixed wsload scenarios direct and through
+# the gateway, and prints one table (docs/benchmarks.md). About 5 minutes;
+# BENCH_QUICK=1 runs a reduced set in about a minute.
 bench:
-	$(GO) test -run '^$$' -bench . -benchmem ./internal/wsframe ./balancer
+	$(GO) run ./bench/cmd/benchrun
 
 # lint checks formatting and vets the code.
 lint:

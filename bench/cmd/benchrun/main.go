@@ -1,0 +1,164 @@
+// Command benchrun is wsgate's benchmark runner, run by `make bench`. It
+// builds wsgate, relay-backend and wsload, starts redis-server, two relays
+// and one gateway on 127.0.0.1, runs a fixed set of wsload scenarios
+// directly against a relay and through the gateway in the same run, stops
+// every process it started by PID, and prints one Markdown table with each
+// figure as a ratio to the direct baseline (docs/benchmarks.md).
+//
+// Usage:
+//
+//	benchrun [-quick] [-dir DIR]     the benchmark (BENCH_QUICK=1 = -quick)
+//	benchrun -smoke                  CI smoke: generous thresholds, exit 1 on a violation
+//	benchrun -up [-relays N] [-gateways N]
+//	                                 start a stack, print its addresses, wait for Ctrl-C
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"os/signal"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/wsgate/wsgate/bench/internal/stack"
+)
+
+// plan is the fixed set of scenario sizes of one mode.
+type plan struct {
+	reps          int // repetitions of the noisy figures (fanout, churn, drain)
+	idleN         int
+	fanRooms      int
+	fanMembers    int
+	fanRate       int // messages per second per member
+	fanDuration   time.Duration
+	churnDuration time.Duration
+}
+
+var (
+	fullPlan  = plan{reps: 3, idleN: 9000, fanRooms: 50, fanMembers: 10, fanRate: 5, fanDuration: 10 * time.Second, churnDuration: 5 * time.Second}
+	quickPlan = plan{reps: 1, idleN: 1000, fanRooms: 50, fanMembers: 10, fanRate: 5, fanDuration: 5 * time.Second, churnDuration: 3 * time.Second}
+)
+
+// runner holds the stack under measurement.
+type runner struct {
+	dir  string
+	bins stack.Binaries
+	st   *stack.Stack
+	plan plan
+	seq  int
+	log  io.Writer
+}
+
+// url is a ws:// URL on addr with a room prefix no other run used, so no
+// relay replays history from an earlier run into this one.
+func (r *runner) url(addr, kind string) string {
+	r.seq++
+	return fmt.Sprintf("ws://%s/room/%s%d-%d-r%%d", addr, kind, r.seq, os.Getpid())
+}
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	defer stop()
+	os.Exit(run(ctx, os.Args[1:], os.Stdout, os.Stderr))
+}
+
+func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("benchrun", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	quick := fs.Bool("quick", os.Getenv("BENCH_QUICK") == "1", "reduced set, about a minute (also BENCH_QUICK=1)")
+	smoke := fs.Bool("smoke", false, "CI smoke test: fanout and idle through the gateway with generous thresholds")
+	up := fs.Bool("up", false, "start redis, relays and gateways, print them, wait for Ctrl-C")
+	relays := fs.Int("relays", 2, "relay-backend processes (-up)")
+	gateways := fs.Int("gateways", 1, "wsgate processes, one port each (-up)")
+	dir := fs.String("dir", "", "directory for logs, configs and raw reports (default: a new one in $TMPDIR)")
+	if err := fs.Parse(args); err != nil {
+		return 2
+	}
+	if *relays < 1 || *relays > 16 || *gateways < 1 || *gateways > 16 {
+		fmt.Fprintln(stderr, "benchrun: -relays and -gateways must be 1-16")
+		return 2
+	}
+	if err := execute(ctx, *dir, *quick, *smoke, *up, *relays, *gateways, stdout, stderr); err != nil {
+		fmt.Fprintln(stderr, "benchrun:", err)
+		return 1
+	}
+	return 0
+}
+
+func execute(ctx context.Context, dir string, quick, smoke, up bool, relays, gateways int, stdout, stderr io.Writer) error {
+	if dir == "" {
+		d, err := os.MkdirTemp("", "wsgate-bench-")
+		if err != nil {
+			return err
+		}
+		dir = d
+	}
+	binDir := filepath.Join(dir, "bin")
+	if err := os.MkdirAll(binDir, 0o755); err != nil {
+		return err
+	}
+	defer os.RemoveAll(binDir)
+	fmt.Fprintf(stderr, "benchrun: building into %s; logs and raw reports in %s\n", binDir, dir)
+	root, err := moduleRoot()
+	if err != nil {
+		return err
+	}
+	bins, err := stack.Build(ctx, root, binDir)
+	if err != nil {
+		return err
+	}
+	if !up {
+		relays, gateways = 2, 1
+	}
+	st, err := stack.Up(stack.Options{Dir: dir, Bins: bins, Relays: relays, Gateways: gateways})
+	if st != nil {
+		defer st.Close()
+	}
+	if err != nil {
+		return err
+	}
+	r := &runner{dir: dir, bins: bins, st: st, plan: fullPlan, log: stderr}
+	switch {
+	case up:
+		return r.serve(ctx, stdout)
+	case smoke:
+		return r.smoke(ctx, stdout)
+	}
+	if quick {
+		r.plan = quickPlan
+	}
+	return r.bench(ctx, stdout)
+}
+
+func moduleRoot() (string, error) {
+	b, err := exec.Command("go", "env", "GOMOD").Output()
+	if err != nil {
+		return "", fmt.Errorf("go env GOMOD: %w", err)
+	}
+	mod := strings.TrimSpace(string(b))
+	if mod == "" || mod == os.DevNull {
+		return "", errors.New("run benchrun inside the wsgate module")
+	}
+	return filepath.Dir(mod), nil
+}
+
+// serve prints the stack and waits for a signal; the caller stops it.
+func (r *runner) serve(ctx context.Context, w io.Writer) error {
+	fmt.Fprintf(w, "redis       %s pid %d\n", r.st.RedisAddr, r.st.Redis.Pid())
+	for _, rl := range r.st.Relays {
+		fmt.Fprintf(w, "%-11s %s pid %d\n", rl.Name, rl.Addr, rl.Pid())
+	}
+	for _, g := range r.st.Gateways {
+		fmt.Fprintf(w, "%-11s ws://%s admin http://%s pid %d config %s\n", g.Name, g.Addr, g.Admin, g.Pid(), g.Config)
+	}
+	fmt.Fprintf(w, "wsload      %s\nrelay-backend %s\nrunning; Ctrl-C (or SIGTERM to pid %d) stops everything\n", r.bins.WSLoad, r.bins.Relay, os.Getpid())
+	<-ctx.Done()
+	return nil
+}

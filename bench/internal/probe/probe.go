@@ -1,0 +1,134 @@
+// Package probe reads the figures the benchmark runner measures from outside
+// a process: resident memory (VmRSS in /proc/PID/status), CPU time (utime
+// and stime in /proc/PID/stat) and counters in Prometheus text exposition
+// (the gateway's /metrics). The parsers are pure functions; the readers only
+// open the /proc files. Everything here is safe for concurrent use.
+package probe
+
+import (
+	"bufio"
+	"bytes"
+	"errors"
+	"fmt"
+	"math"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// UserHZ is the unit of the CPU times in /proc/PID/stat: the kernel reports
+// them in clock ticks of USER_HZ, which is 100 per second on Linux.
+const UserHZ = 100
+
+// ErrProbeMissing is returned by the parsers when the field or metric asked
+// for is not in the input (a process that exited, a metric not exported).
+var ErrProbeMissing = errors.New("probe: value not found")
+
+// ParseVmRSS returns the VmRSS line of a /proc/PID/status text in bytes.
+func ParseVmRSS(status []byte) (int64, error) {
+	sc := bufio.NewScanner(bytes.NewReader(status))
+	for sc.Scan() {
+		rest, ok := bytes.CutPrefix(sc.Bytes(), []byte("VmRSS:"))
+		if !ok {
+			continue
+		}
+		f := strings.Fields(string(rest))
+		if len(f) != 2 || f[1] != "kB" {
+			return 0, fmt.Errorf("parse VmRSS %q: want \"N kB\"", rest)
+		}
+		kb, err := strconv.ParseInt(f[0], 10, 64)
+		if err != nil || kb < 0 || kb > math.MaxInt64/1024 {
+			return 0, fmt.Errorf("parse VmRSS %q: bad number", rest)
+		}
+		return kb * 1024, nil
+	}
+	return 0, fmt.Errorf("parse status: VmRSS: %w", ErrProbeMissing)
+}
+
+// ParseCPU returns utime+stime of a /proc/PID/stat line as a duration. The
+// command name (field 2) may hold spaces and parentheses, so the fields are
+// counted from the last ')'.
+func ParseCPU(stat []byte) (time.Duration, error) {
+	i := bytes.LastIndexByte(stat, ')')
+	if i < 0 {
+		return 0, fmt.Errorf("parse stat: no ')' after the command name: %w", ErrProbeMissing)
+	}
+	// After ") " come fields 3 (state) onwards; utime and stime are fields
+	// 14 and 15, so indexes 11 and 12 here.
+	f := strings.Fields(string(stat[i+1:]))
+	if len(f) < 13 {
+		return 0, fmt.Errorf("parse stat: %d fields after the command name, want >= 13: %w", len(f), ErrProbeMissing)
+	}
+	var ticks uint64
+	for _, s := range f[11:13] {
+		v, err := strconv.ParseUint(s, 10, 63)
+		if err != nil {
+			return 0, fmt.Errorf("parse stat: cpu ticks %q: %w", s, err)
+		}
+		ticks += v
+	}
+	if ticks > math.MaxInt64/uint64(time.Second/UserHZ) {
+		return 0, fmt.Errorf("parse stat: %d cpu ticks out of range", ticks)
+	}
+	return time.Duration(ticks) * (time.Second / UserHZ), nil
+}
+
+// SumCounter adds up every sample of metric name in a Prometheus text
+// exposition, over all label values (wsgate_frames_total{direction=...}).
+// Comment lines and other metrics are skipped.
+func SumCounter(text []byte, name string) (float64, error) {
+	var sum float64
+	found := false
+	sc := bufio.NewScanner(bytes.NewReader(text))
+	sc.Buffer(make([]byte, 64*1024), 1024*1024)
+	for sc.Scan() {
+		line := sc.Bytes()
+		rest, ok := bytes.CutPrefix(line, []byte(name))
+		if !ok || len(rest) == 0 || (rest[0] != '{' && rest[0] != ' ') {
+			continue
+		}
+		if rest[0] == '{' {
+			j := bytes.IndexByte(rest, '}')
+			if j < 0 {
+				return 0, fmt.Errorf("parse metrics: %s: unterminated labels", name)
+			}
+			rest = rest[j+1:]
+		}
+		f := strings.Fields(string(rest))
+		if len(f) < 1 {
+			return 0, fmt.Errorf("parse metrics: %s: no value", name)
+		}
+		v, err := strconv.ParseFloat(f[0], 64)
+		if err != nil {
+			return 0, fmt.Errorf("parse metrics: %s: %w", name, err)
+		}
+		sum += v
+		found = true
+	}
+	if err := sc.Err(); err != nil {
+		return 0, fmt.Errorf("parse metrics: %w", err)
+	}
+	if !found {
+		return 0, fmt.Errorf("parse metrics: %s: %w", name, ErrProbeMissing)
+	}
+	return sum, nil
+}
+
+// RSS reads the resident memory of process pid, in bytes.
+func RSS(pid int) (int64, error) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		return 0, fmt.Errorf("read rss of %d: %w", pid, err)
+	}
+	return ParseVmRSS(b)
+}
+
+// CPU reads the user plus system CPU time process pid has used so far.
+func CPU(pid int) (time.Duration, error) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0, fmt.Errorf("read cpu of %d: %w", pid, err)
+	}
+	return ParseCPU(b)
+}

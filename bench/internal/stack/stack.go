@@ -1,0 +1,314 @@
+package stack
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"time"
+)
+
+// Binaries are the executables a stack runs.
+type Binaries struct {
+	// WSGate, Relay and WSLoad are paths of wsgate, relay-backend and wsload.
+	WSGate, Relay, WSLoad string
+	// Redis is the redis-server executable (default: found in PATH).
+	Redis string
+}
+
+// Build compiles wsgate, relay-backend and wsload from the module at root
+// into dir (without the race detector: these are the binaries measured).
+func Build(ctx context.Context, root, dir string) (Binaries, error) {
+	b := Binaries{
+		WSGate: filepath.Join(dir, "wsgate"),
+		Relay:  filepath.Join(dir, "relay-backend"),
+		WSLoad: filepath.Join(dir, "wsload"),
+	}
+	for pkg, out := range map[string]string{"./cmd/wsgate": b.WSGate, "./relay-backend": b.Relay, "./cmd/wsload": b.WSLoad} {
+		cmd := exec.CommandContext(ctx, "go", "build", "-o", out, pkg)
+		cmd.Dir = root
+		if o, err := cmd.CombinedOutput(); err != nil {
+			return b, fmt.Errorf("go build %s: %w\n%s", pkg, err, o)
+		}
+	}
+	redis, err := exec.LookPath("redis-server")
+	if err != nil {
+		return b, fmt.Errorf("find redis-server: %w", err)
+	}
+	b.Redis = redis
+	return b, nil
+}
+
+// Options shape a stack.
+type Options struct {
+	// Dir holds the logs and the gateway configs (required).
+	Dir string
+	// Bins are the executables (required).
+	Bins Binaries
+	// Relays is the number of relay-backend processes (default 2).
+	Relays int
+	// Gateways is the number of wsgate processes, each with its own client
+	// and admin port, all in front of every relay (default 1).
+	Gateways int
+	// DrainWindow is the gateway's and the relays' drain window (default 2s).
+	DrainWindow time.Duration
+}
+
+// Relay is one running relay-backend.
+type Relay struct {
+	*Proc
+	// Addr is its 127.0.0.1:port listener.
+	Addr string
+}
+
+// Gateway is one running wsgate.
+type Gateway struct {
+	*Proc
+	// Addr is the client listener, Admin the admin listener (127.0.0.1:port).
+	Addr, Admin string
+	// Config is the path of its TOML config.
+	Config string
+}
+
+// Stack is a running redis-server, relays and gateways. It is not safe for
+// concurrent use except for the methods of its processes.
+type Stack struct {
+	// Redis is redis-server, RedisAddr its 127.0.0.1:port.
+	Redis     *Proc
+	RedisAddr string
+	// Relays and Gateways are the running processes, in start order.
+	Relays   []*Relay
+	Gateways []*Gateway
+	opt      Options
+	procs    []*Proc
+}
+
+// Up starts redis-server, then the relays, then the gateways, waiting for
+// each to answer. On an error it stops what it started.
+func Up(opt Options) (s *Stack, err error) {
+	if opt.Relays <= 0 {
+		opt.Relays = 2
+	}
+	if opt.Gateways <= 0 {
+		opt.Gateways = 1
+	}
+	if opt.DrainWindow <= 0 {
+		opt.DrainWindow = 2 * time.Second
+	}
+	s = &Stack{opt: opt}
+	defer func() {
+		if err != nil {
+			s.Close()
+		}
+	}()
+	if err := s.startRedis(); err != nil {
+		return s, err
+	}
+	for i := range opt.Relays {
+		if _, err := s.StartRelay(fmt.Sprintf("relay-%d", i+1), ""); err != nil {
+			return s, err
+		}
+	}
+	for i := range opt.Gateways {
+		if err := s.startGateway(i + 1); err != nil {
+			return s, err
+		}
+	}
+	return s, nil
+}
+
+func (s *Stack) add(p *Proc) *Proc {
+	s.procs = append(s.procs, p)
+	return p
+}
+
+func (s *Stack) startRedis() error {
+	addr, err := FreeAddr()
+	if err != nil {
+		return err
+	}
+	_, port, _ := net.SplitHostPort(addr)
+	p, err := Start("redis", filepath.Join(s.opt.Dir, "redis.log"), s.opt.Bins.Redis,
+		"--port", port, "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
+		"--dir", s.opt.Dir, "--loglevel", "warning", "--maxclients", "10000")
+	if err != nil {
+		return err
+	}
+	s.Redis = s.add(p)
+	s.RedisAddr = addr
+	return waitReady(p, 10*time.Second, func() error { return redisPing(addr) })
+}
+
+// StartRelay starts one relay-backend named id on Redis, on addr ("" = a
+// free port), and waits for its /healthz. A relay restarted on the address
+// of a killed one is how a kill scenario brings it back.
+func (s *Stack) StartRelay(id, addr string) (*Relay, error) {
+	if addr == "" {
+		a, err := FreeAddr()
+		if err != nil {
+			return nil, err
+		}
+		addr = a
+	}
+	p, err := Start(id, filepath.Join(s.opt.Dir, id+".log"), s.opt.Bins.Relay, s.RelayArgs(id, addr)...)
+	if err != nil {
+		return nil, err
+	}
+	s.add(p)
+	r := &Relay{Proc: p, Addr: addr}
+	if err := waitReady(p, 10*time.Second, func() error { return httpOK("http://" + addr + "/healthz") }); err != nil {
+		return nil, err
+	}
+	for i, old := range s.Relays {
+		if old.Addr == addr {
+			s.Relays[i] = r
+			return r, nil
+		}
+	}
+	s.Relays = append(s.Relays, r)
+	return r, nil
+}
+
+// RelayArgs is the relay-backend command line of replica id on addr.
+func (s *Stack) RelayArgs(id, addr string) []string {
+	return []string{"-listen", addr, "-redis", "redis://" + s.RedisAddr + "/0", "-id", id,
+		"-drain-window", s.opt.DrainWindow.String()}
+}
+
+func (s *Stack) startGateway(i int) error {
+	addr, err := FreeAddr()
+	if err != nil {
+		return err
+	}
+	admin, err := FreeAddr()
+	if err != nil {
+		return err
+	}
+	name := fmt.Sprintf("wsgate-%d", i)
+	cfg := filepath.Join(s.opt.Dir, name+".toml")
+	if err := os.WriteFile(cfg, []byte(s.GatewayConfig(addr, admin)), 0o644); err != nil {
+		return fmt.Errorf("write %s: %w", cfg, err)
+	}
+	p, err := Start(name, filepath.Join(s.opt.Dir, name+".log"), s.opt.Bins.WSGate, "-config", cfg)
+	if err != nil {
+		return err
+	}
+	s.add(p)
+	g := &Gateway{Proc: p, Addr: addr, Admin: admin, Config: cfg}
+	if err := waitReady(p, 15*time.Second, func() error { return httpOK("http://" + admin + "/readyz") }); err != nil {
+		return err
+	}
+	s.Gateways = append(s.Gateways, g)
+	return nil
+}
+
+// GatewayConfig is the TOML of a gateway on addr and admin in front of every
+// relay: one least_conn pool "relay", every path routed to it, defaults
+// elsewhere.
+func (s *Stack) GatewayConfig(addr, admin string) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "[gateway]\nlisten = %q\ndrain_window = %q\ndrain_timeout = \"30s\"\n\n", addr, s.opt.DrainWindow.String())
+	fmt.Fprintf(&b, "[admin]\nlisten = %q\n\n", admin)
+	b.WriteString("[[pools]]\nname = \"relay\"\nbalance = \"least_conn\"\n")
+	b.WriteString("  [pools.health]\n  interval = \"1s\"\n  timeout = \"500ms\"\n")
+	for _, r := range s.Relays {
+		fmt.Fprintf(&b, "  [[pools.nodes]]\n  addr = %q\n", r.Addr)
+	}
+	b.WriteString("\n[[routes]]\npath_prefix = \"/\"\npool = \"relay\"\n")
+	return b.String()
+}
+
+// Close stops every process the stack started, gateways first, by PID.
+func (s *Stack) Close() {
+	for i := len(s.procs) - 1; i >= 0; i-- {
+		s.procs[i].Stop(10 * time.Second)
+	}
+}
+
+// RelayInfo is the part of a relay's GET /info the runner reads.
+type RelayInfo struct {
+	// Replica is the relay's id; Connections its joined clients.
+	Replica     string `json:"replica"`
+	Connections int    `json:"connections"`
+}
+
+// Info reads the relay's /info.
+func (r *Relay) Info() (RelayInfo, error) {
+	var ri RelayInfo
+	body, err := httpGet("http://" + r.Addr + "/info")
+	if err != nil {
+		return ri, err
+	}
+	if err := json.Unmarshal(body, &ri); err != nil {
+		return ri, fmt.Errorf("decode %s/info: %w", r.Addr, err)
+	}
+	return ri, nil
+}
+
+// Metrics returns the gateway's /metrics text.
+func (g *Gateway) Metrics() ([]byte, error) { return httpGet("http://" + g.Admin + "/metrics") }
+
+// Post sends an empty POST to path on the admin listener and expects 200.
+func (g *Gateway) Post(path string) error {
+	resp, err := httpClient.Post("http://"+g.Admin+path, "text/plain", nil)
+	if err != nil {
+		return fmt.Errorf("post %s: %w", path, err)
+	}
+	defer resp.Body.Close()
+	_, _ = io.Copy(io.Discard, resp.Body)
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("post %s: %s", path, resp.Status)
+	}
+	return nil
+}
+
+var httpClient = &http.Client{Timeout: 5 * time.Second}
+
+func httpGet(url string) ([]byte, error) {
+	resp, err := httpClient.Get(url)
+	if err != nil {
+		return nil, fmt.Errorf("get %s: %w", url, err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(io.LimitReader(resp.Body, 8<<20))
+	if err != nil {
+		return nil, fmt.Errorf("get %s: %w", url, err)
+	}
+	if resp.StatusCode != http.StatusOK {
+		return nil, fmt.Errorf("get %s: %s", url, resp.Status)
+	}
+	return b, nil
+}
+
+func httpOK(url string) error {
+	_, err := httpGet(url)
+	return err
+}
+
+// redisPing sends PING and expects +PONG.
+func redisPing(addr string) error {
+	c, err := net.DialTimeout("tcp", addr, time.Second)
+	if err != nil {
+		return fmt.Errorf("redis ping: %w", err)
+	}
+	defer c.Close()
+	_ = c.SetDeadline(time.Now().Add(time.Second))
+	if _, err := c.Write([]byte("PING\r\n")); err != nil {
+		return fmt.Errorf("redis ping: %w", err)
+	}
+	line, err := bufio.NewReader(c).ReadString('\n')
+	if err != nil {
+		return fmt.Errorf("redis ping: %w", err)
+	}
+	if !strings.HasPrefix(line, "+PONG") {
+		return fmt.Errorf("redis ping: got %q", line)
+	}
+	return nil
+}
