@@ -5,7 +5,6 @@
 package testproc
 
 import (
-	"bytes"
 	"errors"
 	"fmt"
 	"net"
@@ -88,18 +87,25 @@ func FreeAddr(tb testing.TB) string {
 type Proc struct {
 	Name string
 	cmd  *exec.Cmd
-	log  syncBuffer
+	log  *os.File
 	done chan struct{}
 	err  error
 }
 
-// Start runs bin with args. Its output is kept and printed if the test
-// fails; it is killed (by PID) at the end of the test if still running.
+// Start runs bin with args. Its output goes to a file (not a pipe, so
+// waiting for it does not wait for children that inherit its output) and
+// is printed if the test fails; it is killed (by PID) at the end of the
+// test if still running.
 func Start(tb testing.TB, name, bin string, args ...string) *Proc {
 	tb.Helper()
 	p := &Proc{Name: name, cmd: exec.Command(bin, args...), done: make(chan struct{})}
-	p.cmd.Stdout = &p.log
-	p.cmd.Stderr = &p.log
+	f, err := os.CreateTemp(tb.TempDir(), name+"-*.log")
+	if err != nil {
+		tb.Fatal(err)
+	}
+	p.log = f
+	p.cmd.Stdout = f
+	p.cmd.Stderr = f
 	if err := p.cmd.Start(); err != nil {
 		tb.Fatalf("start %s: %v", name, err)
 	}
@@ -115,8 +121,9 @@ func Start(tb testing.TB, name, bin string, args ...string) *Proc {
 			<-p.done
 		}
 		if tb.Failed() {
-			tb.Logf("--- %s output:\n%s", name, p.log.String())
+			tb.Logf("--- %s output:\n%s", name, p.Output())
 		}
+		p.log.Close()
 	})
 	return p
 }
@@ -128,7 +135,10 @@ func (p *Proc) Pid() int { return p.cmd.Process.Pid }
 func (p *Proc) Signal(sig syscall.Signal) error { return p.cmd.Process.Signal(sig) }
 
 // Output is what the process printed so far.
-func (p *Proc) Output() string { return p.log.String() }
+func (p *Proc) Output() string {
+	b, _ := os.ReadFile(p.log.Name())
+	return string(b)
+}
 
 // Wait waits up to timeout for the process to exit and returns its exit code.
 func (p *Proc) Wait(timeout time.Duration) (int, error) {
@@ -167,22 +177,4 @@ func WaitHTTP(tb testing.TB, url string, want int, timeout time.Duration) {
 		time.Sleep(20 * time.Millisecond)
 	}
 	tb.Fatalf("%s did not answer %d within %v (last: %s)", url, want, timeout, last)
-}
-
-// syncBuffer is a bytes.Buffer safe for concurrent writes and reads.
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
 }

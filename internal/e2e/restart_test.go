@@ -1,0 +1,209 @@
+package e2e
+
+import (
+	"fmt"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/fasthttp/websocket"
+	"github.com/wsgate/wsgate/internal/testproc"
+)
+
+// gatewayConfig is the config startGateway writes, for tests that start
+// wsgate themselves.
+func gatewayConfig(t *testing.T, st *stack) string {
+	t.Helper()
+	st.gwAddr, st.adminAddr = testproc.FreeAddr(t), testproc.FreeAddr(t)
+	var b strings.Builder
+	fmt.Fprintf(&b, "[gateway]\nlisten = %q\ndrain_window = \"2s\"\ndrain_timeout = \"15s\"\n[admin]\nlisten = %q\n", st.gwAddr, st.adminAddr)
+	b.WriteString("[[pools]]\nname = \"relay\"\n  [pools.health]\n  interval = \"100ms\"\n  timeout = \"80ms\"\n")
+	for _, a := range st.relayAddr {
+		fmt.Fprintf(&b, "  [[pools.nodes]]\n  addr = %q\n", a)
+	}
+	b.WriteString("[[routes]]\npool = \"relay\"\n")
+	path := filepath.Join(t.TempDir(), "wsgate.toml")
+	if err := os.WriteFile(path, []byte(b.String()), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+// churn dials and closes WebSockets through the gateway from workers
+// goroutines, each every period, until stop; it counts successes and keeps
+// every failure.
+type churn struct {
+	ok       atomic.Int64
+	mu       sync.Mutex
+	failures []string
+	wg       sync.WaitGroup
+}
+
+func startChurn(addr string, workers int, period time.Duration, stop <-chan struct{}) *churn {
+	c := &churn{}
+	d := websocket.Dialer{HandshakeTimeout: 10 * time.Second}
+	for w := range workers {
+		c.wg.Add(1)
+		go func() {
+			defer c.wg.Done()
+			tick := time.NewTicker(period)
+			defer tick.Stop()
+			for i := 0; i < 100_000; i++ {
+				select {
+				case <-stop:
+					return
+				case <-tick.C:
+				}
+				conn, resp, err := d.Dial(fmt.Sprintf("ws://%s/room/churn-%d", addr, w), nil)
+				if err != nil {
+					status := 0
+					if resp != nil {
+						status = resp.StatusCode
+					}
+					c.mu.Lock()
+					c.failures = append(c.failures, fmt.Sprintf("%s (status %d)", err, status))
+					c.mu.Unlock()
+					continue
+				}
+				c.ok.Add(1)
+				conn.Close()
+			}
+		}()
+	}
+	return c
+}
+
+func readPid(t *testing.T, path string) int {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return 0
+	}
+	pid, _ := strconv.Atoi(strings.TrimSpace(string(b)))
+	return pid
+}
+
+// TestRestartRefusesNobody upgrades a running gateway with SIGUSR2 while
+// handshakes churn at about 200/s: the new process takes over the same
+// sockets, no handshake fails, every tunnel of the old process is closed
+// with 1001, and the old process exits 0.
+func TestRestartRefusesNobody(t *testing.T) {
+	st := &stack{}
+	startRelays(t, st, 2, "")
+	cfg := gatewayConfig(t, st)
+	pidfile := filepath.Join(t.TempDir(), "wsgate.pid")
+	old := testproc.Start(t, "wsgate", testproc.Build(t, "./cmd/wsgate"), "-config", cfg, "-pidfile", pidfile)
+	testproc.WaitHTTP(t, "http://"+st.adminAddr+"/readyz", http.StatusOK, 30*time.Second)
+	oldPid := old.Pid()
+	t.Cleanup(func() {
+		// The new process was started by the old one; stop it by its PID.
+		if pid := readPid(t, pidfile); pid != 0 && pid != oldPid {
+			if p, err := os.FindProcess(pid); err == nil {
+				_ = p.Signal(syscall.SIGKILL)
+			}
+		}
+	})
+
+	var tunnels []*client
+	for i := range 40 {
+		tunnels = append(tunnels, dial(t, st.gwAddr, i, fmt.Sprintf("old-%d", i%4)))
+	}
+	stop := make(chan struct{})
+	ch := startChurn(st.gwAddr, 4, 20*time.Millisecond, stop)
+	waitFor(t, func() bool { return ch.ok.Load() >= 100 })
+
+	sig := time.Now()
+	if err := old.Signal(syscall.SIGUSR2); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, func() bool { pid := readPid(t, pidfile); return pid != 0 && pid != oldPid })
+	ready := time.Since(sig)
+	codes := readCloses(tunnels, 30*time.Second)
+	for i, c := range codes {
+		if c != "1001" {
+			t.Errorf("old tunnel %d closed with %s, want 1001", i, c)
+		}
+	}
+	if code, err := old.Wait(30 * time.Second); err != nil || code != 0 {
+		t.Fatalf("old process: exit %d, %v", code, err)
+	}
+	t.Logf("SIGUSR2 -> new process ready %v -> old process exited %v (drain_window 2s)", ready.Round(time.Millisecond), time.Since(sig).Round(time.Millisecond))
+	newPid := readPid(t, pidfile)
+	if newPid == 0 || newPid == oldPid {
+		t.Fatalf("pidfile holds %d after the upgrade (old %d)", newPid, oldPid)
+	}
+	mark := ch.ok.Load()
+	waitFor(t, func() bool { return ch.ok.Load() >= mark+100 })
+	close(stop)
+	ch.wg.Wait()
+	testproc.WaitHTTP(t, "http://"+st.adminAddr+"/readyz", http.StatusOK, 10*time.Second)
+	if len(ch.failures) > 0 {
+		t.Fatalf("%d of %d handshakes failed across the restart: %v", len(ch.failures), int(ch.ok.Load())+len(ch.failures), ch.failures)
+	}
+	t.Logf("handshakes across the restart: %d ok, 0 failed; new pid %d", ch.ok.Load(), newPid)
+
+	// The new process drains like any other.
+	p, _ := os.FindProcess(newPid)
+	if err := p.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, func() bool { return p.Signal(syscall.Signal(0)) != nil })
+}
+
+// TestSIGHUPReloads rewrites the config and sends SIGHUP: the generation
+// moves on and the new cap applies, with the old tunnel untouched.
+func TestSIGHUPReloads(t *testing.T) {
+	st := &stack{}
+	startRelays(t, st, 2, "")
+	cfg := gatewayConfig(t, st)
+	gw := testproc.Start(t, "wsgate", testproc.Build(t, "./cmd/wsgate"), "-config", cfg, "-watch=false")
+	testproc.WaitHTTP(t, "http://"+st.adminAddr+"/readyz", http.StatusOK, 30*time.Second)
+	c := dial(t, st.gwAddr, 0, "hup")
+	b, _ := os.ReadFile(cfg)
+	if err := os.WriteFile(cfg, []byte(strings.Replace(string(b), "name = \"relay\"\n", "name = \"relay\"\nmax_conns_per_node = 1\n", 1)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := gw.Signal(syscall.SIGHUP); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, func() bool {
+		resp, err := http.Get("http://" + st.adminAddr + "/api/reload")
+		if err != nil {
+			return false
+		}
+		defer resp.Body.Close()
+		var buf [512]byte
+		n, _ := resp.Body.Read(buf[:])
+		return strings.Contains(string(buf[:n]), `"generation": 2`)
+	})
+	// Cap 1 per node, one tunnel open: one more fits, the next gets 503.
+	second := dial(t, st.gwAddr, 1, "hup")
+	_, resp, err := websocket.DefaultDialer.Dial("ws://"+st.gwAddr+"/room/hup", nil)
+	if err == nil || resp == nil || resp.StatusCode != http.StatusServiceUnavailable {
+		t.Fatalf("third client with a cap of 1 per node: %v %v, want 503", err, resp)
+	}
+	second.conn.Close()
+	if err := c.conn.WriteMessage(websocket.TextMessage, []byte("still here")); err != nil {
+		t.Fatalf("tunnel from before the reload: %v", err)
+	}
+	c.conn.Close()
+}
+
+// waitFor polls cond until it holds, failing after 30s.
+func waitFor(t *testing.T, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatal("condition not met within 30s")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
