@@ -56,6 +56,14 @@ type Gateway struct {
 	// RetryAfter is the Retry-After sent with 503 and 429 answers (default
 	// 1s; whole seconds, >= 1s).
 	RetryAfter Duration `toml:"retry_after" json:"retry_after"`
+	// ExpiryGrace is how long a tunnel may outlive the expiry of the
+	// credential an auth plugin admitted it with (a JWT's exp) before it is
+	// closed with 1008 (default 0s; >= 0).
+	ExpiryGrace Duration `toml:"expiry_grace" json:"expiry_grace"`
+	// RevokeRedis is a Redis URL on which gateway replicas share
+	// revocations (POST /api/revoke), so each closes its matching tunnels
+	// (default "": revocations apply to this gateway only).
+	RevokeRedis string `toml:"revoke_redis" json:"revoke_redis"`
 }
 
 // Admin is the [admin] section: the admin listener.

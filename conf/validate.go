@@ -74,6 +74,14 @@ func (g *Gateway) validate(e *errorList) {
 	if g.DrainTimeout.Duration < g.DrainWindow.Duration {
 		e.add("gateway.drain_timeout", fmt.Sprintf("must be >= drain_window (%s), got %s", g.DrainWindow, g.DrainTimeout))
 	}
+	if g.ExpiryGrace.Duration < 0 {
+		e.add("gateway.expiry_grace", "must be >= 0, got "+g.ExpiryGrace.String())
+	}
+	if g.RevokeRedis != "" {
+		if u, err := url.Parse(g.RevokeRedis); err != nil || (u.Scheme != "redis" && u.Scheme != "rediss") || u.Host == "" {
+			e.add("gateway.revoke_redis", fmt.Sprintf("must be a redis:// or rediss:// URL, got %q", g.RevokeRedis))
+		}
+	}
 	switch r := g.RetryAfter.Duration; {
 	case r < time.Second:
 		e.add("gateway.retry_after", "must be >= 1s, got "+r.String())

@@ -89,6 +89,8 @@ func (a *adminAPI) handle(ctx *fasthttp.RequestCtx) {
 		writeJSON(ctx, fasthttp.StatusOK, redactedConfig(a.s.current().cfg))
 	case path == "/api/reload":
 		a.reload(ctx)
+	case path == "/api/revoke":
+		a.revoke(ctx)
 	case strings.HasPrefix(path, "/api/pools/"):
 		a.nodeAction(ctx, strings.TrimPrefix(path, "/api/pools/"))
 	default:
@@ -113,6 +115,26 @@ func (a *adminAPI) reload(ctx *fasthttp.RequestCtx) {
 		ctx.Response.Header.Set("Allow", "GET, POST")
 		jsonError(ctx, fasthttp.StatusMethodNotAllowed, "use GET or POST")
 	}
+}
+
+// revoke serves POST /api/revoke with a JSON body {"subject": "..."}:
+// every tunnel whose credential has that subject is closed with 1008, on
+// this gateway or, with gateway.revoke_redis, on every replica.
+func (a *adminAPI) revoke(ctx *fasthttp.RequestCtx) {
+	if !method(ctx, fasthttp.MethodPost) {
+		return
+	}
+	var r revocation
+	if err := json.Unmarshal(ctx.PostBody(), &r); err != nil {
+		jsonError(ctx, fasthttp.StatusBadRequest, "body must be JSON like {\"subject\": \"alice\"}: "+err.Error())
+		return
+	}
+	published, closed, err := a.s.revoke(r)
+	if err != nil {
+		jsonError(ctx, fasthttp.StatusBadRequest, err.Error())
+		return
+	}
+	writeJSON(ctx, fasthttp.StatusOK, map[string]any{"subject": r.Subject, "published": published, "closed": closed})
 }
 
 func (a *adminAPI) authorized(ctx *fasthttp.RequestCtx) bool {

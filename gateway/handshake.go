@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"net/http"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -65,7 +66,12 @@ func (s *Server) serveUpgrade(ctx *fasthttp.RequestCtx, g *generation, rt *route
 		s.retryLater(ctx, status, "limited", "connection limit reached")
 		return
 	}
-	req := s.upstreamRequest(ctx)
+	authz, ok := s.authorize(ctx, g, rt)
+	if !ok {
+		slot.release()
+		return
+	}
+	req := s.upstreamRequest(ctx, authz.Headers)
 	accept := acceptKey(key)
 
 	p := rt.pool
@@ -101,7 +107,7 @@ func (s *Server) serveUpgrade(ctx *fasthttp.RequestCtx, g *generation, rt *route
 			return
 		}
 		p.health.ReportSuccess(lease.Node().Addr())
-		s.handOff(ctx, g, up, &hold{lease: lease, slot: slot}, rt)
+		s.handOff(ctx, g, up, &hold{lease: lease, slot: slot, expires: authz.Expires, subject: authz.Subject}, rt)
 		return
 	}
 	slot.release()
@@ -201,8 +207,10 @@ func clientResponse(h *fasthttp.ResponseHeader) []byte {
 // hold is what a tunnel keeps for its life: the node slot and the gateway's
 // connection slot. Release frees both, once.
 type hold struct {
-	lease *balancer.Lease
-	slot  *slot
+	lease   *balancer.Lease
+	slot    *slot
+	expires time.Time // the credential's expiry, from the auth chain
+	subject string    // the credential's subject, for revocations
 }
 
 // Release frees the node's and the gateway's slot; it is idempotent.
@@ -257,7 +265,14 @@ func (s *Server) startTunnel(c net.Conn, g *generation, up *upstream, hd *hold, 
 		OnEnd:         s.tunnelEnded,
 	})
 	s.metrics.handshake("ok", start)
-	s.tunnels.add(t, hd.lease.Node())
+	e := entry{node: hd.lease.Node(), subject: hd.subject}
+	if !hd.expires.IsZero() {
+		e.expiry = time.AfterFunc(time.Until(hd.expires)+g.cfg.Gateway.ExpiryGrace.Duration, func() {
+			s.metrics.expiries.Inc()
+			t.GoAway(tunnel.CodePolicy, "credential expired")
+		})
+	}
+	s.tunnels.add(t, e)
 	t.Start()
 }
 
@@ -336,8 +351,10 @@ func lingerClose(c net.Conn) {
 
 // upstreamRequest renders the client's upgrade request for a node: the same
 // request line and headers, hop-by-hop headers dropped, X-Forwarded-For and
-// X-Forwarded-Proto added.
-func (s *Server) upstreamRequest(ctx *fasthttp.RequestCtx) []byte {
+// X-Forwarded-Proto added, and the auth chain's headers set (replacing the
+// client's own of the same name, so a client cannot forge them; an empty
+// value only removes the client's).
+func (s *Server) upstreamRequest(ctx *fasthttp.RequestCtx, set map[string]string) []byte {
 	h := &ctx.Request.Header
 	b := make([]byte, 0, 512)
 	b = append(b, "GET "...)
@@ -345,8 +362,18 @@ func (s *Server) upstreamRequest(ctx *fasthttp.RequestCtx) []byte {
 	b = append(b, " HTTP/1.1\r\nHost: "...)
 	b = append(b, h.Host()...)
 	b = append(b, "\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"...)
+	var canon map[string]string
+	if len(set) > 0 {
+		canon = make(map[string]string, len(set))
+		for k, v := range set {
+			canon[http.CanonicalHeaderKey(k)] = v
+		}
+	}
 	var xff []byte
 	for k, v := range h.All() {
+		if _, ok := canon[http.CanonicalHeaderKey(string(k))]; ok {
+			continue
+		}
 		switch {
 		case headerIs(k, "x-forwarded-for"):
 			xff = v
@@ -370,7 +397,17 @@ func (s *Server) upstreamRequest(ctx *fasthttp.RequestCtx) []byte {
 	b = append(b, ctx.RemoteIP().String()...)
 	b = append(b, "\r\nX-Forwarded-Proto: "...)
 	b = append(b, scheme(ctx)...)
-	return append(b, "\r\n\r\n"...)
+	b = append(b, "\r\n"...)
+	for k, v := range canon {
+		if v == "" {
+			continue
+		}
+		b = append(b, k...)
+		b = append(b, ": "...)
+		b = append(b, v...)
+		b = append(b, "\r\n"...)
+	}
+	return append(b, "\r\n"...)
 }
 
 func scheme(ctx *fasthttp.RequestCtx) string {

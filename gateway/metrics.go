@@ -8,6 +8,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	dto "github.com/prometheus/client_model/go"
 	"github.com/wsgate/wsgate/balancer"
+	"github.com/wsgate/wsgate/gateway/internal/pluginhost"
 	"github.com/wsgate/wsgate/gateway/internal/tunnel"
 	"github.com/wsgate/wsgate/health"
 )
@@ -28,6 +29,10 @@ type metrics struct {
 	transitions      *prometheus.CounterVec
 	reloads          *prometheus.CounterVec
 	generation       prometheus.Gauge
+	pluginCalls      *prometheus.CounterVec
+	pluginSeconds    *prometheus.HistogramVec
+	revocations      prometheus.Counter
+	expiries         prometheus.Counter
 }
 
 func newMetrics(s *Server) *metrics {
@@ -35,7 +40,7 @@ func newMetrics(s *Server) *metrics {
 		reg: prometheus.NewRegistry(),
 		handshakes: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "wsgate_handshakes_total",
-			Help: "WebSocket handshakes by result: ok, bad_request, origin, limited, no_capacity, upstream_error, upstream_refused, client_gone, no_route.",
+			Help: "WebSocket handshakes by result: ok, bad_request, origin, limited, auth_denied, auth_unavailable, no_capacity, upstream_error, upstream_refused, client_gone, no_route.",
 		}, []string{"result"}),
 		handshakeSeconds: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name:    "wsgate_handshake_duration_seconds",
@@ -72,8 +77,26 @@ func newMetrics(s *Server) *metrics {
 			Help: "Generation of the config in force: 1 at start, +1 per successful reload.",
 		}),
 	}
+	m.pluginCalls = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "wsgate_plugin_calls_total",
+		Help: "Auth plugin decisions by plugin, outcome (allow, deny, error, unavailable) and whether the decision cache answered.",
+	}, []string{"plugin", "outcome", "cached"})
+	m.pluginSeconds = prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		Name:    "wsgate_plugin_call_duration_seconds",
+		Help:    "Latency of auth plugin calls that reached the plugin, by plugin.",
+		Buckets: []float64{.0001, .00025, .0005, .001, .0025, .005, .01, .025, .05, .1, .25, 1},
+	}, []string{"plugin"})
+	m.revocations = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "wsgate_revoked_tunnels_total",
+		Help: "Tunnels closed with 1008 because their credential's subject was revoked.",
+	})
+	m.expiries = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "wsgate_expired_tunnels_total",
+		Help: "Tunnels closed with 1008 because their credential expired.",
+	})
 	m.generation.Set(1)
-	m.reg.MustRegister(m.reloads, m.generation, m.handshakes, m.handshakeSeconds, m.closes, m.drains,
+	m.reg.MustRegister(m.pluginCalls, m.pluginSeconds, m.revocations, m.expiries,
+		m.reloads, m.generation, m.handshakes, m.handshakeSeconds, m.closes, m.drains,
 		m.probes, m.probeSeconds, m.transitions,
 		&liveCollector{s: s},
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
@@ -147,8 +170,18 @@ func (o probeObserver) StateChanged(addr string, from, to health.State) {
 	o.m.transitions.WithLabelValues(o.pool, addr, to.String()).Inc()
 }
 
+// pluginObserver counts auth plugin decisions.
+type pluginObserver struct{ m *metrics }
+
+func (o pluginObserver) Observe(plugin string, out pluginhost.Outcome, cached bool, latency time.Duration) {
+	o.m.pluginCalls.WithLabelValues(plugin, out.String(), strconv.FormatBool(cached)).Inc()
+	if !cached {
+		o.m.pluginSeconds.WithLabelValues(plugin).Observe(latency.Seconds())
+	}
+}
+
 // handshakeResults are the values of the result label.
-var handshakeResults = []string{"ok", "bad_request", "origin", "limited", "no_capacity", "upstream_error", "upstream_refused", "client_gone", "no_route"}
+var handshakeResults = []string{"ok", "bad_request", "origin", "limited", "auth_denied", "auth_unavailable", "no_capacity", "upstream_error", "upstream_refused", "client_gone", "no_route"}
 
 // handshakeCounts reads the handshake counters for the admin API.
 func (m *metrics) handshakeCounts() map[string]uint64 {

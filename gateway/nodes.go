@@ -8,6 +8,7 @@ import (
 
 	"github.com/wsgate/wsgate/balancer"
 	"github.com/wsgate/wsgate/conf"
+	"github.com/wsgate/wsgate/gateway/internal/pluginhost"
 )
 
 // poolList returns the pools sorted by name.
@@ -23,15 +24,16 @@ func (s *Server) poolList() []*pool {
 
 // nodesJSON is the answer of GET /api/nodes.
 type nodesJSON struct {
-	Ready      bool              `json:"ready"`
-	Draining   bool              `json:"draining"`
-	Tunnels    int               `json:"tunnels"`
-	Handshakes map[string]uint64 `json:"handshakes"`
-	Frames     directionJSON     `json:"frames"`
-	Bytes      directionJSON     `json:"bytes"`
-	Pools      []poolJSON        `json:"pools"`
-	Generation uint64            `json:"generation"`
-	Reload     ReloadStatus      `json:"reload"`
+	Ready      bool                      `json:"ready"`
+	Draining   bool                      `json:"draining"`
+	Tunnels    int                       `json:"tunnels"`
+	Handshakes map[string]uint64         `json:"handshakes"`
+	Frames     directionJSON             `json:"frames"`
+	Bytes      directionJSON             `json:"bytes"`
+	Pools      []poolJSON                `json:"pools"`
+	Generation uint64                    `json:"generation"`
+	Plugins    []pluginhost.PluginStatus `json:"plugins"`
+	Reload     ReloadStatus              `json:"reload"`
 }
 
 type directionJSON struct {
@@ -72,6 +74,7 @@ func (s *Server) nodesView() nodesJSON {
 	t := s.tunnels.totals()
 	v := nodesJSON{
 		Generation: s.current().n,
+		Plugins:    s.pluginStatus(),
 		Reload:     s.LastReload(),
 		Ready:      s.ready.Load(),
 		Draining:   s.draining.Load(),
@@ -88,6 +91,13 @@ func (s *Server) nodesView() nodesJSON {
 		v.Pools = append(v.Pools, pj)
 	}
 	return v
+}
+
+func (s *Server) pluginStatus() []pluginhost.PluginStatus {
+	if s.plugins == nil {
+		return nil
+	}
+	return s.plugins.Status()
 }
 
 func (s *Server) nodeView(p *pool, n *balancer.Node) nodeJSON {

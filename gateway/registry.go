@@ -18,19 +18,27 @@ const tunnelGoAwayCode = tunnel.CodeGoingAway
 // runs is told to go away at once.
 type registry struct {
 	mu       sync.Mutex
-	live     map[*tunnel.Tunnel]*balancer.Node
+	live     map[*tunnel.Tunnel]entry
 	retired  map[*balancer.Node]bool // nodes a reload removed
 	draining bool
 	empty    chan struct{} // made by wait, closed when live becomes empty
 	ended    tunnel.Stats  // frames and bytes of ended tunnels
 }
 
-func (r *registry) add(t *tunnel.Tunnel, n *balancer.Node) {
+// entry is what the registry knows of one tunnel.
+type entry struct {
+	node    *balancer.Node
+	subject string      // the credential's subject, from the auth chain ("" = none)
+	expiry  *time.Timer // closes the tunnel when its credential expires
+}
+
+func (r *registry) add(t *tunnel.Tunnel, e entry) {
+	n := e.node
 	r.mu.Lock()
 	if r.live == nil {
-		r.live = make(map[*tunnel.Tunnel]*balancer.Node)
+		r.live = make(map[*tunnel.Tunnel]entry)
 	}
-	r.live[t] = n
+	r.live[t] = e
 	draining, retired := r.draining, r.retired[n]
 	r.mu.Unlock()
 	switch {
@@ -57,6 +65,9 @@ func (r *registry) retire(n *balancer.Node) []*tunnel.Tunnel {
 // under the same lock a scrape takes, so no scrape counts it twice.
 func (r *registry) remove(t *tunnel.Tunnel, st tunnel.Stats) {
 	r.mu.Lock()
+	if e, ok := r.live[t]; ok && e.expiry != nil {
+		e.expiry.Stop()
+	}
 	delete(r.live, t)
 	r.ended.FramesToNode += st.FramesToNode
 	r.ended.FramesToClient += st.FramesToClient
@@ -96,8 +107,8 @@ func (r *registry) snapshot(n *balancer.Node) []*tunnel.Tunnel {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	ts := make([]*tunnel.Tunnel, 0, len(r.live))
-	for t, tn := range r.live {
-		if n == nil || tn == n {
+	for t, e := range r.live {
+		if n == nil || e.node == n {
 			ts = append(ts, t)
 		}
 	}
@@ -154,6 +165,23 @@ func (r *registry) wait(ctx context.Context) int {
 	case <-ctx.Done():
 		return r.len()
 	}
+}
+
+// revoke tells the tunnels of subject to go away with 1008 and returns
+// how many there were.
+func (r *registry) revoke(subject string) int {
+	r.mu.Lock()
+	var ts []*tunnel.Tunnel
+	for t, e := range r.live {
+		if e.subject == subject {
+			ts = append(ts, t)
+		}
+	}
+	r.mu.Unlock()
+	for _, t := range ts {
+		go t.GoAway(tunnel.CodePolicy, "credential revoked")
+	}
+	return len(ts)
 }
 
 func (r *registry) abortAll() {

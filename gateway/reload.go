@@ -79,6 +79,15 @@ func (s *Server) apply(cfg *conf.Config, start time.Time) error {
 	}
 	g.n = old.n + 1
 	restart := needsRestart(old.cfg, cfg)
+	// Plugins first: their reload is all or nothing, and a failure must
+	// leave everything as it was.
+	if s.plugins != nil {
+		if err := s.plugins.Reload(cfg.Plugins); err != nil {
+			err = fmt.Errorf("auth plugins: %w", err)
+			s.recordReload(err, nil, start)
+			return err
+		}
+	}
 
 	// Commit: nothing above touched what is running.
 	for _, p := range g.pools {
@@ -175,6 +184,9 @@ func needsRestart(old, cfg *conf.Config) []string {
 	}
 	if old.Admin.Listen != cfg.Admin.Listen {
 		out = append(out, "admin.listen")
+	}
+	if old.Gateway.RevokeRedis != cfg.Gateway.RevokeRedis {
+		out = append(out, "gateway.revoke_redis")
 	}
 	if old.Admin.TokenEnv != cfg.Admin.TokenEnv {
 		out = append(out, "admin.token_env")

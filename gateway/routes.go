@@ -2,7 +2,6 @@ package gateway
 
 import (
 	"bytes"
-	"strconv"
 	"strings"
 
 	"github.com/wsgate/wsgate/conf"
@@ -11,8 +10,9 @@ import (
 // route is a [[routes]] entry compiled for matching: lowercase host pattern,
 // its pool resolved, limits converted once at load.
 type route struct {
-	name       string // "routes[i]", for logs
-	host       string // "" matches any host; "*.x.y" stored as ".x.y"
+	name       string   // host and path prefix, as logs and plugins see it
+	auth       []string // plugin chain
+	host       string   // "" matches any host; "*.x.y" stored as ".x.y"
 	wildcard   bool
 	pathPrefix []byte
 	pool       *pool
@@ -26,9 +26,10 @@ type routeTable []*route
 
 func compileRoutes(cfg *conf.Config, pools map[string]*pool) routeTable {
 	rt := make(routeTable, 0, len(cfg.Routes))
-	for i, r := range cfg.Routes {
+	for _, r := range cfg.Routes {
 		cr := &route{
-			name:       "routes[" + strconv.Itoa(i) + "]",
+			name:       r.Host + r.PathPrefix,
+			auth:       r.Auth,
 			pathPrefix: []byte(r.PathPrefix),
 			pool:       pools[r.Pool],
 			overflow:   r.Overflow,

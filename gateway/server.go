@@ -14,8 +14,10 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/redis/go-redis/v9"
 	"github.com/valyala/fasthttp"
 	"github.com/wsgate/wsgate/conf"
+	"github.com/wsgate/wsgate/gateway/internal/pluginhost"
 )
 
 // readBufferSize is fasthttp's per-connection read buffer, which bounds the
@@ -44,6 +46,10 @@ type Server struct {
 	tunnels registry
 	metrics *metrics
 	reload  reloadState
+	plugins *pluginhost.Host // auth plugins; started by Start
+
+	revokeBus *redis.Client // revocations shared with other replicas
+	revokeSub *redis.PubSub
 
 	http      *fasthttp.Server
 	admin     *fasthttp.Server
@@ -109,11 +115,21 @@ func (s *Server) SetListen(f ListenFunc) { s.listen = f }
 // background. The gateway is ready once Start returns nil.
 func (s *Server) Start() error {
 	g := s.current()
+	plugins, err := pluginhost.New(g.cfg.Plugins, pluginhost.Options{Logger: s.log, Observer: pluginObserver{s.metrics}})
+	if err != nil {
+		return fmt.Errorf("auth plugins: %w", err)
+	}
+	s.plugins = plugins
+	if err := s.startRevocations(g.cfg.Gateway.RevokeRedis); err != nil {
+		_ = plugins.Close()
+		return err
+	}
 	addrs := append([]string{g.cfg.Gateway.Listen}, g.cfg.Gateway.Listeners...)
 	for _, a := range addrs {
 		ln, err := s.listen(a)
 		if err != nil {
 			s.closeListeners()
+			s.stopPluginsAndRevocations()
 			return fmt.Errorf("listen on %s: %w", a, err)
 		}
 		s.listeners = append(s.listeners, ln)
@@ -122,6 +138,7 @@ func (s *Server) Start() error {
 		ln, err := s.listen(a)
 		if err != nil {
 			s.closeListeners()
+			s.stopPluginsAndRevocations()
 			return fmt.Errorf("admin listen on %s: %w", a, err)
 		}
 		s.adminLn = ln
@@ -236,7 +253,18 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	for _, p := range s.current().pools {
 		p.close()
 	}
+	s.stopPluginsAndRevocations()
 	return nil
+}
+
+func (s *Server) stopPluginsAndRevocations() {
+	if s.revokeSub != nil {
+		_ = s.revokeSub.Close()
+		_ = s.revokeBus.Close()
+	}
+	if s.plugins != nil {
+		_ = s.plugins.Close()
+	}
 }
 
 // fasthttpLogger routes fasthttp's own messages into the gateway's log.

@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"maps"
 	"reflect"
+	"sort"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -261,4 +262,26 @@ func (h *Host) Close() error {
 	}
 	h.retiring.Wait()
 	return nil
+}
+
+// PluginStatus is one plugin process as the admin API shows it.
+type PluginStatus struct {
+	Name    string `json:"name"`
+	PID     int    `json:"pid"`     // 0 while not running
+	Running bool   `json:"running"` // false while it is being restarted
+}
+
+// Status lists the plugins and their processes, sorted by name.
+func (h *Host) Status() []PluginStatus {
+	slots := *h.slots.Load()
+	out := make([]PluginStatus, 0, len(slots))
+	for name, s := range slots {
+		st := PluginStatus{Name: name}
+		if in := s.cur.Load(); in != nil && !in.exited() {
+			st.PID, st.Running = in.pid, true
+		}
+		out = append(out, st)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
+	return out
 }

@@ -23,6 +23,7 @@ import (
 const (
 	CodeGoingAway      uint16 = 1001 // drain, restart, node removed, client vanished
 	CodeProtocolError  uint16 = 1002 // the client broke the framing rules
+	CodePolicy         uint16 = 1008 // the client's credential expired or was revoked
 	CodeTooBig         uint16 = 1009 // a frame over the route's max_frame
 	CodeServiceRestart uint16 = 1012 // the node vanished without a close frame
 	CodeBadGateway     uint16 = 1014 // the node broke the framing rules

@@ -1,0 +1,120 @@
+package gateway
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/valyala/fasthttp"
+	"github.com/wsgate/wsgate/gateway/internal/pluginhost"
+	"github.com/wsgate/wsgate/plugins/auth"
+)
+
+// revokeChannel is the Redis channel gateway replicas share revocations on.
+const revokeChannel = "wsgate:revoke"
+
+// authorize runs the route's auth chain for a handshake. On a deny or when
+// a plugin gives no decision it answers the client itself (the plugin's
+// status, or 503: fail closed) and returns false.
+func (s *Server) authorize(ctx *fasthttp.RequestCtx, g *generation, rt *route) (pluginhost.Result, bool) {
+	if len(rt.auth) == 0 {
+		return pluginhost.Result{Allow: true}, true
+	}
+	h := &ctx.Request.Header
+	req := &auth.Request{
+		Method:     string(ctx.Method()),
+		Host:       string(ctx.Host()),
+		Path:       string(ctx.Path()),
+		RawQuery:   string(ctx.URI().QueryString()),
+		Header:     make(http.Header),
+		ClientAddr: ctx.RemoteAddr().String(),
+		Route:      rt.name,
+	}
+	for k, v := range h.All() {
+		req.Header.Add(string(k), string(v))
+	}
+	cctx, cancel := context.WithTimeout(context.Background(), g.handshakeTimeout)
+	defer cancel()
+	res, err := s.plugins.Authenticate(cctx, rt.auth, req)
+	switch {
+	case err != nil:
+		s.log.Warn("auth plugin gave no decision; refusing (fail closed)", "route", rt.name, "err", err)
+		s.retryLater(ctx, fasthttp.StatusServiceUnavailable, "auth_unavailable", "authentication unavailable")
+		return res, false
+	case !res.Allow:
+		s.reject(ctx, res.Status, "auth_denied", res.Reason)
+		return res, false
+	}
+	return res, true
+}
+
+// startRevocations subscribes to the shared revocation channel when the
+// config names one.
+func (s *Server) startRevocations(url string) error {
+	if url == "" {
+		return nil
+	}
+	opts, err := redis.ParseURL(url)
+	if err != nil {
+		return fmt.Errorf("gateway.revoke_redis: %w", err)
+	}
+	s.revokeBus = redis.NewClient(opts)
+	sub := s.revokeBus.Subscribe(context.Background(), revokeChannel)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if _, err := sub.Receive(ctx); err != nil {
+		_ = sub.Close()
+		_ = s.revokeBus.Close()
+		s.revokeBus = nil
+		return fmt.Errorf("subscribe to revocations on %s: %w", url, err)
+	}
+	s.revokeSub = sub
+	go s.receiveRevocations(sub.Channel())
+	return nil
+}
+
+// receiveRevocations applies every revocation published by any replica.
+func (s *Server) receiveRevocations(ch <-chan *redis.Message) {
+	for m := range ch {
+		var r revocation
+		if err := json.Unmarshal([]byte(m.Payload), &r); err != nil || r.Subject == "" {
+			s.log.Warn("ignored malformed revocation", "payload", m.Payload)
+			continue
+		}
+		s.applyRevocation(r)
+	}
+}
+
+// revocation names the credential holders whose tunnels must close.
+type revocation struct {
+	Subject string `json:"subject"`
+}
+
+// revoke closes the tunnels of r's subject here, or publishes r so that
+// every replica (this one included) does.
+func (s *Server) revoke(r revocation) (published bool, closed int, err error) {
+	if r.Subject == "" {
+		return false, 0, errors.New("subject is required")
+	}
+	if s.revokeBus != nil {
+		b, _ := json.Marshal(r)
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		defer cancel()
+		if err := s.revokeBus.Publish(ctx, revokeChannel, b).Err(); err != nil {
+			return false, 0, fmt.Errorf("publish revocation: %w", err)
+		}
+		return true, 0, nil
+	}
+	return false, s.applyRevocation(r), nil
+}
+
+func (s *Server) applyRevocation(r revocation) int {
+	n := s.tunnels.revoke(r.Subject)
+	s.metrics.revocations.Add(float64(n))
+	s.log.Info("revoked", "subject", r.Subject, "tunnels", n)
+	return n
+}
