@@ -2,7 +2,7 @@
 GO ?= go
 PKGS ?= ./...
 
-.PHONY: test demo bench lint fuzz build deps
+.PHONY: test demo bench lint fuzz build proto deps
 
 # test runs every test with the race detector, in random order. The
 # integration tests start a real redis-server; deps installs it if missing.
@@ -25,21 +25,32 @@ lint:
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi
 	$(GO) vet $(PKGS)
 
-# fuzz runs each parser's fuzz target for FUZZTIME.
+# fuzz runs every fuzz target of the module (one per parser) for FUZZTIME.
 # A count budget: on Go 1.26 a time budget can end in a spurious
 # "context deadline exceeded" (golang/go#75804).
 FUZZTIME ?= 300000x
 fuzz:
-	$(GO) test -run '^$$' -fuzz '^FuzzParseHeader$$' -fuzztime $(FUZZTIME) ./internal/wsframe
-	$(GO) test -run '^$$' -fuzz '^FuzzScanner$$' -fuzztime $(FUZZTIME) ./internal/wsframe
-	$(GO) test -run '^$$' -fuzz '^FuzzParseClosePayload$$' -fuzztime $(FUZZTIME) ./internal/wsframe
-	$(GO) test -run '^$$' -fuzz '^FuzzParse$$' -fuzztime $(FUZZTIME) ./conf
-	$(GO) test -run '^$$' -fuzz '^FuzzRouteMatch$$' -fuzztime $(FUZZTIME) ./gateway
+	@for pkg in $$($(GO) list ./...); do \
+		for f in $$($(GO) test -list '^Fuzz' $$pkg 2>/dev/null | grep '^Fuzz'); do \
+			echo "== $$pkg $$f"; \
+			$(GO) test -run '^$$' -fuzz "^$$f$$" -fuzztime $(FUZZTIME) $$pkg || exit 1; \
+		done; \
+	done
 
-# build puts wsgate and relay-backend into bin/.
+# build puts wsgate, relay-backend, wsload and the example auth plugins
+# into bin/.
 build:
 	$(GO) build -o bin/wsgate ./cmd/wsgate
 	$(GO) build -o bin/relay-backend ./relay-backend
+	$(GO) build -o bin/wsload ./cmd/wsload
+	$(GO) build -o bin/plugins/jwt ./plugins/jwt
+	$(GO) build -o bin/plugins/apikey ./plugins/apikey
+
+# proto regenerates the auth plugin contract's gRPC code (needs protoc from
+# Debian's protobuf-compiler; the generators are installed at pinned
+# versions by the script).
+proto:
+	bash plugins/auth/proto/gen.sh
 
 # deps installs what the tests run from Debian's packages when it is missing
 # (as root): redis-server for the integration tests, chromium for the
