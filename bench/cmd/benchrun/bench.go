@@ -34,28 +34,34 @@ func (r *runner) bench(ctx context.Context, w io.Writer) error {
 	var fanD, fanT []fanoutResult
 	for i := range p.reps {
 		r.progress("fanout %d/%d", i+1, p.reps)
-		d, err := r.fanout(ctx, false, i)
-		if err != nil {
-			return err
+		// Odd repetitions go through the gateway first, so neither side
+		// always runs later (when other work on the machine has started).
+		for _, through := range order(i) {
+			x, err := r.fanout(ctx, through, i)
+			if err != nil {
+				return err
+			}
+			if through {
+				fanT = append(fanT, x)
+			} else {
+				fanD = append(fanD, x)
+			}
 		}
-		t, err := r.fanout(ctx, true, i)
-		if err != nil {
-			return err
-		}
-		fanD, fanT = append(fanD, d), append(fanT, t)
 	}
 	var hpsD, hpsT, rttD, rttT []float64
 	for i := range p.reps {
 		r.progress("churn %d/%d", i+1, p.reps)
-		h, rt, err := r.churn(ctx, false, i)
-		if err != nil {
-			return err
+		for _, through := range order(i) {
+			h, rt, err := r.churn(ctx, through, i)
+			if err != nil {
+				return err
+			}
+			if through {
+				hpsT, rttT = append(hpsT, h), append(rttT, rt)
+			} else {
+				hpsD, rttD = append(hpsD, h), append(rttD, rt)
+			}
 		}
-		hpsD, rttD = append(hpsD, h), append(rttD, rt)
-		if h, rt, err = r.churn(ctx, true, i); err != nil {
-			return err
-		}
-		hpsT, rttT = append(hpsT, h), append(rttT, rt)
 	}
 	var rec50, rec99, recMax, back, notBack, lost, dups, dupsResent []float64
 	codes := map[string]int64{}
@@ -123,6 +129,15 @@ func (r *runner) bench(ctx context.Context, w io.Writer) error {
 	fmt.Fprintf(w, "machine: %d CPUs (%s), %s, %s; load average %s at start, %s at end; took %v\n\n",
 		runtime.NumCPU(), cpuModel(), kernel(), runtime.Version(), load0, loadavg(), time.Since(start).Round(time.Second))
 	return writeTable(w, rows)
+}
+
+// order is the order of repetition i: direct first on even i, through the
+// gateway first on odd i.
+func order(i int) []bool {
+	if i%2 == 1 {
+		return []bool{true, false}
+	}
+	return []bool{false, true}
 }
 
 func modeName(p plan) string {
