@@ -17,9 +17,9 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"time"
 
+	"github.com/wsgate/wsgate/internal/pollread"
 	"github.com/wsgate/wsgate/internal/wsframe"
 )
 
@@ -38,7 +38,7 @@ const readBufSize = 16 << 10
 // the server's own limit is usually lower.
 const maxMessage = 16 << 20
 
-var readPool = sync.Pool{New: func() any { b := make([]byte, readBufSize); return &b }}
+var readPool = pollread.NewPool(readBufSize)
 
 var writePool = sync.Pool{New: func() any { b := make([]byte, 0, 512); return &b }}
 
@@ -149,9 +149,7 @@ func (d *Dialer) Dial(ctx context.Context, t Target) (*Conn, error) {
 		return nil, err
 	}
 	_ = nc.SetDeadline(time.Time{})
-	if raw, err := c.nc.SyscallConn(); err == nil {
-		c.raw = raw
-	}
+	c.reader = pollread.NewReader(c.nc, readPool)
 	return c, nil
 }
 
@@ -258,8 +256,8 @@ func parseResponse(p []byte) (int, map[string]string, error) {
 // idle it holds no buffer: ReadLoop waits in the runtime poller and borrows
 // a pooled buffer only when bytes arrive.
 type Conn struct {
-	nc  *net.TCPConn
-	raw syscall.RawConn
+	nc     *net.TCPConn
+	reader *pollread.Reader
 	// Protocol is the subprotocol the server selected ("" for none).
 	Protocol string
 
@@ -274,48 +272,6 @@ type Conn struct {
 
 // LocalAddr returns the client side's address.
 func (c *Conn) LocalAddr() net.Addr { return c.nc.LocalAddr() }
-
-// read waits until the socket is readable without holding a buffer, then
-// reads into a pooled one.
-func (c *Conn) read() (*[]byte, int, error) {
-	var (
-		bp   *[]byte
-		n    int
-		rerr error
-	)
-	if c.raw == nil {
-		bp = readPool.Get().(*[]byte)
-		n, rerr = c.nc.Read(*bp)
-		if n == 0 && rerr == nil {
-			rerr = io.ErrNoProgress
-		}
-		return bp, n, rerr
-	}
-	err := c.raw.Read(func(fd uintptr) bool {
-		bp = readPool.Get().(*[]byte)
-		for {
-			n, rerr = syscall.Read(int(fd), *bp)
-			if rerr != syscall.EINTR {
-				break
-			}
-		}
-		if rerr == syscall.EAGAIN {
-			readPool.Put(bp)
-			bp = nil
-			return false
-		}
-		return true
-	})
-	switch {
-	case err != nil:
-		return bp, 0, err
-	case rerr != nil:
-		return bp, 0, rerr
-	case n == 0:
-		return bp, 0, io.EOF
-	}
-	return bp, n, nil
-}
 
 // ReadLoop reads frames until the connection ends and calls onMsg with each
 // complete text or binary message; p is valid only during the call. It
@@ -337,7 +293,7 @@ func (c *Conn) ReadLoop(onMsg func(op wsframe.Opcode, p []byte)) (uint16, error)
 		}
 	}
 	for {
-		bp, n, err := c.read()
+		bp, n, err := c.reader.Read()
 		if n > 0 {
 			var data []byte
 			if c.pending != nil {
@@ -347,13 +303,11 @@ func (c *Conn) ReadLoop(onMsg func(op wsframe.Opcode, p []byte)) (uint16, error)
 				data = (*bp)[:n]
 			}
 			code, done, cerr := c.consume(data, onMsg)
-			if bp != nil {
-				readPool.Put(bp)
-			}
+			readPool.Put(bp)
 			if done {
 				return code, cerr
 			}
-		} else if bp != nil {
+		} else {
 			readPool.Put(bp)
 		}
 		if err != nil {

@@ -2,12 +2,11 @@ package tunnel
 
 import (
 	"errors"
-	"io"
 	"math/rand/v2"
 	"net"
 	"sync"
-	"syscall"
 
+	"github.com/wsgate/wsgate/internal/pollread"
 	"github.com/wsgate/wsgate/internal/wsframe"
 )
 
@@ -15,7 +14,7 @@ import (
 // direction only while bytes are in flight.
 const bufSize = 16 << 10
 
-var bufPool = sync.Pool{New: func() any { b := make([]byte, bufSize); return &b }}
+var bufPool = pollread.NewPool(bufSize)
 
 // half is one direction of a tunnel: it reads src, follows the frames and
 // writes them to dst. Only its pump goroutine reads src; writes to dst happen
@@ -23,9 +22,8 @@ var bufPool = sync.Pool{New: func() any { b := make([]byte, bufSize); return &b 
 type half struct {
 	t        *Tunnel
 	src, dst net.Conn
-	raw      syscall.RawConn // src's poller handle; nil reads into own
-	own      []byte          // buffer for sources without a RawConn
-	toClient bool            // dst is the client: close frames go unmasked
+	reader   *pollread.Reader
+	toClient bool // dst is the client: close frames go unmasked
 
 	mu sync.Mutex
 	sc wsframe.Scanner
@@ -48,11 +46,7 @@ type half struct {
 
 func (h *half) init(t *Tunnel, src, dst net.Conn, toClient bool) {
 	h.t, h.src, h.dst, h.toClient = t, src, dst, toClient
-	if sc, ok := src.(syscall.Conn); ok {
-		if raw, err := sc.SyscallConn(); err == nil {
-			h.raw = raw
-		}
-	}
+	h.reader = pollread.NewReader(src, bufPool)
 }
 
 // pump reads src until it fails, forwarding what it reads.
@@ -61,58 +55,15 @@ func (h *half) pump(pending []byte) {
 		h.forward(pending)
 	}
 	for {
-		bp, n, err := h.read()
+		bp, n, err := h.reader.Read()
 		if n > 0 {
 			h.forward((*bp)[:n])
 		}
-		if bp != nil && h.raw != nil {
-			bufPool.Put(bp)
-		}
+		bufPool.Put(bp)
 		if err != nil {
 			return
 		}
 	}
-}
-
-// read waits for src to be readable without holding a buffer, then reads
-// into a pooled one.
-func (h *half) read() (*[]byte, int, error) {
-	if h.raw == nil {
-		if h.own == nil {
-			h.own = make([]byte, bufSize)
-		}
-		n, err := h.src.Read(h.own)
-		return &h.own, n, err
-	}
-	var (
-		bp   *[]byte
-		n    int
-		rerr error
-	)
-	err := h.raw.Read(func(fd uintptr) bool {
-		bp = bufPool.Get().(*[]byte)
-		for {
-			n, rerr = syscall.Read(int(fd), *bp)
-			if rerr != syscall.EINTR {
-				break
-			}
-		}
-		if rerr == syscall.EAGAIN {
-			bufPool.Put(bp)
-			bp = nil
-			return false
-		}
-		return true
-	})
-	switch {
-	case err != nil:
-		return bp, 0, err
-	case rerr != nil:
-		return bp, 0, rerr
-	case n == 0:
-		return bp, 0, io.EOF
-	}
-	return bp, n, nil
 }
 
 // forward scans p, writes to dst what dst may still receive, and injects a
