@@ -496,3 +496,47 @@ pool = "p"
 		}
 	})
 }
+
+// TestGatewayLimits hits the gateway-wide max_conns (503 + Retry-After) and
+// a route's max_frame (close 1009).
+func TestGatewayLimits(t *testing.T) {
+	e := newEnv(t, 1, `
+[gateway]
+listen = %[1]q
+max_conns = 2
+[admin]
+listen = ""
+[[pools]]
+name = "relay"
+  [[pools.nodes]]
+  addr = %[2]q
+[[routes]]
+pool = "relay"
+max_frame = "1KiB"
+`)
+	a, b := e.mustDial("/room/lim"), e.mustDial("/room/lim")
+	_, resp, err := e.dial("/room/lim", nil)
+	if err == nil || resp.StatusCode != http.StatusServiceUnavailable || resp.Header.Get("Retry-After") == "" {
+		t.Fatalf("third connection over max_conns=2: %v %+v", err, resp)
+	}
+	if err := a.WriteMessage(websocket.BinaryMessage, make([]byte, 1024)); err != nil {
+		t.Fatal(err)
+	}
+	if err := a.WriteMessage(websocket.BinaryMessage, make([]byte, 1025)); err != nil {
+		t.Fatal(err)
+	}
+	_ = a.SetReadDeadline(time.Now().Add(10 * time.Second))
+	for {
+		_, _, err := a.ReadMessage()
+		if err == nil {
+			continue
+		}
+		if !websocket.IsCloseError(err, 1009) {
+			t.Fatalf("frame over max_frame: %v, want close 1009", err)
+		}
+		break
+	}
+	a.Close()
+	b.Close()
+	e.waitZero()
+}
