@@ -540,3 +540,34 @@ max_frame = "1KiB"
 	b.Close()
 	e.waitZero()
 }
+
+// TestSlowHandshakeCut pins handshake_timeout: a client that never finishes
+// its upgrade request is disconnected, holding nothing.
+func TestSlowHandshakeCut(t *testing.T) {
+	e := newEnv(t, 1, `
+[gateway]
+listen = %[1]q
+handshake_timeout = "200ms"
+[admin]
+listen = ""
+[[pools]]
+name = "relay"
+  [[pools.nodes]]
+  addr = %[2]q
+[[routes]]
+pool = "relay"
+`)
+	c, err := net.Dial("tcp", e.gw)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if _, err := c.Write([]byte("GET /room/slow HTTP/1.1\r\nHost: x\r\nUpgrade: websocket\r\n")); err != nil {
+		t.Fatal(err)
+	}
+	_ = c.SetReadDeadline(time.Now().Add(10 * time.Second))
+	if _, err := io.ReadAll(c); err != nil {
+		t.Fatalf("want the gateway to close the connection, got %v", err)
+	}
+	e.waitZero()
+}
