@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"sync"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -48,6 +49,9 @@ func (s *Server) authorize(ctx *fasthttp.RequestCtx, g *generation, rt *route) (
 	case !res.Allow:
 		s.reject(ctx, res.Status, "auth_denied", res.Reason)
 		return res, false
+	case s.revoked.has(res.Subject):
+		s.reject(ctx, fasthttp.StatusUnauthorized, "auth_denied", "credential revoked")
+		return res, false
 	}
 	return res, true
 }
@@ -89,9 +93,66 @@ func (s *Server) receiveRevocations(ch <-chan *redis.Message) {
 	}
 }
 
-// revocation names the credential holders whose tunnels must close.
+// revocation names the credential holders whose tunnels must close and
+// who may not come back for TTL (default DefaultRevokeTTL), whatever a
+// cached decision says.
 type revocation struct {
 	Subject string `json:"subject"`
+	TTL     string `json:"ttl,omitempty"` // a duration such as "1h"
+}
+
+// DefaultRevokeTTL is how long a revoked subject is refused new handshakes
+// when the revocation names no ttl: longer than the credentials a plugin
+// would cache a decision for.
+const DefaultRevokeTTL = 24 * time.Hour
+
+// maxRevoked bounds the subjects remembered as revoked; the ones that
+// expire soonest make room first.
+const maxRevoked = 100_000
+
+// revokedSet remembers revoked subjects until their TTL passes, so a
+// client whose tunnel was closed cannot reconnect on a cached decision.
+type revokedSet struct {
+	mu    sync.Mutex
+	until map[string]time.Time
+}
+
+func (r *revokedSet) add(subject string, until time.Time) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.until == nil {
+		r.until = make(map[string]time.Time)
+	}
+	if len(r.until) >= maxRevoked {
+		now := time.Now()
+		var soonest string
+		for s, u := range r.until {
+			if u.Before(now) {
+				delete(r.until, s)
+			} else if soonest == "" || u.Before(r.until[soonest]) {
+				soonest = s
+			}
+		}
+		if len(r.until) >= maxRevoked {
+			delete(r.until, soonest)
+		}
+	}
+	r.until[subject] = until
+}
+
+// has reports whether subject is revoked now.
+func (r *revokedSet) has(subject string) bool {
+	if subject == "" {
+		return false
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	u, ok := r.until[subject]
+	if ok && time.Now().After(u) {
+		delete(r.until, subject)
+		return false
+	}
+	return ok
 }
 
 // revoke closes the tunnels of r's subject here, or publishes r so that
@@ -99,6 +160,9 @@ type revocation struct {
 func (s *Server) revoke(r revocation) (published bool, closed int, err error) {
 	if r.Subject == "" {
 		return false, 0, errors.New("subject is required")
+	}
+	if _, err := r.ttl(); err != nil {
+		return false, 0, err
 	}
 	if s.revokeBus != nil {
 		b, _ := json.Marshal(r)
@@ -112,7 +176,24 @@ func (s *Server) revoke(r revocation) (published bool, closed int, err error) {
 	return false, s.applyRevocation(r), nil
 }
 
+// ttl is how long r refuses its subject.
+func (r revocation) ttl() (time.Duration, error) {
+	if r.TTL == "" {
+		return DefaultRevokeTTL, nil
+	}
+	d, err := time.ParseDuration(r.TTL)
+	if err != nil || d <= 0 {
+		return 0, fmt.Errorf("ttl must be a positive duration such as \"1h\", got %q", r.TTL)
+	}
+	return d, nil
+}
+
 func (s *Server) applyRevocation(r revocation) int {
+	ttl, err := r.ttl()
+	if err != nil {
+		ttl = DefaultRevokeTTL
+	}
+	s.revoked.add(r.Subject, time.Now().Add(ttl))
 	n := s.tunnels.revoke(r.Subject)
 	s.metrics.revocations.Add(float64(n))
 	s.log.Info("revoked", "subject", r.Subject, "tunnels", n)

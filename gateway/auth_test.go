@@ -249,6 +249,10 @@ func TestCredentialExpiryAndRevocation(t *testing.T) {
 	if _, _, err := alice.ReadMessage(); !websocket.IsCloseError(err, 1008) {
 		t.Fatalf("revoked subject: %v, want close 1008", err)
 	}
+	// The revoked subject cannot come back on the cached decision.
+	if _, status, err := e.dial("/jwt/x", bearer(token(t, "alice", time.Now().Add(time.Hour), jwtSecret))); err == nil || status != 401 {
+		t.Fatalf("revoked subject reconnecting: %v (status %d), want 401", err, status)
+	}
 	if err := bob.WriteMessage(websocket.TextMessage, []byte("hi")); err != nil {
 		t.Fatal(err)
 	}
@@ -385,4 +389,23 @@ func TestRevocationAcrossReplicas(t *testing.T) {
 		t.Fatalf("tunnel on the other replica: %v, want 1008", err)
 	}
 	t.Logf("revocation posted to one replica closed the tunnel on the other in %v", time.Since(start))
+}
+
+// TestRevokedSetBounded fills the revoked subjects past their bound: the
+// one expiring soonest makes room, expired ones are forgotten.
+func TestRevokedSetBounded(t *testing.T) {
+	var r revokedSet
+	now := time.Now()
+	r.add("soonest", now.Add(time.Minute))
+	for i := range maxRevoked - 1 {
+		r.add(fmt.Sprintf("s%d", i), now.Add(time.Hour))
+	}
+	r.add("one-more", now.Add(time.Hour))
+	if r.has("soonest") || !r.has("one-more") || !r.has("s0") || len(r.until) != maxRevoked {
+		t.Fatalf("after overflow: soonest %v, one-more %v, size %d", r.has("soonest"), r.has("one-more"), len(r.until))
+	}
+	r.add("past", now.Add(-time.Second))
+	if r.has("past") {
+		t.Fatal("an expired revocation still refuses")
+	}
 }

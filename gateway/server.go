@@ -50,6 +50,7 @@ type Server struct {
 
 	revokeBus *redis.Client // revocations shared with other replicas
 	revokeSub *redis.PubSub
+	revoked   revokedSet // subjects refused new handshakes
 
 	http      *fasthttp.Server
 	admin     *fasthttp.Server
