@@ -89,7 +89,7 @@ idle() {
 	done
 	local fail=0
 	for p in "${pids[@]}"; do wait "$p" || fail=1; done
-	echo "open tunnels at the end of the hold: $(for a in "${admin[@]}"; do tunnels "$a"; done | paste -sd+ | bc)"
+	echo "open tunnels after wsload closed them (0 = every one released): $(for a in "${admin[@]}"; do tunnels "$a"; done | paste -sd+ | bc)"
 	jq -s '{connected: (map(.connected) | add), failed: (map(.failed) | add), dropped: (map(.dropped) | add),
 		held: (map(.held) | add), wsload_rss_per_conn_bytes: (map(.rss_per_conn_bytes) | add / length | floor),
 		passed: (map(.passed) | all)}' "$dir"/idle-*.json
@@ -114,7 +114,7 @@ chaos() {
 status=0
 case $what in
 idle9000) idle 9000 5m 1000 || status=1 ;;
-idle50000) idle 50000 60s 300 || status=1 ;;
+idle50000) idle 50000 60s 250 || status=1 ;;
 drain) chaos drain -drain-url "http://${admin[0]}/api/pools/relay/nodes/${relay[0]}/drain?migrate=1" || status=1 ;;
 drain-term) chaos drain -kill-pid "${relaypid[0]}" -signal TERM || status=1 ;;
 kill) chaos kill -kill-pid "${relaypid[0]}" -signal KILL || status=1 ;;

@@ -31,20 +31,24 @@ func (r *runner) bench(ctx context.Context, w io.Writer) error {
 		return err
 	}
 
-	var fanD, fanT []fanoutResult
+	var fanD, fanT, lightD, lightT []fanoutResult
 	for i := range p.reps {
 		r.progress("fanout %d/%d", i+1, p.reps)
 		// Odd repetitions go through the gateway first, so neither side
 		// always runs later (when other work on the machine has started).
 		for _, through := range order(i) {
-			x, err := r.fanout(ctx, through, i)
+			light, err := r.fanout(ctx, through, i, p.fanLightRate)
+			if err != nil {
+				return err
+			}
+			x, err := r.fanout(ctx, through, i, p.fanRate)
 			if err != nil {
 				return err
 			}
 			if through {
-				fanT = append(fanT, x)
+				fanT, lightT = append(fanT, x), append(lightT, light)
 			} else {
-				fanD = append(fanD, x)
+				fanD, lightD = append(fanD, x), append(lightD, light)
 			}
 		}
 	}
@@ -87,11 +91,14 @@ func (r *runner) bench(ctx context.Context, w io.Writer) error {
 		}
 		return median(xs)
 	}
-	p50D, p50T := pick(fanD, func(x fanoutResult) float64 { return x.p50 }), pick(fanT, func(x fanoutResult) float64 { return x.p50 })
-	p99D, p99T := pick(fanD, func(x fanoutResult) float64 { return x.p99 }), pick(fanT, func(x fanoutResult) float64 { return x.p99 })
+	p50 := func(x fanoutResult) float64 { return x.p50 }
+	p99 := func(x fanoutResult) float64 { return x.p99 }
+	p50D, p50T, p99D, p99T := pick(fanD, p50), pick(fanT, p50), pick(fanD, p99), pick(fanT, p99)
+	l50D, l50T, l99D, l99T := pick(lightD, p50), pick(lightT, p50), pick(lightD, p99), pick(lightT, p99)
 	gwShare := pick(fanT, func(x fanoutResult) float64 { return x.cpu.Seconds() / x.relayCPU.Seconds() })
 	med := fmt.Sprintf("median of %d", p.reps)
 	fan := fmt.Sprintf("fanout %d rooms × %d members, %d msg/s each, 64 B, %v; %s", p.fanRooms, p.fanMembers, p.fanRate, p.fanDuration, med)
+	light := fmt.Sprintf("fanout %d rooms × %d members, %d msg/s each, 64 B, %v; %s", p.fanRooms, p.fanMembers, p.fanLightRate, p.fanDuration, med)
 	nan := math.NaN()
 	rows := []row{
 		{figure: "memory per idle connection (bytes)", direct: idleD.perConn, through: idleT.perConn, format: "%.0f",
@@ -107,12 +114,16 @@ func (r *runner) bench(ctx context.Context, w io.Writer) error {
 			note: "direct = both relays' utime+stime / (sent+received); through = wsgate's / wsgate_frames_total delta; " + fan},
 		{figure: "gateway CPU / relays' CPU, same fanout", direct: nan, through: gwShare, format: "%.2f",
 			note: "through-gateway fanout; " + med},
-		{figure: "fanout latency p50 (ms)", direct: p50D, through: p50T, format: "%.2f", note: fan},
-		{figure: "fanout latency p99 (ms)", direct: p99D, through: p99T, format: "%.2f", note: fan},
-		{figure: "added latency p50 / p99 (ms)", direct: nan, through: nan, text: fmt.Sprintf("%+.2f / %+.2f", p50T-p50D, p99T-p99D),
-			note: "through minus direct, medians above"},
-		{figure: "fanout delivered (%)", direct: pick(fanD, func(x fanoutResult) float64 { return x.delivered }),
-			through: pick(fanT, func(x fanoutResult) float64 { return x.delivered }), format: "%.2f", note: med},
+		{figure: fmt.Sprintf("latency p50 (ms), %d msg/s per member", p.fanLightRate), direct: l50D, through: l50T, format: "%.2f", note: light},
+		{figure: fmt.Sprintf("latency p99 (ms), %d msg/s per member", p.fanLightRate), direct: l99D, through: l99T, format: "%.2f", note: light},
+		{figure: "added latency p50 / p99 (ms), light", direct: nan, through: nan, text: fmt.Sprintf("%+.2f / %+.2f", l50T-l50D, l99T-l99D),
+			note: "through minus direct, the two rows above"},
+		{figure: fmt.Sprintf("latency p50 (ms), %d msg/s per member", p.fanRate), direct: p50D, through: p50T, format: "%.2f", note: fan},
+		{figure: fmt.Sprintf("latency p99 (ms), %d msg/s per member", p.fanRate), direct: p99D, through: p99T, format: "%.2f", note: fan},
+		{figure: "added latency p50 / p99 (ms), loaded", direct: nan, through: nan, text: fmt.Sprintf("%+.2f / %+.2f", p50T-p50D, p99T-p99D),
+			note: "through minus direct, the two rows above"},
+		{figure: "fanout delivered (%)", direct: pick(slices.Concat(fanD, lightD), func(x fanoutResult) float64 { return x.delivered }),
+			through: pick(slices.Concat(fanT, lightT), func(x fanoutResult) float64 { return x.delivered }), format: "%.2f", note: "every fanout run; median"},
 		{figure: "handshakes per second (churn)", direct: median(hpsD), through: median(hpsT), format: "%.0f",
 			note: fmt.Sprintf("churn -c 10, %v, connect + one round trip + close; %s", p.churnDuration, med)},
 		{figure: "churn round trip p50 (ms)", direct: median(rttD), through: median(rttT), format: "%.2f", note: med},

@@ -109,12 +109,12 @@ type fanoutResult struct {
 	relayCPU     time.Duration
 }
 
-// fanout runs the fixed fanout (rooms × members, each member sending at a
-// fixed rate) against one relay (direct) or the gateway. Direct, the CPU is
+// fanout runs the fixed fanout (rooms × members, each member sending rate
+// messages per second) against one relay (direct) or the gateway. Direct, the CPU is
 // both relays' and the frames are wsload's sent plus received messages;
 // through, the CPU is the gateway's and the frames its wsgate_frames_total
 // delta (both directions).
-func (r *runner) fanout(ctx context.Context, through bool, rep int) (fanoutResult, error) {
+func (r *runner) fanout(ctx context.Context, through bool, rep, rate int) (fanoutResult, error) {
 	var res fanoutResult
 	target, kind := r.st.Relays[0].Addr, "direct"
 	if through {
@@ -129,8 +129,8 @@ func (r *runner) fanout(ctx context.Context, through bool, rep int) (fanoutResul
 		return res, err
 	}
 	p := r.plan
-	rp, err := r.load(ctx, fmt.Sprintf("fanout-%s-%d", kind, rep), "fanout", "-url", r.url(target, "fan"),
-		"-rooms", strconv.Itoa(p.fanRooms), "-members", strconv.Itoa(p.fanMembers), "-rate", strconv.Itoa(p.fanRate),
+	rp, err := r.load(ctx, fmt.Sprintf("fanout%d-%s-%d", rate, kind, rep), "fanout", "-url", r.url(target, "fan"),
+		"-rooms", strconv.Itoa(p.fanRooms), "-members", strconv.Itoa(p.fanMembers), "-rate", strconv.Itoa(rate),
 		"-size", "64", "-duration", p.fanDuration.String(), "-settle", "2s")
 	if err != nil {
 		return res, err
@@ -153,8 +153,8 @@ func (r *runner) fanout(ctx context.Context, through bool, rep int) (fanoutResul
 	} else {
 		res.cpu, res.frames = res.relayCPU, float64(rp.Sent+rp.Received)
 	}
-	r.progress("fanout %s: %.0f frames (wsload sent+received %d), %v CPU (relays %v), p50 %.2fms p99 %.2fms",
-		kind, res.frames, rp.Sent+rp.Received, res.cpu, res.relayCPU, res.p50, res.p99)
+	r.progress("fanout %d/s %s: %.0f frames (wsload sent+received %d), %v CPU (relays %v), p50 %.2fms p99 %.2fms",
+		rate, kind, res.frames, rp.Sent+rp.Received, res.cpu, res.relayCPU, res.p50, res.p99)
 	res.cpuPerMframe = math.NaN()
 	if res.frames > 0 {
 		res.cpuPerMframe = res.cpu.Seconds() / res.frames * 1e6

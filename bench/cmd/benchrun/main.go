@@ -36,14 +36,15 @@ type plan struct {
 	idleN         int
 	fanRooms      int
 	fanMembers    int
-	fanRate       int // messages per second per member
+	fanRate       int // messages per second per member: the CPU and loaded-latency fanout
+	fanLightRate  int // messages per second per member: the light-load latency fanout
 	fanDuration   time.Duration
 	churnDuration time.Duration
 }
 
 var (
-	fullPlan  = plan{reps: 3, idleN: 9000, fanRooms: 50, fanMembers: 10, fanRate: 5, fanDuration: 10 * time.Second, churnDuration: 5 * time.Second}
-	quickPlan = plan{reps: 1, idleN: 1000, fanRooms: 50, fanMembers: 10, fanRate: 5, fanDuration: 5 * time.Second, churnDuration: 3 * time.Second}
+	fullPlan  = plan{reps: 3, idleN: 9000, fanRooms: 50, fanMembers: 10, fanRate: 5, fanLightRate: 1, fanDuration: 10 * time.Second, churnDuration: 5 * time.Second}
+	quickPlan = plan{reps: 1, idleN: 1000, fanRooms: 50, fanMembers: 10, fanRate: 5, fanLightRate: 1, fanDuration: 5 * time.Second, churnDuration: 3 * time.Second}
 )
 
 // runner holds the stack under measurement.
