@@ -38,6 +38,10 @@ type Gateway struct {
 	Listen string `toml:"listen" json:"listen"`
 	// Listeners are extra client listener addresses, host:port (default none).
 	Listeners []string `toml:"listeners" json:"listeners"`
+	// ReusePort opens the client listeners with SO_REUSEPORT, so several
+	// gateway processes can share one port and the kernel spreads new
+	// connections over them (default false).
+	ReusePort bool `toml:"reuse_port" json:"reuse_port"`
 	// MaxConns caps open client connections across the gateway (default
 	// 1_000_000 connections; >= 1).
 	MaxConns int `toml:"max_conns" json:"max_conns"`

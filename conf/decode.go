@@ -59,6 +59,13 @@ func (d *decoder) decode(path string, raw any, rv reflect.Value) {
 			return
 		}
 		rv.SetInt(n)
+	case reflect.Bool:
+		b, ok := raw.(bool)
+		if !ok {
+			d.errs.add(path, "must be true or false, got "+tomlType(raw))
+			return
+		}
+		rv.SetBool(b)
 	case reflect.Slice:
 		var items []any
 		switch v := raw.(type) {

@@ -571,3 +571,45 @@ pool = "relay"
 	}
 	e.waitZero()
 }
+
+// TestReusePortSharesOnePort runs two gateways on one port with
+// reuse_port: both start, and the kernel hands each some of the clients.
+func TestReusePortSharesOnePort(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	port := ln.Addr().String()
+	ln.Close()
+	cfg := `
+[gateway]
+listen = "` + port + `"
+reuse_port = true
+drain_window = "100ms"
+[admin]
+listen = ""
+[[pools]]
+name = "relay"
+  [[pools.nodes]]
+  addr = %[2]q
+[[routes]]
+pool = "relay"
+# %[1]s
+`
+	a := newEnv(t, 1, cfg)
+	b := newEnv(t, 1, cfg)
+	var conns []*websocket.Conn
+	for range 40 {
+		conns = append(conns, a.mustDial("/room/shared"))
+	}
+	// A tunnel is registered just after its 101 went out: wait for all.
+	waitUntil(t, func() bool { return a.srv.Tunnels()+b.srv.Tunnels() == 40 })
+	if a.srv.Tunnels() == 0 || b.srv.Tunnels() == 0 {
+		t.Fatalf("tunnels %d and %d, want both > 0 and 40 in all", a.srv.Tunnels(), b.srv.Tunnels())
+	}
+	for _, c := range conns {
+		c.Close()
+	}
+	a.waitZero()
+	b.waitZero()
+}

@@ -179,7 +179,8 @@ func (s *Server) build(cfg *conf.Config, old *generation) (*generation, []leavin
 // timeout for handshakes.
 func needsRestart(old, cfg *conf.Config) []string {
 	var out []string
-	if old.Gateway.Listen != cfg.Gateway.Listen || !slices.Equal(old.Gateway.Listeners, cfg.Gateway.Listeners) {
+	if old.Gateway.Listen != cfg.Gateway.Listen || !slices.Equal(old.Gateway.Listeners, cfg.Gateway.Listeners) ||
+		old.Gateway.ReusePort != cfg.Gateway.ReusePort {
 		out = append(out, "gateway.listen/listeners")
 	}
 	if old.Admin.Listen != cfg.Admin.Listen {

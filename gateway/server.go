@@ -12,12 +12,14 @@ import (
 	"net"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 	"github.com/valyala/fasthttp"
 	"github.com/wsgate/wsgate/conf"
 	"github.com/wsgate/wsgate/gateway/internal/pluginhost"
+	"golang.org/x/sys/unix"
 )
 
 // readBufferSize is fasthttp's per-connection read buffer, which bounds the
@@ -55,6 +57,7 @@ type Server struct {
 	http      *fasthttp.Server
 	admin     *fasthttp.Server
 	listen    ListenFunc
+	inherited bool // listen hands out inherited sockets
 	listeners []net.Listener
 	adminLn   net.Listener
 	serving   sync.WaitGroup
@@ -109,8 +112,27 @@ func New(cfg *conf.Config, log *slog.Logger) (*Server, error) {
 // current is the generation in force.
 func (s *Server) current() *generation { return s.gen.Load() }
 
-// SetListen replaces how Start opens listeners (before Start).
-func (s *Server) SetListen(f ListenFunc) { s.listen = f }
+// SetListen replaces how Start opens listeners (before Start): a restarted
+// process passes one that hands out the sockets it inherited.
+func (s *Server) SetListen(f ListenFunc) {
+	s.listen = f
+	s.inherited = true
+}
+
+// listenReusePort opens a TCP listener with SO_REUSEPORT set, so other
+// processes may listen on the same address.
+func listenReusePort(addr string) (net.Listener, error) {
+	lc := net.ListenConfig{Control: func(_, _ string, c syscall.RawConn) error {
+		var serr error
+		if err := c.Control(func(fd uintptr) {
+			serr = unix.SetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_REUSEPORT, 1)
+		}); err != nil {
+			return err
+		}
+		return serr
+	}}
+	return lc.Listen(context.Background(), "tcp", addr)
+}
 
 // Start opens the client and admin listeners and serves them in the
 // background. The gateway is ready once Start returns nil.
@@ -127,7 +149,11 @@ func (s *Server) Start() error {
 	}
 	addrs := append([]string{g.cfg.Gateway.Listen}, g.cfg.Gateway.Listeners...)
 	for _, a := range addrs {
-		ln, err := s.listen(a)
+		listen := s.listen
+		if g.cfg.Gateway.ReusePort && !s.inherited {
+			listen = listenReusePort
+		}
+		ln, err := listen(a)
 		if err != nil {
 			s.closeListeners()
 			s.stopPluginsAndRevocations()
