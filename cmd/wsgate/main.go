@@ -92,7 +92,9 @@ func serve(cfg *conf.Config, o serveOptions, log *slog.Logger) error {
 	if err != nil {
 		return err
 	}
-	srv.SetListen(inherited.Listen)
+	if inherited != nil {
+		srv.SetListen(inherited.Listen)
+	}
 	sigs := make(chan os.Signal, 4)
 	signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP, syscall.SIGUSR2)
 	defer signal.Stop(sigs)

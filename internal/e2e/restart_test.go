@@ -207,3 +207,32 @@ func waitFor(t *testing.T, cond func() bool) {
 		time.Sleep(10 * time.Millisecond)
 	}
 }
+
+// TestTwoProcessesShareAPort starts two wsgate processes on one port with
+// reuse_port. It pins a bug where the command ignored reuse_port and the
+// second process failed with "address already in use".
+func TestTwoProcessesShareAPort(t *testing.T) {
+	st := &stack{}
+	startRelays(t, st, 1, "")
+	path := gatewayConfig(t, st)
+	b, _ := os.ReadFile(path)
+	shared := strings.Replace(string(b), "[gateway]\n", "[gateway]\nreuse_port = true\n", 1)
+	second := strings.Replace(shared, st.adminAddr, testproc.FreeAddr(t), 1)
+	if err := os.WriteFile(path, []byte(shared), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	path2 := path + ".2"
+	if err := os.WriteFile(path2, []byte(second), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	bin := testproc.Build(t, "./cmd/wsgate")
+	one := testproc.Start(t, "wsgate-1", bin, "-config", path, "-watch=false")
+	two := testproc.Start(t, "wsgate-2", bin, "-config", path2, "-watch=false")
+	testproc.WaitHTTP(t, "http://"+st.adminAddr+"/readyz", http.StatusOK, 30*time.Second)
+	waitFor(t, func() bool { return strings.Contains(two.Output(), "wsgate listening") || two.Signal(0) != nil })
+	if !strings.Contains(two.Output(), "wsgate listening") {
+		t.Fatalf("second process did not start:\n%s", two.Output())
+	}
+	dial(t, st.gwAddr, 0, "shared").conn.Close()
+	_ = one
+}
