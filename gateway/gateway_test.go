@@ -163,16 +163,7 @@ func TestTunnelEchoesAcrossReplicas(t *testing.T) {
 }
 
 func TestHandshakeRejections(t *testing.T) {
-	e := newEnv(t, 1, `
-[gateway]
-listen = %[1]q
-max_conns_per_ip = 2
-[admin]
-listen = ""
-[[pools]]
-name = "relay"
-  [[pools.nodes]]
-  addr = %[2]q
+	e := newEnv(t, 1, oneNodeWith("max_conns_per_ip = 2", "", `
 [[routes]]
 path_prefix = "/room/locked-"
 pool = "relay"
@@ -180,7 +171,7 @@ origins = ["https://app.example"]
 [[routes]]
 path_prefix = "/room/"
 pool = "relay"
-`)
+`))
 	get := func(path string, hdr map[string]string) *http.Response {
 		t.Helper()
 		req, _ := http.NewRequest(http.MethodGet, "http://"+e.gw+path, nil)
@@ -247,16 +238,7 @@ pool = "relay"
 }
 
 func TestNodeCapAndOverflow(t *testing.T) {
-	e := newEnv(t, 1, `
-[gateway]
-listen = %[1]q
-[admin]
-listen = ""
-[[pools]]
-name = "relay"
-max_conns_per_node = 2
-  [[pools.nodes]]
-  addr = %[2]q
+	e := newEnv(t, 1, oneNodeWith("", "max_conns_per_node = 2", `
 [[routes]]
 path_prefix = "/room/soft-"
 pool = "relay"
@@ -264,7 +246,7 @@ overflow = "close-1013"
 [[routes]]
 path_prefix = "/"
 pool = "relay"
-`)
+`))
 	a, b := e.mustDial("/room/x"), e.mustDial("/room/x")
 	_, resp, err := e.dial("/room/x", nil)
 	if err == nil || resp.StatusCode != http.StatusServiceUnavailable || resp.Header.Get("Retry-After") == "" {
@@ -318,18 +300,18 @@ pool = "relay"
 	e.waitZero()
 }
 
-const oneNode = `
-[gateway]
-listen = %[1]q
-[admin]
-listen = ""
-[[pools]]
-name = "relay"
-  [[pools.nodes]]
-  addr = %[2]q
-[[routes]]
-pool = "relay"
-`
+// oneNodeWith is a newEnv config with one relay node: gateway, pool and
+// routes add lines to those sections ("" routes = one catch-all route).
+func oneNodeWith(gateway, pool, routes string) string {
+	if routes == "" {
+		routes = "[[routes]]\npool = \"relay\"\n"
+	}
+	return "[gateway]\nlisten = %[1]q\n" + gateway + "\n[admin]\nlisten = \"\"\n" +
+		"[[pools]]\nname = \"relay\"\n" + pool + "\n  [[pools.nodes]]\n  addr = %[2]q\n" + routes
+}
+
+// oneNode is a gateway with one relay node and a catch-all route.
+var oneNode = oneNodeWith("", "", "")
 
 func TestNodeGoneGives1012(t *testing.T) {
 	e := newEnv(t, 1, oneNode)
@@ -500,20 +482,7 @@ pool = "p"
 // TestGatewayLimits hits the gateway-wide max_conns (503 + Retry-After) and
 // a route's max_frame (close 1009).
 func TestGatewayLimits(t *testing.T) {
-	e := newEnv(t, 1, `
-[gateway]
-listen = %[1]q
-max_conns = 2
-[admin]
-listen = ""
-[[pools]]
-name = "relay"
-  [[pools.nodes]]
-  addr = %[2]q
-[[routes]]
-pool = "relay"
-max_frame = "1KiB"
-`)
+	e := newEnv(t, 1, oneNodeWith("max_conns = 2", "", "[[routes]]\npool = \"relay\"\nmax_frame = \"1KiB\"\n"))
 	a, b := e.mustDial("/room/lim"), e.mustDial("/room/lim")
 	_, resp, err := e.dial("/room/lim", nil)
 	if err == nil || resp.StatusCode != http.StatusServiceUnavailable || resp.Header.Get("Retry-After") == "" {
@@ -544,19 +513,7 @@ max_frame = "1KiB"
 // TestSlowHandshakeCut pins handshake_timeout: a client that never finishes
 // its upgrade request is disconnected, holding nothing.
 func TestSlowHandshakeCut(t *testing.T) {
-	e := newEnv(t, 1, `
-[gateway]
-listen = %[1]q
-handshake_timeout = "200ms"
-[admin]
-listen = ""
-[[pools]]
-name = "relay"
-  [[pools.nodes]]
-  addr = %[2]q
-[[routes]]
-pool = "relay"
-`)
+	e := newEnv(t, 1, oneNodeWith(`handshake_timeout = "200ms"`, "", ""))
 	c, err := net.Dial("tcp", e.gw)
 	if err != nil {
 		t.Fatal(err)
