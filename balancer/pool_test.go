@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -367,6 +368,16 @@ func TestMixedWorkloadReturnsToZero(t *testing.T) {
 			go func() {
 				defer flipWG.Done()
 				states := []State{StateUp, StateDown, StateDraining, StateDrained, StateEjected, StateUp}
+				// Flip only once some lease was granted: flips that kept
+				// every node out from the start would leave nothing to check.
+				for i := 0; granted.Load() == 0 && i < maxFlips; i++ {
+					select {
+					case <-done:
+						return
+					default:
+						runtime.Gosched()
+					}
+				}
 				for i := range maxFlips {
 					select {
 					case <-done:
