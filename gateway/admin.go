@@ -117,16 +117,17 @@ func (a *adminAPI) reload(ctx *fasthttp.RequestCtx) {
 	}
 }
 
-// revoke serves POST /api/revoke with a JSON body {"subject": "..."}:
-// every tunnel whose credential has that subject is closed with 1008, on
-// this gateway or, with gateway.revoke_redis, on every replica.
+// revoke serves POST /api/revoke with a JSON body {"subject": "..."} or
+// {"key": "..."} (and an optional "ttl"): every tunnel whose credential has
+// that subject, or that credential id, is closed with 1008 and refused for
+// the ttl, on this gateway or, with gateway.revoke_redis, on every replica.
 func (a *adminAPI) revoke(ctx *fasthttp.RequestCtx) {
 	if !method(ctx, fasthttp.MethodPost) {
 		return
 	}
 	var r revocation
 	if err := json.Unmarshal(ctx.PostBody(), &r); err != nil {
-		jsonError(ctx, fasthttp.StatusBadRequest, "body must be JSON like {\"subject\": \"alice\"}: "+err.Error())
+		jsonError(ctx, fasthttp.StatusBadRequest, "body must be JSON like {\"subject\": \"alice\"} or {\"key\": \"<credential id>\"}: "+err.Error())
 		return
 	}
 	published, closed, err := a.s.revoke(r)
@@ -134,7 +135,7 @@ func (a *adminAPI) revoke(ctx *fasthttp.RequestCtx) {
 		jsonError(ctx, fasthttp.StatusBadRequest, err.Error())
 		return
 	}
-	writeJSON(ctx, fasthttp.StatusOK, map[string]any{"subject": r.Subject, "published": published, "closed": closed})
+	writeJSON(ctx, fasthttp.StatusOK, map[string]any{"subject": r.Subject, "key": r.Key, "published": published, "closed": closed})
 }
 
 func (a *adminAPI) authorized(ctx *fasthttp.RequestCtx) bool {

@@ -49,7 +49,7 @@ func (s *Server) authorize(ctx *fasthttp.RequestCtx, g *generation, rt *route) (
 	case !res.Allow:
 		s.reject(ctx, res.Status, "auth_denied", res.Reason)
 		return res, false
-	case s.revoked.has(res.Subject):
+	case s.revoked.has("s:"+res.Subject) || s.revoked.has("k:"+res.CredentialID):
 		s.reject(ctx, fasthttp.StatusUnauthorized, "auth_denied", "credential revoked")
 		return res, false
 	}
@@ -85,7 +85,7 @@ func (s *Server) startRevocations(url string) error {
 func (s *Server) receiveRevocations(ch <-chan *redis.Message) {
 	for m := range ch {
 		var r revocation
-		if err := json.Unmarshal([]byte(m.Payload), &r); err != nil || r.Subject == "" {
+		if err := json.Unmarshal([]byte(m.Payload), &r); err != nil || (r.Subject == "" && r.Key == "") {
 			s.log.Warn("ignored malformed revocation", "payload", m.Payload)
 			continue
 		}
@@ -93,11 +93,13 @@ func (s *Server) receiveRevocations(ch <-chan *redis.Message) {
 	}
 }
 
-// revocation names the credential holders whose tunnels must close and
-// who may not come back for TTL (default DefaultRevokeTTL), whatever a
+// revocation names a subject (every credential of a principal) or a key
+// (one credential, by the id its plugin gives it) whose tunnels must close
+// and who may not come back for TTL (default DefaultRevokeTTL), whatever a
 // cached decision says.
 type revocation struct {
-	Subject string `json:"subject"`
+	Subject string `json:"subject,omitempty"`
+	Key     string `json:"key,omitempty"`
 	TTL     string `json:"ttl,omitempty"` // a duration such as "1h"
 }
 
@@ -140,9 +142,9 @@ func (r *revokedSet) add(subject string, until time.Time) {
 	r.until[subject] = until
 }
 
-// has reports whether subject is revoked now.
+// has reports whether subject (a "s:" or "k:" name) is revoked now.
 func (r *revokedSet) has(subject string) bool {
-	if subject == "" {
+	if len(subject) <= 2 { // "s:" or "k:" with nothing after it
 		return false
 	}
 	r.mu.Lock()
@@ -158,8 +160,8 @@ func (r *revokedSet) has(subject string) bool {
 // revoke closes the tunnels of r's subject here, or publishes r so that
 // every replica (this one included) does.
 func (s *Server) revoke(r revocation) (published bool, closed int, err error) {
-	if r.Subject == "" {
-		return false, 0, errors.New("subject is required")
+	if r.Subject == "" && r.Key == "" {
+		return false, 0, errors.New("name a subject or a key")
 	}
 	if _, err := r.ttl(); err != nil {
 		return false, 0, err
@@ -193,9 +195,15 @@ func (s *Server) applyRevocation(r revocation) int {
 	if err != nil {
 		ttl = DefaultRevokeTTL
 	}
-	s.revoked.add(r.Subject, time.Now().Add(ttl))
-	n := s.tunnels.revoke(r.Subject)
+	until := time.Now().Add(ttl)
+	if r.Subject != "" {
+		s.revoked.add("s:"+r.Subject, until)
+	}
+	if r.Key != "" {
+		s.revoked.add("k:"+r.Key, until)
+	}
+	n := s.tunnels.revoke(r.Subject, r.Key)
 	s.metrics.revocations.Add(float64(n))
-	s.log.Info("revoked", "subject", r.Subject, "tunnels", n)
+	s.log.Info("revoked", "subject", r.Subject, "key", r.Key, "tunnels", n)
 	return n
 }

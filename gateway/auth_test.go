@@ -19,6 +19,7 @@ import (
 	"github.com/wsgate/wsgate/conf"
 	"github.com/wsgate/wsgate/internal/redistest"
 	"github.com/wsgate/wsgate/internal/testproc"
+	"github.com/wsgate/wsgate/plugins/auth"
 )
 
 const jwtSecret = "test-secret-of-32-bytes-at-least!"
@@ -396,16 +397,69 @@ func TestRevocationAcrossReplicas(t *testing.T) {
 func TestRevokedSetBounded(t *testing.T) {
 	var r revokedSet
 	now := time.Now()
-	r.add("soonest", now.Add(time.Minute))
+	r.add("s:soonest", now.Add(time.Minute))
 	for i := range maxRevoked - 1 {
-		r.add(fmt.Sprintf("s%d", i), now.Add(time.Hour))
+		r.add(fmt.Sprintf("s:%d", i), now.Add(time.Hour))
 	}
-	r.add("one-more", now.Add(time.Hour))
-	if r.has("soonest") || !r.has("one-more") || !r.has("s0") || len(r.until) != maxRevoked {
-		t.Fatalf("after overflow: soonest %v, one-more %v, size %d", r.has("soonest"), r.has("one-more"), len(r.until))
+	r.add("k:one-more", now.Add(time.Hour))
+	if r.has("s:soonest") || !r.has("k:one-more") || !r.has("s:0") || len(r.until) != maxRevoked {
+		t.Fatalf("after overflow: soonest %v, one-more %v, size %d", r.has("s:soonest"), r.has("k:one-more"), len(r.until))
 	}
-	r.add("past", now.Add(-time.Second))
-	if r.has("past") {
+	r.add("s:past", now.Add(-time.Second))
+	if r.has("s:past") {
 		t.Fatal("an expired revocation still refuses")
+	}
+	if r.has("s:") || r.has("k:") {
+		t.Fatal("an empty name matched")
+	}
+}
+
+// TestRevokeByKey revokes one API key by its credential id (the hex
+// SHA-256 of the key): its tunnel closes with 1008 and it cannot come back,
+// while another key of the same user keeps working.
+func TestRevokeByKey(t *testing.T) {
+	e := newAuthEnv(t)
+	if err := os.WriteFile(e.keys+".new", []byte("k1 alice\nk2 alice\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(e.keys+".new", e.keys); err != nil {
+		t.Fatal(err)
+	}
+	dialKey := func(k string) (*websocket.Conn, int, error) {
+		return e.dial("/key/r", http.Header{"X-Api-Key": {k}})
+	}
+	var k2 *websocket.Conn
+	waitUntil(t, func() bool {
+		c, _, err := dialKey("k2")
+		if err == nil {
+			k2 = c
+		}
+		return err == nil
+	})
+	defer k2.Close()
+	k1, _, err := dialKey("k1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer k1.Close()
+	body := fmt.Sprintf(`{"key": %q}`, auth.CredentialHash("k1"))
+	resp, err := http.Post("http://"+e.srv.AdminAddr().String()+"/api/revoke", "application/json", strings.NewReader(body))
+	if err != nil || resp.StatusCode != 200 {
+		t.Fatalf("revoke: %v %v", err, resp)
+	}
+	resp.Body.Close()
+	_ = k1.SetReadDeadline(time.Now().Add(5 * time.Second))
+	if _, _, err := k1.ReadMessage(); !websocket.IsCloseError(err, 1008) {
+		t.Fatalf("revoked key: %v, want 1008", err)
+	}
+	if _, status, err := dialKey("k1"); err == nil || status != 401 {
+		t.Fatalf("revoked key reconnecting: %v (status %d), want 401", err, status)
+	}
+	if err := k2.WriteMessage(websocket.TextMessage, []byte("hi")); err != nil {
+		t.Fatal(err)
+	}
+	_ = k2.SetReadDeadline(time.Now().Add(5 * time.Second))
+	if _, msg, err := k2.ReadMessage(); err != nil || string(msg) != "hi" {
+		t.Fatalf("another key of the same user: %q %v", msg, err)
 	}
 }

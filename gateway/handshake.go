@@ -107,7 +107,7 @@ func (s *Server) serveUpgrade(ctx *fasthttp.RequestCtx, g *generation, rt *route
 			return
 		}
 		p.health.ReportSuccess(lease.Node().Addr())
-		s.handOff(ctx, g, up, &hold{lease: lease, slot: slot, expires: authz.Expires, subject: authz.Subject}, rt)
+		s.handOff(ctx, g, up, &hold{lease: lease, slot: slot, expires: authz.Expires, subject: authz.Subject, key: authz.CredentialID}, rt)
 		return
 	}
 	slot.release()
@@ -211,6 +211,7 @@ type hold struct {
 	slot    *slot
 	expires time.Time // the credential's expiry, from the auth chain
 	subject string    // the credential's subject, for revocations
+	key     string    // the credential's id, for revocations by key
 }
 
 // Release frees the node's and the gateway's slot; it is idempotent.
@@ -265,7 +266,7 @@ func (s *Server) startTunnel(c net.Conn, g *generation, up *upstream, hd *hold, 
 		OnEnd:         s.tunnelEnded,
 	})
 	s.metrics.handshake("ok", start)
-	e := entry{node: hd.lease.Node(), subject: hd.subject}
+	e := entry{node: hd.lease.Node(), subject: hd.subject, key: hd.key}
 	if !hd.expires.IsZero() {
 		e.expiry = time.AfterFunc(time.Until(hd.expires)+g.cfg.Gateway.ExpiryGrace.Duration, func() {
 			s.metrics.expiries.Inc()

@@ -29,6 +29,7 @@ type registry struct {
 type entry struct {
 	node    *balancer.Node
 	subject string      // the credential's subject, from the auth chain ("" = none)
+	key     string      // the credential's id, from the auth chain ("" = none)
 	expiry  *time.Timer // closes the tunnel when its credential expires
 }
 
@@ -167,13 +168,14 @@ func (r *registry) wait(ctx context.Context) int {
 	}
 }
 
-// revoke tells the tunnels of subject to go away with 1008 and returns
-// how many there were.
-func (r *registry) revoke(subject string) int {
+// revoke tells the tunnels of subject, or of the credential key, to go
+// away with 1008 and returns how many there were; an empty argument
+// matches nothing.
+func (r *registry) revoke(subject, key string) int {
 	r.mu.Lock()
 	var ts []*tunnel.Tunnel
 	for t, e := range r.live {
-		if e.subject == subject {
+		if (subject != "" && e.subject == subject) || (key != "" && e.key == key) {
 			ts = append(ts, t)
 		}
 	}

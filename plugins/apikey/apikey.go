@@ -101,6 +101,7 @@ func (a *apiKeyAuth) Authenticate(_ context.Context, req *auth.Request) (*auth.D
 	}
 	d := auth.Allow(map[string]string{a.cfg.UserHeader: user})
 	d.Subject = user
+	d.CredentialID = auth.CredentialHash(key)
 	d.CacheTTL = a.cfg.CacheTTL.Duration
 	return d, nil
 }

@@ -2,7 +2,9 @@ package auth
 
 import (
 	"context"
+	"crypto/sha256"
 	"crypto/x509"
+	"encoding/hex"
 	"net/http"
 	"net/url"
 	"time"
@@ -134,6 +136,18 @@ type Decision struct {
 	// Subject identifies the principal (a JWT's sub, a user id), for logs
 	// and revocation; default none.
 	Subject string
+	// CredentialID identifies the credential itself, so an admin can
+	// revoke one token or key without revoking its subject: a JWT's jti,
+	// or the hex SHA-256 of the secret (see CredentialHash); default none.
+	CredentialID string
+}
+
+// CredentialHash is the CredentialID of a secret credential: its hex
+// SHA-256, which an admin can compute from the secret (printf %s KEY |
+// sha256sum) without the gateway ever storing the secret.
+func CredentialHash(secret string) string {
+	sum := sha256.Sum256([]byte(secret))
+	return hex.EncodeToString(sum[:])
 }
 
 // Allow returns a Decision that admits the client and adds headers

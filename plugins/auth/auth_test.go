@@ -121,7 +121,7 @@ func TestProtoRoundTrip(t *testing.T) {
 		t.Fatalf("request:\n got %+v\nwant %+v", got, req)
 	}
 	d := &Decision{Allow: true, Headers: map[string]string{"X-User-Id": "u"}, AffinityKey: "t",
-		CacheTTL: time.Minute, Expires: time.UnixMilli(1_700_000_000_123), Subject: "u"}
+		CacheTTL: time.Minute, Expires: time.UnixMilli(1_700_000_000_123), Subject: "u", CredentialID: "jti-1"}
 	if got := decisionFromProto(decisionToProto(d)); !reflect.DeepEqual(got, d) {
 		t.Fatalf("decision:\n got %+v\nwant %+v", got, d)
 	}

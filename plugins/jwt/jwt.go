@@ -120,6 +120,12 @@ func (a *jwtAuth) Authenticate(_ context.Context, req *auth.Request) (*auth.Deci
 	}
 	d := auth.Allow(a.headers(claims))
 	d.Subject, _ = claims.GetSubject()
+	// The token's own id when it has one, else the hash of the token.
+	if jti, ok := claims["jti"].(string); ok && jti != "" {
+		d.CredentialID = jti
+	} else {
+		d.CredentialID = auth.CredentialHash(tok)
+	}
 	d.CacheTTL = noExpiryTTL
 	if exp, _ := claims.GetExpirationTime(); exp != nil {
 		d.Expires = exp.Time

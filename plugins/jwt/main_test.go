@@ -166,6 +166,9 @@ func TestJWT(t *testing.T) {
 			if d.Subject != "user-42" {
 				t.Errorf("subject %q", d.Subject)
 			}
+			if len(d.CredentialID) != 64 {
+				t.Errorf("credential id %q, want the hex SHA-256 of the token (it has no jti)", d.CredentialID)
+			}
 			if d.Expires.IsZero() || d.CacheTTL <= 0 || d.CacheTTL > time.Hour {
 				t.Errorf("expires %v, cache ttl %v: want an expiry and a TTL up to it", d.Expires, d.CacheTTL)
 			}

@@ -88,6 +88,8 @@ type Result struct {
 	Expires time.Time
 	// Subject is the first non-empty subject of the chain.
 	Subject string
+	// CredentialID is the first non-empty credential id of the chain.
+	CredentialID string
 }
 
 // Host runs the auth plugins of a config. It is safe for concurrent use;
@@ -172,6 +174,9 @@ func (r *Result) merge(d *auth.Decision) {
 	}
 	if r.Subject == "" {
 		r.Subject = d.Subject
+	}
+	if r.CredentialID == "" {
+		r.CredentialID = d.CredentialID
 	}
 	if !d.Expires.IsZero() && (r.Expires.IsZero() || d.Expires.Before(r.Expires)) {
 		r.Expires = d.Expires

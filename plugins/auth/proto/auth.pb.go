@@ -350,6 +350,9 @@ type AuthenticateResponse struct {
 	// Unix milliseconds; 0 means no expiry.
 	ExpiresUnixMs int64  `protobuf:"varint,7,opt,name=expires_unix_ms,json=expiresUnixMs,proto3" json:"expires_unix_ms,omitempty"`
 	Subject       string `protobuf:"bytes,8,opt,name=subject,proto3" json:"subject,omitempty"`
+	// A stable id of the credential itself (a JWT's jti, the SHA-256 of an
+	// API key), for revocation by key; "" when none.
+	CredentialId  string `protobuf:"bytes,9,opt,name=credential_id,json=credentialId,proto3" json:"credential_id,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -440,6 +443,13 @@ func (x *AuthenticateResponse) GetSubject() string {
 	return ""
 }
 
+func (x *AuthenticateResponse) GetCredentialId() string {
+	if x != nil {
+		return x.CredentialId
+	}
+	return ""
+}
+
 var File_auth_proto protoreflect.FileDescriptor
 
 const file_auth_proto_rawDesc = "" +
@@ -472,7 +482,7 @@ const file_auth_proto_rawDesc = "" +
 	"\x05route\x18\b \x01(\tR\x05route\x1aX\n" +
 	"\fHeadersEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x122\n" +
-	"\x05value\x18\x02 \x01(\v2\x1c.wsgate.auth.v1.HeaderValuesR\x05value:\x028\x01\"\xec\x02\n" +
+	"\x05value\x18\x02 \x01(\v2\x1c.wsgate.auth.v1.HeaderValuesR\x05value:\x028\x01\"\x91\x03\n" +
 	"\x14AuthenticateResponse\x12\x14\n" +
 	"\x05allow\x18\x01 \x01(\bR\x05allow\x12\x16\n" +
 	"\x06status\x18\x02 \x01(\x05R\x06status\x12\x16\n" +
@@ -482,7 +492,8 @@ const file_auth_proto_rawDesc = "" +
 	"\fcache_ttl_ms\x18\x06 \x01(\x03R\n" +
 	"cacheTtlMs\x12&\n" +
 	"\x0fexpires_unix_ms\x18\a \x01(\x03R\rexpiresUnixMs\x12\x18\n" +
-	"\asubject\x18\b \x01(\tR\asubject\x1a:\n" +
+	"\asubject\x18\b \x01(\tR\asubject\x12#\n" +
+	"\rcredential_id\x18\t \x01(\tR\fcredentialId\x1a:\n" +
 	"\fHeadersEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x012\xbc\x01\n" +
