@@ -275,6 +275,12 @@ func (s *Server) startTunnel(c net.Conn, g *generation, up *upstream, hd *hold, 
 	}
 	s.tunnels.add(t, e)
 	t.Start()
+	// A revocation that scanned the registry just before this tunnel was
+	// added has already marked its subject or key: close it now.
+	if s.revoked.has("s:"+e.subject) || s.revoked.has("k:"+e.key) {
+		s.metrics.revocations.Inc()
+		go t.GoAway(tunnel.CodePolicy, "credential revoked")
+	}
 }
 
 // tunnelEnded retires an ended tunnel and counts its close codes.
