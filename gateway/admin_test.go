@@ -251,6 +251,39 @@ func TestDrainMigrateMovesClients(t *testing.T) {
 		x.c.Close()
 	}
 	e.waitZero()
+
+	// Undrained, the node keeps its new clients again.
+	if code, body := e.admin("POST", "/api/pools/relay/nodes/"+drained+"/undrain", ""); code != 200 {
+		t.Fatalf("undrain: %d %s", code, body)
+	}
+	waitUntil(t, func() bool { return e.srv.current().pools["relay"].node(drained).State().String() == "up" })
+	// Two clients: least_conn puts one on each relay.
+	var back, other *websocket.Conn
+	for range 2 {
+		c := e.mustDial("/room/back?hello=1")
+		var h struct{ Replica string }
+		if err := c.ReadJSON(&h); err != nil {
+			t.Fatal(err)
+		}
+		if h.Replica == "relay-1" {
+			back = c
+		} else {
+			other = c
+		}
+	}
+	if back == nil || other == nil {
+		t.Fatal("after undrain, two clients did not land one on each relay")
+	}
+	if err := other.WriteMessage(websocket.TextMessage, []byte("x")); err != nil {
+		t.Fatal(err)
+	}
+	_ = back.SetReadDeadline(time.Now().Add(10 * time.Second))
+	if _, msg, err := back.ReadMessage(); err != nil || string(msg) != "x" {
+		t.Fatalf("client of the undrained node: %q %v (closed as if still leaving?)", msg, err)
+	}
+	back.Close()
+	other.Close()
+	e.waitZero()
 }
 
 func waitUntil(t *testing.T, cond func() bool) {

@@ -121,7 +121,7 @@ func (s *Server) drainNode(p *pool, n *balancer.Node, migrate bool) int {
 		return 0
 	}
 	s.metrics.drains.WithLabelValues("node_migrate").Inc()
-	ts := s.tunnels.snapshot(n)
+	ts := s.tunnels.retire(n)
 	window := s.current().cfg.Gateway.DrainWindow.Duration
 	s.log.Info("draining node", "pool", p.name, "node", n.Addr(), "tunnels", len(ts), "window", window)
 	go spread(context.Background(), ts, window, "node drained")
@@ -131,6 +131,7 @@ func (s *Server) drainNode(p *pool, n *balancer.Node, migrate bool) int {
 // undrainNode lets n take new connections again (once healthy).
 func (s *Server) undrainNode(p *pool, n *balancer.Node) {
 	p.undrain(n)
+	s.tunnels.unretire(n)
 	s.log.Info("node undrained", "pool", p.name, "node", n.Addr())
 }
 

@@ -19,7 +19,7 @@ const tunnelGoAwayCode = tunnel.CodeGoingAway
 type registry struct {
 	mu       sync.Mutex
 	live     map[*tunnel.Tunnel]entry
-	retired  map[*balancer.Node]bool // nodes a reload removed
+	retired  map[*balancer.Node]bool // nodes leaving: removed, or drained with migrate
 	draining bool
 	empty    chan struct{} // made by wait, closed when live becomes empty
 	ended    tunnel.Stats  // frames and bytes of ended tunnels
@@ -46,12 +46,13 @@ func (r *registry) add(t *tunnel.Tunnel, e entry) {
 	case draining:
 		go t.GoAway(tunnelGoAwayCode, "gateway shutting down")
 	case retired:
-		go t.GoAway(tunnelGoAwayCode, "node removed")
+		go t.GoAway(tunnelGoAwayCode, "node leaving")
 	}
 }
 
-// retire marks n as removed, so a tunnel to it that a handshake in flight
-// still registers goes away at once, and returns n's live tunnels.
+// retire marks n as leaving (removed by a reload, or drained with its
+// clients moved), so a tunnel to it that a handshake in flight still
+// registers goes away at once, and returns n's live tunnels.
 func (r *registry) retire(n *balancer.Node) []*tunnel.Tunnel {
 	r.mu.Lock()
 	if r.retired == nil {
@@ -60,6 +61,13 @@ func (r *registry) retire(n *balancer.Node) []*tunnel.Tunnel {
 	r.retired[n] = true
 	r.mu.Unlock()
 	return r.snapshot(n)
+}
+
+// unretire lets n keep new tunnels again (an undrained node).
+func (r *registry) unretire(n *balancer.Node) {
+	r.mu.Lock()
+	delete(r.retired, n)
+	r.mu.Unlock()
 }
 
 // remove retires an ended tunnel, folding its counters into the totals
