@@ -89,9 +89,8 @@ func TestReloadKeepsTunnels(t *testing.T) {
 		readers.Add(1)
 		go p.check(&readers)
 	}
-	if n := e.srv.Tunnels(); n != 2*pairs {
-		t.Fatalf("tunnels %d, want %d", n, 2*pairs)
-	}
+	// A tunnel is registered just after its 101 went out: wait for all.
+	waitUntil(t, func() bool { return e.srv.Tunnels() == 2*pairs })
 	stop := make(chan struct{})
 	var senders sync.WaitGroup
 	for _, p := range ps[:100] {
