@@ -5,6 +5,7 @@
 package testproc
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"net"
@@ -177,4 +178,25 @@ func WaitHTTP(tb testing.TB, url string, want int, timeout time.Duration) {
 		time.Sleep(20 * time.Millisecond)
 	}
 	tb.Fatalf("%s did not answer %d within %v (last: %s)", url, want, timeout, last)
+}
+
+// Buffer is a bytes.Buffer safe for concurrent writes and reads: a log
+// sink for a process's or a plugin's output while a test reads it.
+type Buffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+// Write appends p.
+func (b *Buffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.b.Write(p)
+}
+
+// String returns what was written so far.
+func (b *Buffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.b.String()
 }

@@ -8,7 +8,6 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -21,24 +20,6 @@ import (
 func TestMain(m *testing.M) {
 	os.Setenv("GORACE", strings.TrimSpace(os.Getenv("GORACE")+" atexit_sleep_ms=0"))
 	os.Exit(m.Run())
-}
-
-// syncBuf collects the plugin's stderr.
-type syncBuf struct {
-	mu sync.Mutex
-	b  strings.Builder
-}
-
-func (s *syncBuf) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuf) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }
 
 func write(t *testing.T, path, content string) {
@@ -126,7 +107,7 @@ func TestAPIKeyReload(t *testing.T) {
 	dir := t.TempDir()
 	file := filepath.Join(dir, "keys")
 	write(t, file, "k1 one\n")
-	stderr := &syncBuf{}
+	stderr := &testproc.Buffer{}
 	a := authtest.Start(t, testproc.Build(t, "./plugins/apikey"), map[string]any{
 		"file": file, "user_header": "X-Who", "cache_ttl": "0s",
 	}, stderr)

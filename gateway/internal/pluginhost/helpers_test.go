@@ -1,7 +1,6 @@
 package pluginhost
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"log/slog"
@@ -50,24 +49,6 @@ func (r *recorder) count(plugin string, cached bool) int {
 	return n
 }
 
-// syncBuf is a concurrency-safe log sink.
-type syncBuf struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuf) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuf) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 func testPlugin(t testing.TB) string {
 	t.Helper()
 	return testproc.Build(t, "./plugins/internal/testplugin")
@@ -78,10 +59,10 @@ func spec(name, path string, cfg map[string]any) conf.Plugin {
 }
 
 // newHost starts a host for plugins and closes it when the test ends.
-func newHost(t testing.TB, plugins []conf.Plugin, o Options) (*Host, *recorder, *syncBuf) {
+func newHost(t testing.TB, plugins []conf.Plugin, o Options) (*Host, *recorder, *testproc.Buffer) {
 	t.Helper()
 	rec := &recorder{}
-	logs := &syncBuf{}
+	logs := &testproc.Buffer{}
 	if o.Observer == nil {
 		o.Observer = rec
 	}

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/wsgate/wsgate/internal/testproc"
 	"github.com/wsgate/wsgate/plugins/auth"
 )
 
@@ -155,7 +156,7 @@ func TestCheckDecision(t *testing.T) {
 }
 
 func TestLogWriter(t *testing.T) {
-	var buf syncBuf
+	var buf testproc.Buffer
 	w := &logWriter{log: slog.New(slog.NewTextHandler(&buf, &slog.HandlerOptions{Level: slog.LevelDebug})), plugin: "p"}
 	w.Write([]byte("first li"))
 	w.Write([]byte("ne\nsecond\r\n\n"))
