@@ -63,6 +63,35 @@ func (r *registry) retire(n *balancer.Node) []*tunnel.Tunnel {
 	return r.snapshot(n)
 }
 
+// pruneRetired forgets the leaving nodes that hold no tunnel any more and
+// that keep does not name (nodes still in the running config, which may
+// be undrained), so the set does not grow with every reload.
+func (r *registry) pruneRetired(keep func(*balancer.Node) bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if len(r.retired) == 0 {
+		return
+	}
+	busy := make(map[*balancer.Node]bool, len(r.retired))
+	for _, e := range r.live {
+		if r.retired[e.node] {
+			busy[e.node] = true
+		}
+	}
+	for n := range r.retired {
+		if !busy[n] && !keep(n) {
+			delete(r.retired, n)
+		}
+	}
+}
+
+// retiredLen is how many nodes are marked leaving.
+func (r *registry) retiredLen() int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return len(r.retired)
+}
+
 // unretire lets n keep new tunnels again (an undrained node).
 func (r *registry) unretire(n *balancer.Node) {
 	r.mu.Lock()

@@ -110,6 +110,8 @@ func (s *Server) apply(cfg *conf.Config, start time.Time) error {
 	}
 	s.limits.set(cfg.Gateway.MaxConns, cfg.Gateway.MaxConnsPerIP)
 	s.gen.Store(g)
+	// Nodes removed by earlier reloads whose tunnels have all ended.
+	s.tunnels.pruneRetired(g.holds)
 
 	// Retire what left: no new connections, then their tunnels go away.
 	window := cfg.Gateway.DrainWindow.Duration
@@ -133,6 +135,16 @@ func (s *Server) apply(cfg *conf.Config, start time.Time) error {
 	s.recordReload(nil, restart, start)
 	s.log.Info("config reloaded", "file", cfg.File, "generation", g.n, "took", time.Since(start))
 	return nil
+}
+
+// holds reports whether n is a node of one of g's pools.
+func (g *generation) holds(n *balancer.Node) bool {
+	for _, p := range g.pools {
+		if p.node(n.Addr()) == n {
+			return true
+		}
+	}
+	return false
 }
 
 // build makes the generation for cfg, reusing old's pools and nodes where

@@ -287,6 +287,17 @@ func TestReloadRemovingNode(t *testing.T) {
 		x.c.Close()
 	}
 	e.waitZero()
+	// The removed node is remembered as leaving only while it has
+	// tunnels: the next reload forgets it.
+	if n := e.srv.tunnels.retiredLen(); n != 1 {
+		t.Fatalf("leaving nodes %d before the next reload, want 1", n)
+	}
+	if err := e.srv.Reload(); err != nil {
+		t.Fatal(err)
+	}
+	if n := e.srv.tunnels.retiredLen(); n != 0 {
+		t.Fatalf("leaving nodes %d after the next reload, want 0", n)
+	}
 }
 
 // TestBrokenReloadKeepsServing feeds broken files to a running gateway:
