@@ -81,8 +81,7 @@ type fanout struct {
 	resume   bool // relay.v1 with reconnects
 	rooms    []*fanRoom
 	received atomic.Int64 // unique deliveries
-	sending  atomic.Bool
-	stopping atomic.Bool // the run is ending: closes are expected
+	stopping atomic.Bool  // the run is ending: closes are expected
 	wg       sync.WaitGroup
 	backMu   sync.Mutex
 	back     []time.Duration
@@ -244,29 +243,6 @@ func (f *fanout) life(m *fanMember, conn *Conn) {
 		f.back = append(f.back, time.Since(dropped))
 		f.backMu.Unlock()
 		f.prepare(m, conn)
-	}
-}
-
-// attachNoLoop is attach without starting a new read loop goroutine.
-func (f *fanout) attachNoLoop(m *fanMember, conn *Conn) {
-	m.mu.Lock()
-	m.conn = conn
-	m.live = false
-	m.water = m.since.Offset
-	m.above = nil
-	resend := m.resend
-	m.resend = nil
-	buf := make([]byte, 0, f.c.Size)
-	for _, seq := range resend {
-		buf = AppendMsg(buf[:0], Msg{Run: f.run, Sender: m.id, Flags: FlagResent, Seq: seq, SentNS: time.Now().UnixNano()}, f.c.Size)
-		m.unacked = append(m.unacked, seq)
-		if conn.Write(wsframe.OpBinary, buf) != nil {
-			break
-		}
-	}
-	m.mu.Unlock()
-	if len(resend) > 0 {
-		f.rec.Update(func(r *Report) { r.Resent += int64(len(resend)) })
 	}
 }
 
