@@ -178,6 +178,16 @@ type Route struct {
 	// MaxFrame is the largest frame accepted from a client before closing
 	// with 1009 (default 1MiB; > 0).
 	MaxFrame Size `toml:"max_frame" json:"max_frame"`
+	// PlainHTTP says what a request that is not a WebSocket upgrade gets:
+	// "proxy" (default: it passes the same checks as a handshake, origins,
+	// limits and the auth chain, then goes to a node as plain HTTP) or
+	// "refuse" (426 Upgrade Required).
+	PlainHTTP string `toml:"plain_http" json:"plain_http"`
+	// AuthHeaders names the headers the route's auth chain may set upstream
+	// (such as "X-User-Id"); a client's own copies are removed from every
+	// request on the route, whatever the decision (default none: only the
+	// headers a decision carries replace the client's).
+	AuthHeaders []string `toml:"auth_headers" json:"auth_headers"`
 }
 
 // Plugin is one [[plugins]] entry: an auth plugin executable.

@@ -58,6 +58,9 @@ func (r *Route) setDefaults() {
 	r.PathPrefix = "/"
 	r.Overflow = "http-503" // a status every client library understands
 	r.MaxFrame = 1 << 20    // 1MiB: room for a document snapshot, a bound on memory
+	// A relay's /info or an app's REST API keeps working through the
+	// gateway; plain requests pass the same checks as handshakes.
+	r.PlainHTTP = "proxy"
 }
 
 func (p *Plugin) setDefaults() {

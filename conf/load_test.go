@@ -61,6 +61,7 @@ func normalizeEmpty(c *Config) {
 	for i := range c.Routes {
 		nilIfEmpty(&c.Routes[i].Origins)
 		nilIfEmpty(&c.Routes[i].Auth)
+		nilIfEmpty(&c.Routes[i].AuthHeaders)
 	}
 }
 
@@ -99,6 +100,7 @@ func TestDefaults(t *testing.T) {
 		{"routes[0].path_prefix", r.PathPrefix, "/"},
 		{"routes[0].overflow", r.Overflow, "http-503"},
 		{"routes[0].max_frame", r.MaxFrame, Size(1 << 20)},
+		{"routes[0].plain_http", r.PlainHTTP, "proxy"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

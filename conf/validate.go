@@ -201,6 +201,34 @@ func (r *Route) validate(e *errorList, path string, pools, plugins map[string]st
 	if r.MaxFrame <= 0 {
 		e.add(joinKey(path, "max_frame"), "must be > 0, got "+r.MaxFrame.String())
 	}
+	switch r.PlainHTTP {
+	case "proxy", "refuse":
+	default:
+		e.add(joinKey(path, "plain_http"), fmt.Sprintf("must be \"proxy\" or \"refuse\", got %q", r.PlainHTTP))
+	}
+	for i, h := range r.AuthHeaders {
+		if !isToken(h) {
+			e.add(indexKey(joinKey(path, "auth_headers"), i), fmt.Sprintf("must be a header name (an HTTP token), got %q", h))
+		}
+	}
+}
+
+// isToken reports whether s is a non-empty HTTP token (RFC 9110 section
+// 5.6.2), the form of a header name.
+func isToken(s string) bool {
+	if s == "" {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		switch {
+		case 'a' <= c && c <= 'z', 'A' <= c && c <= 'Z', '0' <= c && c <= '9':
+		case strings.IndexByte("!#$%&'*+-.^_`|~", c) >= 0:
+		default:
+			return false
+		}
+	}
+	return true
 }
 
 func (p *Plugin) validate(e *errorList, path string) {
