@@ -1,6 +1,7 @@
 package gateway
 
 import (
+	"bytes"
 	"errors"
 	"net"
 	"time"
@@ -12,35 +13,276 @@ import (
 // proxyTimeout bounds one plain HTTP request to a node.
 const proxyTimeout = 30 * time.Second
 
-// handle is the client listener's handler: route, then upgrade or proxy.
+// handle is the client listener's handler. Every request takes the one
+// admission path, whatever its shape: route, shape, origin, limits, auth
+// chain. Only then does it branch to the WebSocket upgrade or to the plain
+// HTTP proxy, each of which forwards the request with the route's
+// auth_headers and hop-by-hop headers removed and the chain's headers set.
 func (s *Server) handle(ctx *fasthttp.RequestCtx) {
 	g := s.current()
+	// ctx.Host is the host the request is forwarded with on both branches:
+	// the target's for an absolute-form request (RFC 9112 section 3.2.2),
+	// else the Host header. ctx.Path is the normalized path, which both
+	// branches forward too.
 	rt := g.routes.match(ctx.Host(), ctx.Path())
 	if rt == nil {
 		s.reject(ctx, fasthttp.StatusNotFound, "no_route", "no route for this host and path")
 		return
 	}
-	if isUpgrade(&ctx.Request.Header) {
-		s.serveUpgrade(ctx, g, rt)
+	upgrade, ok := s.checkShape(ctx, rt)
+	if !ok {
 		return
 	}
-	s.serveHTTP(ctx, rt)
+	if !rt.originAllowed(ctx.Request.Header.Peek("Origin")) {
+		s.reject(ctx, fasthttp.StatusForbidden, "origin", "origin not allowed")
+		return
+	}
+	slot, ok := s.admitConn(ctx)
+	if !ok {
+		return
+	}
+	authz, ok := s.authorize(ctx, g, rt)
+	if !ok {
+		slot.release()
+		return
+	}
+	if upgrade {
+		s.serveUpgrade(ctx, g, rt, slot, authz)
+		return
+	}
+	s.serveHTTP(ctx, rt, slot, authz.Headers)
 }
 
-// serveHTTP proxies a plain HTTP request to a node of the route's pool, so a
-// relay's /info or an app's REST API works through the gateway. Idempotent
-// requests move to the next node when one cannot be reached.
-func (s *Server) serveHTTP(ctx *fasthttp.RequestCtx, rt *route) {
-	p := rt.pool
-	req := &ctx.Request
-	h := &req.Header
+// admitConn is the limits step of admission: a connection slot under
+// max_conns and max_conns_per_ip for the request's life (the tunnel's, for
+// a handshake), or a 503/429 answer and false.
+func (s *Server) admitConn(ctx *fasthttp.RequestCtx) (*slot, bool) {
+	sl, status := s.limits.admit(ctx.RemoteIP())
+	if sl == nil {
+		s.retryLater(ctx, status, "limited", "connection limit reached")
+		return nil, false
+	}
+	return sl, true
+}
+
+// reqShape is what admission reads off the request's headers. Peek is not
+// enough: it returns the first of duplicate headers, where All yields each.
+// Neither shows framing as sent: fasthttp drops Content-Length when
+// Transfer-Encoding is chunked, and drops "Transfer-Encoding: identity"
+// altogether; the wire block (RequestHeader.RawHeaders, walked by
+// AllInOrder) shows both, so a request that shows either is read again
+// there.
+type reqShape struct {
+	upgrades, keys, versions, origins int
+	connUpgrade, connClose            bool // Connection lists "upgrade", "close"
+	contentLength, transferEncoding   bool
+}
+
+// attempt reports whether the request tries to upgrade: any Upgrade header,
+// or Connection naming upgrade.
+func (sh *reqShape) attempt() bool { return sh.upgrades > 0 || sh.connUpgrade }
+
+func readShape(h *fasthttp.RequestHeader) reqShape {
+	var sh reqShape
+	for k, v := range h.All() {
+		sh.add(k, v)
+	}
+	if (sh.contentLength || sh.transferEncoding) && len(h.RawHeaders()) > 0 {
+		for k := range h.AllInOrder() {
+			switch {
+			case headerIs(k, "content-length"):
+				sh.contentLength = true
+			case headerIs(k, "transfer-encoding"):
+				sh.transferEncoding = true
+			}
+		}
+	}
+	return sh
+}
+
+// add counts one header.
+func (sh *reqShape) add(k, v []byte) {
+	switch {
+	case headerIs(k, "upgrade"):
+		sh.upgrades++
+	case headerIs(k, "connection"):
+		sh.connUpgrade = sh.connUpgrade || hasToken(v, "upgrade")
+		sh.connClose = sh.connClose || hasToken(v, "close")
+	case headerIs(k, "sec-websocket-key"):
+		sh.keys++
+	case headerIs(k, "sec-websocket-version"):
+		sh.versions++
+	case headerIs(k, "origin"):
+		sh.origins++
+	case headerIs(k, "content-length"):
+		sh.contentLength = true
+	case headerIs(k, "transfer-encoding"):
+		sh.transferEncoding = true
+	}
+}
+
+// checkShape is the shape step of admission: it refuses a request whose
+// framing or headers are ambiguous, an upgrade attempt that is not a valid
+// WebSocket handshake (so none is ever proxied as plain HTTP), and plain
+// HTTP on a route that does not take it. It reports whether the request is
+// a handshake, and false in ok once it has answered the client.
+func (s *Server) checkShape(ctx *fasthttp.RequestCtx, rt *route) (upgrade, ok bool) {
+	h := &ctx.Request.Header
+	sh := readShape(h)
+	msg := ""
+	switch {
+	case sh.contentLength && sh.transferEncoding:
+		msg = "both Content-Length and Transfer-Encoding"
+	case sh.origins > 1:
+		msg = "more than one Origin header"
+	case absoluteForm(h.RequestURI()) && len(ctx.URI().Username()) > 0:
+		msg = "user info in the request target"
+	case !sh.attempt():
+		if !rt.plainHTTP {
+			s.reject(ctx, fasthttp.StatusUpgradeRequired, "bad_request", "this route takes websocket handshakes only")
+			ctx.Response.Header.Set("Upgrade", "websocket")
+			return false, false
+		}
+		return false, true
+	case !h.IsHTTP11():
+		msg = "websocket handshake needs HTTP/1.1"
+	case !ctx.IsGet():
+		msg = "websocket handshake must use GET"
+	case sh.upgrades > 1:
+		msg = "more than one Upgrade header"
+	case !bytes.EqualFold(h.Peek("Upgrade"), []byte("websocket")):
+		msg = "only an upgrade to websocket is served"
+	case !sh.connUpgrade:
+		msg = "Upgrade without Connection: upgrade"
+	case sh.connClose:
+		msg = "Connection: close on a websocket handshake"
+	case sh.transferEncoding || h.ContentLength() > 0:
+		msg = "websocket handshake with a body"
+	case sh.keys != 1 || !validKey(h.Peek("Sec-WebSocket-Key")):
+		msg = "missing, repeated or malformed Sec-WebSocket-Key"
+	case sh.versions > 1:
+		msg = "more than one Sec-WebSocket-Version header"
+	case string(h.Peek("Sec-WebSocket-Version")) != "13":
+		s.reject(ctx, fasthttp.StatusUpgradeRequired, "bad_request", "unsupported Sec-WebSocket-Version (want 13)")
+		ctx.Response.Header.Set("Sec-WebSocket-Version", "13")
+		return false, false
+	default:
+		return true, true
+	}
+	s.reject(ctx, fasthttp.StatusBadRequest, "bad_request", msg)
+	return false, false
+}
+
+// absoluteForm reports whether a request target is in absolute form
+// (http://host/path) rather than origin form (/path).
+func absoluteForm(target []byte) bool {
+	return len(target) > 0 && target[0] != '/' && target[0] != '*'
+}
+
+// hopByHop are the request headers that concern one connection only (RFC
+// 9110 section 7.6.1, with Proxy-Connection and Proxy-Authorization, which
+// are meant for a forward proxy): never forwarded.
+var hopByHop = [...]string{
+	"Connection", "Proxy-Connection", "Keep-Alive", "TE", "Transfer-Encoding",
+	"Upgrade", "Trailer", "Proxy-Authorization",
+}
+
+// isHopByHop reports whether header k is one of hopByHop.
+func isHopByHop(k []byte) bool {
+	switch {
+	case headerIs(k, "connection"), headerIs(k, "proxy-connection"), headerIs(k, "keep-alive"),
+		headerIs(k, "te"), headerIs(k, "transfer-encoding"), headerIs(k, "upgrade"),
+		headerIs(k, "trailer"), headerIs(k, "proxy-authorization"):
+		return true
+	}
+	return false
+}
+
+// nextToken splits the first element off a comma-separated header value,
+// without the whitespace around it.
+func nextToken(v []byte) (tok, rest []byte) {
+	if i := bytes.IndexByte(v, ','); i >= 0 {
+		tok, rest = v[:i], v[i+1:]
+	} else {
+		tok = v
+	}
+	return bytes.Trim(tok, " \t"), rest
+}
+
+// hasToken reports whether the comma-separated header value v lists tok,
+// which must be lowercase, ignoring case.
+func hasToken(v []byte, tok string) bool {
+	for len(v) > 0 {
+		var t []byte
+		t, v = nextToken(v)
+		if headerIs(t, tok) {
+			return true
+		}
+	}
+	return false
+}
+
+// connectionListed reports whether header k is named in one of the
+// Connection header values conn, which makes it hop-by-hop.
+func connectionListed(conn [][]byte, k []byte) bool {
+	for _, v := range conn {
+		for len(v) > 0 {
+			var t []byte
+			t, v = nextToken(v)
+			if len(t) == len(k) && bytes.EqualFold(t, k) {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// prepareForward readies a plain request to go to a node: hop-by-hop
+// headers and those Connection names removed, the route's auth_headers
+// removed, the auth chain's headers set (an empty value only removes the
+// client's), the Host the request was routed by, and X-Forwarded-For and
+// X-Forwarded-Proto.
+func prepareForward(ctx *fasthttp.RequestCtx, rt *route, set map[string]string) {
+	h := &ctx.Request.Header
+	for _, v := range h.PeekAll(fasthttp.HeaderConnection) {
+		for len(v) > 0 {
+			var t []byte
+			t, v = nextToken(v)
+			if len(t) > 0 {
+				h.DelBytes(t)
+			}
+		}
+	}
+	for _, k := range hopByHop {
+		h.Del(k)
+	}
+	for _, k := range rt.strip {
+		h.Del(k)
+	}
+	for k, v := range set {
+		h.Del(k)
+		if v != "" {
+			h.Set(k, v)
+		}
+	}
+	h.SetHostBytes(ctx.Host())
 	if prior := h.Peek("X-Forwarded-For"); len(prior) > 0 {
 		h.Set("X-Forwarded-For", string(prior)+", "+ctx.RemoteIP().String())
 	} else {
 		h.Set("X-Forwarded-For", ctx.RemoteIP().String())
 	}
 	h.Set("X-Forwarded-Proto", scheme(ctx))
+}
 
+// serveHTTP proxies an admitted plain HTTP request to a node of the route's
+// pool, so a relay's /info or an app's REST API works through the gateway,
+// and releases the request's slot when done. Idempotent requests move to
+// the next node when one cannot be reached.
+func (s *Server) serveHTTP(ctx *fasthttp.RequestCtx, rt *route, sl *slot, set map[string]string) {
+	defer sl.release()
+	prepareForward(ctx, rt, set)
+	p := rt.pool
+	req := &ctx.Request
 	var excl [maxTries]*balancer.Node
 	exclude := excl[:0]
 	tries := min(p.tries, maxTries)

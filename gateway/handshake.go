@@ -16,6 +16,7 @@ import (
 
 	"github.com/valyala/fasthttp"
 	"github.com/wsgate/wsgate/balancer"
+	"github.com/wsgate/wsgate/gateway/internal/pluginhost"
 	"github.com/wsgate/wsgate/gateway/internal/tunnel"
 	"github.com/wsgate/wsgate/internal/wsframe"
 )
@@ -33,45 +34,12 @@ const maxUpstreamAnswer = 64 << 10
 // WebSocket for this key. The next node is tried.
 var errUpstream = errors.New("upstream handshake failed")
 
-// isUpgrade reports whether the request asks for a WebSocket.
-func isUpgrade(h *fasthttp.RequestHeader) bool {
-	return h.ConnectionUpgrade() && bytes.EqualFold(h.Peek("Upgrade"), []byte("websocket"))
-}
-
-// serveUpgrade carries one WebSocket handshake: checks, cheapest first, then
-// a node from the route's pool, its 101 relayed to the client, and the
-// tunnel.
-func (s *Server) serveUpgrade(ctx *fasthttp.RequestCtx, g *generation, rt *route) {
-	h := &ctx.Request.Header
-	if !ctx.IsGet() {
-		s.reject(ctx, fasthttp.StatusBadRequest, "bad_request", "websocket handshake must use GET")
-		return
-	}
-	if string(h.Peek("Sec-WebSocket-Version")) != "13" {
-		s.reject(ctx, fasthttp.StatusUpgradeRequired, "bad_request", "unsupported Sec-WebSocket-Version (want 13)")
-		ctx.Response.Header.Set("Sec-WebSocket-Version", "13")
-		return
-	}
-	key := h.Peek("Sec-WebSocket-Key")
-	if !validKey(key) {
-		s.reject(ctx, fasthttp.StatusBadRequest, "bad_request", "missing or malformed Sec-WebSocket-Key")
-		return
-	}
-	if !rt.originAllowed(h.Peek("Origin")) {
-		s.reject(ctx, fasthttp.StatusForbidden, "origin", "origin not allowed")
-		return
-	}
-	slot, status := s.limits.admit(ctx.RemoteIP())
-	if slot == nil {
-		s.retryLater(ctx, status, "limited", "connection limit reached")
-		return
-	}
-	authz, ok := s.authorize(ctx, g, rt)
-	if !ok {
-		slot.release()
-		return
-	}
-	req := s.upstreamRequest(ctx, authz.Headers)
+// serveUpgrade carries one admitted WebSocket handshake (see handle): a
+// node from the route's pool, its 101 relayed to the client, and the
+// tunnel, which keeps slot until it ends.
+func (s *Server) serveUpgrade(ctx *fasthttp.RequestCtx, g *generation, rt *route, slot *slot, authz pluginhost.Result) {
+	key := ctx.Request.Header.Peek("Sec-WebSocket-Key")
+	req := s.upstreamRequest(ctx, rt, authz.Headers)
 	accept := acceptKey(key)
 
 	p := rt.pool
@@ -84,8 +52,7 @@ func (s *Server) serveUpgrade(ctx *fasthttp.RequestCtx, g *generation, rt *route
 			if try > 0 {
 				break // nodes were tried and failed: 502 below
 			}
-			slot.release()
-			s.overflow(ctx, g, rt, accept)
+			s.overflow(ctx, g, rt, slot, accept)
 			return
 		}
 		up, answer, err := s.dialNode(p, lease.Node(), req, accept)
@@ -318,7 +285,9 @@ func detach(c net.Conn) (net.Conn, []byte) {
 
 // overflow answers a handshake when no node has room, as the route says:
 // 503 with Retry-After, or an accepted upgrade closed at once with 1013.
-func (s *Server) overflow(ctx *fasthttp.RequestCtx, g *generation, rt *route, accept string) {
+// It releases sl.
+func (s *Server) overflow(ctx *fasthttp.RequestCtx, g *generation, rt *route, sl *slot, accept string) {
+	sl.release()
 	if rt.overflow != "close-1013" {
 		s.retryLater(ctx, fasthttp.StatusServiceUnavailable, "no_capacity", "no node with capacity")
 		return
@@ -356,18 +325,20 @@ func lingerClose(c net.Conn) {
 	}
 }
 
-// upstreamRequest renders the client's upgrade request for a node: the same
-// request line and headers, hop-by-hop headers dropped, X-Forwarded-For and
-// X-Forwarded-Proto added, and the auth chain's headers set (replacing the
-// client's own of the same name, so a client cannot forge them; an empty
-// value only removes the client's).
-func (s *Server) upstreamRequest(ctx *fasthttp.RequestCtx, set map[string]string) []byte {
+// upstreamRequest renders an admitted upgrade request for a node: the
+// target and Host it was routed by, the client's headers less hop-by-hop
+// ones (RFC 9110 section 7.6.1, and any named in Connection) and the
+// route's auth_headers, X-Forwarded-For and X-Forwarded-Proto added, and
+// the auth chain's headers set (replacing the client's own of the same
+// name, so a client cannot forge them; an empty value only removes the
+// client's).
+func (s *Server) upstreamRequest(ctx *fasthttp.RequestCtx, rt *route, set map[string]string) []byte {
 	h := &ctx.Request.Header
 	b := make([]byte, 0, 512)
 	b = append(b, "GET "...)
-	b = append(b, h.RequestURI()...)
+	b = append(b, ctx.URI().RequestURI()...)
 	b = append(b, " HTTP/1.1\r\nHost: "...)
-	b = append(b, h.Host()...)
+	b = append(b, ctx.Host()...)
 	b = append(b, "\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"...)
 	var canon map[string]string
 	if len(set) > 0 {
@@ -376,6 +347,7 @@ func (s *Server) upstreamRequest(ctx *fasthttp.RequestCtx, set map[string]string
 			canon[http.CanonicalHeaderKey(k)] = v
 		}
 	}
+	conn := h.PeekAll(fasthttp.HeaderConnection)
 	var xff []byte
 	for k, v := range h.All() {
 		if _, ok := canon[http.CanonicalHeaderKey(string(k))]; ok {
@@ -385,10 +357,8 @@ func (s *Server) upstreamRequest(ctx *fasthttp.RequestCtx, set map[string]string
 		case headerIs(k, "x-forwarded-for"):
 			xff = v
 			continue
-		case headerIs(k, "host"), headerIs(k, "upgrade"), headerIs(k, "connection"),
-			headerIs(k, "x-forwarded-proto"), headerIs(k, "keep-alive"), headerIs(k, "te"),
-			headerIs(k, "trailer"), headerIs(k, "transfer-encoding"), headerIs(k, "content-length"),
-			headerIs(k, "proxy-authorization"), headerIs(k, "proxy-connection"):
+		case headerIs(k, "host"), headerIs(k, "x-forwarded-proto"), headerIs(k, "content-length"),
+			isHopByHop(k), rt.ownsHeader(k), connectionListed(conn, k):
 			continue
 		}
 		b = append(b, k...)

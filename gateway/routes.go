@@ -19,6 +19,8 @@ type route struct {
 	origins    map[string]struct{} // nil: any origin
 	overflow   string
 	maxFrame   uint64
+	plainHTTP  bool     // plain requests are proxied; false: refused with 426
+	strip      []string // auth_headers, lowercase: removed from client input
 }
 
 // routeTable is an ordered list of routes; the first match wins.
@@ -34,6 +36,10 @@ func compileRoutes(cfg *conf.Config, pools map[string]*pool) routeTable {
 			pool:       pools[r.Pool],
 			overflow:   r.Overflow,
 			maxFrame:   uint64(r.MaxFrame),
+			plainHTTP:  r.PlainHTTP != "refuse",
+		}
+		for _, h := range r.AuthHeaders {
+			cr.strip = append(cr.strip, strings.ToLower(h))
 		}
 		switch h := strings.ToLower(r.Host); {
 		case h == "*" || h == "":
@@ -85,6 +91,17 @@ func (r *route) originAllowed(origin []byte) bool {
 	}
 	_, ok := r.origins[strings.ToLower(string(origin))]
 	return ok
+}
+
+// ownsHeader reports whether the header name k is one of the route's
+// auth_headers, which a client may not send.
+func (r *route) ownsHeader(k []byte) bool {
+	for _, name := range r.strip {
+		if headerIs(k, name) {
+			return true
+		}
+	}
+	return false
 }
 
 // equalFoldSuffix reports whether s ends with the lowercase ASCII suffix,
