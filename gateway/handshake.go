@@ -284,42 +284,63 @@ func detach(c net.Conn) (net.Conn, []byte) {
 }
 
 // overflow answers a handshake when no node has room, as the route says:
-// 503 with Retry-After, or an accepted upgrade closed at once with 1013.
-// It releases sl.
+// 503 with Retry-After, or an accepted upgrade closed at once with 1013. It
+// releases sl once the client connection is answered and closed; a 1013
+// connection keeps it while it lingers, so lingering sockets count against
+// max_conns and max_conns_per_ip.
 func (s *Server) overflow(ctx *fasthttp.RequestCtx, g *generation, rt *route, sl *slot, accept string) {
-	sl.release()
 	if rt.overflow != "close-1013" {
+		sl.release()
 		s.retryLater(ctx, fasthttp.StatusServiceUnavailable, "no_capacity", "no node with capacity")
 		return
 	}
 	s.metrics.handshake("no_capacity", ctx.Time())
+	timeout := g.handshakeTimeout
+	// As in handOff: should fasthttp never call the hijack handler, the
+	// timer frees the slot, so it is released exactly once either way.
+	var claimed atomic.Bool
+	timer := time.AfterFunc(timeout, func() {
+		if claimed.CompareAndSwap(false, true) {
+			sl.release()
+		}
+	})
 	ctx.HijackSetNoResponse(true)
 	ctx.Hijack(func(c net.Conn) {
+		if !claimed.CompareAndSwap(false, true) {
+			_ = c.Close()
+			return
+		}
+		timer.Stop()
+		defer sl.release()
 		defer c.Close()
 		b := make([]byte, 0, 160)
 		b = append(b, "HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Accept: "...)
 		b = append(b, accept...)
 		b = append(b, "\r\n\r\n"...)
 		b = wsframe.AppendClose(b, 1013, "no node with capacity", nil)
-		_ = c.SetDeadline(time.Now().Add(g.handshakeTimeout))
+		until := time.Now().Add(timeout)
+		_ = c.SetDeadline(until)
 		if _, err := c.Write(b); err != nil {
 			return
 		}
-		lingerClose(c)
+		lingerClose(c, until)
 	})
 }
 
 // lingerClose half-closes c and reads what the peer still sends until it
-// closes too (bounded by the deadline already set), so the close frame just
-// written is not lost to a reset.
-func lingerClose(c net.Conn) {
+// closes too, or until the deadline until at the latest, so the close frame
+// just written is not lost to a reset. The caller closes c.
+func lingerClose(c net.Conn, until time.Time) {
 	raw, _ := detach(c)
+	// detach cleared the read deadline: a client that never closes must
+	// not keep the socket and this goroutine.
+	_ = raw.SetDeadline(until)
 	if tc, ok := raw.(interface{ CloseWrite() error }); ok {
 		_ = tc.CloseWrite()
 	}
 	var buf [512]byte
 	for range 64 {
-		if _, err := c.Read(buf[:]); err != nil {
+		if _, err := raw.Read(buf[:]); err != nil {
 			return
 		}
 	}

@@ -1,0 +1,133 @@
+package gateway
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"runtime"
+	"testing"
+	"time"
+
+	"github.com/valyala/fasthttp"
+	"github.com/wsgate/wsgate/conf"
+)
+
+// lingering reports how many goroutines are in lingerClose.
+func lingering() int {
+	buf := make([]byte, 1<<20)
+	buf = buf[:runtime.Stack(buf, true)]
+	return bytes.Count(buf, []byte("gateway.lingerClose("))
+}
+
+// TestOverflowLingerBounded pins issue 9 item 7: a close-1013 overflow
+// connection whose client never closes lingered forever (detach cleared
+// its deadline), keeping a goroutine and a socket that no limit counted.
+// Now it holds a connection slot while it lingers and is gone after
+// handshake_timeout.
+func TestOverflowLingerBounded(t *testing.T) {
+	e := newEnv(t, 1, oneNodeWith(`handshake_timeout = "2s"`, "max_conns_per_node = 1", `
+[[routes]]
+pool = "relay"
+overflow = "close-1013"
+`))
+	held := e.mustDial("/room/x") // the node is full
+	defer held.Close()
+	base := lingering()
+
+	c, err := net.Dial("tcp", e.gw)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	_ = c.SetDeadline(time.Now().Add(10 * time.Second))
+	if _, err := io.WriteString(c, "GET /room/y HTTP/1.1\r\nHost: gw\r\n"+wsHeaders+"\r\n"); err != nil {
+		t.Fatal(err)
+	}
+	br := bufio.NewReader(c)
+	resp, err := http.ReadResponse(br, nil)
+	if err != nil || resp.StatusCode != http.StatusSwitchingProtocols {
+		t.Fatalf("want 101 then 1013: %v %v", err, resp)
+	}
+	frame := make([]byte, 4)
+	if _, err := io.ReadFull(br, frame); err != nil || frame[0] != 0x88 || frame[2] != 0x03 || frame[3] != 0xf5 {
+		t.Fatalf("want a close frame with 1013: % x %v", frame, err)
+	}
+	// The client neither answers nor closes. While the gateway lingers,
+	// the socket holds a slot beside the tunnel's.
+	if open := e.srv.limits.open(); open != 2 {
+		t.Fatalf("open slots while lingering = %d, want 2 (tunnel + lingering socket)", open)
+	}
+	waitUntil(t, func() bool { return e.srv.limits.open() == 1 && lingering() == base })
+	held.Close()
+	e.waitZero()
+}
+
+// TestDetachUnwrapsHijackedConn pins issue 9 item 7: the tunnel takes the
+// raw socket from fasthttp's hijacked connection through its unexported
+// UnsafeConn method. Should fasthttp drop it, detach would hand every
+// tunnel fasthttp's wrapper (and its buffers) without a word; this test
+// fails then. It runs the gateway's own fasthttp server, with a handler
+// that hijacks and detaches, and checks detach returns the *net.TCPConn
+// with the bytes the client sent right behind its request.
+func TestDetachUnwrapsHijackedConn(t *testing.T) {
+	cfg, err := conf.Parse("detach.toml", []byte(fmt.Sprintf(oneNode, "127.0.0.1:0", "127.0.0.1:1")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv, err := New(cfg, quietLog())
+	if err != nil {
+		t.Fatal(err)
+	}
+	type result struct {
+		raw  net.Conn
+		rest []byte
+	}
+	got := make(chan result, 1)
+	srv.http.Handler = func(ctx *fasthttp.RequestCtx) {
+		ctx.HijackSetNoResponse(true)
+		ctx.Hijack(func(c net.Conn) {
+			raw, pending := detach(c)
+			// The request's tail is in pending, or still in the socket if
+			// it arrived late.
+			rest := append([]byte(nil), pending...)
+			_ = raw.SetReadDeadline(time.Now().Add(5 * time.Second))
+			for len(rest) < len("tail!") {
+				var b [16]byte
+				n, err := raw.Read(b[:])
+				rest = append(rest, b[:n]...)
+				if err != nil {
+					break
+				}
+			}
+			got <- result{raw, rest}
+		})
+	}
+	if err := srv.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = srv.Shutdown(context.Background()) })
+	c, err := net.Dial("tcp", srv.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if _, err := io.WriteString(c, "GET / HTTP/1.1\r\nHost: gw\r\n\r\ntail!"); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case r := <-got:
+		defer r.raw.Close()
+		if _, ok := r.raw.(*net.TCPConn); !ok {
+			t.Fatalf("detach returned %T, want the raw *net.TCPConn: fasthttp's hijacked connection no longer exposes UnsafeConn", r.raw)
+		}
+		if string(r.rest) != "tail!" {
+			t.Fatalf("bytes behind the request = %q, want %q", r.rest, "tail!")
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the hijack handler never ran")
+	}
+}
