@@ -254,6 +254,10 @@ path = %q
 			200, []func(*testing.T, seenRequest){hostIs("open.example", "/abs?q=1")}},
 		{"absolute-form target on an auth host", "GET http://locked.example/abs HTTP/1.1\r\nHost: open.example\r\n\r\n",
 			401, nil},
+		{"HTTP/1.1 without Host", "GET /info HTTP/1.1\r\n\r\n",
+			400, nil},
+		{"upgrade without Host", "GET /room HTTP/1.1\r\n" + wsHeaders + "\r\n",
+			400, nil},
 		{"absolute-form target with user info", "GET http://u:p@open.example/abs HTTP/1.1\r\nHost: open.example\r\n\r\n",
 			400, nil},
 

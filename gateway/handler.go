@@ -137,6 +137,8 @@ func (s *Server) checkShape(ctx *fasthttp.RequestCtx, rt *route) (upgrade, ok bo
 		msg = "more than one Origin header"
 	case absoluteForm(h.RequestURI()) && len(ctx.URI().Username()) > 0:
 		msg = "user info in the request target"
+	case h.IsHTTP11() && len(ctx.Host()) == 0:
+		msg = "HTTP/1.1 request without Host" // RFC 9112 section 3.2
 	case !sh.attempt():
 		if !rt.plainHTTP {
 			s.reject(ctx, fasthttp.StatusUpgradeRequired, "bad_request", "this route takes websocket handshakes only")
