@@ -199,6 +199,15 @@ path = %q
 			}
 		}
 	}
+	oneXFF := func(t *testing.T, r seenRequest) {
+		if got := r.header.Values("X-Forwarded-For"); len(got) != 1 || got[0] != "1.1.1.1, 2.2.2.2, 127.0.0.1" {
+			t.Errorf("X-Forwarded-For at the node = %q, want one line ending in the client's address", got)
+		}
+		if got := r.header.Values("X-Forwarded-Proto"); len(got) != 1 || got[0] != "http" {
+			t.Errorf("X-Forwarded-Proto at the node = %q, want only http", got)
+		}
+	}
+	twoXFF := "X-Forwarded-For: 1.1.1.1\r\nX-Forwarded-For: 2.2.2.2\r\nX-Forwarded-Proto: https\r\nX-Forwarded-Proto: https\r\n"
 	plainOK := func(t *testing.T, r seenRequest) {
 		if r.header.Get("Upgrade") != "" || websocket.IsWebSocketUpgrade(&http.Request{Header: r.header}) {
 			t.Errorf("plain request reached the node as an upgrade: %v", r.header)
@@ -260,6 +269,11 @@ path = %q
 			400, nil},
 		{"absolute-form target with user info", "GET http://u:p@open.example/abs HTTP/1.1\r\nHost: open.example\r\n\r\n",
 			400, nil},
+
+		{"plain GET with two X-Forwarded-For", "GET /info HTTP/1.1\r\nHost: gw\r\n" + twoXFF + "\r\n",
+			200, []func(*testing.T, seenRequest){oneXFF}},
+		{"upgrade with two X-Forwarded-For", "GET /room HTTP/1.1\r\nHost: gw\r\n" + wsHeaders + twoXFF + "\r\n",
+			101, []func(*testing.T, seenRequest){oneXFF}},
 
 		// Upgrade attempts are valid handshakes or refused, never proxied.
 		{"upgrade", "GET /room HTTP/1.1\r\nHost: gw\r\n" + wsHeaders + "\r\n",

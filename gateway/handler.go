@@ -268,11 +268,17 @@ func prepareForward(ctx *fasthttp.RequestCtx, rt *route, set map[string]string) 
 		}
 	}
 	h.SetHostBytes(ctx.Host())
-	if prior := h.Peek("X-Forwarded-For"); len(prior) > 0 {
-		h.Set("X-Forwarded-For", string(prior)+", "+ctx.RemoteIP().String())
-	} else {
-		h.Set("X-Forwarded-For", ctx.RemoteIP().String())
+	// One X-Forwarded-For: every value the client sent, then its address
+	// (Set alone would leave the client's later copies in place).
+	var xff []byte
+	for _, v := range h.PeekAll("X-Forwarded-For") {
+		xff = append(xff, v...)
+		xff = append(xff, ", "...)
 	}
+	xff = append(xff, ctx.RemoteIP().String()...)
+	h.Del("X-Forwarded-For")
+	h.SetBytesV("X-Forwarded-For", xff)
+	h.Del("X-Forwarded-Proto")
 	h.Set("X-Forwarded-Proto", scheme(ctx))
 }
 

@@ -369,16 +369,12 @@ func (s *Server) upstreamRequest(ctx *fasthttp.RequestCtx, rt *route, set map[st
 		}
 	}
 	conn := h.PeekAll(fasthttp.HeaderConnection)
-	var xff []byte
 	for k, v := range h.All() {
 		if _, ok := canon[http.CanonicalHeaderKey(string(k))]; ok {
 			continue
 		}
 		switch {
-		case headerIs(k, "x-forwarded-for"):
-			xff = v
-			continue
-		case headerIs(k, "host"), headerIs(k, "x-forwarded-proto"), headerIs(k, "content-length"),
+		case headerIs(k, "host"), headerIs(k, "x-forwarded-for"), headerIs(k, "x-forwarded-proto"), headerIs(k, "content-length"),
 			isHopByHop(k), rt.ownsHeader(k), connectionListed(conn, k):
 			continue
 		}
@@ -387,9 +383,13 @@ func (s *Server) upstreamRequest(ctx *fasthttp.RequestCtx, rt *route, set map[st
 		b = append(b, v...)
 		b = append(b, "\r\n"...)
 	}
+	// One X-Forwarded-For, the client's values (all of them: a node that
+	// reads the last header line must not get one the client chose) then
+	// the client's address. PeekAll reuses the buffer conn lives in; conn
+	// is done with.
 	b = append(b, "X-Forwarded-For: "...)
-	if len(xff) > 0 {
-		b = append(b, xff...)
+	for _, v := range h.PeekAll("X-Forwarded-For") {
+		b = append(b, v...)
 		b = append(b, ", "...)
 	}
 	b = append(b, ctx.RemoteIP().String()...)
