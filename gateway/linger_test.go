@@ -29,7 +29,7 @@ func lingering() int {
 // Now it holds a connection slot while it lingers and is gone after
 // handshake_timeout.
 func TestOverflowLingerBounded(t *testing.T) {
-	e := newEnv(t, 1, oneNodeWith(`handshake_timeout = "2s"`, "max_conns_per_node = 1", `
+	e := newEnv(t, 1, oneNodeWith(`handshake_timeout = "3s"`, "max_conns_per_node = 1", `
 [[routes]]
 pool = "relay"
 overflow = "close-1013"
