@@ -1,6 +1,7 @@
 package gateway
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -13,6 +14,9 @@ import (
 	dto "github.com/prometheus/client_model/go"
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
+	"github.com/wsgate/wsgate/conf"
+	"github.com/wsgate/wsgate/internal/redistest"
+	"github.com/wsgate/wsgate/internal/testproc"
 )
 
 const withAdmin = `
@@ -185,17 +189,81 @@ token_env = "WSGATE_TEST_TOKEN"`, 1))
 	}
 }
 
+// TestRedactedConfig pins secrets shown by GET /api/config: plugin config
+// keys holding secrets were hidden only at the top level and in tables
+// (not in arrays of tables), and URLs kept their passwords.
 func TestRedactedConfig(t *testing.T) {
 	m := redactMap(map[string]any{
 		"hs256_secret_env": "JWT_SECRET", "secret": "x", "api_key": "k", "issuer": "me",
-		"nested": map[string]any{"password": "p", "rs256_public_key_file": "/k.pem"},
+		"nested":          map[string]any{"password": "p", "rs256_public_key_file": "/k.pem"},
+		"issuers":         []map[string]any{{"name": "a", "hs256_secret": "s1"}},
+		"redis_url":       "redis://user:hunter2@10.0.0.1:6379/0",
+		"upstreams":       []any{"https://svc.example/?access_token=t0k&x=1", "plain"},
+		"client_password": "cp", "session_cookie": "c", "db_dsn": "host=db password=pw", "max": int64(3),
 	})
 	want := map[string]any{
 		"hs256_secret_env": "JWT_SECRET", "secret": "REDACTED", "api_key": "REDACTED", "issuer": "me",
-		"nested": map[string]any{"password": "REDACTED", "rs256_public_key_file": "/k.pem"},
+		"nested":          map[string]any{"password": "REDACTED", "rs256_public_key_file": "/k.pem"},
+		"issuers":         []map[string]any{{"name": "a", "hs256_secret": "REDACTED"}},
+		"redis_url":       "redis://user:REDACTED@10.0.0.1:6379/0",
+		"upstreams":       []any{"https://svc.example/?access_token=REDACTED&x=1", "plain"},
+		"client_password": "REDACTED", "session_cookie": "REDACTED", "db_dsn": "REDACTED", "max": int64(3),
 	}
 	if fmt.Sprint(m) != fmt.Sprint(want) {
 		t.Fatalf("got %v\nwant %v", m, want)
+	}
+	for _, tc := range []struct{ in, want string }{
+		{"redis://:hunter2@127.0.0.1:6379/0", "redis://:REDACTED@127.0.0.1:6379/0"},
+		{"rediss://default:hunter2@cache.example:6380/1?dial_timeout=3s", "rediss://default:REDACTED@cache.example:6380/1?dial_timeout=3s"},
+		{"redis://hunter2@127.0.0.1:6379", "redis://REDACTED@127.0.0.1:6379"},
+		{"redis://127.0.0.1:6379/0?password=hunter2&db=1", "redis://127.0.0.1:6379/0?db=1&password=REDACTED"},
+		{"redis://127.0.0.1:6379/0", "redis://127.0.0.1:6379/0"},
+		{"redis://:hunter2@127.0.0.1:six/0", "REDACTED"}, // does not parse: hidden whole
+		{"", ""},
+		{"not a url", "not a url"},
+	} {
+		if got := redactURL(tc.in); got != tc.want {
+			t.Errorf("redactURL(%q) = %q, want %q", tc.in, got, tc.want)
+		}
+	}
+}
+
+// TestAdminConfigHidesRedisPassword pins GET /api/config showing the
+// password inside gateway.revoke_redis in clear.
+func TestAdminConfigHidesRedisPassword(t *testing.T) {
+	rs := redistest.Start(t)
+	// The default user has no password, so Redis takes any for it: the
+	// gateway really connects with this URL.
+	cfg := strings.Replace(withAdmin, "[admin]", "revoke_redis = \"redis://default:hunter2@"+rs.Addr+"/0\"\n[admin]", 1)
+	e := newEnv(t, 2, cfg)
+	code, body := e.admin(http.MethodGet, "/api/config", "")
+	if code != 200 || strings.Contains(string(body), "hunter2") || !strings.Contains(string(body), `"revoke_redis": "redis://default:REDACTED@`) {
+		t.Fatalf("/api/config: %d %s", code, body)
+	}
+	if e.srv.current().cfg.Gateway.RevokeRedis != "redis://default:hunter2@"+rs.Addr+"/0" {
+		t.Fatal("redaction changed the running config")
+	}
+}
+
+// TestRevokeRedisErrorHidesPassword pins the start-up error that quoted
+// gateway.revoke_redis whole, password included, into the log.
+func TestRevokeRedisErrorHidesPassword(t *testing.T) {
+	cfg, err := conf.Parse("test.toml", []byte(fmt.Sprintf(withAdmin+"\n", "127.0.0.1:0", "127.0.0.1:1", "127.0.0.1:2")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.Gateway.RevokeRedis = "redis://default:hunter2@" + testproc.FreeAddr(t) + "/0" // nothing listens there
+	s, err := New(cfg, quietLog())
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = s.Start()
+	if err == nil {
+		_ = s.Shutdown(context.Background())
+		t.Fatal("started without its revocation Redis")
+	}
+	if strings.Contains(err.Error(), "hunter2") || !strings.Contains(err.Error(), "default:REDACTED@") {
+		t.Fatalf("error %q", err)
 	}
 }
 
