@@ -99,6 +99,27 @@ func (a *Admin) validate(e *errorList) {
 	if a.TokenEnv == "" && !loopbackListen(a.Listen) {
 		e.add("admin.listen", fmt.Sprintf("%q is not a loopback address: set admin.token_env so the admin API needs a bearer token", a.Listen))
 	}
+	for i, h := range a.Hosts {
+		if !isHostName(h) {
+			e.add(indexKey("admin.hosts", i), fmt.Sprintf("must be a host name without scheme or port, such as \"gw1.example.com\", got %q", h))
+		}
+	}
+}
+
+// isHostName reports whether s is a DNS host name (letters, digits, '-',
+// '_' and '.'; an IPv4 address passes too).
+func isHostName(s string) bool {
+	if s == "" || len(s) > 253 {
+		return false
+	}
+	for _, r := range s {
+		switch {
+		case r >= 'a' && r <= 'z', r >= 'A' && r <= 'Z', r >= '0' && r <= '9', r == '-', r == '_', r == '.':
+		default:
+			return false
+		}
+	}
+	return true
 }
 
 func (p *Pool) validate(e *errorList, path string) {
