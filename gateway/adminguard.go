@@ -37,7 +37,7 @@ func (a *adminAPI) ownHost(ctx *fasthttp.RequestCtx) bool {
 	if _, err := netip.ParseAddr(host); err == nil {
 		return true
 	}
-	if host == "localhost" || strings.EqualFold(host, hostOnly(a.listenHost)) {
+	if host == "localhost" || (a.listenHost != "" && host == hostOnly(a.listenHost)) {
 		return true
 	}
 	for _, h := range a.s.current().cfg.Admin.Hosts {
@@ -54,8 +54,11 @@ func (a *adminAPI) ownHost(ctx *fasthttp.RequestCtx) bool {
 // address, without port, IPv6 brackets or a final dot.
 func hostOnly(hostport string) string {
 	h, _, err := net.SplitHostPort(hostport)
-	if err != nil {
-		h = strings.TrimSuffix(strings.TrimPrefix(hostport, "["), "]")
+	if err != nil { // no port
+		h = hostport
+		if inner, ok := strings.CutPrefix(h, "["); ok && strings.HasSuffix(inner, "]") {
+			h = strings.TrimSuffix(inner, "]")
+		}
 	}
 	return strings.ToLower(strings.TrimSuffix(h, "."))
 }
