@@ -80,6 +80,13 @@ type Admin struct {
 	// (default "", no token). A token is required when Listen is not a
 	// loopback address.
 	TokenEnv string `toml:"token_env" json:"token_env"`
+	// Hosts are extra host names, without port, under which the admin
+	// listener is reached, such as a DNS name of the machine or of a
+	// reverse proxy in front of it (default none). IP addresses, localhost
+	// and the host of Listen always are; a request whose Host header names
+	// anything else is refused with 403, so that a DNS-rebinding web page
+	// can neither read nor steer the admin API.
+	Hosts []string `toml:"hosts" json:"hosts"`
 }
 
 // Pool is one [[pools]] entry: a group of relay nodes and how to pick one.

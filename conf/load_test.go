@@ -55,6 +55,7 @@ func normalizeEmpty(c *Config) {
 		}
 	}
 	nilIfEmpty(&c.Gateway.Listeners)
+	nilIfEmpty(&c.Admin.Hosts)
 	for i := range c.Pools {
 		nilIfEmpty(&c.Pools[i].SourceAddrs)
 	}
@@ -85,6 +86,7 @@ func TestDefaults(t *testing.T) {
 		{"gateway.retry_after", cfg.Gateway.RetryAfter.Duration, time.Second},
 		{"admin.listen", cfg.Admin.Listen, "127.0.0.1:9090"},
 		{"admin.token_env", cfg.Admin.TokenEnv, ""},
+		{"admin.hosts", len(cfg.Admin.Hosts), 0},
 		{"pools[0].balance", p.Balance, "least_conn"},
 		{"pools[0].max_conns_per_node", p.MaxConnsPerNode, 50_000},
 		{"pools[0].connect_timeout", p.ConnectTimeout.Duration, 2 * time.Second},

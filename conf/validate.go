@@ -2,6 +2,7 @@ package conf
 
 import (
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"net"
 	"net/netip"
@@ -78,8 +79,8 @@ func (g *Gateway) validate(e *errorList) {
 		e.add("gateway.expiry_grace", "must be >= 0, got "+g.ExpiryGrace.String())
 	}
 	if g.RevokeRedis != "" {
-		if u, err := url.Parse(g.RevokeRedis); err != nil || (u.Scheme != "redis" && u.Scheme != "rediss") || u.Host == "" {
-			e.add("gateway.revoke_redis", fmt.Sprintf("must be a redis:// or rediss:// URL, got %q", g.RevokeRedis))
+		if msg := checkRedisURL(g.RevokeRedis); msg != "" {
+			e.add("gateway.revoke_redis", msg)
 		}
 	}
 	switch r := g.RetryAfter.Duration; {
@@ -98,6 +99,27 @@ func (a *Admin) validate(e *errorList) {
 	if a.TokenEnv == "" && !loopbackListen(a.Listen) {
 		e.add("admin.listen", fmt.Sprintf("%q is not a loopback address: set admin.token_env so the admin API needs a bearer token", a.Listen))
 	}
+	for i, h := range a.Hosts {
+		if !isHostName(h) {
+			e.add(indexKey("admin.hosts", i), fmt.Sprintf("must be a host name without scheme or port, such as \"gw1.example.com\", got %q", h))
+		}
+	}
+}
+
+// isHostName reports whether s is a DNS host name (letters, digits, '-',
+// '_' and '.'; an IPv4 address passes too).
+func isHostName(s string) bool {
+	if s == "" || len(s) > 253 {
+		return false
+	}
+	for _, r := range s {
+		switch {
+		case r >= 'a' && r <= 'z', r >= 'A' && r <= 'Z', r >= '0' && r <= '9', r == '-', r == '_', r == '.':
+		default:
+			return false
+		}
+	}
+	return true
 }
 
 func (p *Pool) validate(e *errorList, path string) {
@@ -356,4 +378,25 @@ func loopbackListen(addr string) bool {
 	}
 	ip, err := netip.ParseAddr(host)
 	return err == nil && ip.IsLoopback()
+}
+
+// checkRedisURL says what is wrong with a Redis URL, or "". The message
+// never quotes the URL: it may hold a password, and config errors are
+// logged and shown by the admin API.
+func checkRedisURL(s string) string {
+	u, err := url.Parse(s)
+	if err != nil {
+		var ue *url.Error
+		if errors.As(err, &ue) {
+			err = ue.Err // without the URL it quotes
+		}
+		return fmt.Sprintf("must be a redis:// or rediss:// URL: %v", err)
+	}
+	if u.Scheme != "redis" && u.Scheme != "rediss" {
+		return fmt.Sprintf("must be a redis:// or rediss:// URL, got scheme %q", u.Scheme)
+	}
+	if u.Host == "" {
+		return "must be a redis:// or rediss:// URL with a host"
+	}
+	return ""
 }

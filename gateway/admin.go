@@ -5,6 +5,7 @@ import (
 	"embed"
 	"encoding/json"
 	"fmt"
+	"net"
 	"net/url"
 	"os"
 	"strings"
@@ -21,14 +22,18 @@ var dashboard embed.FS
 // adminAPI serves the admin listener: liveness, readiness, metrics, the
 // node API and the dashboard.
 type adminAPI struct {
-	s       *Server
-	token   []byte // bearer token; nil = none
-	metrics fasthttp.RequestHandler
-	page    []byte
+	s          *Server
+	token      []byte // bearer token; nil = none
+	listenHost string // host of admin.listen as configured at start
+	metrics    fasthttp.RequestHandler
+	page       []byte
 }
 
 func newAdminAPI(s *Server) (*adminAPI, error) {
 	a := &adminAPI{s: s}
+	if h, _, err := net.SplitHostPort(s.current().cfg.Admin.Listen); err == nil {
+		a.listenHost = h
+	}
 	if env := s.current().cfg.Admin.TokenEnv; env != "" {
 		tok := os.Getenv(env)
 		if tok == "" {
@@ -45,9 +50,13 @@ func newAdminAPI(s *Server) (*adminAPI, error) {
 	return a, nil
 }
 
-// handle routes one admin request. Liveness, readiness and the dashboard
-// page (which holds no data) need no token; everything else does when one
-// is configured.
+// handle routes one admin request. Liveness and readiness are answered to
+// anyone, so every prober works. Every other request must name this
+// listener in its Host header (see ownHost), and one that may change state
+// (any method but GET and HEAD) must come from no foreign origin and carry
+// a header a web page cannot send cross-site without asking first (see
+// crossSiteSafe). The dashboard page (which holds no data) then needs no
+// token; everything else does when one is configured.
 func (a *adminAPI) handle(ctx *fasthttp.RequestCtx) {
 	path := string(ctx.Path())
 	switch path {
@@ -64,7 +73,11 @@ func (a *adminAPI) handle(ctx *fasthttp.RequestCtx) {
 			ctx.SetBodyString("ready\n")
 		}
 		return
-	case "/":
+	}
+	if !a.ownHost(ctx) || !crossSiteSafe(ctx) {
+		return
+	}
+	if path == "/" {
 		ctx.SetContentType("text/html; charset=utf-8")
 		ctx.SetBody(a.page)
 		return

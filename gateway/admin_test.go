@@ -1,6 +1,7 @@
 package gateway
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -13,6 +14,10 @@ import (
 	dto "github.com/prometheus/client_model/go"
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
+	"github.com/valyala/fasthttp"
+	"github.com/wsgate/wsgate/conf"
+	"github.com/wsgate/wsgate/internal/redistest"
+	"github.com/wsgate/wsgate/internal/testproc"
 )
 
 const withAdmin = `
@@ -40,6 +45,9 @@ func (e *env) admin(method, path, token string) (int, []byte) {
 	req, _ := http.NewRequest(method, "http://"+e.srv.AdminAddr().String()+path, nil)
 	if token != "" {
 		req.Header.Set("Authorization", "Bearer "+token)
+	}
+	if method != http.MethodGet {
+		req.Header.Set("Content-Type", "application/json") // what a script sends
 	}
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
@@ -185,17 +193,81 @@ token_env = "WSGATE_TEST_TOKEN"`, 1))
 	}
 }
 
+// TestRedactedConfig pins secrets shown by GET /api/config: plugin config
+// keys holding secrets were hidden only at the top level and in tables
+// (not in arrays of tables), and URLs kept their passwords.
 func TestRedactedConfig(t *testing.T) {
 	m := redactMap(map[string]any{
 		"hs256_secret_env": "JWT_SECRET", "secret": "x", "api_key": "k", "issuer": "me",
-		"nested": map[string]any{"password": "p", "rs256_public_key_file": "/k.pem"},
+		"nested":          map[string]any{"password": "p", "rs256_public_key_file": "/k.pem"},
+		"issuers":         []map[string]any{{"name": "a", "hs256_secret": "s1"}},
+		"redis_url":       "redis://user:hunter2@10.0.0.1:6379/0",
+		"upstreams":       []any{"https://svc.example/?access_token=t0k&x=1", "plain"},
+		"client_password": "cp", "session_cookie": "c", "db_dsn": "host=db password=pw", "max": int64(3),
 	})
 	want := map[string]any{
 		"hs256_secret_env": "JWT_SECRET", "secret": "REDACTED", "api_key": "REDACTED", "issuer": "me",
-		"nested": map[string]any{"password": "REDACTED", "rs256_public_key_file": "/k.pem"},
+		"nested":          map[string]any{"password": "REDACTED", "rs256_public_key_file": "/k.pem"},
+		"issuers":         []map[string]any{{"name": "a", "hs256_secret": "REDACTED"}},
+		"redis_url":       "redis://user:REDACTED@10.0.0.1:6379/0",
+		"upstreams":       []any{"https://svc.example/?access_token=REDACTED&x=1", "plain"},
+		"client_password": "REDACTED", "session_cookie": "REDACTED", "db_dsn": "REDACTED", "max": int64(3),
 	}
 	if fmt.Sprint(m) != fmt.Sprint(want) {
 		t.Fatalf("got %v\nwant %v", m, want)
+	}
+	for _, tc := range []struct{ in, want string }{
+		{"redis://:hunter2@127.0.0.1:6379/0", "redis://:REDACTED@127.0.0.1:6379/0"},
+		{"rediss://default:hunter2@cache.example:6380/1?dial_timeout=3s", "rediss://default:REDACTED@cache.example:6380/1?dial_timeout=3s"},
+		{"redis://hunter2@127.0.0.1:6379", "redis://REDACTED@127.0.0.1:6379"},
+		{"redis://127.0.0.1:6379/0?password=hunter2&db=1", "redis://127.0.0.1:6379/0?db=1&password=REDACTED"},
+		{"redis://127.0.0.1:6379/0", "redis://127.0.0.1:6379/0"},
+		{"redis://:hunter2@127.0.0.1:six/0", "REDACTED"}, // does not parse: hidden whole
+		{"", ""},
+		{"not a url", "not a url"},
+	} {
+		if got := redactURL(tc.in); got != tc.want {
+			t.Errorf("redactURL(%q) = %q, want %q", tc.in, got, tc.want)
+		}
+	}
+}
+
+// TestAdminConfigHidesRedisPassword pins GET /api/config showing the
+// password inside gateway.revoke_redis in clear.
+func TestAdminConfigHidesRedisPassword(t *testing.T) {
+	rs := redistest.Start(t)
+	// The default user has no password, so Redis takes any for it: the
+	// gateway really connects with this URL.
+	cfg := strings.Replace(withAdmin, "[admin]", "revoke_redis = \"redis://default:hunter2@"+rs.Addr+"/0\"\n[admin]", 1)
+	e := newEnv(t, 2, cfg)
+	code, body := e.admin(http.MethodGet, "/api/config", "")
+	if code != 200 || strings.Contains(string(body), "hunter2") || !strings.Contains(string(body), `"revoke_redis": "redis://default:REDACTED@`) {
+		t.Fatalf("/api/config: %d %s", code, body)
+	}
+	if e.srv.current().cfg.Gateway.RevokeRedis != "redis://default:hunter2@"+rs.Addr+"/0" {
+		t.Fatal("redaction changed the running config")
+	}
+}
+
+// TestRevokeRedisErrorHidesPassword pins the start-up error that quoted
+// gateway.revoke_redis whole, password included, into the log.
+func TestRevokeRedisErrorHidesPassword(t *testing.T) {
+	cfg, err := conf.Parse("test.toml", []byte(fmt.Sprintf(withAdmin+"\n", "127.0.0.1:0", "127.0.0.1:1", "127.0.0.1:2")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.Gateway.RevokeRedis = "redis://default:hunter2@" + testproc.FreeAddr(t) + "/0" // nothing listens there
+	s, err := New(cfg, quietLog())
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = s.Start()
+	if err == nil {
+		_ = s.Shutdown(context.Background())
+		t.Fatal("started without its revocation Redis")
+	}
+	if strings.Contains(err.Error(), "hunter2") || !strings.Contains(err.Error(), "default:REDACTED@") {
+		t.Fatalf("error %q", err)
 	}
 }
 
@@ -294,5 +366,240 @@ func waitUntil(t *testing.T, cond func() bool) {
 			t.Fatal("condition not met within 10s")
 		}
 		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// browserShape is one way to send a request to the admin API: what a web
+// page on another site can send without a CORS preflight, what a
+// DNS-rebinding page sends, or what a script and the dashboard send.
+type browserShape struct {
+	name        string
+	contentType string // "" = no Content-Type
+	origin      string // "" = none; "OWN" = the admin listener's own origin
+	host        string // "" = the admin listener's address; PORT = its port
+	adminHeader bool   // X-Wsgate-Admin: 1
+	body        string // "" = the endpoint's own body
+}
+
+// send makes one admin request of the given shape, with token as bearer
+// token when not "".
+func (e *env) send(method, path, body string, sh browserShape, token string) (int, string) {
+	e.t.Helper()
+	addr := e.srv.AdminAddr().String()
+	_, port, _ := strings.Cut(addr, ":")
+	if sh.body != "" {
+		body = sh.body
+	}
+	req, err := http.NewRequest(method, "http://"+addr+path, strings.NewReader(body))
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	if sh.host != "" {
+		req.Host = strings.ReplaceAll(sh.host, "PORT", port)
+	}
+	switch sh.origin {
+	case "":
+	case "OWN":
+		req.Header.Set("Origin", "http://"+req.Host)
+	default:
+		req.Header.Set("Origin", strings.ReplaceAll(sh.origin, "PORT", port))
+	}
+	if sh.contentType != "" {
+		req.Header.Set("Content-Type", sh.contentType)
+	}
+	if sh.adminHeader {
+		req.Header.Set("X-Wsgate-Admin", "1")
+	}
+	if token != "" {
+		req.Header.Set("Authorization", "Bearer "+token)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(b)
+}
+
+// multipartBody is what a form with enctype="multipart/form-data" posts.
+const multipartBody = "--b\r\nContent-Disposition: form-data; name=\"subject\"\r\n\r\nmallory\r\n--b--\r\n"
+
+// crossSiteShapes are the requests a page on another site can make a
+// browser send to a state-changing admin endpoint, each with the status
+// and the words of the refusal.
+var crossSiteShapes = []struct {
+	browserShape
+	want int
+	msg  string
+}{
+	{browserShape{name: "form urlencoded", contentType: "application/x-www-form-urlencoded", body: "subject=mallory"}, 415, `needs \"Content-Type: application/json\"`},
+	{browserShape{name: "multipart form", contentType: "multipart/form-data; boundary=b", body: multipartBody}, 415, `got Content-Type \"multipart/form-data`},
+	{browserShape{name: "text/plain", contentType: "text/plain"}, 415, `got Content-Type \"text/plain\"`},
+	{browserShape{name: "no Content-Type"}, 415, "got Content-Type none"},
+	{browserShape{name: "json only as a parameter", contentType: "text/plain; x=application/json"}, 415, "needs"},
+	{browserShape{name: "form from a foreign Origin", contentType: "application/x-www-form-urlencoded", origin: "http://evil.example"}, 403, `Origin \"http://evil.example\" is not this admin listener's own`},
+	{browserShape{name: "text/plain from a foreign Origin", contentType: "text/plain", origin: "https://evil.example"}, 403, "page on another site may not change admin state"},
+	{browserShape{name: "json from a foreign Origin", contentType: "application/json", origin: "http://evil.example"}, 403, "not this admin listener's own"},
+	{browserShape{name: "header from another local port", adminHeader: true, origin: "http://127.0.0.1:1"}, 403, "not this admin listener's own"},
+	{browserShape{name: "form from Origin null", contentType: "application/x-www-form-urlencoded", origin: "null"}, 403, `Origin \"null\"`},
+	{browserShape{name: "header from Origin null", adminHeader: true, origin: "null"}, 403, `Origin \"null\"`},
+	{browserShape{name: "DNS rebinding, text/plain", contentType: "text/plain", host: "evil.example:PORT", origin: "OWN"}, 403, `Host \"evil.example:`},
+	{browserShape{name: "DNS rebinding, json", contentType: "application/json", host: "evil.example:PORT", origin: "OWN"}, 403, `add \"evil.example\" to admin.hosts`},
+	{browserShape{name: "DNS rebinding, no Origin", adminHeader: true, host: "evil.example:PORT"}, 403, "does not name this admin listener"},
+}
+
+// ownShapes are the requests a script or the dashboard sends; each must
+// reach the endpoint.
+var ownShapes = []browserShape{
+	{name: "json", contentType: "application/json"},
+	{name: "json with charset", contentType: "application/json; charset=utf-8"},
+	{name: "admin header", adminHeader: true},
+	{name: "dashboard fetch", adminHeader: true, origin: "OWN"},
+	{name: "localhost", contentType: "application/json", host: "localhost:PORT", origin: "OWN"},
+	{name: "ssh tunnel port", contentType: "application/json", host: "localhost:18080", origin: "OWN"},
+	{name: "ipv6 loopback", contentType: "application/json", host: "[::1]:PORT"},
+	{name: "admin.hosts name", adminHeader: true, host: "GW1.example.test:9443", origin: "OWN"},
+}
+
+// TestAdminRefusesCrossSite pins the admin API taking state changes from
+// pages on other sites: with the default loopback admin, a form or a
+// text/plain fetch from any page (or a DNS-rebinding page, Host:
+// evil.example) could drain nodes, undrain them, reload and revoke. Every
+// such shape must now be refused without effect, with a token configured
+// or not, and the shapes a script or the dashboard sends must still work.
+func TestAdminRefusesCrossSite(t *testing.T) {
+	for _, token := range []string{"", "s3cret"} {
+		t.Run("token="+token, func(t *testing.T) {
+			cfg := strings.Replace(withAdmin, "[admin]\n", "[admin]\nhosts = [\"gw1.example.test\"]\n", 1)
+			if token != "" {
+				t.Setenv("WSGATE_TEST_TOKEN", token)
+				cfg = strings.Replace(cfg, "[admin]\n", "[admin]\ntoken_env = \"WSGATE_TEST_TOKEN\"\n", 1)
+			}
+			e, _ := reloadable(t, 2, cfg)
+			p := e.srv.current().pools["relay"]
+			node := e.addrs[0]
+			n := p.node(node)
+			drained := func() bool { return p.checkView(node).AdminDrain }
+			generation := func() uint64 { return e.srv.current().n }
+			endpoints := []struct {
+				name, path, body string
+				setup            func() // the state before each request
+				effect           func() bool
+				want             int
+			}{
+				{"drain", "/api/pools/relay/nodes/" + node + "/drain?migrate=1", "",
+					func() { e.srv.undrainNode(p, n) }, drained, 200},
+				{"undrain", "/api/pools/relay/nodes/" + node + "/undrain", "",
+					func() { e.srv.drainNode(p, n, false) }, func() bool { return !drained() }, 200},
+				{"reload", "/api/reload", "", nil, nil, 200},
+				{"revoke", "/api/revoke", `{"subject": "mallory", "ttl": "1s"}`, nil, nil, 200},
+			}
+			for _, ep := range endpoints {
+				for _, sh := range crossSiteShapes {
+					t.Run(ep.name+"/"+sh.name, func(t *testing.T) {
+						if ep.setup != nil {
+							ep.setup()
+						}
+						before := generation()
+						code, body := e.send(http.MethodPost, ep.path, ep.body, sh.browserShape, token)
+						if code != sh.want || !strings.Contains(body, sh.msg) {
+							t.Fatalf("%d %s\nwant %d with %s", code, body, sh.want, sh.msg)
+						}
+						if ep.effect != nil && ep.effect() {
+							t.Fatal("the refused request took effect")
+						}
+						if generation() != before {
+							t.Fatal("the refused request reloaded the config")
+						}
+					})
+				}
+				for _, sh := range ownShapes {
+					t.Run(ep.name+"/own/"+sh.name, func(t *testing.T) {
+						if ep.setup != nil {
+							ep.setup()
+						}
+						before := generation()
+						code, body := e.send(http.MethodPost, ep.path, ep.body, sh, token)
+						if code != ep.want {
+							t.Fatalf("%d %s, want %d", code, body, ep.want)
+						}
+						if ep.effect != nil && !ep.effect() {
+							t.Fatal("no effect")
+						}
+						if ep.name == "reload" && generation() != before+1 {
+							t.Fatalf("generation %d after reload, was %d", generation(), before)
+						}
+					})
+				}
+			}
+			e.srv.undrainNode(p, n)
+		})
+	}
+}
+
+// TestAdminChecksHostOnReads pins a DNS-rebinding page reading the admin
+// API: with Host: evil.example it got the node list, the config and the
+// metrics. Every admin request is now Host-checked, except liveness and
+// readiness, which hold nothing and must answer any prober.
+func TestAdminChecksHostOnReads(t *testing.T) {
+	e := newEnv(t, 2, withAdmin)
+	rebinding := browserShape{host: "evil.example:PORT", origin: "OWN"}
+	for _, path := range []string{"/", "/api/nodes", "/api/config", "/api/reload", "/metrics", "/api/nope"} {
+		for _, method := range []string{http.MethodGet, http.MethodHead} {
+			if code, body := e.send(method, path, "", rebinding, ""); code != 403 || (method == http.MethodGet && !strings.Contains(body, "admin.hosts")) {
+				t.Errorf("%s %s with Host evil.example: %d %s, want 403", method, path, code, body)
+			}
+		}
+		if code, body := e.send(http.MethodGet, path, "", browserShape{host: "localhost:PORT"}, ""); code == 403 {
+			t.Errorf("GET %s with Host localhost: %d %s", path, code, body)
+		}
+	}
+	for _, path := range []string{"/healthz", "/readyz"} {
+		if code, body := e.send(http.MethodGet, path, "", rebinding, ""); code != 200 {
+			t.Errorf("GET %s with Host evil.example: %d %s, want 200 (probes)", path, code, body)
+		}
+	}
+	// A read from another site's page is harmless (it cannot read the
+	// answer) and is what some monitoring pages do.
+	if code, body := e.send(http.MethodGet, "/api/nodes", "", browserShape{origin: "http://grafana.example"}, ""); code != 200 {
+		t.Errorf("GET /api/nodes with a foreign Origin: %d %s", code, body)
+	}
+}
+
+// TestAdminOwnHost pins which Host names the admin listener takes as its
+// own, including names built to look like one (a DNS-rebinding page
+// chooses its name freely, but cannot send an IP address or localhost).
+func TestAdminOwnHost(t *testing.T) {
+	e := newEnv(t, 2, strings.Replace(withAdmin, "[admin]\n", "[admin]\nhosts = [\"gw1.example.test.\"]\n", 1))
+	a := &adminAPI{s: e.srv, listenHost: "gw-admin.test"}
+	for _, tc := range []struct {
+		host string
+		own  bool
+	}{
+		{"127.0.0.1:9090", true},
+		{"127.0.0.1", true},
+		{"[::1]:9090", true},
+		{"[::1]", true},
+		{"10.1.2.3:80", true}, // a port map or the machine's own address
+		{"localhost", true},
+		{"LOCALHOST.:18080", true},
+		{"gw-admin.test:9090", true}, // the host of admin.listen
+		{"Gw1.Example.Test:443", true},
+		{"gw1.example.test.", true},
+		{"", true}, // no browser sends a request without Host
+		{"evil.example:9090", false},
+		{"localhost.evil.example", false},
+		{"127.0.0.1.evil.example", false},
+		{"gw1.example.test.evil.example", false},
+		{"2130706433", false}, // 127.0.0.1 as one number: a name to us
+		{"[]", false},
+		{"[::1", false},
+	} {
+		var ctx fasthttp.RequestCtx
+		ctx.Request.Header.SetHost(tc.host)
+		if got := a.ownHost(&ctx); got != tc.own {
+			t.Errorf("Host %q: own = %v, want %v (%d %s)", tc.host, got, tc.own, ctx.Response.StatusCode(), ctx.Response.Body())
+		}
 	}
 }

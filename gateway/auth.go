@@ -74,7 +74,7 @@ func (s *Server) startRevocations(url string) error {
 		_ = sub.Close()
 		_ = s.revokeBus.Close()
 		s.revokeBus = nil
-		return fmt.Errorf("subscribe to revocations on %s: %w", url, err)
+		return fmt.Errorf("subscribe to revocations on %s: %w", redactURL(url), err)
 	}
 	s.revokeSub = sub
 	go s.receiveRevocations(sub.Channel())

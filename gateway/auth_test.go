@@ -241,6 +241,7 @@ func TestCredentialExpiryAndRevocation(t *testing.T) {
 		t.Fatalf("revoke without a body: %d %s", code, body)
 	}
 	req, _ := http.NewRequest(http.MethodPost, "http://"+e.srv.AdminAddr().String()+"/api/revoke", strings.NewReader(`{"subject":"alice"}`))
+	req.Header.Set("Content-Type", "application/json")
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil || resp.StatusCode != 200 {
 		t.Fatalf("revoke: %v %v", err, resp)

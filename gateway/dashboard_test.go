@@ -2,10 +2,16 @@ package gateway
 
 import (
 	"context"
+	"fmt"
+	"html/template"
+	"net/http"
+	"net/http/httptest"
+	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -16,28 +22,8 @@ import (
 // row per node, presses drain on one and sees its state change, and keeps
 // a screenshot (in WSGATE_ARTIFACTS, or the test's temp dir).
 func TestDashboardInBrowser(t *testing.T) {
-	chromium, err := exec.LookPath("chromium")
-	if err != nil {
-		if os.Getenv("CI") != "" {
-			t.Fatal("chromium is not installed; CI must install it (apt-get install chromium)")
-		}
-		t.Skip("chromium not installed (apt-get install chromium)")
-	}
 	e := newEnv(t, 2, withAdmin)
-	opts := append(chromedp.DefaultExecAllocatorOptions[:],
-		chromedp.ExecPath(chromium),
-		chromedp.NoSandbox,
-		chromedp.DisableGPU,
-		chromedp.WindowSize(1280, 720),
-		chromedp.Flag("disable-quic", true),
-		chromedp.UserDataDir(t.TempDir()),
-	)
-	actx, cancelAlloc := chromedp.NewExecAllocator(context.Background(), opts...)
-	defer cancelAlloc()
-	ctx, cancel := chromedp.NewContext(actx)
-	defer cancel()
-	ctx, cancelTimeout := context.WithTimeout(ctx, 60*time.Second)
-	defer cancelTimeout()
+	ctx := headless(t)
 
 	row := `tr.node[data-addr="` + e.addrs[0] + `"]`
 	browse := func() (rows int, state string, png []byte, err error) {
@@ -85,5 +71,145 @@ func TestDashboardInBrowser(t *testing.T) {
 	t.Logf("screenshot: %s", shot)
 	if got := e.srv.current().pools["relay"].node(e.addrs[0]).State().String(); !strings.HasPrefix(got, "drain") {
 		t.Errorf("node state %q after the dashboard's drain", got)
+	}
+}
+
+// headless starts a headless Chromium for the test (skipping when it is
+// not installed, outside CI) and returns its context, bounded to a minute.
+// Extra flags are added to the defaults.
+func headless(t *testing.T, flags ...chromedp.ExecAllocatorOption) context.Context {
+	t.Helper()
+	chromium, err := exec.LookPath("chromium")
+	if err != nil {
+		if os.Getenv("CI") != "" {
+			t.Fatal("chromium is not installed; CI must install it (apt-get install chromium)")
+		}
+		t.Skip("chromium not installed (apt-get install chromium)")
+	}
+	opts := append(chromedp.DefaultExecAllocatorOptions[:],
+		chromedp.ExecPath(chromium),
+		chromedp.NoSandbox,
+		chromedp.DisableGPU,
+		chromedp.WindowSize(1280, 720),
+		chromedp.Flag("disable-quic", true),
+		chromedp.Flag("no-proxy-server", true),
+		chromedp.UserDataDir(t.TempDir()),
+	)
+	opts = append(opts, flags...)
+	actx, cancelAlloc := chromedp.NewExecAllocator(context.Background(), opts...)
+	t.Cleanup(cancelAlloc)
+	ctx, cancel := chromedp.NewContext(actx)
+	t.Cleanup(cancel)
+	ctx, cancelTimeout := context.WithTimeout(ctx, 60*time.Second)
+	t.Cleanup(cancelTimeout)
+	return ctx
+}
+
+// attackPage is a page on another origin that, once loaded, makes the
+// browser send the admin API the requests any web page can send without a
+// CORS preflight: a form post of the given enctype (the browser then shows
+// the admin's answer), or no-cors fetches, after which its title is "sent".
+const attackPage = `<!doctype html><title>attack</title><body>
+<form id="f" method="POST" action="{{.Drain}}" enctype="{{.Enctype}}"><input name="subject" value="mallory"></form>
+<script>
+if ("{{.Enctype}}") document.getElementById("f").submit();
+else (async () => {
+  const opts = [
+    { method: "POST", mode: "no-cors", headers: { "Content-Type": "text/plain" }, body: '{"subject":"mallory"}' },
+    { method: "POST", mode: "no-cors" },
+    // Not allowed in no-cors mode: the browser drops the header.
+    { method: "POST", mode: "no-cors", headers: { "Content-Type": "application/json" }, body: "{}" },
+  ];
+  for (const url of ["{{.Drain}}", "{{.Revoke}}", "{{.Reload}}"])
+    for (const o of opts) await fetch(url, o).catch(() => {});
+  // With the header the browser asks first (preflight), and is refused.
+  await fetch("{{.Drain}}", { method: "POST", headers: { "X-Wsgate-Admin": "1" } }).then(
+    () => { document.title = "preflight passed"; }, () => { document.title = "sent"; });
+})();
+</script>`
+
+// TestDashboardRefusesCrossSitePages pins the admin API obeying web pages
+// on other sites: from a page on another origin, a real browser's form
+// posts and no-cors fetches drained a node, and a DNS-rebinding page
+// (evil.example resolving to 127.0.0.1) read and steered the API as if it
+// were the dashboard. Each must now be refused, and the node stay up.
+func TestDashboardRefusesCrossSitePages(t *testing.T) {
+	e := newEnv(t, 2, withAdmin)
+	admin := e.srv.AdminAddr().String()
+	_, port, _ := strings.Cut(admin, ":")
+	ctx := headless(t, chromedp.Flag("host-resolver-rules", "MAP evil.example 127.0.0.1"))
+	node := e.addrs[0]
+	api := "http://" + admin
+	page := template.Must(template.New("attack").Parse(attackPage))
+	var requests atomic.Int64
+	attacker := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/html; charset=utf-8")
+		_ = page.Execute(w, map[string]string{
+			"Enctype": r.URL.Query().Get("enctype"),
+			"Drain":   api + "/api/pools/relay/nodes/" + node + "/drain?migrate=1",
+			"Revoke":  api + "/api/revoke",
+			"Reload":  api + "/api/reload",
+		})
+		requests.Add(1)
+	}))
+	defer attacker.Close()
+	drained := func() bool { return e.srv.current().pools["relay"].checkView(node).AdminDrain }
+	generation := e.srv.current().n
+
+	for _, tc := range []struct{ enctype, answer string }{
+		{"application/x-www-form-urlencoded", "is not this admin listener's own"},
+		{"multipart/form-data", "is not this admin listener's own"},
+		{"text/plain", "is not this admin listener's own"},
+	} {
+		err := chromedp.Do(ctx,
+			chromedp.Navigate(attacker.URL+"/?enctype="+url.QueryEscape(tc.enctype)),
+			chromedp.WaitVisible("pre"), // the admin's JSON answer, shown after the form posted
+		)
+		var answer string
+		if err == nil {
+			answer, err = chromedp.Run(ctx, chromedp.Text("body"))
+		}
+		if err != nil || !strings.Contains(answer, tc.answer) {
+			t.Fatalf("form %s: %v, browser shows %q, want %q", tc.enctype, err, answer, tc.answer)
+		}
+	}
+	err := chromedp.Do(ctx, chromedp.Navigate(attacker.URL+"/"))
+	var title string
+	if err == nil {
+		title, err = chromedp.Run(ctx, chromedp.Poll[string](`document.title !== "attack" && document.title`))
+	}
+	if err != nil || title != "sent" {
+		t.Fatalf("fetches: %v, title %q", err, title)
+	}
+	if drained() || e.srv.current().n != generation {
+		t.Fatal("a page on another origin drained the node or reloaded the config")
+	}
+
+	// DNS rebinding: the browser takes evil.example:PORT for the page's
+	// own origin, so its scripts may read and post there freely.
+	err = chromedp.Do(ctx, chromedp.Navigate("http://evil.example:"+port+"/"))
+	var shown string
+	var status []int
+	if err == nil {
+		shown, err = chromedp.Run(ctx, chromedp.Text("body"))
+	}
+	if err == nil {
+		status, err = chromedp.Run(ctx, chromedp.Evaluate[[]int](`Promise.all([
+			fetch("/api/nodes").then(r => r.status),
+			fetch("/api/config").then(r => r.status),
+			fetch("/api/pools/relay/nodes/`+node+`/drain?migrate=1", { method: "POST", headers: { "X-Wsgate-Admin": "1" } }).then(r => r.status),
+		])`, chromedp.EvalAwaitPromise))
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(shown, "does not name this admin listener") || fmt.Sprint(status) != "[403 403 403]" {
+		t.Fatalf("rebinding page shows %q, gets %v; want the Host refusal and [403 403 403]", shown, status)
+	}
+	if drained() {
+		t.Fatal("a rebinding page drained the node")
+	}
+	if requests.Load() == 0 {
+		t.Fatal("the browser never loaded the attack page")
 	}
 }

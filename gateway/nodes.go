@@ -2,12 +2,9 @@ package gateway
 
 import (
 	"context"
-	"regexp"
 	"sort"
-	"strings"
 
 	"github.com/wsgate/wsgate/balancer"
-	"github.com/wsgate/wsgate/conf"
 	"github.com/wsgate/wsgate/gateway/internal/pluginhost"
 )
 
@@ -133,40 +130,4 @@ func (s *Server) undrainNode(p *pool, n *balancer.Node) {
 	p.undrain(n)
 	s.tunnels.unretire(n)
 	s.log.Info("node undrained", "pool", p.name, "node", n.Addr())
-}
-
-// secretKey matches plugin config keys whose values are secrets; keys
-// naming where a secret lives (…_env, …_file) are kept.
-var secretKey = regexp.MustCompile(`(?i)(secret|token|password|passwd|private|key)`)
-
-// redactedConfig is the effective config with plugin secrets replaced.
-func redactedConfig(c *conf.Config) conf.Config {
-	out := *c
-	out.Plugins = make([]conf.Plugin, len(c.Plugins))
-	for i, p := range c.Plugins {
-		cp := p
-		cp.Config = redactMap(p.Config)
-		out.Plugins[i] = cp
-	}
-	return out
-}
-
-func redactMap(m map[string]any) map[string]any {
-	if m == nil {
-		return nil
-	}
-	out := make(map[string]any, len(m))
-	for k, v := range m {
-		switch vv := v.(type) {
-		case map[string]any:
-			out[k] = redactMap(vv)
-			continue
-		}
-		if secretKey.MatchString(k) && !strings.HasSuffix(k, "_env") && !strings.HasSuffix(k, "_file") {
-			out[k] = "REDACTED"
-			continue
-		}
-		out[k] = v
-	}
-	return out
 }

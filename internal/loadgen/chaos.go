@@ -102,6 +102,9 @@ func act(ctx context.Context, c *Config) error {
 		if err != nil {
 			return fmt.Errorf("drain request: %w", err)
 		}
+		// The wsgate admin API takes a state change only with this header
+		// (or a JSON body), which a page on another site cannot send.
+		req.Header.Set("X-Wsgate-Admin", "1")
 		resp, err := http.DefaultClient.Do(req)
 		if err != nil {
 			return fmt.Errorf("drain request: %w", err)

@@ -257,7 +257,7 @@ func (g *Gateway) Metrics() ([]byte, error) { return httpGet("http://" + g.Admin
 
 // Post sends an empty POST to path on the admin listener and expects 200.
 func (g *Gateway) Post(path string) error {
-	resp, err := httpClient.Post("http://"+g.Admin+path, "text/plain", nil)
+	resp, err := httpClient.Post("http://"+g.Admin+path, "application/json", nil) // the admin API refuses other content types
 	if err != nil {
 		return fmt.Errorf("post %s: %w", path, err)
 	}
