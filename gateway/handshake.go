@@ -61,14 +61,8 @@ func (s *Server) serveUpgrade(ctx *fasthttp.RequestCtx, g *generation, rt *route
 		s.reject(ctx, fasthttp.StatusForbidden, "origin", "origin not allowed")
 		return
 	}
-	slot, status := s.limits.admit(ctx.RemoteIP())
-	if slot == nil {
-		s.retryLater(ctx, status, "limited", "connection limit reached")
-		return
-	}
 	authz, ok := s.authorize(ctx, g, rt)
 	if !ok {
-		slot.release()
 		return
 	}
 	req := s.upstreamRequest(ctx, authz.Headers)
@@ -84,7 +78,6 @@ func (s *Server) serveUpgrade(ctx *fasthttp.RequestCtx, g *generation, rt *route
 			if try > 0 {
 				break // nodes were tried and failed: 502 below
 			}
-			slot.release()
 			s.overflow(ctx, g, rt, accept)
 			return
 		}
@@ -100,17 +93,15 @@ func (s *Server) serveUpgrade(ctx *fasthttp.RequestCtx, g *generation, rt *route
 			// The node answered without upgrading (a 4xx of the app's
 			// own): the client gets that answer as is.
 			lease.Release()
-			slot.release()
 			answer.CopyTo(&ctx.Response)
 			fasthttp.ReleaseResponse(answer)
 			s.metrics.handshake("upstream_refused", ctx.Time())
 			return
 		}
 		p.health.ReportSuccess(lease.Node().Addr())
-		s.handOff(ctx, g, up, &hold{lease: lease, slot: slot, expires: authz.Expires, subject: authz.Subject, key: authz.CredentialID}, rt)
+		s.handOff(ctx, g, up, &hold{lease: lease, expires: authz.Expires, subject: authz.Subject, key: authz.CredentialID}, rt)
 		return
 	}
-	slot.release()
 	s.reject(ctx, fasthttp.StatusBadGateway, "upstream_error", "no node completed the websocket handshake")
 }
 
@@ -204,20 +195,19 @@ func clientResponse(h *fasthttp.ResponseHeader) []byte {
 	return append(b, "\r\n"...)
 }
 
-// hold is what a tunnel keeps for its life: the node slot and the gateway's
-// connection slot. Release frees both, once.
+// hold is what a tunnel keeps for its life: the node slot. (The gateway's
+// connection slot belongs to the client socket and is freed when it
+// closes.) Release frees it, once.
 type hold struct {
 	lease   *balancer.Lease
-	slot    *slot
 	expires time.Time // the credential's expiry, from the auth chain
 	subject string    // the credential's subject, for revocations
 	key     string    // the credential's id, for revocations by key
 }
 
-// Release frees the node's and the gateway's slot; it is idempotent.
+// Release frees the node's slot; it is idempotent.
 func (h *hold) Release() {
 	h.lease.Release()
-	h.slot.release()
 }
 
 // handOff hijacks the client connection and starts the tunnel. If fasthttp

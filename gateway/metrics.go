@@ -33,6 +33,8 @@ type metrics struct {
 	pluginSeconds    *prometheus.HistogramVec
 	revocations      prometheus.Counter
 	expiries         prometheus.Counter
+	acceptErrors     *prometheus.CounterVec
+	refused          *prometheus.CounterVec
 }
 
 func newMetrics(s *Server) *metrics {
@@ -94,6 +96,23 @@ func newMetrics(s *Server) *metrics {
 		Name: "wsgate_expired_tunnels_total",
 		Help: "Tunnels closed with 1008 because their credential expired.",
 	})
+	m.acceptErrors = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "wsgate_accept_errors_total",
+		Help: "Accept errors a listener paused on and outlived, by errno: EMFILE, ENFILE (out of descriptors), ENOBUFS, ENOMEM.",
+	}, []string{"errno"})
+	m.refused = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "wsgate_connections_refused_total",
+		Help: "Client connections refused at accept, by limit: max_conns_per_ip (429), max_conns (503).",
+	}, []string{"limit"})
+	m.reg.MustRegister(m.acceptErrors, m.refused,
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "wsgate_client_connections",
+			Help: "Open client connections, counted from accept: handshakes in flight, HTTP keep-alive connections and tunnels.",
+		}, func() float64 { return float64(s.limits.open()) }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "wsgate_client_connections_limit",
+			Help: "max_conns in force: the configured value, held to what the open-file limit carries.",
+		}, func() float64 { _, eff, _ := s.limits.limits(); return float64(eff) }))
 	m.generation.Set(1)
 	m.reg.MustRegister(m.pluginCalls, m.pluginSeconds, m.revocations, m.expiries,
 		m.reloads, m.generation, m.handshakes, m.handshakeSeconds, m.closes, m.drains,
