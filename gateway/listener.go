@@ -58,11 +58,7 @@ type limitListener struct {
 	closeOnce sync.Once
 	closed    chan struct{}
 
-	// Owned by the accepting goroutine.
-	failing  time.Time // when the current run of accept errors began
-	errs     int       // accept errors in the current run
-	unlogged int       // accept errors not yet in a log line
-	loggedAt time.Time
+	errLog acceptLog
 }
 
 func newLimitListener(ln net.Listener, limits *limiter, m *metrics, log *slog.Logger, retryAfter func() int) *limitListener {
@@ -74,6 +70,7 @@ func newLimitListener(ln net.Listener, limits *limiter, m *metrics, log *slog.Lo
 		retryAfter: retryAfter,
 		linger:     make(chan struct{}, refuseLingerMax),
 		closed:     make(chan struct{}),
+		errLog:     acceptLog{log: log, addr: ln.Addr().String()},
 	}
 }
 
@@ -88,7 +85,8 @@ func (l *limitListener) Accept() (net.Conn, error) {
 				return nil, err
 			}
 			pause = min(max(2*pause, acceptBackoffMin), acceptBackoffMax)
-			l.acceptFailed(errno, err, pause)
+			l.metrics.acceptErrors.WithLabelValues(errno).Inc()
+			l.errLog.failed(err, pause)
 			t := time.NewTimer(pause)
 			select {
 			case <-t.C:
@@ -98,8 +96,8 @@ func (l *limitListener) Accept() (net.Conn, error) {
 			}
 			continue
 		}
-		if l.errs > 0 {
-			l.acceptResumed()
+		if pause > 0 {
+			l.errLog.resumed()
 		}
 		pause = 0
 		if l.limits == nil {
@@ -141,30 +139,74 @@ func transientAcceptError(err error) (string, bool) {
 	return "", false
 }
 
-// acceptFailed counts one transient accept error and logs the run of them
-// at most once per acceptLogEvery.
-func (l *limitListener) acceptFailed(errno string, err error, pause time.Duration) {
-	now := time.Now()
-	if l.errs == 0 {
-		l.failing = now
-	}
-	l.errs++
-	l.unlogged++
-	l.metrics.acceptErrors.WithLabelValues(errno).Inc()
-	if now.Sub(l.loggedAt) < acceptLogEvery {
-		return
-	}
-	l.log.Error("accept failed; pausing, then accepting again",
-		"addr", l.Addr().String(), "err", err, "errors", l.unlogged, "pause", pause)
-	l.unlogged = 0
-	l.loggedAt = now
+// acceptLog writes one listener's log lines about accept errors: at most
+// one line per acceptLogEvery, each with the number of errors since the
+// line before, and a last line once the listener accepts again. It is safe
+// for concurrent use (a timer writes a deferred last line).
+type acceptLog struct {
+	log  *slog.Logger
+	addr string
+
+	mu      sync.Mutex
+	errs    int       // errors not yet in a line
+	pending bool      // errors since the last "accepting again"
+	since   time.Time // the first of them
+	failing bool      // the last accept failed
+	last    time.Time // when the last line was written
+	timer   *time.Timer
 }
 
-// acceptResumed logs the end of a run of accept errors.
-func (l *limitListener) acceptResumed() {
-	l.log.Warn("accepting again", "addr", l.Addr().String(),
-		"errors", l.errs, "unlogged", l.unlogged, "after", time.Since(l.failing).Round(time.Millisecond))
-	l.errs, l.unlogged = 0, 0
+// failed notes one accept error; the accept loop pauses for pause next.
+func (a *acceptLog) failed(err error, pause time.Duration) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	now := time.Now()
+	if !a.pending {
+		a.pending, a.since = true, now
+	}
+	a.failing = true
+	a.errs++
+	if now.Sub(a.last) < acceptLogEvery {
+		return
+	}
+	a.log.Error("accept failed; pausing before the next accept",
+		"addr", a.addr, "err", err, "errors", a.errs, "pause", pause)
+	a.errs, a.last = 0, now
+}
+
+// resumed notes an accept that succeeded after errors. The line saying so
+// is written now, or once acceptLogEvery has passed since the last line
+// if the listener has not failed again by then.
+func (a *acceptLog) resumed() {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.failing = false
+	if a.timer != nil {
+		return
+	}
+	if wait := acceptLogEvery - time.Since(a.last); wait > 0 {
+		a.timer = time.AfterFunc(wait, a.flush)
+		return
+	}
+	a.writeResumed()
+}
+
+func (a *acceptLog) flush() {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.timer = nil
+	if !a.failing { // failing again: its next line carries the count
+		a.writeResumed()
+	}
+}
+
+func (a *acceptLog) writeResumed() {
+	if !a.pending {
+		return
+	}
+	now := time.Now()
+	a.log.Warn("accepting again", "addr", a.addr, "errors", a.errs, "after", now.Sub(a.since).Round(time.Millisecond))
+	a.errs, a.pending, a.last = 0, false, now
 }
 
 // refuse answers a connection over a limit and closes it: 429 over
