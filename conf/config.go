@@ -42,11 +42,12 @@ type Gateway struct {
 	// gateway processes can share one port and the kernel spreads new
 	// connections over them (default false).
 	ReusePort bool `toml:"reuse_port" json:"reuse_port"`
-	// MaxConns caps open client connections across the gateway (default
-	// 1_000_000 connections; >= 1).
+	// MaxConns caps open client connections across the gateway, counted
+	// from accept (default 1_000_000 connections; >= 1). The gateway holds
+	// it to what its open-file limit carries, two descriptors a connection.
 	MaxConns int `toml:"max_conns" json:"max_conns"`
-	// MaxConnsPerIP caps open connections from one client IP (default 0,
-	// meaning unlimited; >= 0).
+	// MaxConnsPerIP caps open connections from one client IP, counted from
+	// accept whatever their state (default 0, meaning unlimited; >= 0).
 	MaxConnsPerIP int `toml:"max_conns_per_ip" json:"max_conns_per_ip"`
 	// HandshakeTimeout bounds reading the client's upgrade request and
 	// completing the handshake (default 10s; > 0).

@@ -37,32 +37,18 @@ func (s *Server) handle(ctx *fasthttp.RequestCtx) {
 		s.reject(ctx, fasthttp.StatusForbidden, "origin", "origin not allowed")
 		return
 	}
-	slot, ok := s.admitConn(ctx)
-	if !ok {
-		return
-	}
+	// Limits (max_conns, max_conns_per_ip) were applied when the
+	// connection was accepted (listener.go): its slot is held by the socket
+	// from accept to close, whatever the request does.
 	authz, ok := s.authorize(ctx, g, rt)
 	if !ok {
-		slot.release()
 		return
 	}
 	if upgrade {
-		s.serveUpgrade(ctx, g, rt, slot, authz)
+		s.serveUpgrade(ctx, g, rt, authz)
 		return
 	}
-	s.serveHTTP(ctx, rt, slot, authz.Headers)
-}
-
-// admitConn is the limits step of admission: a connection slot under
-// max_conns and max_conns_per_ip for the request's life (the tunnel's, for
-// a handshake), or a 503/429 answer and false.
-func (s *Server) admitConn(ctx *fasthttp.RequestCtx) (*slot, bool) {
-	sl, status := s.limits.admit(ctx.RemoteIP())
-	if sl == nil {
-		s.retryLater(ctx, status, "limited", "connection limit reached")
-		return nil, false
-	}
-	return sl, true
+	s.serveHTTP(ctx, rt, authz.Headers)
 }
 
 // reqShape is what admission reads off the request's headers. Peek is not
@@ -283,11 +269,9 @@ func prepareForward(ctx *fasthttp.RequestCtx, rt *route, set map[string]string) 
 }
 
 // serveHTTP proxies an admitted plain HTTP request to a node of the route's
-// pool, so a relay's /info or an app's REST API works through the gateway,
-// and releases the request's slot when done. Idempotent requests move to
-// the next node when one cannot be reached.
-func (s *Server) serveHTTP(ctx *fasthttp.RequestCtx, rt *route, sl *slot, set map[string]string) {
-	defer sl.release()
+// pool, so a relay's /info or an app's REST API works through the gateway.
+// Idempotent requests move to the next node when one cannot be reached.
+func (s *Server) serveHTTP(ctx *fasthttp.RequestCtx, rt *route, set map[string]string) {
 	prepareForward(ctx, rt, set)
 	p := rt.pool
 	req := &ctx.Request

@@ -36,8 +36,8 @@ var errUpstream = errors.New("upstream handshake failed")
 
 // serveUpgrade carries one admitted WebSocket handshake (see handle): a
 // node from the route's pool, its 101 relayed to the client, and the
-// tunnel, which keeps slot until it ends.
-func (s *Server) serveUpgrade(ctx *fasthttp.RequestCtx, g *generation, rt *route, slot *slot, authz pluginhost.Result) {
+// tunnel.
+func (s *Server) serveUpgrade(ctx *fasthttp.RequestCtx, g *generation, rt *route, authz pluginhost.Result) {
 	key := ctx.Request.Header.Peek("Sec-WebSocket-Key")
 	req := s.upstreamRequest(ctx, rt, authz.Headers)
 	accept := acceptKey(key)
@@ -52,7 +52,7 @@ func (s *Server) serveUpgrade(ctx *fasthttp.RequestCtx, g *generation, rt *route
 			if try > 0 {
 				break // nodes were tried and failed: 502 below
 			}
-			s.overflow(ctx, g, rt, slot, accept)
+			s.overflow(ctx, g, rt, accept)
 			return
 		}
 		up, answer, err := s.dialNode(p, lease.Node(), req, accept)
@@ -67,17 +67,15 @@ func (s *Server) serveUpgrade(ctx *fasthttp.RequestCtx, g *generation, rt *route
 			// The node answered without upgrading (a 4xx of the app's
 			// own): the client gets that answer as is.
 			lease.Release()
-			slot.release()
 			answer.CopyTo(&ctx.Response)
 			fasthttp.ReleaseResponse(answer)
 			s.metrics.handshake("upstream_refused", ctx.Time())
 			return
 		}
 		p.health.ReportSuccess(lease.Node().Addr())
-		s.handOff(ctx, g, up, &hold{lease: lease, slot: slot, expires: authz.Expires, subject: authz.Subject, key: authz.CredentialID}, rt)
+		s.handOff(ctx, g, up, &hold{lease: lease, expires: authz.Expires, subject: authz.Subject, key: authz.CredentialID}, rt)
 		return
 	}
-	slot.release()
 	s.reject(ctx, fasthttp.StatusBadGateway, "upstream_error", "no node completed the websocket handshake")
 }
 
@@ -171,20 +169,19 @@ func clientResponse(h *fasthttp.ResponseHeader) []byte {
 	return append(b, "\r\n"...)
 }
 
-// hold is what a tunnel keeps for its life: the node slot and the gateway's
-// connection slot. Release frees both, once.
+// hold is what a tunnel keeps for its life: the node slot. (The gateway's
+// connection slot belongs to the client socket and is freed when it
+// closes.) Release frees it, once.
 type hold struct {
 	lease   *balancer.Lease
-	slot    *slot
 	expires time.Time // the credential's expiry, from the auth chain
 	subject string    // the credential's subject, for revocations
 	key     string    // the credential's id, for revocations by key
 }
 
-// Release frees the node's and the gateway's slot; it is idempotent.
+// Release frees the node's slot; it is idempotent.
 func (h *hold) Release() {
 	h.lease.Release()
-	h.slot.release()
 }
 
 // handOff hijacks the client connection and starts the tunnel. If fasthttp
@@ -284,34 +281,19 @@ func detach(c net.Conn) (net.Conn, []byte) {
 }
 
 // overflow answers a handshake when no node has room, as the route says:
-// 503 with Retry-After, or an accepted upgrade closed at once with 1013. It
-// releases sl once the client connection is answered and closed; a 1013
-// connection keeps it while it lingers, so lingering sockets count against
-// max_conns and max_conns_per_ip.
-func (s *Server) overflow(ctx *fasthttp.RequestCtx, g *generation, rt *route, sl *slot, accept string) {
+// 503 with Retry-After, or an accepted upgrade closed at once with 1013. A
+// 1013 connection lingers at most handshake_timeout, and keeps its
+// connection slot (taken at accept) until it is closed, so lingering sockets
+// count against max_conns and max_conns_per_ip.
+func (s *Server) overflow(ctx *fasthttp.RequestCtx, g *generation, rt *route, accept string) {
 	if rt.overflow != "close-1013" {
-		sl.release()
 		s.retryLater(ctx, fasthttp.StatusServiceUnavailable, "no_capacity", "no node with capacity")
 		return
 	}
 	s.metrics.handshake("no_capacity", ctx.Time())
 	timeout := g.handshakeTimeout
-	// As in handOff: should fasthttp never call the hijack handler, the
-	// timer frees the slot, so it is released exactly once either way.
-	var claimed atomic.Bool
-	timer := time.AfterFunc(timeout, func() {
-		if claimed.CompareAndSwap(false, true) {
-			sl.release()
-		}
-	})
 	ctx.HijackSetNoResponse(true)
 	ctx.Hijack(func(c net.Conn) {
-		if !claimed.CompareAndSwap(false, true) {
-			_ = c.Close()
-			return
-		}
-		timer.Stop()
-		defer sl.release()
 		defer c.Close()
 		b := make([]byte, 0, 160)
 		b = append(b, "HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Accept: "...)

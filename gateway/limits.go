@@ -1,80 +1,117 @@
 package gateway
 
 import (
-	"net"
+	"net/netip"
 	"sync"
 	"sync/atomic"
 
 	"github.com/valyala/fasthttp"
 )
 
-// limiter caps open client connections (tunnels and handshakes in flight)
-// gateway-wide and per client IP.
+// limiter caps open client connections gateway-wide and per client IP. A
+// connection takes its slot when it is accepted, before a byte of its
+// request is read, and gives it back when its socket closes: handshakes in
+// flight, keep-alive HTTP connections and tunnels all count. It is safe for
+// concurrent use.
 type limiter struct {
-	max   atomic.Int64
-	perIP atomic.Int64 // 0 = unlimited
+	ceiling int64 // what the open-file limit carries; 0 = no ceiling
 
-	total atomic.Int64
 	mu    sync.Mutex
-	byIP  map[string]int
+	max   int64 // effective: min(configured, ceiling)
+	conf  int64 // configured max_conns
+	perIP int64 // 0 = unlimited
+	byIP  map[netip.Addr]int64
+
+	total atomic.Int64 // open slots; read without the lock
 }
 
-func newLimiter(maxConns, perIP int) *limiter {
-	l := &limiter{byIP: make(map[string]int)}
+// newLimiter returns a limiter for maxConns and perIP, with maxConns never
+// above ceiling (0 = no ceiling).
+func newLimiter(maxConns, perIP, ceiling int) *limiter {
+	l := &limiter{ceiling: int64(ceiling), byIP: make(map[netip.Addr]int64)}
 	l.set(maxConns, perIP)
 	return l
 }
 
 // set changes the limits for the next admissions; open connections stay.
+// maxConns is held to the ceiling.
 func (l *limiter) set(maxConns, perIP int) {
-	l.max.Store(int64(maxConns))
-	l.perIP.Store(int64(perIP))
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.conf = int64(maxConns)
+	l.max = l.conf
+	if l.ceiling > 0 && l.max > l.ceiling {
+		l.max = l.ceiling
+	}
+	l.perIP = int64(perIP)
+}
+
+// limits returns the configured and effective max_conns and max_conns_per_ip.
+func (l *limiter) limits() (configured, effective, perIP int64) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.conf, l.max, l.perIP
 }
 
 // slot is one admitted connection; release frees it once.
 type slot struct {
 	l        *limiter
-	ip       string
-	counted  bool // counted in byIP
+	ip       netip.Addr
 	released atomic.Bool
 }
 
 // admit takes a slot for a connection from ip, or returns nil and the status
 // to answer: 503 when the gateway is full, 429 when the IP is.
-func (l *limiter) admit(ip net.IP) (*slot, int) {
-	if l.total.Add(1) > l.max.Load() {
-		l.total.Add(-1)
+func (l *limiter) admit(ip netip.Addr) (*slot, int) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.total.Load() >= l.max {
 		return nil, fasthttp.StatusServiceUnavailable
 	}
-	s := &slot{l: l}
-	if perIP := int(l.perIP.Load()); perIP > 0 {
-		s.ip, s.counted = string(ip), true
-		l.mu.Lock()
-		if l.byIP[s.ip] >= perIP {
-			l.mu.Unlock()
-			l.total.Add(-1)
-			return nil, fasthttp.StatusTooManyRequests
-		}
-		l.byIP[s.ip]++
-		l.mu.Unlock()
+	n := l.byIP[ip]
+	if l.perIP > 0 && n >= l.perIP {
+		return nil, fasthttp.StatusTooManyRequests
 	}
-	return s, 0
+	l.byIP[ip] = n + 1
+	l.total.Add(1)
+	return &slot{l: l, ip: ip}, 0
 }
 
+// release frees the slot; calls after the first do nothing.
 func (s *slot) release() {
 	if s.released.Swap(true) {
 		return
 	}
 	l := s.l
-	if s.counted {
-		l.mu.Lock()
-		if l.byIP[s.ip]--; l.byIP[s.ip] <= 0 {
-			delete(l.byIP, s.ip)
-		}
-		l.mu.Unlock()
+	l.mu.Lock()
+	if n := l.byIP[s.ip] - 1; n > 0 {
+		l.byIP[s.ip] = n
+	} else {
+		delete(l.byIP, s.ip)
 	}
 	l.total.Add(-1)
+	l.mu.Unlock()
 }
 
 // open is the number of admitted connections.
 func (l *limiter) open() int64 { return l.total.Load() }
+
+// fromIP is the number of admitted connections from ip.
+func (l *limiter) fromIP(ip netip.Addr) int64 {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.byIP[ip]
+}
+
+// concurrency is fasthttp's Concurrency for the client listeners: every
+// connection it serves holds a slot, so the highest max_conns any reload can
+// set (the ceiling) bounds it; the margin covers a worker still finishing a
+// connection whose slot was already freed. fasthttp never refuses one then.
+func (l *limiter) concurrency() int {
+	const margin = 1024
+	if l.ceiling > 0 {
+		return int(l.ceiling) + margin
+	}
+	_, eff, _ := l.limits()
+	return int(min(eff, 1<<30)) + margin
+}

@@ -71,8 +71,9 @@ overflow = "close-1013"
 // UnsafeConn method. Should fasthttp drop it, detach would hand every
 // tunnel fasthttp's wrapper (and its buffers) without a word; this test
 // fails then. It runs the gateway's own fasthttp server, with a handler
-// that hijacks and detaches, and checks detach returns the *net.TCPConn
-// with the bytes the client sent right behind its request.
+// that hijacks and detaches, and checks detach returns the socket the
+// listener accepted (a *countedConn around the *net.TCPConn) with the
+// bytes the client sent right behind its request.
 func TestDetachUnwrapsHijackedConn(t *testing.T) {
 	cfg, err := conf.Parse("detach.toml", []byte(fmt.Sprintf(oneNode, "127.0.0.1:0", "127.0.0.1:1")))
 	if err != nil {
@@ -121,8 +122,10 @@ func TestDetachUnwrapsHijackedConn(t *testing.T) {
 	select {
 	case r := <-got:
 		defer r.raw.Close()
-		if _, ok := r.raw.(*net.TCPConn); !ok {
-			t.Fatalf("detach returned %T, want the raw *net.TCPConn: fasthttp's hijacked connection no longer exposes UnsafeConn", r.raw)
+		// The listener's counted socket is what fasthttp wraps: detach
+		// must hand that back, not fasthttp's wrapper.
+		if _, ok := r.raw.(*countedConn); !ok {
+			t.Fatalf("detach returned %T, want the listener's *countedConn: fasthttp's hijacked connection no longer exposes UnsafeConn", r.raw)
 		}
 		if string(r.rest) != "tail!" {
 			t.Fatalf("bytes behind the request = %q, want %q", r.rest, "tail!")

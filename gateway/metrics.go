@@ -33,6 +33,8 @@ type metrics struct {
 	pluginSeconds    *prometheus.HistogramVec
 	revocations      prometheus.Counter
 	expiries         prometheus.Counter
+	acceptErrors     *prometheus.CounterVec
+	refused          *prometheus.CounterVec
 }
 
 func newMetrics(s *Server) *metrics {
@@ -40,7 +42,7 @@ func newMetrics(s *Server) *metrics {
 		reg: prometheus.NewRegistry(),
 		handshakes: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "wsgate_handshakes_total",
-			Help: "WebSocket handshakes by result: ok, bad_request, origin, limited, auth_denied, auth_unavailable, no_capacity, upstream_error, upstream_refused, client_gone, no_route.",
+			Help: "WebSocket handshakes by result: ok, bad_request, origin, auth_denied, auth_unavailable, no_capacity, upstream_error, upstream_refused, client_gone, no_route.",
 		}, []string{"result"}),
 		handshakeSeconds: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name:    "wsgate_handshake_duration_seconds",
@@ -94,6 +96,23 @@ func newMetrics(s *Server) *metrics {
 		Name: "wsgate_expired_tunnels_total",
 		Help: "Tunnels closed with 1008 because their credential expired.",
 	})
+	m.acceptErrors = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "wsgate_accept_errors_total",
+		Help: "Accept errors a listener paused on and outlived, by errno: EMFILE, ENFILE (out of descriptors), ENOBUFS, ENOMEM.",
+	}, []string{"errno"})
+	m.refused = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "wsgate_connections_refused_total",
+		Help: "Client connections refused at accept, by limit: max_conns_per_ip (429), max_conns (503).",
+	}, []string{"limit"})
+	m.reg.MustRegister(m.acceptErrors, m.refused,
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "wsgate_client_connections",
+			Help: "Open client connections, counted from accept: handshakes in flight, HTTP keep-alive connections and tunnels.",
+		}, func() float64 { return float64(s.limits.open()) }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "wsgate_client_connections_limit",
+			Help: "max_conns in force: the configured value, held to what the open-file limit carries.",
+		}, func() float64 { _, eff, _ := s.limits.limits(); return float64(eff) }))
 	m.generation.Set(1)
 	m.reg.MustRegister(m.pluginCalls, m.pluginSeconds, m.revocations, m.expiries,
 		m.reloads, m.generation, m.handshakes, m.handshakeSeconds, m.closes, m.drains,
@@ -181,7 +200,7 @@ func (o pluginObserver) Observe(plugin string, out pluginhost.Outcome, cached bo
 }
 
 // handshakeResults are the values of the result label.
-var handshakeResults = []string{"ok", "bad_request", "origin", "limited", "auth_denied", "auth_unavailable", "no_capacity", "upstream_error", "upstream_refused", "client_gone", "no_route"}
+var handshakeResults = []string{"ok", "bad_request", "origin", "auth_denied", "auth_unavailable", "no_capacity", "upstream_error", "upstream_refused", "client_gone", "no_route"}
 
 // handshakeCounts reads the handshake counters for the admin API.
 func (m *metrics) handshakeCounts() map[string]uint64 {

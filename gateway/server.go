@@ -19,6 +19,7 @@ import (
 	"github.com/valyala/fasthttp"
 	"github.com/wsgate/wsgate/conf"
 	"github.com/wsgate/wsgate/gateway/internal/pluginhost"
+	"github.com/wsgate/wsgate/internal/rlimit"
 	"golang.org/x/sys/unix"
 )
 
@@ -63,6 +64,8 @@ type Server struct {
 	serving   sync.WaitGroup
 	draining  atomic.Bool
 	ready     atomic.Bool
+	broken    atomic.Bool // an accept loop stopped outside Shutdown
+	failed    chan error  // the first such stop; see Failed
 }
 
 // ListenFunc opens a listener for a configured address; a restart passes
@@ -73,8 +76,9 @@ type ListenFunc func(addr string) (net.Listener, error)
 func New(cfg *conf.Config, log *slog.Logger) (*Server, error) {
 	s := &Server{
 		log:    log,
-		limits: newLimiter(cfg.Gateway.MaxConns, cfg.Gateway.MaxConnsPerIP),
+		limits: newLimiter(cfg.Gateway.MaxConns, cfg.Gateway.MaxConnsPerIP, fileCeiling(log)),
 		listen: func(addr string) (net.Listener, error) { return net.Listen("tcp", addr) },
+		failed: make(chan error, 1),
 	}
 	g, _, err := s.build(cfg, nil)
 	if err != nil {
@@ -94,7 +98,7 @@ func New(cfg *conf.Config, log *slog.Logger) (*Server, error) {
 		WriteTimeout:         30 * time.Second,
 		IdleTimeout:          60 * time.Second,
 		ReadBufferSize:       readBufferSize,
-		Concurrency:          cfg.Gateway.MaxConns + 1024,
+		Concurrency:          s.limits.concurrency(),
 		KeepHijackedConns:    true,
 		NoDefaultContentType: true,
 		CloseOnShutdown:      true,
@@ -107,6 +111,29 @@ func New(cfg *conf.Config, log *slog.Logger) (*Server, error) {
 		Logger:      fasthttpLogger{log},
 	}
 	return s, nil
+}
+
+// fileCeiling is how many client connections the open-file limit in force
+// carries (see rlimit.MaxConns); 0 when the limit cannot be read.
+func fileCeiling(log *slog.Logger) int {
+	soft, _, err := rlimit.NoFile()
+	if err != nil {
+		log.Warn("max_conns not held to the open-file limit", "err", err)
+		return 0
+	}
+	return rlimit.MaxConns(soft)
+}
+
+// logLimits says which connection limits apply, and warns when the
+// open-file limit holds max_conns below its configured value.
+func (s *Server) logLimits() {
+	conf, eff, perIP := s.limits.limits()
+	attrs := []any{"max_conns", eff, "configured", conf, "max_conns_per_ip", perIP, "file_ceiling", s.limits.ceiling}
+	if eff < conf {
+		s.log.Warn("max_conns held to what the open-file limit carries (two descriptors a connection, less a reserve)", attrs...)
+		return
+	}
+	s.log.Info("connection limits", attrs...)
 }
 
 // current is the generation in force.
@@ -169,27 +196,60 @@ func (s *Server) Start() error {
 			return fmt.Errorf("admin listen on %s: %w", a, err)
 		}
 		s.adminLn = ln
-		s.serve(s.admin, ln)
+		s.serve(s.admin, newLimitListener(ln, nil, s.metrics, s.log, s.retryAfter))
 	}
 	for _, p := range g.pools {
 		p.startHealth(probeObserver{m: s.metrics, pool: p.name})
 	}
 	for _, ln := range s.listeners {
-		s.serve(s.http, ln)
+		s.serve(s.http, newLimitListener(ln, s.limits, s.metrics, s.log, s.retryAfter))
 	}
+	s.logLimits()
 	s.ready.Store(true)
+	if s.broken.Load() { // an accept loop stopped before the line above
+		s.ready.Store(false)
+	}
 	return nil
 }
 
+// retryAfter is the Retry-After of the generation in force, in seconds.
+func (s *Server) retryAfter() int { return s.current().retryAfter }
+
+// serve runs srv's accept loop on ln. Outside Shutdown the loop never ends
+// (transient accept errors are outlived by the listener); if it does, the
+// gateway is broken: see fail.
 func (s *Server) serve(srv *fasthttp.Server, ln net.Listener) {
 	s.serving.Add(1)
 	go func() {
 		defer s.serving.Done()
-		if err := srv.Serve(ln); err != nil && !errors.Is(err, net.ErrClosed) {
-			s.log.Error("serve", "addr", ln.Addr().String(), "err", err)
+		err := srv.Serve(ln)
+		if s.draining.Load() {
+			return
 		}
+		if err == nil {
+			err = net.ErrClosed
+		}
+		s.fail(fmt.Errorf("accept loop on %s stopped: %w", ln.Addr(), err))
 	}()
 }
+
+// fail marks the gateway broken: /readyz answers 503 from now on, and
+// Failed delivers err (the first one) to whoever supervises the process.
+func (s *Server) fail(err error) {
+	s.broken.Store(true)
+	s.ready.Store(false)
+	s.log.Error("gateway broken: a listener no longer accepts; not ready, exit and restart", "err", err)
+	select {
+	case s.failed <- err:
+	default:
+	}
+}
+
+// Failed delivers the error that stopped a listener's accept loop outside
+// Shutdown. The gateway then accepts nothing on that listener and reports
+// not ready; the process should shut down and exit non-zero so its
+// supervisor restarts it. Out-of-descriptor errors never stop a loop.
+func (s *Server) Failed() <-chan error { return s.failed }
 
 func (s *Server) closeListeners() {
 	for _, ln := range s.listeners {

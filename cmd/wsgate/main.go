@@ -124,7 +124,16 @@ func serve(cfg *conf.Config, o serveOptions, log *slog.Logger) error {
 			log.Warn("config file not watched", "err", err)
 		}
 	}
-	for sig := range sigs {
+	var failed error // a listener stopped accepting: drain, then exit 1
+wait:
+	for {
+		var sig os.Signal
+		select {
+		case failed = <-srv.Failed():
+			log.Error("draining: the gateway no longer accepts", "err", failed)
+			break wait
+		case sig = <-sigs:
+		}
 		switch sig {
 		case syscall.SIGHUP:
 			_ = srv.Reload() // logged, counted and shown by the server
@@ -139,6 +148,9 @@ func serve(cfg *conf.Config, o serveOptions, log *slog.Logger) error {
 	}
 	if err := srv.Shutdown(context.Background()); err != nil {
 		return err
+	}
+	if failed != nil {
+		return failed
 	}
 	log.Info("wsgate stopped")
 	return nil
@@ -170,14 +182,14 @@ func removeOwnPidfile(path string) {
 	}
 }
 
-// logLimits raises the open-file limit and says what limits apply: each
-// tunnel holds two descriptors, so the file limit caps tunnels at about half.
+// logLimits raises the open-file limit and says what it is; the gateway
+// holds max_conns to what it carries and logs the connection limits.
 func logLimits(log *slog.Logger) {
 	soft, hard, err := rlimit.RaiseNoFile()
 	if err != nil {
 		log.Warn("open-file limit not raised", "err", err)
 	}
-	log.Info("open-file limit", "soft", soft, "hard", hard, "max_tunnels", (soft-64)/2)
+	log.Info("open-file limit", "soft", soft, "hard", hard, "reserve", rlimit.Reserve(soft), "max_conns_ceiling", rlimit.MaxConns(soft))
 }
 
 func newLogger(w io.Writer, level string) (*slog.Logger, error) {

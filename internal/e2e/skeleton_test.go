@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"net/http"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -54,7 +55,18 @@ func startRelays(t *testing.T, st *stack, n int, redisURL string) {
 // from "/", with extra (more pools and routes) before them.
 func startGateway(t *testing.T, st *stack, poolExtra, extra string) {
 	t.Helper()
-	st.gwAddr, st.adminAddr = testproc.FreeAddr(t), testproc.FreeAddr(t)
+	startGatewayCmd(t, st, poolExtra, extra, nil)
+}
+
+// startGatewayCmd is startGateway with prep, when not nil, adjusting the
+// command before it starts (a wrapper program, inherited sockets). A
+// st.gwAddr already set is the client listener's address.
+func startGatewayCmd(t *testing.T, st *stack, poolExtra, extra string, prep func(*exec.Cmd)) {
+	t.Helper()
+	if st.gwAddr == "" {
+		st.gwAddr = testproc.FreeAddr(t)
+	}
+	st.adminAddr = testproc.FreeAddr(t)
 	var nodes strings.Builder
 	for _, a := range st.relayAddr {
 		fmt.Fprintf(&nodes, "  [[pools.nodes]]\n  addr = %q\n", a)
@@ -80,7 +92,11 @@ pool = "relay"
 	if err := os.WriteFile(path, []byte(cfg), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	st.gw = testproc.Start(t, "wsgate", testproc.Build(t, "./cmd/wsgate"), "-config", path)
+	cmd := exec.Command(testproc.Build(t, "./cmd/wsgate"), "-config", path)
+	if prep != nil {
+		prep(cmd)
+	}
+	st.gw = testproc.StartCmd(t, "wsgate", cmd)
 	testproc.WaitHTTP(t, "http://"+st.adminAddr+"/readyz", http.StatusOK, 30*time.Second)
 }
 

@@ -24,3 +24,33 @@ func RaiseNoFile() (soft, hard uint64, err error) {
 	}
 	return lim.Cur, lim.Max, nil
 }
+
+// NoFile returns the RLIMIT_NOFILE limits in force.
+func NoFile() (soft, hard uint64, err error) {
+	var lim syscall.Rlimit
+	if err := syscall.Getrlimit(syscall.RLIMIT_NOFILE, &lim); err != nil {
+		return 0, 0, fmt.Errorf("read RLIMIT_NOFILE: %w", err)
+	}
+	return lim.Cur, lim.Max, nil
+}
+
+// Reserve is how many descriptors of an open-file limit of n are kept
+// apart from client connections: 128, for the process's own files, the
+// listeners, admin connections, health probes and auth plugin processes,
+// plus 1% of n for the probes and admin traffic of a large deployment.
+func Reserve(n uint64) uint64 { return 128 + n/100 }
+
+// MaxConns is how many client connections an open-file limit of n can
+// carry: each may hold two descriptors (the client's socket and the node's)
+// once it is a tunnel, so (n - Reserve(n)) / 2, and never less than 1.
+func MaxConns(n uint64) int {
+	const ceiling = 1 << 40 // an unlimited or absurd limit caps nothing
+	if n > ceiling {
+		n = ceiling
+	}
+	r := Reserve(n)
+	if n <= r+2 {
+		return 1
+	}
+	return int((n - r) / 2)
+}

@@ -99,7 +99,14 @@ type Proc struct {
 // test if still running.
 func Start(tb testing.TB, name, bin string, args ...string) *Proc {
 	tb.Helper()
-	p := &Proc{Name: name, cmd: exec.Command(bin, args...), done: make(chan struct{})}
+	return StartCmd(tb, name, exec.Command(bin, args...))
+}
+
+// StartCmd is Start for a command the caller prepared (its environment,
+// extra files, a wrapper program); its Stdout and Stderr are set here.
+func StartCmd(tb testing.TB, name string, cmd *exec.Cmd) *Proc {
+	tb.Helper()
+	p := &Proc{Name: name, cmd: cmd, done: make(chan struct{})}
 	f, err := os.CreateTemp(tb.TempDir(), name+"-*.log")
 	if err != nil {
 		tb.Fatal(err)

@@ -1,0 +1,349 @@
+package gateway
+
+import (
+	"errors"
+	"log/slog"
+	"net"
+	"net/netip"
+	"strconv"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/valyala/fasthttp"
+)
+
+// Accept-error backoff: a listener out of descriptors (or kernel memory)
+// pauses before its next accept, 5 ms doubling up to 250 ms, so it neither
+// spins nor waits long once descriptors are free again. The queue of
+// connections waiting to be accepted is kept by the kernel meanwhile.
+const (
+	acceptBackoffMin = 5 * time.Millisecond
+	acceptBackoffMax = 250 * time.Millisecond
+	// acceptLogEvery is the shortest interval between two log lines about
+	// accept errors on one listener; the lines carry a count.
+	acceptLogEvery = time.Second
+)
+
+// Refusing a connection over a limit: the answer is written with a short
+// deadline (it fits in a fresh socket's buffer, so it never waits in
+// practice). A 503 socket then lingers so the client reads the answer
+// rather than a reset: at most refuseLingerMax sockets at once, each for at
+// most refuseLingerTime. A 429 socket never lingers, so one address holds
+// no socket beyond max_conns_per_ip; nor does a 503 when the lingering
+// sockets are all taken.
+const (
+	refuseWriteTimeout = 100 * time.Millisecond
+	refuseLingerTime   = 500 * time.Millisecond
+	refuseLingerMax    = 64
+	refuseLingerBytes  = 64 << 10
+)
+
+// limitListener is a client or admin listener as the gateway serves it.
+// Accept never returns a transient resource error (EMFILE, ENFILE, ENOBUFS,
+// ENOMEM): it pauses and accepts again, counting and logging them. With a
+// limiter, each connection takes its slot at accept; one over a limit is
+// answered 429 or 503 at once and closed, and never reaches fasthttp.
+// Accept is called by one goroutine; Close may be called from any.
+type limitListener struct {
+	net.Listener
+	limits  *limiter // nil: no connection limits (the admin listener)
+	metrics *metrics
+	log     *slog.Logger
+	// retryAfter is the Retry-After of a refusal, in seconds.
+	retryAfter func() int
+	// linger holds a token per lingering refused socket.
+	linger chan struct{}
+
+	closeOnce sync.Once
+	closed    chan struct{}
+
+	errLog acceptLog
+}
+
+func newLimitListener(ln net.Listener, limits *limiter, m *metrics, log *slog.Logger, retryAfter func() int) *limitListener {
+	return &limitListener{
+		Listener:   ln,
+		limits:     limits,
+		metrics:    m,
+		log:        log,
+		retryAfter: retryAfter,
+		linger:     make(chan struct{}, refuseLingerMax),
+		closed:     make(chan struct{}),
+		errLog:     acceptLog{log: log, addr: ln.Addr().String()},
+	}
+}
+
+// Accept waits for the next connection within the limits.
+func (l *limitListener) Accept() (net.Conn, error) {
+	var pause time.Duration
+	for {
+		c, err := l.Listener.Accept()
+		if err != nil {
+			errno, ok := transientAcceptError(err)
+			if !ok {
+				return nil, err
+			}
+			pause = min(max(2*pause, acceptBackoffMin), acceptBackoffMax)
+			l.metrics.acceptErrors.WithLabelValues(errno).Inc()
+			l.errLog.failed(err, pause)
+			t := time.NewTimer(pause)
+			select {
+			case <-t.C:
+			case <-l.closed:
+				t.Stop()
+				return nil, net.ErrClosed
+			}
+			continue
+		}
+		if pause > 0 {
+			l.errLog.resumed()
+		}
+		pause = 0
+		if l.limits == nil {
+			return c, nil
+		}
+		s, status := l.limits.admit(remoteIP(c))
+		if s == nil {
+			l.refuse(c, status)
+			continue
+		}
+		return newCountedConn(c, s), nil
+	}
+}
+
+// Close stops Accept, also while it pauses, and closes the listener.
+func (l *limitListener) Close() error {
+	l.closeOnce.Do(func() { close(l.closed) })
+	return l.Listener.Close()
+}
+
+// transientAcceptError reports whether err is a shortage an accept loop
+// outlives: the process or the system out of descriptors, or the kernel
+// out of memory for sockets. It returns the errno's name.
+func transientAcceptError(err error) (string, bool) {
+	var errno syscall.Errno
+	if !errors.As(err, &errno) {
+		return "", false
+	}
+	switch errno {
+	case syscall.EMFILE:
+		return "EMFILE", true
+	case syscall.ENFILE:
+		return "ENFILE", true
+	case syscall.ENOBUFS:
+		return "ENOBUFS", true
+	case syscall.ENOMEM:
+		return "ENOMEM", true
+	}
+	return "", false
+}
+
+// acceptLog writes one listener's log lines about accept errors: at most
+// one line per acceptLogEvery, each with the number of errors since the
+// line before, and a last line once the listener accepts again. It is safe
+// for concurrent use (a timer writes a deferred last line).
+type acceptLog struct {
+	log  *slog.Logger
+	addr string
+
+	mu      sync.Mutex
+	errs    int       // errors not yet in a line
+	pending bool      // errors since the last "accepting again"
+	since   time.Time // the first of them
+	failing bool      // the last accept failed
+	last    time.Time // when the last line was written
+	timer   *time.Timer
+}
+
+// failed notes one accept error; the accept loop pauses for pause next.
+func (a *acceptLog) failed(err error, pause time.Duration) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	now := time.Now()
+	if !a.pending {
+		a.pending, a.since = true, now
+	}
+	a.failing = true
+	a.errs++
+	if now.Sub(a.last) < acceptLogEvery {
+		return
+	}
+	a.log.Error("accept failed; pausing before the next accept",
+		"addr", a.addr, "err", err, "errors", a.errs, "pause", pause)
+	a.errs, a.last = 0, now
+}
+
+// resumed notes an accept that succeeded after errors. The line saying so
+// is written now, or once acceptLogEvery has passed since the last line
+// if the listener has not failed again by then.
+func (a *acceptLog) resumed() {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.failing = false
+	if a.timer != nil {
+		return
+	}
+	if wait := acceptLogEvery - time.Since(a.last); wait > 0 {
+		a.timer = time.AfterFunc(wait, a.flush)
+		return
+	}
+	a.writeResumed()
+}
+
+func (a *acceptLog) flush() {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.timer = nil
+	if !a.failing { // failing again: its next line carries the count
+		a.writeResumed()
+	}
+}
+
+func (a *acceptLog) writeResumed() {
+	if !a.pending {
+		return
+	}
+	now := time.Now()
+	a.log.Warn("accepting again", "addr", a.addr, "errors", a.errs, "after", now.Sub(a.since).Round(time.Millisecond))
+	a.errs, a.pending, a.last = 0, false, now
+}
+
+// refuse answers a connection over a limit and closes it: 429 over
+// max_conns_per_ip, 503 over max_conns, both with Retry-After and
+// Connection: close. It never blocks the accept loop.
+func (l *limitListener) refuse(c net.Conn, status int) {
+	reason := "max_conns"
+	msg := "connection limit reached"
+	if status == fasthttp.StatusTooManyRequests {
+		reason = "max_conns_per_ip"
+		msg = "too many connections from your address"
+	}
+	l.metrics.refused.WithLabelValues(reason).Inc()
+	_ = c.SetWriteDeadline(time.Now().Add(refuseWriteTimeout))
+	_, err := c.Write(refusal(status, msg, l.retryAfter()))
+	if err == nil && status == fasthttp.StatusServiceUnavailable {
+		select {
+		case l.linger <- struct{}{}:
+			go l.lingerClose(c)
+			return
+		default:
+		}
+	}
+	closeDrained(c)
+}
+
+// refusal renders the whole answer to a refused connection.
+func refusal(status int, msg string, retryAfter int) []byte {
+	body := "wsgate: " + msg + "\n"
+	b := make([]byte, 0, 192)
+	b = append(b, "HTTP/1.1 "...)
+	b = strconv.AppendInt(b, int64(status), 10)
+	b = append(b, ' ')
+	b = append(b, fasthttp.StatusMessage(status)...)
+	b = append(b, "\r\nServer: wsgate\r\nConnection: close\r\nContent-Type: text/plain; charset=utf-8\r\nRetry-After: "...)
+	b = strconv.AppendInt(b, int64(retryAfter), 10)
+	b = append(b, "\r\nContent-Length: "...)
+	b = strconv.AppendInt(b, int64(len(body)), 10)
+	b = append(b, "\r\n\r\n"...)
+	return append(b, body...)
+}
+
+// lingerClose half-closes a refused socket and discards what the client
+// still sends until it closes too or refuseLingerTime passes, so the answer
+// is not lost to a reset; then it frees its linger token.
+func (l *limitListener) lingerClose(c net.Conn) {
+	defer func() { <-l.linger }()
+	defer c.Close()
+	if cw, ok := c.(interface{ CloseWrite() error }); ok {
+		_ = cw.CloseWrite()
+	}
+	_ = c.SetReadDeadline(time.Now().Add(refuseLingerTime))
+	var buf [512]byte
+	for n := 0; n < refuseLingerBytes; {
+		k, err := c.Read(buf[:])
+		if err != nil {
+			return
+		}
+		n += k
+	}
+}
+
+// closeDrained half-closes c, discards what it has already received
+// without waiting for more, and closes it: a socket closed with unread
+// bytes sends a reset, which can destroy the answer just written.
+func closeDrained(c net.Conn) {
+	defer c.Close()
+	if cw, ok := c.(interface{ CloseWrite() error }); ok {
+		_ = cw.CloseWrite()
+	}
+	sc, ok := c.(syscall.Conn)
+	if !ok {
+		return
+	}
+	raw, err := sc.SyscallConn()
+	if err != nil {
+		return
+	}
+	_ = raw.Read(func(fd uintptr) bool {
+		var buf [512]byte
+		for range refuseLingerBytes / len(buf) {
+			if n, err := syscall.Read(int(fd), buf[:]); n <= 0 || err != nil {
+				break
+			}
+		}
+		return true // never wait for more
+	})
+}
+
+// remoteIP is the client address of c, IPv4 unmapped from IPv6; the zero
+// Addr when c has no IP address (all such connections share one count).
+func remoteIP(c net.Conn) netip.Addr {
+	if a, ok := c.RemoteAddr().(*net.TCPAddr); ok {
+		return a.AddrPort().Addr().Unmap()
+	}
+	return netip.Addr{}
+}
+
+// countedConn is an admitted client connection: closing it frees its slot,
+// once, after the socket is closed. It embeds the *net.TCPConn so
+// SyscallConn (the tunnel's poller reads), CloseWrite and keep-alive
+// settings work on it as on the socket; fasthttp's hijacked connection
+// unwraps to it, so the slot lives exactly as long as the socket.
+type countedConn struct {
+	*net.TCPConn
+	slot *slot
+}
+
+// Close closes the socket and frees the connection's slot.
+func (c *countedConn) Close() error {
+	err := c.TCPConn.Close()
+	c.slot.release()
+	return err
+}
+
+// countedOther is countedConn for a connection that is not TCP.
+type countedOther struct {
+	net.Conn
+	slot *slot
+}
+
+// Close closes the connection and frees its slot.
+func (c *countedOther) Close() error {
+	err := c.Conn.Close()
+	c.slot.release()
+	return err
+}
+
+func newCountedConn(c net.Conn, s *slot) net.Conn {
+	if tc, ok := c.(*net.TCPConn); ok {
+		return &countedConn{TCPConn: tc, slot: s}
+	}
+	return &countedOther{Conn: c, slot: s}
+}
+
+var (
+	_ net.Listener = (*limitListener)(nil)
+	_ syscall.Conn = (*countedConn)(nil)
+	_ net.Conn     = (*countedOther)(nil)
+)

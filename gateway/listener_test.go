@@ -1,0 +1,413 @@
+package gateway
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/netip"
+	"os"
+	"regexp"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/fasthttp/websocket"
+	"github.com/valyala/fasthttp"
+	"github.com/wsgate/wsgate/conf"
+	"github.com/wsgate/wsgate/internal/testproc"
+)
+
+// TestLimiterSlots walks the limiter through admissions and releases: the
+// global cap answers 503, the per-IP cap 429, a release frees its slot once
+// however often it is called, the open-file ceiling holds max_conns down
+// (also when a reload raises it), and every count is back to zero at the
+// end.
+func TestLimiterSlots(t *testing.T) {
+	a, b := netip.MustParseAddr("192.0.2.1"), netip.MustParseAddr("192.0.2.2")
+	type step struct {
+		ip      netip.Addr
+		release int // >0: release the nth slot taken (1-based) instead of admitting
+		want    int // 0 = admitted
+	}
+	cases := []struct {
+		name                string
+		max, perIP, ceiling int
+		steps               []step
+		wantOpen, wantFromA int64
+		wantEffective       int64
+	}{
+		{name: "global cap", max: 2, ceiling: 0, steps: []step{
+			{ip: a}, {ip: b}, {ip: a, want: 503}, {release: 1}, {ip: b}, {ip: b, want: 503},
+		}, wantOpen: 2, wantFromA: 0, wantEffective: 2},
+		{name: "per-ip cap", max: 100, perIP: 2, steps: []step{
+			{ip: a}, {ip: a}, {ip: a, want: 429}, {ip: b}, {release: 2}, {ip: a}, {ip: a, want: 429},
+		}, wantOpen: 3, wantFromA: 2, wantEffective: 100},
+		{name: "global before per-ip", max: 1, perIP: 1, steps: []step{
+			{ip: a}, {ip: a, want: 503}, {ip: b, want: 503},
+		}, wantOpen: 1, wantFromA: 1, wantEffective: 1},
+		{name: "double release frees once", max: 2, steps: []step{
+			{ip: a}, {ip: a}, {release: 1}, {release: 1}, {ip: a}, {ip: a, want: 503},
+		}, wantOpen: 2, wantFromA: 2, wantEffective: 2},
+		{name: "open-file ceiling", max: 1_000_000, ceiling: 2, steps: []step{
+			{ip: a}, {ip: b}, {ip: a, want: 503},
+		}, wantOpen: 2, wantFromA: 1, wantEffective: 2},
+		{name: "unlimited per ip", max: 10, perIP: 0, steps: []step{
+			{ip: a}, {ip: a}, {ip: a}, {ip: a},
+		}, wantOpen: 4, wantFromA: 4, wantEffective: 10},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			l := newLimiter(tc.max, tc.perIP, tc.ceiling)
+			var slots []*slot
+			for i, st := range tc.steps {
+				if st.release > 0 {
+					slots[st.release-1].release()
+					continue
+				}
+				s, status := l.admit(st.ip)
+				if status != st.want || (s == nil) != (st.want != 0) {
+					t.Fatalf("step %d (%v): status %d, slot %v; want %d", i, st.ip, status, s != nil, st.want)
+				}
+				if s != nil {
+					slots = append(slots, s)
+				}
+			}
+			if got := l.open(); got != tc.wantOpen {
+				t.Errorf("open %d, want %d", got, tc.wantOpen)
+			}
+			if got := l.fromIP(a); got != tc.wantFromA {
+				t.Errorf("from %v: %d, want %d", a, got, tc.wantFromA)
+			}
+			if _, eff, _ := l.limits(); eff != tc.wantEffective {
+				t.Errorf("effective max_conns %d, want %d", eff, tc.wantEffective)
+			}
+			for _, s := range slots {
+				s.release()
+			}
+			if l.open() != 0 || l.fromIP(a) != 0 || l.fromIP(b) != 0 || len(l.byIP) != 0 {
+				t.Fatalf("after releasing everything: open %d, by IP %v", l.open(), l.byIP)
+			}
+		})
+	}
+	t.Run("reload keeps the ceiling", func(t *testing.T) {
+		l := newLimiter(5, 0, 10)
+		l.set(50, 3)
+		if conf, eff, perIP := l.limits(); conf != 50 || eff != 10 || perIP != 3 {
+			t.Fatalf("after set(50, 3) under ceiling 10: configured %d, effective %d, per IP %d", conf, eff, perIP)
+		}
+		l.set(4, 0)
+		if _, eff, _ := l.limits(); eff != 4 {
+			t.Fatalf("after set(4, 0): effective %d", eff)
+		}
+	})
+}
+
+// TestLimiterConcurrent admits and releases from many goroutines at once:
+// never more than the caps are open, and the counts end at zero.
+func TestLimiterConcurrent(t *testing.T) {
+	l := newLimiter(40, 5, 0)
+	var peak, peakIP atomic.Int64
+	var wg sync.WaitGroup
+	for g := range 16 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			ip := netip.AddrFrom4([4]byte{10, 0, 0, byte(g % 4)})
+			for range 500 {
+				s, _ := l.admit(ip)
+				if s == nil {
+					continue
+				}
+				if n := l.open(); n > peak.Load() {
+					peak.Store(n)
+				}
+				if n := l.fromIP(ip); n > peakIP.Load() {
+					peakIP.Store(n)
+				}
+				s.release()
+				s.release()
+			}
+		}()
+	}
+	wg.Wait()
+	if peak.Load() > 40 || peakIP.Load() > 5 {
+		t.Fatalf("peak open %d (max 40), peak from one IP %d (max 5)", peak.Load(), peakIP.Load())
+	}
+	if l.open() != 0 || len(l.byIP) != 0 {
+		t.Fatalf("open %d, by IP %v after every release", l.open(), l.byIP)
+	}
+}
+
+// rawConn dials the gateway from the local address from (a 127.0.0.0/8
+// address) and sends nothing.
+func rawConn(t *testing.T, gw, from string) net.Conn {
+	t.Helper()
+	d := net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP(from)}, Timeout: 5 * time.Second}
+	c, err := d.Dial("tcp", gw)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return c
+}
+
+// waitOpen polls the limiter until n slots are open.
+func (e *env) waitOpen(n int64) {
+	e.t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for e.srv.limits.open() != n {
+		if time.Now().After(deadline) {
+			e.t.Fatalf("open slots %d, want %d", e.srv.limits.open(), n)
+		}
+		time.Sleep(2 * time.Millisecond)
+	}
+}
+
+// readAnswer reads an HTTP answer off c without sending anything.
+func readAnswer(t *testing.T, c net.Conn) *http.Response {
+	t.Helper()
+	_ = c.SetReadDeadline(time.Now().Add(5 * time.Second))
+	resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+	if err != nil {
+		t.Fatalf("no answer: %v", err)
+	}
+	resp.Body.Close()
+	return resp
+}
+
+// TestUnfinishedRequestsCountAtAccept pins issue 9 item 3: connections that
+// have not sent (or finished) a request used to escape max_conns_per_ip and
+// max_conns, which were checked only after a whole upgrade request was
+// read. Now a silent connection holds its slot from accept: one more from
+// the same address is answered 429 before it sends a byte, while another
+// address still gets its tunnel.
+func TestUnfinishedRequestsCountAtAccept(t *testing.T) {
+	e := newEnv(t, 1, oneNodeWith("max_conns_per_ip = 3", "", ""))
+	for range 3 {
+		c := rawConn(t, e.gw, "127.0.0.1")
+		_, _ = c.Write([]byte("GET /room/x HTTP/1.1\r\nHo")) // never finished
+	}
+	e.waitOpen(3)
+	over := rawConn(t, e.gw, "127.0.0.1")
+	resp := readAnswer(t, over)
+	if resp.StatusCode != http.StatusTooManyRequests || resp.Header.Get("Retry-After") != "1" || !resp.Close {
+		t.Fatalf("fourth connection from one address: %d %v", resp.StatusCode, resp.Header)
+	}
+	if got := e.srv.limits.fromIP(netip.MustParseAddr("127.0.0.1")); got != 3 {
+		t.Fatalf("127.0.0.1 holds %d slots, want 3", got)
+	}
+	d := websocket.Dialer{NetDial: (&net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP("127.0.0.2")}}).Dial}
+	ws, _, err := d.Dial("ws://"+e.gw+"/room/x", nil)
+	if err != nil {
+		t.Fatalf("another address is denied: %v", err)
+	}
+	ws.Close()
+}
+
+// TestIdleConnectionsFillMaxConns pins the global half of issue 9 item 3:
+// silent connections count against max_conns, so a handshake over it gets
+// 503 + Retry-After, and a slot freed by a closed socket admits the next.
+func TestIdleConnectionsFillMaxConns(t *testing.T) {
+	e := newEnv(t, 1, oneNodeWith("max_conns = 2", "", ""))
+	a := rawConn(t, e.gw, "127.0.0.1")
+	rawConn(t, e.gw, "127.0.0.2")
+	e.waitOpen(2)
+	_, resp, err := e.dial("/room/x", nil)
+	if err == nil || resp == nil || resp.StatusCode != http.StatusServiceUnavailable || resp.Header.Get("Retry-After") == "" {
+		t.Fatalf("handshake over max_conns=2 held by idle sockets: %v %+v", err, resp)
+	}
+	a.Close()
+	e.waitOpen(1)
+	ws := e.mustDial("/room/x")
+	ws.Close()
+}
+
+var errorsAttr = regexp.MustCompile(`(?:accept failed|accepting again).* errors=(\d+)`)
+
+// flakyListener fails its next n accepts with EMFILE, as a process out of
+// descriptors does.
+type flakyListener struct {
+	net.Listener
+	n atomic.Int32
+}
+
+func (f *flakyListener) Accept() (net.Conn, error) {
+	if f.n.Add(-1) >= 0 {
+		return nil, &net.OpError{Op: "accept", Net: "tcp", Addr: f.Addr(), Err: os.NewSyscallError("accept4", syscall.EMFILE)}
+	}
+	return f.Listener.Accept()
+}
+
+// brokenListener accepts until broken is closed, then fails for good.
+type brokenListener struct {
+	net.Listener
+	broken chan struct{}
+}
+
+func (b *brokenListener) Accept() (net.Conn, error) {
+	type result struct {
+		c   net.Conn
+		err error
+	}
+	ch := make(chan result, 1)
+	go func() { c, err := b.Listener.Accept(); ch <- result{c, err} }()
+	select {
+	case r := <-ch:
+		return r.c, r.err
+	case <-b.broken:
+		_ = b.Listener.Close()
+		if r := <-ch; r.c != nil {
+			r.c.Close()
+		}
+		return nil, errors.New("accept: listener broke")
+	}
+}
+
+// startWith builds a gateway from cfg, opens its client listener through
+// wrap, and starts it.
+func startWith(t *testing.T, cfg string, log *slog.Logger, wrap func(net.Listener) net.Listener) *Server {
+	t.Helper()
+	c, err := conf.Parse("test.toml", []byte(cfg))
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv, err := New(c, log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	client := c.Gateway.Listen
+	srv.SetListen(func(addr string) (net.Listener, error) {
+		ln, err := net.Listen("tcp", addr)
+		if err != nil || addr != client {
+			return ln, err
+		}
+		return wrap(ln), nil
+	})
+	if err := srv.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = srv.Shutdown(context.Background()) })
+	return srv
+}
+
+// oneNodeAt is a gateway config on gw with an admin listener, one node at
+// node and a catch-all route.
+func oneNodeAt(gw, node string) string {
+	return fmt.Sprintf("[gateway]\nlisten = %q\ndrain_window = \"100ms\"\n[admin]\nlisten = \"127.0.0.1:0\"\n"+
+		"[[pools]]\nname = \"relay\"\n  [[pools.nodes]]\n  addr = %q\n[[routes]]\npool = \"relay\"\n", gw, node)
+}
+
+// TestAcceptOutlivesEMFILE pins issue 9 item 2: an accept error for want of
+// descriptors used to end fasthttp's Serve for good. The listener now
+// pauses and accepts again: the connection waiting in the queue is served,
+// each error is counted, the log says so at most once a second with a
+// count, and the gateway stays ready.
+func TestAcceptOutlivesEMFILE(t *testing.T) {
+	e := newEnv(t, 1, oneNode) // for its relay
+	var logs testproc.Buffer
+	log := slog.New(slog.NewTextHandler(&logs, nil))
+	const fails = 8 // about 0.8 s of pauses
+	var flaky *flakyListener
+	srv := startWith(t, oneNodeAt(testproc.FreeAddr(t), e.addrs[0]), log, func(ln net.Listener) net.Listener {
+		flaky = &flakyListener{Listener: ln}
+		flaky.n.Store(fails)
+		return flaky
+	})
+	d := websocket.Dialer{HandshakeTimeout: 10 * time.Second}
+	ws, _, err := d.Dial("ws://"+srv.Addr().String()+"/room/x", nil)
+	if err != nil {
+		t.Fatalf("handshake after EMFILE: %v", err)
+	}
+	ws.Close()
+	if flaky.n.Load() >= 0 {
+		t.Fatalf("the listener did not fail %d times first", fails)
+	}
+	errs := map[string]float64{}
+	te := &env{t: t, srv: srv}
+	for _, mf := range te.scrape()["wsgate_accept_errors_total"].GetMetric() {
+		errs[mf.GetLabel()[0].GetValue()] = mf.GetCounter().GetValue()
+	}
+	if errs["EMFILE"] != fails {
+		t.Fatalf("wsgate_accept_errors_total %v, want EMFILE %d", errs, fails)
+	}
+	if code, body := te.admin(http.MethodGet, "/readyz", ""); code != 200 {
+		t.Fatalf("/readyz %d %s after outliving EMFILE", code, body)
+	}
+	deadline := time.Now().Add(5 * time.Second) // the last line may wait out the second
+	for !strings.Contains(logs.String(), "accepting again") {
+		if time.Now().After(deadline) {
+			t.Fatalf("no 'accepting again' line:\n%s", logs.String())
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	out := logs.String()
+	lines, counted := 0, 0
+	for _, l := range strings.Split(out, "\n") {
+		if m := errorsAttr.FindStringSubmatch(l); m != nil {
+			lines++
+			n, _ := strconv.Atoi(m[1])
+			counted += n
+		}
+	}
+	if lines > 3 || counted != fails || strings.Count(out, "accept failed") < 1 {
+		t.Fatalf("%d lines counting %d errors, want at most 3 lines (one a second, and the last) counting %d:\n%s", lines, counted, fails, out)
+	}
+	select {
+	case err := <-srv.Failed():
+		t.Fatalf("gateway failed: %v", err)
+	default:
+	}
+}
+
+// TestDeadAcceptLoopFailsReadiness pins the other half of issue 9 item 2:
+// an accept loop that stopped for good left /readyz saying ready. Now the
+// gateway turns not ready and Failed delivers the error, which the process
+// exits on.
+func TestDeadAcceptLoopFailsReadiness(t *testing.T) {
+	var logs testproc.Buffer
+	broken := make(chan struct{})
+	srv := startWith(t, oneNodeAt(testproc.FreeAddr(t), testproc.FreeAddr(t)), slog.New(slog.NewTextHandler(&logs, nil)),
+		func(ln net.Listener) net.Listener { return &brokenListener{Listener: ln, broken: broken} })
+	te := &env{t: t, srv: srv}
+	if code, _ := te.admin(http.MethodGet, "/readyz", ""); code != 200 {
+		t.Fatalf("/readyz %d before the listener broke", code)
+	}
+	close(broken)
+	select {
+	case err := <-srv.Failed():
+		if !strings.Contains(err.Error(), "listener broke") {
+			t.Fatalf("Failed delivered %v", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("Failed delivered nothing after the accept loop died")
+	}
+	if code, body := te.admin(http.MethodGet, "/readyz", ""); code != fasthttp.StatusServiceUnavailable {
+		t.Fatalf("/readyz %d %s with a dead accept loop", code, body)
+	}
+	if !strings.Contains(logs.String(), "no longer accepts") {
+		t.Fatalf("no log line:\n%s", logs.String())
+	}
+}
+
+// TestRefusalAnswer checks the bytes written to a refused connection parse
+// as a complete HTTP answer that closes the connection.
+func TestRefusalAnswer(t *testing.T) {
+	for _, status := range []int{429, 503} {
+		b := refusal(status, "limit", 7)
+		resp, err := http.ReadResponse(bufio.NewReader(strings.NewReader(string(b))), nil)
+		if err != nil {
+			t.Fatalf("%d: %v\n%s", status, err, b)
+		}
+		if resp.StatusCode != status || resp.Header.Get("Retry-After") != "7" || !resp.Close || resp.ContentLength != int64(len("wsgate: limit\n")) {
+			t.Fatalf("%d: parsed %d %v", status, resp.StatusCode, resp.Header)
+		}
+	}
+}
