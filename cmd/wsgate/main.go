@@ -5,6 +5,7 @@
 //	                                 SIGUSR2: restart onto a new process, no connection refused
 //	wsgate -check [-config FILE]     validate the config, start and configure each
 //	                                 auth plugin, and exit (1 on error)
+//	wsgate -version                  print the version, VCS revision and Go version
 //	wsgate demo [-listen ADDR]       gateway + two relay replicas in one process
 package main
 
@@ -24,6 +25,7 @@ import (
 
 	"github.com/wsgate/wsgate/conf"
 	"github.com/wsgate/wsgate/gateway"
+	"github.com/wsgate/wsgate/internal/buildinfo"
 	"github.com/wsgate/wsgate/internal/handoff"
 	"github.com/wsgate/wsgate/internal/rlimit"
 )
@@ -45,8 +47,17 @@ func run(args []string, stdout, stderr io.Writer) int {
 	var o serveOptions
 	fs.StringVar(&o.pidfile, "pidfile", "", "write the process id here once serving (a restarted process rewrites it)")
 	fs.BoolVar(&o.watch, "watch", true, "reload the config when its file changes (SIGHUP and POST /api/reload always do)")
+	version := fs.Bool("version", false, "print the version, VCS revision and Go version, and exit")
+	fs.Usage = func() { usage(stderr, fs) }
 	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return 0
+		}
 		return 2
+	}
+	if *version {
+		fmt.Fprintln(stdout, buildinfo.Read())
+		return 0
 	}
 	if fs.NArg() > 0 {
 		fmt.Fprintf(stderr, "wsgate: unexpected argument %q (did you mean 'wsgate demo'?)\n", fs.Arg(0))
