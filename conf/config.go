@@ -19,7 +19,15 @@ type Config struct {
 	Routes []Route `toml:"routes" json:"routes"`
 	// Plugins are the auth plugins routes may name; default none.
 	Plugins []Plugin `toml:"plugins" json:"plugins"`
+
+	lines *lineIndex // where each key was written, for later errors
 }
+
+// Line returns the line of the loaded file where key, a key path such as
+// "plugins[0].config", was written, or where its closest enclosing table
+// was; 0 when unknown. It lets a check made after loading (a plugin that
+// rejects its config table) point at the file the way load errors do.
+func (c *Config) Line(key string) int { return c.lines.Line(key) }
 
 // Pool returns the pool named name, or nil if there is none.
 func (c *Config) Pool(name string) *Pool {

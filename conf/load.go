@@ -43,6 +43,7 @@ func Parse(file string, data []byte) (*Config, error) {
 		return nil, err
 	}
 	cfg.derive()
+	cfg.lines = errs.lines
 	return cfg, nil
 }
 

@@ -39,6 +39,7 @@ func TestShippedFile(t *testing.T) {
 	// The minimal file relies on defaults everywhere; the shipped one spells
 	// them out. Compare with the parts that must differ made equal.
 	minimal.File = cfg.File
+	minimal.lines = cfg.lines
 	minimal.Pools[0].Nodes = cfg.Pools[0].Nodes
 	normalizeEmpty(cfg)
 	normalizeEmpty(minimal)
@@ -133,8 +134,11 @@ func TestFullFile(t *testing.T) {
 		{"integer size", cfg.Routes[0].MaxFrame, Size(65536)},
 		{"decimal size", cfg.Routes[1].MaxFrame, Size(10_000)},
 		{"second plugin default timeout", cfg.Plugins[1].Timeout.Duration, 2 * time.Second},
-		{"plugin config as is", cfg.Plugins[0].Config["secret_env"], "JWT_SECRET"},
-		{"plugin nested config", cfg.Plugins[0].Config["claims"], map[string]any{"anything": map[string]any{"goes": true}}},
+		{"plugin config as is", cfg.Plugins[0].Config["hs256_secret_env"], "JWT_SECRET"},
+		{"plugin config array", cfg.Plugins[0].Config["token_from"], []any{"header:Authorization", "subprotocol"}},
+		{"plugin nested config", cfg.Plugins[0].Config["claims_to_headers"], map[string]any{"sub": "X-User-Id"}},
+		{"line of a plugin's config table", cfg.Line("plugins[0].config"), 62},
+		{"line of a key inside it", cfg.Line("plugins[0].config.claims_to_headers.sub"), 66},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -35,6 +35,12 @@ func quietLog() *slog.Logger {
 // gateway address, then each relay address, substituted (as %[1]s, %[2]s...).
 func newEnv(t *testing.T, n int, cfgFmt string) *env {
 	t.Helper()
+	return newEnvLog(t, n, cfgFmt, quietLog())
+}
+
+// newEnvLog is newEnv with the gateway logging to log.
+func newEnvLog(t *testing.T, n int, cfgFmt string, log *slog.Logger) *env {
+	t.Helper()
 	e := &env{t: t}
 	mem := bus.NewMemory()
 	for i := range n {
@@ -55,7 +61,7 @@ func newEnv(t *testing.T, n int, cfgFmt string) *env {
 	if err != nil {
 		t.Fatal(err)
 	}
-	e.srv, err = New(cfg, quietLog())
+	e.srv, err = New(cfg, log)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -11,6 +11,7 @@ import (
 	"github.com/wsgate/wsgate/gateway/internal/pluginhost"
 	"github.com/wsgate/wsgate/gateway/internal/tunnel"
 	"github.com/wsgate/wsgate/health"
+	"github.com/wsgate/wsgate/internal/buildinfo"
 )
 
 // metrics is the gateway's Prometheus registry. Counters that move once per
@@ -114,7 +115,14 @@ func newMetrics(s *Server) *metrics {
 			Help: "max_conns in force: the configured value, held to what the open-file limit carries.",
 		}, func() float64 { _, eff, _ := s.limits.limits(); return float64(eff) }))
 	m.generation.Set(1)
-	m.reg.MustRegister(m.pluginCalls, m.pluginSeconds, m.revocations, m.expiries,
+	bi := buildinfo.Read()
+	build := prometheus.NewGauge(prometheus.GaugeOpts{
+		Name:        "wsgate_build_info",
+		Help:        "Always 1; the labels say which build runs: module version, VCS revision (unknown when built without VCS information) and Go version.",
+		ConstLabels: prometheus.Labels{"version": bi.Version, "revision": bi.Revision, "goversion": bi.GoVersion},
+	})
+	build.Set(1)
+	m.reg.MustRegister(build, m.pluginCalls, m.pluginSeconds, m.revocations, m.expiries,
 		m.reloads, m.generation, m.handshakes, m.handshakeSeconds, m.closes, m.drains,
 		m.probes, m.probeSeconds, m.transitions,
 		&liveCollector{s: s},

@@ -1,7 +1,9 @@
 package gateway
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
 	"slices"
 	"sync"
@@ -17,14 +19,44 @@ type reloadState struct {
 	last ReloadStatus
 }
 
+// The values of ReloadStatus.Result.
+const (
+	ReloadNone  = "none"  // no reload since start: the config loaded at start is in force
+	ReloadOK    = "ok"    // the last reload was swapped in
+	ReloadError = "error" // the last reload was refused; the config before it stays
+)
+
 // ReloadStatus is how the last reload went, as the admin API shows it.
+// Before the first reload it is only {"result": "none", "generation": N}
+// (see MarshalJSON), which reads as what it is rather than as a failure.
 type ReloadStatus struct {
+	Result     string    `json:"result"` // ReloadNone, ReloadOK or ReloadError
 	At         time.Time `json:"at"`
 	OK         bool      `json:"ok"`
 	Error      string    `json:"error,omitempty"`
 	Generation uint64    `json:"generation"`
 	TookMS     float64   `json:"took_ms"`
 	Restart    []string  `json:"needs_restart,omitempty"` // changes that apply only after a restart
+}
+
+// MarshalJSON writes the status; with Result "none" only the result, the
+// generation and a sentence saying no reload has happened, without the
+// zero time and the false "ok" that read as a failed reload.
+func (st ReloadStatus) MarshalJSON() ([]byte, error) {
+	type plain ReloadStatus // without this method
+	var v any = plain(st)
+	if st.Result == ReloadNone {
+		v = struct {
+			Result     string `json:"result"`
+			Generation uint64 `json:"generation"`
+			Message    string `json:"message"`
+		}{st.Result, st.Generation, "no reload since the gateway started; the config it started with is in force"}
+	}
+	var b bytes.Buffer
+	enc := json.NewEncoder(&b)
+	enc.SetEscapeHTML(false) // errors quote config values such as ">= 0"
+	err := enc.Encode(v)
+	return b.Bytes(), err
 }
 
 // leaving is a node a reload removed, with the pool it was in.
@@ -215,22 +247,26 @@ func needsRestart(old, cfg *conf.Config) []string {
 func (s *Server) recordReload(err error, restart []string, start time.Time) {
 	st := ReloadStatus{At: time.Now(), OK: err == nil, Generation: s.current().n,
 		TookMS: float64(time.Since(start).Microseconds()) / 1000, Restart: restart}
-	result := "ok"
+	st.Result = ReloadOK
 	if err != nil {
 		st.Error = err.Error()
-		result = "error"
+		st.Result = ReloadError
 		s.log.Error("config reload failed; the running config stays", "err", err)
 	}
 	if s.metrics != nil {
-		s.metrics.reloads.WithLabelValues(result).Inc()
+		s.metrics.reloads.WithLabelValues(st.Result).Inc()
 		s.metrics.generation.Set(float64(st.Generation))
 	}
 	s.reload.last = st
 }
 
-// LastReload is how the last reload went (zero before the first).
+// LastReload is how the last reload went; before the first, its Result is
+// ReloadNone and Generation the one in force.
 func (s *Server) LastReload() ReloadStatus {
 	s.reload.mu.Lock()
 	defer s.reload.mu.Unlock()
+	if s.reload.last.Result == "" {
+		return ReloadStatus{Result: ReloadNone, Generation: s.current().n}
+	}
 	return s.reload.last
 }

@@ -2,6 +2,7 @@ package gateway
 
 import (
 	"encoding/binary"
+	"encoding/json"
 	"fmt"
 	"net/http"
 	"os"
@@ -363,5 +364,46 @@ func TestReloadWatchAndLatency(t *testing.T) {
 	t.Logf("file renamed -> new generation active in %v (settle %v)", time.Since(start), conf.DefaultSettle)
 	if got := e.srv.current().pools["relay"].node(e.addrs[0]).MaxConns(); got != 4999 {
 		t.Fatalf("cap %d after the watched reload", got)
+	}
+}
+
+// TestReloadStatusBeforeFirstReload pins what GET /api/reload says before
+// any reload: {"result": "none"} and the generation in force. It used to
+// be a zero status, {"at": "0001-01-01...", "ok": false}, which read as a
+// failed reload.
+func TestReloadStatusBeforeFirstReload(t *testing.T) {
+	e := newEnv(t, 1, `
+[gateway]
+listen = %[1]q
+[admin]
+listen = "127.0.0.1:0"
+[[pools]]
+name = "relay"
+  [[pools.nodes]]
+  addr = %[2]q
+[[routes]]
+pool = "relay"
+`)
+	get := func() map[string]any {
+		t.Helper()
+		code, body := e.admin(http.MethodGet, "/api/reload", "")
+		var v map[string]any
+		if err := json.Unmarshal(body, &v); code != 200 || err != nil {
+			t.Fatalf("GET /api/reload: %d %s (%v)", code, body, err)
+		}
+		return v
+	}
+	v := get()
+	if v["result"] != "none" || v["generation"] != 1.0 || v["message"] == nil || len(v) != 3 {
+		t.Fatalf("before any reload: %v, want result none, generation 1 and a message only", v)
+	}
+	// The config came from no file, so a reload fails: now there is one
+	// to report.
+	if code, body := e.admin(http.MethodPost, "/api/reload", ""); code != 400 {
+		t.Fatalf("POST /api/reload: %d %s, want 400", code, body)
+	}
+	v = get()
+	if v["result"] != "error" || v["ok"] != false || v["error"] == nil || v["at"] == nil {
+		t.Fatalf("after a failed reload: %v, want result error, ok false, the error and its time", v)
 	}
 }

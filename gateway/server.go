@@ -319,14 +319,16 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	}()
 
 	s.metrics.drains.WithLabelValues("gateway").Inc()
+	// Said as the window opens, not once it has passed.
+	s.log.Info("draining", "tunnels", s.tunnels.len(), "window", window, "timeout", g.cfg.Gateway.DrainTimeout.Duration)
 	n := s.tunnels.drainAll(ctx, window, "gateway shutting down")
-	s.log.Info("draining", "tunnels", n, "window", window)
 	left := s.tunnels.wait(ctx)
 	if left > 0 {
 		s.log.Warn("drain timeout: cutting tunnels", "left", left)
 		s.tunnels.abortAll()
 		s.tunnels.wait(context.Background())
 	}
+	s.log.Info("tunnels drained", "told", n, "cut", left)
 	<-stopped
 	for _, ln := range s.listeners {
 		_ = ln.Close()

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -24,16 +25,34 @@ type demoOptions struct {
 	replicas      int
 }
 
-// runDemo parses the demo's flags and runs it until SIGINT or SIGTERM.
-func runDemo(args []string, stdout, stderr io.Writer) int {
-	fs := flag.NewFlagSet("wsgate demo", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	var o demoOptions
+// demoFlags defines the demo's flags on a new flag set that writes to w.
+func demoFlags(o *demoOptions, w io.Writer) (fs *flag.FlagSet, logLevel *string) {
+	fs = flag.NewFlagSet("wsgate demo", flag.ContinueOnError)
+	fs.SetOutput(w)
 	fs.StringVar(&o.listen, "listen", "127.0.0.1:8080", "gateway listen address")
 	fs.StringVar(&o.admin, "admin", "127.0.0.1:9090", "admin listen address")
 	fs.IntVar(&o.replicas, "replicas", 2, "relay replicas to run in process (1-16)")
-	logLevel := fs.String("log-level", "info", "log level: debug, info, warn, error")
+	logLevel = fs.String("log-level", "info", "log level: debug, info, warn, error")
+	fs.Usage = func() {
+		fmt.Fprint(w, "Usage: wsgate demo [flags]\n\n"+demoAbout+"\nFlags:\n")
+		fs.PrintDefaults()
+	}
+	return fs, logLevel
+}
+
+// demoAbout says what the demo is, for the usage texts.
+const demoAbout = `The gateway in front of in-process relay replicas on an in-process bus:
+no config file, no Redis. Open the printed URL in two browser tabs.
+`
+
+// runDemo parses the demo's flags and runs it until SIGINT or SIGTERM.
+func runDemo(args []string, stdout, stderr io.Writer) int {
+	var o demoOptions
+	fs, logLevel := demoFlags(&o, stderr)
 	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return 0
+		}
 		return 2
 	}
 	if o.replicas < 1 || o.replicas > 16 {

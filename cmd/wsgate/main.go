@@ -3,7 +3,9 @@
 //	wsgate [-config FILE]            run the gateway (default conf/wsgate.toml)
 //	                                 SIGHUP or a file change: reload the config
 //	                                 SIGUSR2: restart onto a new process, no connection refused
-//	wsgate -check [-config FILE]     validate the config and exit (1 on error)
+//	wsgate -check [-config FILE]     validate the config, start and configure each
+//	                                 auth plugin, and exit (1 on error)
+//	wsgate -version                  print the version, VCS revision and Go version
 //	wsgate demo [-listen ADDR]       gateway + two relay replicas in one process
 package main
 
@@ -23,6 +25,7 @@ import (
 
 	"github.com/wsgate/wsgate/conf"
 	"github.com/wsgate/wsgate/gateway"
+	"github.com/wsgate/wsgate/internal/buildinfo"
 	"github.com/wsgate/wsgate/internal/handoff"
 	"github.com/wsgate/wsgate/internal/rlimit"
 )
@@ -39,13 +42,22 @@ func run(args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("wsgate", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	configPath := fs.String("config", "conf/wsgate.toml", "config file")
-	check := fs.Bool("check", false, "validate the config, print the first problems with file:line, and exit")
+	check := fs.Bool("check", false, "validate the config, start each auth plugin with its config, print the problems with file:line, and exit")
 	logLevel := fs.String("log-level", "info", "log level: debug, info, warn, error")
 	var o serveOptions
 	fs.StringVar(&o.pidfile, "pidfile", "", "write the process id here once serving (a restarted process rewrites it)")
 	fs.BoolVar(&o.watch, "watch", true, "reload the config when its file changes (SIGHUP and POST /api/reload always do)")
+	version := fs.Bool("version", false, "print the version, VCS revision and Go version, and exit")
+	fs.Usage = func() { usage(stderr, fs) }
 	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return 0
+		}
 		return 2
+	}
+	if *version {
+		fmt.Fprintln(stdout, buildinfo.Read())
+		return 0
 	}
 	if fs.NArg() > 0 {
 		fmt.Fprintf(stderr, "wsgate: unexpected argument %q (did you mean 'wsgate demo'?)\n", fs.Arg(0))
@@ -62,6 +74,12 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return 1
 	}
 	if *check {
+		// A plugin's config table is the plugin's to judge: start each
+		// one and let it, as a start or reload would.
+		if err := gateway.CheckPlugins(cfg, log); err != nil {
+			fmt.Fprintln(stderr, err)
+			return 1
+		}
 		fmt.Fprintf(stdout, "%s: ok\n", *configPath)
 		return 0
 	}

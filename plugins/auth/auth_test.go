@@ -3,6 +3,7 @@ package auth
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net/http"
 	"reflect"
 	"testing"
@@ -109,6 +110,43 @@ func TestErrorTranslation(t *testing.T) {
 			t.Fatalf("got %v", got)
 		}
 	})
+}
+
+// TestErrorTextOnce pins the text of a Configure error after the wire: the
+// sentinel's words appear once. They used to appear twice ("auth: invalid
+// plugin config: auth: invalid plugin config: ..."), the plugin's own
+// wrapping and the gateway side's translation each adding them.
+func TestErrorTextOnce(t *testing.T) {
+	bg := context.Background()
+	type cfg struct {
+		Name string `json:"name"`
+		N    int    `json:"n"`
+	}
+	unknown := DecodeConfig(map[string]any{"nmae": "a"}, &cfg{})
+	wrongType := DecodeConfig(map[string]any{"n": "three"}, &cfg{})
+	for _, tc := range []struct {
+		name string
+		err  error // as the plugin returns it, or the status it sent
+		want string
+	}{
+		{"wrapped", fmt.Errorf("%w: token is required", ErrInvalidConfig), "auth: invalid plugin config: token is required"},
+		{"bare", ErrInvalidConfig, "auth: invalid plugin config"},
+		{"unknown key", unknown, `auth: invalid plugin config: unknown key "nmae" (known: name, n)`},
+		{"wrong type", wrongType, "auth: invalid plugin config: n: wrong type: got string, want int"},
+		{"older SDK's message", status.Error(codes.InvalidArgument, "auth: invalid plugin config: token is required"),
+			"auth: invalid plugin config: token is required"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			sent := tc.err
+			if _, ok := status.FromError(sent); !ok {
+				sent = toStatus(sent, true)
+			}
+			got := fromStatus(bg, sent)
+			if !errors.Is(got, ErrInvalidConfig) || got.Error() != tc.want {
+				t.Fatalf("got %q, want %q", got, tc.want)
+			}
+		})
+	}
 }
 
 func TestProtoRoundTrip(t *testing.T) {

@@ -3,13 +3,18 @@ package auth
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"reflect"
+	"strings"
 	"time"
 )
 
 // DecodeConfig decodes a Configure config table into v, a pointer to a
 // struct with json field tags, and rejects keys v has no field for. Errors
-// wrap ErrInvalidConfig. Decode durations into Duration.
+// wrap ErrInvalidConfig and name the key in the table's terms: `unknown
+// key "secret_env" (known: a, b)`, `token_from: wrong type: got string,
+// want []string`. Decode durations into Duration.
 func DecodeConfig(config map[string]any, v any) error {
 	b, err := json.Marshal(config)
 	if err != nil {
@@ -18,9 +23,73 @@ func DecodeConfig(config map[string]any, v any) error {
 	dec := json.NewDecoder(bytes.NewReader(b))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(v); err != nil {
-		return fmt.Errorf("%w: %w", ErrInvalidConfig, err)
+		return fmt.Errorf("%w: %w", ErrInvalidConfig, explainDecode(err, v))
 	}
 	return nil
+}
+
+// decodeError is a JSON decoding error retold for a config table.
+type decodeError struct {
+	msg string
+	err error
+}
+
+func (e *decodeError) Error() string { return e.msg }
+func (e *decodeError) Unwrap() error { return e.err }
+
+// explainDecode retells err, from decoding a config table into v, in the
+// table's terms: keys, not JSON fields.
+func explainDecode(err error, v any) error {
+	var te *json.UnmarshalTypeError
+	if errors.As(err, &te) && te.Field != "" {
+		return &decodeError{fmt.Sprintf("%s: wrong type: got %s, want %s", te.Field, tomlKind(te.Value), te.Type), err}
+	}
+	if name, ok := strings.CutPrefix(err.Error(), "json: unknown field "); ok {
+		msg := "unknown key " + name
+		if known := jsonKeys(v); len(known) > 0 {
+			msg += " (known: " + strings.Join(known, ", ") + ")"
+		}
+		return &decodeError{msg, err}
+	}
+	return &decodeError{strings.TrimPrefix(err.Error(), "json: "), err}
+}
+
+// tomlKind names a JSON value kind as TOML does.
+func tomlKind(jsonKind string) string {
+	switch jsonKind {
+	case "object":
+		return "table"
+	case "bool":
+		return "boolean"
+	}
+	return jsonKind
+}
+
+// jsonKeys lists the json names of the fields of the struct v points to.
+func jsonKeys(v any) []string {
+	t := reflect.TypeOf(v)
+	for t != nil && t.Kind() == reflect.Pointer {
+		t = t.Elem()
+	}
+	if t == nil || t.Kind() != reflect.Struct {
+		return nil
+	}
+	var keys []string
+	for i := range t.NumField() {
+		f := t.Field(i)
+		if !f.IsExported() {
+			continue
+		}
+		name, _, _ := strings.Cut(f.Tag.Get("json"), ",")
+		switch name {
+		case "-":
+			continue
+		case "":
+			name = f.Name
+		}
+		keys = append(keys, name)
+	}
+	return keys
 }
 
 // Duration is a config value written as a duration string ("30s"); it

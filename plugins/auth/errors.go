@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -32,15 +33,38 @@ func toStatus(err error, configure bool) error {
 		return nil
 	}
 	code := codes.Internal
+	msg := err.Error()
 	switch {
 	case configure && errors.Is(err, ErrInvalidConfig):
+		// The code says "invalid config"; the message carries only what
+		// the plugin adds, so the gateway's side says it once.
 		code = codes.InvalidArgument
+		msg = detail(msg, ErrInvalidConfig)
 	case errors.Is(err, context.DeadlineExceeded):
 		code = codes.DeadlineExceeded
 	case errors.Is(err, context.Canceled):
 		code = codes.Canceled
 	}
-	return status.Error(code, err.Error())
+	return status.Error(code, msg)
+}
+
+// detail drops sentinel's text from the front of msg, where a plugin's
+// fmt.Errorf("%w: ...", sentinel) puts it.
+func detail(msg string, sentinel error) string {
+	s := sentinel.Error()
+	if msg == s {
+		return ""
+	}
+	return strings.TrimPrefix(msg, s+": ")
+}
+
+// wrapDetail is sentinel with msg after it, the sentinel's text said once
+// even when msg repeats it (a plugin built with an older SDK sends it).
+func wrapDetail(sentinel error, msg string) error {
+	if msg = detail(msg, sentinel); msg == "" {
+		return sentinel
+	}
+	return fmt.Errorf("%w: %s", sentinel, msg)
 }
 
 // fromStatus turns the error of a gRPC call into the contract's errors.
@@ -59,7 +83,7 @@ func fromStatus(ctx context.Context, err error) error {
 	}
 	switch st.Code() {
 	case codes.InvalidArgument:
-		return fmt.Errorf("%w: %s", ErrInvalidConfig, st.Message())
+		return wrapDetail(ErrInvalidConfig, st.Message())
 	case codes.Unavailable, codes.Canceled:
 		// Canceled while the caller's context is live: the connection
 		// was closed under the call (the process exited).
@@ -67,6 +91,6 @@ func fromStatus(ctx context.Context, err error) error {
 	case codes.DeadlineExceeded:
 		return fmt.Errorf("%w: %w: %s", ErrPlugin, context.DeadlineExceeded, st.Message())
 	default:
-		return fmt.Errorf("%w: %s", ErrPlugin, st.Message())
+		return wrapDetail(ErrPlugin, st.Message())
 	}
 }

@@ -225,7 +225,7 @@ func (h *Host) Reload(plugins []conf.Plugin) error {
 				in.stop()
 			}
 		}
-		return fmt.Errorf("pluginhost: %w", err)
+		return err // each names its plugin; the caller adds its own context
 	}
 	next := make(map[string]*slot, len(plugins))
 	for _, p := range plugins {

@@ -383,3 +383,36 @@ func TestPluginLogsReachSlog(t *testing.T) {
 		return strings.Contains(s, "testplugin configured tag=x") && strings.Contains(s, "plugin=loud")
 	})
 }
+
+// TestStartErrorText pins the exact text of a start failure. It used to
+// repeat its prefixes ("pluginhost: ... auth: invalid plugin config: auth:
+// invalid plugin config: json: unknown field"): each layer now adds its
+// own context once, and an unknown key lists the known ones.
+func TestStartErrorText(t *testing.T) {
+	bin := testPlugin(t)
+	for _, tc := range []struct {
+		name string
+		p    conf.Plugin
+		want string
+	}{
+		{"rejected config", spec("a", bin, map[string]any{"bad_config": true}),
+			`plugin "a" (` + bin + `): configure: auth: invalid plugin config: bad_config is set`},
+		{"unknown config key", spec("a", bin, map[string]any{"secret_env": "X"}),
+			`plugin "a" (` + bin + `): configure: auth: invalid plugin config: unknown key "secret_env" ` +
+				`(known: deny, status, tag, cache_key, cache_ttl, bad_config, slow_for, header_name)`},
+		{"wrong type", spec("a", bin, map[string]any{"cache_key": "header:X"}),
+			`plugin "a" (` + bin + `): configure: auth: invalid plugin config: cache_key: wrong type: got string, want []string`},
+		{"checksum", conf.Plugin{Name: "a", Path: bin, SHA256: strings.Repeat("0", 64)},
+			`pluginhost: plugin checksum mismatch: plugin "a": ` + bin + ` has sha256 `},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := New([]conf.Plugin{tc.p}, Options{Logger: quiet})
+			if err == nil {
+				t.Fatal("New succeeded; want an error")
+			}
+			if got := err.Error(); got != tc.want && !(tc.name == "checksum" && strings.HasPrefix(got, tc.want)) {
+				t.Fatalf("error text\n got %s\nwant %s", got, tc.want)
+			}
+		})
+	}
+}

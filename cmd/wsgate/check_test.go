@@ -1,0 +1,57 @@
+package main
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/wsgate/wsgate/internal/testproc"
+)
+
+// TestCheckStartsPlugins runs `wsgate -check` on configs whose jwt plugin
+// table is wrong and right. It pins a defect: -check only validated the
+// file, so a plugin config with a key the plugin does not know (the
+// shipped examples' secret_env) passed the check and failed the start.
+func TestCheckStartsPlugins(t *testing.T) {
+	// Race-enabled builds otherwise sleep a second at exit.
+	t.Setenv("GORACE", strings.TrimSpace(os.Getenv("GORACE")+" atexit_sleep_ms=0"))
+	t.Setenv("WSGATE_CHECK_SECRET", "s3cret")
+	wsgate := testproc.Build(t, "./cmd/wsgate")
+	jwt := testproc.Build(t, "./plugins/jwt")
+	for _, tc := range []struct {
+		name   string
+		config string // the [plugins.config] table's body
+		code   int
+		want   string // in the output; FILE and BIN stand for the paths
+	}{
+		{"right key", `hs256_secret_env = "WSGATE_CHECK_SECRET"`, 0, "FILE: ok\n"},
+		{"wrong key", `secret_env = "WSGATE_CHECK_SECRET"`, 1,
+			`FILE:13: plugins[0].config: plugin "jwt" (BIN): configure: auth: invalid plugin config: ` +
+				`unknown key "secret_env" (known: hs256_secret_env, rs256_public_key_file, issuer, audience, token_from, claims_to_headers)` + "\n"},
+		{"unset secret", `hs256_secret_env = "WSGATE_CHECK_UNSET"`, 1,
+			`FILE:13: plugins[0].config: plugin "jwt" (BIN): configure: auth: invalid plugin config: ` +
+				`hs256_secret_env: environment variable WSGATE_CHECK_UNSET is empty or unset` + "\n"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			path := filepath.Join(t.TempDir(), "wsgate.toml")
+			cfg := "[[pools]]\nname = \"relay\"\n  [[pools.nodes]]\n  addr = \"127.0.0.1:7001\"\n\n" +
+				"[[routes]]\npool = \"relay\"\nauth = [\"jwt\"]\n\n" +
+				"[[plugins]]\nname = \"jwt\"\npath = \"" + jwt + "\"\n  [plugins.config]\n  " + tc.config + "\n"
+			if err := os.WriteFile(path, []byte(cfg), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			p := testproc.Start(t, "wsgate-check", wsgate, "-check", "-config", path)
+			code, err := p.Wait(60 * time.Second)
+			if err != nil {
+				t.Fatal(err)
+			}
+			out := p.Output()
+			want := strings.NewReplacer("FILE", path, "BIN", jwt).Replace(tc.want)
+			if code != tc.code || !strings.Contains(out, want) {
+				t.Fatalf("exit %d, output:\n%s\nwant exit %d and\n%s", code, out, tc.code, want)
+			}
+		})
+	}
+}

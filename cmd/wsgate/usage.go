@@ -1,0 +1,24 @@
+package main
+
+import (
+	"flag"
+	"fmt"
+	"io"
+)
+
+// usage is the text of `wsgate -h`: every way to run the command, the
+// gateway's flags, and the demo's.
+func usage(w io.Writer, fs *flag.FlagSet) {
+	fmt.Fprint(w, `Usage:
+  wsgate [-config FILE] [flags]   run the gateway (SIGHUP reloads, SIGUSR2 restarts in place, SIGTERM drains)
+  wsgate -check [-config FILE]    validate the config, start each auth plugin with its config, and exit
+  wsgate -version                 print the version, VCS revision and Go version, and exit
+  wsgate demo [demo flags]        try it: the gateway and two relay replicas in one process
+
+Flags:
+`)
+	fs.PrintDefaults()
+	fmt.Fprint(w, "\nwsgate demo: "+demoAbout+"\nDemo flags:\n")
+	demo, _ := demoFlags(&demoOptions{}, w)
+	demo.PrintDefaults()
+}

@@ -1,0 +1,49 @@
+package gateway
+
+import (
+	"errors"
+	"log/slog"
+	"strconv"
+	"sync"
+
+	"github.com/wsgate/wsgate/conf"
+	"github.com/wsgate/wsgate/gateway/internal/pluginhost"
+	"github.com/wsgate/wsgate/plugins/auth"
+)
+
+// CheckPlugins starts each auth plugin of cfg, configures it with its
+// [plugins.config] table and stops it, as a start or a reload would: it is
+// what `wsgate -check` runs after loading the file, so a config a plugin
+// rejects fails the check rather than the start. The plugins are checked
+// concurrently; their log lines go to log. It returns nil, or one
+// *conf.Error per failing plugin (joined, in file order) naming the file,
+// the line, the key (plugins[i].config for a rejected config,
+// plugins[i].sha256 for a checksum mismatch, plugins[i].path otherwise) and
+// the plugin's own error.
+func CheckPlugins(cfg *conf.Config, log *slog.Logger) error {
+	errs := make([]error, len(cfg.Plugins))
+	var wg sync.WaitGroup
+	for i, p := range cfg.Plugins {
+		wg.Go(func() {
+			err := pluginhost.Check(p, pluginhost.Options{Logger: log})
+			if err == nil {
+				return
+			}
+			key := pluginKey(i, "path")
+			switch {
+			case errors.Is(err, auth.ErrInvalidConfig):
+				key = pluginKey(i, "config")
+			case errors.Is(err, pluginhost.ErrChecksum):
+				key = pluginKey(i, "sha256")
+			}
+			errs[i] = &conf.Error{File: cfg.File, Line: cfg.Line(key), Key: key, Msg: err.Error()}
+		})
+	}
+	wg.Wait()
+	return errors.Join(errs...)
+}
+
+// pluginKey is the key path of field of the i-th [[plugins]] entry.
+func pluginKey(i int, field string) string {
+	return "plugins[" + strconv.Itoa(i) + "]." + field
+}
