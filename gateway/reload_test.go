@@ -1,6 +1,7 @@
 package gateway
 
 import (
+	"context"
 	"encoding/binary"
 	"fmt"
 	"net/http"
@@ -14,6 +15,7 @@ import (
 
 	"github.com/fasthttp/websocket"
 	"github.com/wsgate/wsgate/conf"
+	"github.com/wsgate/wsgate/internal/testproc"
 )
 
 // reloadable starts a gateway whose config lives in a file, so tests can
@@ -363,5 +365,62 @@ func TestReloadWatchAndLatency(t *testing.T) {
 	t.Logf("file renamed -> new generation active in %v (settle %v)", time.Since(start), conf.DefaultSettle)
 	if got := e.srv.current().pools["relay"].node(e.addrs[0]).MaxConns(); got != 4999 {
 		t.Fatalf("cap %d after the watched reload", got)
+	}
+}
+
+// TestListenersKeepTheirAddressAfterReload pins the hand-over map of a
+// restart after a reload that changed gateway.listen and admin.listen:
+// the reload cannot move the sockets, and Listeners used to name them by
+// the new config, so the next process was handed the old socket under the
+// new address and served it instead of opening the new one.
+func TestListenersKeepTheirAddressAfterReload(t *testing.T) {
+	const cfgFmt = `
+[gateway]
+listen = %q
+[admin]
+listen = %q
+[[pools]]
+name = "relay"
+  [[pools.nodes]]
+  addr = "127.0.0.1:9"
+[[routes]]
+pool = "relay"
+`
+	oldGW, oldAdmin := testproc.FreeAddr(t), testproc.FreeAddr(t)
+	newGW, newAdmin := testproc.FreeAddr(t), testproc.FreeAddr(t)
+	parse := func(gw, admin string) *conf.Config {
+		t.Helper()
+		cfg, err := conf.Parse("listen.toml", []byte(fmt.Sprintf(cfgFmt, gw, admin)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return cfg
+	}
+	srv, err := New(parse(oldGW, oldAdmin), quietLog())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := srv.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = srv.Shutdown(context.Background()) })
+	if err := srv.Apply(parse(newGW, newAdmin)); err != nil {
+		t.Fatal(err)
+	}
+	if r := srv.LastReload().Restart; len(r) < 2 {
+		t.Fatalf("reload changing both listen addresses reported %v as needing a restart", r)
+	}
+	got := srv.Listeners()
+	if len(got) != 2 {
+		t.Fatalf("hand-over map has %d entries, want 2: %v", len(got), got)
+	}
+	for _, a := range []string{oldGW, oldAdmin} {
+		ln := got[a]
+		if ln == nil {
+			t.Fatalf("no listener handed over under %s (the address it was opened for): %v", a, got)
+		}
+		if ln.Addr().String() != a {
+			t.Fatalf("listener handed over as %s listens on %s", a, ln.Addr())
+		}
 	}
 }
