@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/fasthttp/websocket"
+	"github.com/wsgate/wsgate/balancer"
 	"github.com/wsgate/wsgate/conf"
 	"github.com/wsgate/wsgate/internal/testproc"
 )
@@ -422,5 +423,111 @@ pool = "relay"
 		if ln.Addr().String() != a {
 			t.Fatalf("listener handed over as %s listens on %s", a, ln.Addr())
 		}
+	}
+}
+
+// TestReaddedNodeKeepsItsCount pins a cap overshoot: a reload removed a
+// node while leases on it were held, a later reload named its address
+// again, and the pool got a fresh node at zero live, so the address took
+// its cap again on top of the tunnels still open to it. The node is now
+// the same until its last lease ends: the cap holds across the removal,
+// the node is no longer leaving once back (its new tunnels stay), and
+// once released and removed again it is forgotten.
+func TestReaddedNodeKeepsItsCount(t *testing.T) {
+	const withX = `
+[gateway]
+listen = %[1]q
+[admin]
+listen = ""
+[[pools]]
+name = "relay"
+  [pools.health]
+  interval = "50ms"
+  timeout = "40ms"
+  rise = 1
+  [[pools.nodes]]
+  addr = %[2]q
+  max_conns = 2
+  [[pools.nodes]]
+  addr = %[3]q
+  max_conns = 1
+[[routes]]
+path_prefix = "/room/"
+pool = "relay"
+`
+	withoutX := strings.Replace(withX, "  [[pools.nodes]]\n  addr = %[2]q\n  max_conns = 2\n", "", 1)
+	e, path := reloadable(t, 2, withX)
+	nodeX := func() *balancer.Node { return e.srv.current().pools["relay"].node(e.addrs[0]) }
+	x := nodeX()
+	reload := func(cfgFmt string) {
+		t.Helper()
+		e.writeConfig(path, cfgFmt)
+		if err := e.srv.Reload(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// The other node holds its one slot, so every handshake goes to x.
+	other := e.srv.current().pools["relay"].node(e.addrs[1])
+	held := takeLeases(t, other, 1)
+	// Two tunnels' worth of leases on x (its cap), then x leaves the config.
+	held = append(held, takeLeases(t, x, 2)...)
+	defer releaseAll(held)
+	reload(withoutX)
+	reload(withX)
+	if nodeX() != x {
+		t.Fatalf("address named again while it had %d leases: a new node (live %d)", x.Live(), nodeX().Live())
+	}
+	waitUntil(t, func() bool { return x.State() == balancer.StateUp })
+	if _, resp, err := e.dial("/room/r", nil); err == nil || resp == nil || resp.StatusCode != http.StatusServiceUnavailable {
+		t.Fatalf("handshake with x at its cap across the removal: %v %v, want 503", err, resp)
+	}
+	held[2].Release() // one of x's old tunnels ends
+	c := e.mustDial("/room/r")
+	defer c.Close()
+	if x.Live() != 2 {
+		t.Fatalf("x live %d after a new tunnel, want 2", x.Live())
+	}
+	e.srv.tunnels.mu.Lock()
+	leaving := e.srv.tunnels.retired[x]
+	e.srv.tunnels.mu.Unlock()
+	if leaving {
+		t.Fatal("x is back in the config but still marked leaving: its new tunnels would be closed")
+	}
+	if _, resp, err := e.dial("/room/r", nil); err == nil || resp == nil || resp.StatusCode != http.StatusServiceUnavailable {
+		t.Fatalf("third tunnel to x with a cap of 2: %v %v, want 503", err, resp)
+	}
+	c.Close()
+	releaseAll(held)
+	waitUntil(t, func() bool { return x.Live() == 0 })
+	// Released and removed, x is forgotten by the reload after the one
+	// that removed it; the address then starts afresh.
+	reload(withoutX)
+	reload(withoutX)
+	if n := e.srv.current().nodes.Len(); n != 1 {
+		t.Fatalf("node registry holds %d nodes with x gone and idle, want 1", n)
+	}
+	reload(withX)
+	if nodeX() == x || nodeX().Live() != 0 {
+		t.Fatalf("x named again after it was forgotten: same node %v, live %d", nodeX() == x, nodeX().Live())
+	}
+}
+
+// takeLeases takes k leases on n directly, as k tunnels would.
+func takeLeases(t *testing.T, n *balancer.Node, k int) []*balancer.Lease {
+	t.Helper()
+	var ls []*balancer.Lease
+	for range k {
+		l, ok := n.TryAcquire()
+		if !ok {
+			t.Fatalf("node %s full at live %d", n.Addr(), n.Live())
+		}
+		ls = append(ls, l)
+	}
+	return ls
+}
+
+func releaseAll(ls []*balancer.Lease) {
+	for _, l := range ls {
+		l.Release()
 	}
 }

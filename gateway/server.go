@@ -17,6 +17,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 	"github.com/valyala/fasthttp"
+	"github.com/wsgate/wsgate/balancer"
 	"github.com/wsgate/wsgate/conf"
 	"github.com/wsgate/wsgate/gateway/internal/pluginhost"
 	"golang.org/x/sys/unix"
@@ -34,6 +35,7 @@ type generation struct {
 	cfg              *conf.Config
 	routes           routeTable
 	pools            map[string]*pool
+	nodes            *balancer.Registry // every pool's nodes, shared by all generations
 	handshakeTimeout time.Duration
 	retryAfter       int // seconds
 }
