@@ -369,6 +369,54 @@ func TestReloadWatchAndLatency(t *testing.T) {
 	}
 }
 
+// TestReloadWatchesConfigMapSwap mounts the config as a Kubernetes
+// ConfigMap volume does (wsgate.toml -> ..data/wsgate.toml, ..data -> a
+// timestamped directory) and updates it as the kubelet does: a new
+// directory, a ..data_tmp symlink to it renamed over ..data, the old
+// directory removed. It pins the watcher's name filter, which dropped
+// every event of that swap, so the new config was never loaded.
+func TestReloadWatchesConfigMapSwap(t *testing.T) {
+	e, _ := reloadable(t, 2, reloadBase)
+	dir := t.TempDir()
+	path := filepath.Join(dir, "wsgate.toml")
+	for i, cfg := range []string{reloadBase, strings.Replace(reloadBase, "max_conns_per_node = 5000", "max_conns_per_node = 4999", 1)} {
+		ts := fmt.Sprintf("..2026_11_30_09_0%d_00.000000001", i)
+		if err := os.Mkdir(filepath.Join(dir, ts), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		e.writeConfig(filepath.Join(dir, ts, "wsgate.toml"), cfg)
+		if i == 0 {
+			if err := os.Symlink(ts, filepath.Join(dir, "..data")); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.Symlink(filepath.Join("..data", "wsgate.toml"), path); err != nil {
+				t.Fatal(err)
+			}
+			if err := e.srv.ReloadFrom(path); err != nil {
+				t.Fatal(err)
+			}
+			if err := conf.Watch(t.Context(), path, 0, func() { _ = e.srv.Reload() }); err != nil {
+				t.Fatal(err)
+			}
+			continue
+		}
+		gen := e.srv.current().n
+		if err := os.Symlink(ts, filepath.Join(dir, "..data_tmp")); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Rename(filepath.Join(dir, "..data_tmp"), filepath.Join(dir, "..data")); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.RemoveAll(filepath.Join(dir, "..2026_11_30_09_00_00.000000001")); err != nil {
+			t.Fatal(err)
+		}
+		waitUntil(t, func() bool { return e.srv.current().n > gen })
+	}
+	if got := e.srv.current().pools["relay"].node(e.addrs[0]).MaxConns(); got != 4999 {
+		t.Fatalf("cap %d after the ConfigMap update, want 4999", got)
+	}
+}
+
 // TestListenersKeepTheirAddressAfterReload pins the hand-over map of a
 // restart after a reload that changed gateway.listen and admin.listen:
 // the reload cannot move the sockets, and Listeners used to name them by
