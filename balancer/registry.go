@@ -12,8 +12,8 @@ import "sync"
 // The same address in two pools is two nodes, each with its own cap and
 // count, as the pools' own settings and health checks are separate.
 //
-// A Registry is safe for concurrent use and must not be copied after
-// first use.
+// The zero Registry is empty and ready to use. A Registry is safe for
+// concurrent use and must not be copied after first use.
 type Registry struct {
 	_     noCopy
 	mu    sync.Mutex
@@ -39,6 +39,9 @@ func (r *Registry) Node(pool, addr string, weight, maxConns int) (n *Node, fresh
 	defer r.mu.Unlock()
 	if n := r.nodes[k]; n != nil {
 		return n, false
+	}
+	if r.nodes == nil {
+		r.nodes = make(map[nodeKey]*Node)
 	}
 	n = NewNode(addr, weight, maxConns)
 	r.nodes[k] = n
