@@ -17,6 +17,10 @@
 // up linearly after the node comes back ([Node.SetSlowStart]) so a fresh
 // node is not handed every new connection at once.
 //
+// A [Registry] keeps nodes by pool and address across config reloads, so
+// an address dropped while leases on it are held and then named again is
+// the same node, whose cap still counts those leases.
+//
 // A node's [State] is set from outside (the health checker, through the
 // gateway); only [StateUp] takes new connections. The balancer never
 // decides health itself.

@@ -73,9 +73,11 @@ type Gateway struct {
 	// credential an auth plugin admitted it with (a JWT's exp) before it is
 	// closed with 1008 (default 0s; >= 0).
 	ExpiryGrace Duration `toml:"expiry_grace" json:"expiry_grace"`
-	// RevokeRedis is a Redis URL on which gateway replicas share
-	// revocations (POST /api/revoke), so each closes its matching tunnels
-	// (default "": revocations apply to this gateway only).
+	// RevokeRedis is a Redis URL (Redis 6.2 or later) on which gateway
+	// replicas share revocations (POST /api/revoke), so each closes its
+	// matching tunnels; they are stored there until their ttl passes and
+	// loaded at start and after every reconnect (default "": revocations
+	// apply to this gateway only).
 	RevokeRedis string `toml:"revoke_redis" json:"revoke_redis"`
 }
 

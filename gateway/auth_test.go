@@ -7,6 +7,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -16,6 +17,7 @@ import (
 
 	"github.com/fasthttp/websocket"
 	"github.com/golang-jwt/jwt/v5"
+	"github.com/redis/go-redis/v9"
 	"github.com/wsgate/wsgate/conf"
 	"github.com/wsgate/wsgate/internal/redistest"
 	"github.com/wsgate/wsgate/internal/testproc"
@@ -462,5 +464,107 @@ func TestRevokeByKey(t *testing.T) {
 	_ = k2.SetReadDeadline(time.Now().Add(5 * time.Second))
 	if _, msg, err := k2.ReadMessage(); err != nil || string(msg) != "hi" {
 		t.Fatalf("another key of the same user: %q %v", msg, err)
+	}
+}
+
+// postRevoke posts body to gateway e's /api/revoke and fails unless it is
+// accepted.
+func (e *authEnv) postRevoke(t *testing.T, body string) {
+	t.Helper()
+	resp, err := http.Post("http://"+e.srv.AdminAddr().String()+"/api/revoke", "application/json", strings.NewReader(body))
+	if err != nil || resp.StatusCode != 200 {
+		t.Fatalf("revoke %s: %v %v", body, err, resp)
+	}
+	resp.Body.Close()
+}
+
+// TestRevocationBeforeStartEnforced pins revocations living only in the
+// memory of the gateways that heard them: one made before a gateway
+// started was lost on it. Now it is stored in Redis with its ttl and the
+// new gateway loads it before it serves; once the ttl has passed the
+// subject is let back in, and Redis drops it with the next revocation.
+func TestRevocationBeforeStartEnforced(t *testing.T) {
+	rs := redistest.Start(t)
+	a := newAuthEnvRevoking(t, rs.URL())
+	a.postRevoke(t, `{"subject":"erin","ttl":"2s"}`)
+	a.postRevoke(t, fmt.Sprintf(`{"key":%q,"ttl":"1h"}`, auth.CredentialHash("k1")))
+	b := newAuthEnvRevoking(t, rs.URL())
+	erin := bearer(token(t, "erin", time.Now().Add(time.Hour), jwtSecret))
+	if _, status, err := b.dial("/jwt/r", erin); err == nil || status != 401 {
+		t.Fatalf("subject revoked before this gateway started: %v (status %d), want 401", err, status)
+	}
+	if _, status, err := b.dial("/key/r", http.Header{"X-Api-Key": {"k1"}}); err == nil || status != 401 {
+		t.Fatalf("key revoked before this gateway started: %v (status %d), want 401", err, status)
+	}
+	// The 2s ttl passes: erin is let back in, on both.
+	deadline := time.Now().Add(15 * time.Second)
+	for _, e := range []*authEnv{b, a} {
+		for {
+			c, status, err := e.dial("/jwt/r", erin)
+			if err == nil {
+				c.Close()
+				break
+			}
+			if status != 401 || time.Now().After(deadline) {
+				t.Fatalf("subject after its ttl: %v (status %d), want an upgrade", err, status)
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+	}
+	rdb := redis.NewClient(&redis.Options{Addr: rs.Addr})
+	defer rdb.Close()
+	a.postRevoke(t, `{"subject":"frank"}`)
+	members, err := rdb.ZRange(context.Background(), revokedKey, 0, -1).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(members) != 2 || slices.Contains(members, "s:erin") {
+		t.Fatalf("stored revocations %v: want the key and frank, erin expired", members)
+	}
+}
+
+// TestRevocationWhileDisconnectedEnforced pins revocations riding only an
+// at-most-once pub/sub channel: one published while a gateway's Redis
+// connection was down never reached it. The gateway's Redis user is
+// disabled and its connections killed, a revocation is made on another
+// gateway, then the user is enabled again: once reconnected, the gateway
+// closes the revoked subject's tunnel and refuses it.
+func TestRevocationWhileDisconnectedEnforced(t *testing.T) {
+	rs := redistest.Start(t)
+	ctx := context.Background()
+	rdb := redis.NewClient(&redis.Options{Addr: rs.Addr})
+	defer rdb.Close()
+	if err := rdb.Do(ctx, "ACL", "SETUSER", "gw-b", "on", ">pw-b", "~*", "&*", "+@all").Err(); err != nil {
+		t.Fatal(err)
+	}
+	a := newAuthEnvRevoking(t, rs.URL())
+	b := newAuthEnvRevoking(t, "redis://gw-b:pw-b@"+rs.Addr+"/0")
+	erin := bearer(token(t, "erin", time.Now().Add(time.Hour), jwtSecret))
+	onB, _, err := b.dial("/jwt/r", erin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer onB.Close()
+
+	// Cut b off: it cannot log in again, and its connections are gone, so
+	// nothing published from here on reaches its subscription.
+	if err := rdb.Do(ctx, "ACL", "SETUSER", "gw-b", "off").Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := rdb.Do(ctx, "CLIENT", "KILL", "USER", "gw-b").Err(); err != nil {
+		t.Fatal(err)
+	}
+	a.postRevoke(t, `{"subject":"erin"}`)
+	if err := rdb.Do(ctx, "ACL", "SETUSER", "gw-b", "on").Err(); err != nil {
+		t.Fatal(err)
+	}
+	back := time.Now()
+	_ = onB.SetReadDeadline(time.Now().Add(20 * time.Second))
+	if _, _, err := onB.ReadMessage(); !websocket.IsCloseError(err, 1008) {
+		t.Fatalf("tunnel on the gateway that was disconnected: %v, want 1008 once it reconnects", err)
+	}
+	t.Logf("Redis let the gateway back in -> revoked tunnel closed in %v", time.Since(back).Round(time.Millisecond))
+	if _, status, err := b.dial("/jwt/r", erin); err == nil || status != 401 {
+		t.Fatalf("revoked subject on the reconnected gateway: %v (status %d), want 401", err, status)
 	}
 }

@@ -28,13 +28,16 @@ type pool struct {
 	healthConf     health.Config // its checker's settings
 }
 
-// newPool builds the run-time pool for pc. With old (the pool of the same
-// name in the running generation) it reuses old's nodes by address, so
-// they keep their live counts, tunnels and health, and old's checker; the
-// nodes pc adds are returned in added, old's nodes pc drops in removed.
-// It changes nothing that is in use: commit does, once the whole new
-// generation is built.
-func newPool(pc *conf.Pool, old *pool, log *slog.Logger) (p *pool, added, removed []*balancer.Node, err error) {
+// newPool builds the run-time pool for pc. Its nodes come from reg by pool
+// name and address, so a node kept, or dropped by an earlier reload and
+// named again while tunnels to it are open, is the same node with its
+// live count and tunnels. With old (the pool of the same name in the
+// running generation) it reuses old's checker, so kept nodes keep their
+// health; the nodes old did not have are returned in added, old's nodes
+// pc drops in removed. It changes nothing that is in use: commit does,
+// once the whole new generation is built (a node it registers anew is
+// used by nobody yet).
+func newPool(pc *conf.Pool, old *pool, reg *balancer.Registry, log *slog.Logger) (p *pool, added, removed []*balancer.Node, err error) {
 	picker, err := balancer.NewPicker(pc.Balance)
 	if err != nil {
 		return nil, nil, nil, fmt.Errorf("pool %q: %w", pc.Name, err)
@@ -64,9 +67,8 @@ func newPool(pc *conf.Pool, old *pool, log *slog.Logger) (p *pool, added, remove
 	}
 	nodes := make([]*balancer.Node, 0, len(pc.Nodes))
 	for _, nc := range pc.Nodes {
-		n := keep[nc.Addr]
-		if n == nil {
-			n = balancer.NewNode(nc.Addr, nc.Weight, nc.MaxConns)
+		n, _ := reg.Node(pc.Name, nc.Addr, nc.Weight, nc.MaxConns)
+		if keep[nc.Addr] == nil {
 			added = append(added, n)
 		}
 		delete(keep, nc.Addr)

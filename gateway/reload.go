@@ -69,7 +69,9 @@ type leaving struct {
 // are matched by address and keep their live counts, health and tunnels; a
 // changed weight or cap applies to the next pick; a removed node takes no
 // new connection and its tunnels are closed with 1001 spread over the drain
-// window; an added node takes traffic after rise passing probes; routes,
+// window; an added node takes traffic after rise passing probes (a node
+// named again while tunnels from its removal are still open is the same
+// node: its live count still counts against its cap); routes,
 // origins and limits apply to the next handshake. Any error leaves the
 // running config untouched and is returned (naming file, line and key).
 func (s *Server) Reload() error {
@@ -122,20 +124,25 @@ func (s *Server) apply(cfg *conf.Config, start time.Time) error {
 	}
 
 	// Commit: nothing above touched what is running.
+	// A node coming (back) into a pool may be one an earlier reload
+	// removed while tunnels to it stayed open: it gets its new settings
+	// and is no longer leaving, so its new tunnels stay.
 	for _, p := range g.pools {
+		p.applyNodeSettings()
 		if op := old.pools[p.name]; op != nil {
-			p.applyNodeSettings()
 			if p.healthConf != op.healthConf {
 				p.health.SetConfig(p.healthConf)
 			}
 			for _, n := range p.bal.Nodes() {
 				if op.node(n.Addr()) == nil {
+					s.tunnels.unretire(n)
 					p.health.AddPending(nodeTarget{n})
 				}
 			}
 		} else {
 			p.health.SetObserver(probeObserver{m: s.metrics, pool: p.name})
 			for _, n := range p.bal.Nodes() {
+				s.tunnels.unretire(n)
 				p.health.AddPending(nodeTarget{n})
 			}
 		}
@@ -144,6 +151,7 @@ func (s *Server) apply(cfg *conf.Config, start time.Time) error {
 	s.gen.Store(g)
 	// Nodes removed by earlier reloads whose tunnels have all ended.
 	s.tunnels.pruneRetired(g.holds)
+	s.forgetNodes(g, gone)
 
 	// Retire what left: no new connections, then their tunnels go away.
 	window := cfg.Gateway.DrainWindow.Duration
@@ -169,6 +177,24 @@ func (s *Server) apply(cfg *conf.Config, start time.Time) error {
 	return nil
 }
 
+// forgetNodes drops from the node registry the nodes that are in none of
+// g's pools and hold no lease, so an address named again later starts
+// afresh. The nodes this reload removes (gone) stay until a later reload:
+// a handshake that read the previous generation may still take a lease
+// on one before it is marked drained.
+func (s *Server) forgetNodes(g *generation, gone []leaving) {
+	keep := make(map[*balancer.Node]bool)
+	for _, p := range g.pools {
+		for _, n := range p.bal.Nodes() {
+			keep[n] = true
+		}
+	}
+	for _, l := range gone {
+		keep[l.n] = true
+	}
+	g.nodes.Forget(func(n *balancer.Node) bool { return keep[n] })
+}
+
 // holds reports whether n is a node of one of g's pools.
 func (g *generation) holds(n *balancer.Node) bool {
 	for _, p := range g.pools {
@@ -186,8 +212,12 @@ func (s *Server) build(cfg *conf.Config, old *generation) (*generation, []leavin
 	g := &generation{
 		cfg:              cfg,
 		pools:            make(map[string]*pool, len(cfg.Pools)),
+		nodes:            balancer.NewRegistry(),
 		handshakeTimeout: cfg.Gateway.HandshakeTimeout.Duration,
 		retryAfter:       max(1, int(cfg.Gateway.RetryAfter.Seconds())),
+	}
+	if old != nil {
+		g.nodes = old.nodes
 	}
 	var gone []leaving
 	for i := range cfg.Pools {
@@ -195,7 +225,7 @@ func (s *Server) build(cfg *conf.Config, old *generation) (*generation, []leavin
 		if old != nil {
 			op = old.pools[cfg.Pools[i].Name]
 		}
-		p, _, removed, err := newPool(&cfg.Pools[i], op, s.log)
+		p, _, removed, err := newPool(&cfg.Pools[i], op, g.nodes, s.log)
 		if err != nil {
 			return nil, nil, err
 		}

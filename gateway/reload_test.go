@@ -1,6 +1,7 @@
 package gateway
 
 import (
+	"context"
 	"encoding/binary"
 	"encoding/json"
 	"fmt"
@@ -14,7 +15,9 @@ import (
 	"time"
 
 	"github.com/fasthttp/websocket"
+	"github.com/wsgate/wsgate/balancer"
 	"github.com/wsgate/wsgate/conf"
+	"github.com/wsgate/wsgate/internal/testproc"
 )
 
 // reloadable starts a gateway whose config lives in a file, so tests can
@@ -405,5 +408,216 @@ pool = "relay"
 	v = get()
 	if v["result"] != "error" || v["ok"] != false || v["error"] == nil || v["at"] == nil {
 		t.Fatalf("after a failed reload: %v, want result error, ok false, the error and its time", v)
+	}
+}
+
+// TestReloadWatchesConfigMapSwap mounts the config as a Kubernetes
+// ConfigMap volume does (wsgate.toml -> ..data/wsgate.toml, ..data -> a
+// timestamped directory) and updates it as the kubelet does: a new
+// directory, a ..data_tmp symlink to it renamed over ..data, the old
+// directory removed. It pins the watcher's name filter, which dropped
+// every event of that swap, so the new config was never loaded.
+func TestReloadWatchesConfigMapSwap(t *testing.T) {
+	e, _ := reloadable(t, 2, reloadBase)
+	dir := t.TempDir()
+	path := filepath.Join(dir, "wsgate.toml")
+	for i, cfg := range []string{reloadBase, strings.Replace(reloadBase, "max_conns_per_node = 5000", "max_conns_per_node = 4999", 1)} {
+		ts := fmt.Sprintf("..2026_11_30_09_0%d_00.000000001", i)
+		if err := os.Mkdir(filepath.Join(dir, ts), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		e.writeConfig(filepath.Join(dir, ts, "wsgate.toml"), cfg)
+		if i == 0 {
+			if err := os.Symlink(ts, filepath.Join(dir, "..data")); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.Symlink(filepath.Join("..data", "wsgate.toml"), path); err != nil {
+				t.Fatal(err)
+			}
+			if err := e.srv.ReloadFrom(path); err != nil {
+				t.Fatal(err)
+			}
+			if err := conf.Watch(t.Context(), path, 0, func() { _ = e.srv.Reload() }); err != nil {
+				t.Fatal(err)
+			}
+			continue
+		}
+		gen := e.srv.current().n
+		if err := os.Symlink(ts, filepath.Join(dir, "..data_tmp")); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Rename(filepath.Join(dir, "..data_tmp"), filepath.Join(dir, "..data")); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.RemoveAll(filepath.Join(dir, "..2026_11_30_09_00_00.000000001")); err != nil {
+			t.Fatal(err)
+		}
+		waitUntil(t, func() bool { return e.srv.current().n > gen })
+	}
+	if got := e.srv.current().pools["relay"].node(e.addrs[0]).MaxConns(); got != 4999 {
+		t.Fatalf("cap %d after the ConfigMap update, want 4999", got)
+	}
+}
+
+// TestListenersKeepTheirAddressAfterReload pins the hand-over map of a
+// restart after a reload that changed gateway.listen and admin.listen:
+// the reload cannot move the sockets, and Listeners used to name them by
+// the new config, so the next process was handed the old socket under the
+// new address and served it instead of opening the new one.
+func TestListenersKeepTheirAddressAfterReload(t *testing.T) {
+	const cfgFmt = `
+[gateway]
+listen = %q
+[admin]
+listen = %q
+[[pools]]
+name = "relay"
+  [[pools.nodes]]
+  addr = "127.0.0.1:9"
+[[routes]]
+pool = "relay"
+`
+	oldGW, oldAdmin := testproc.FreeAddr(t), testproc.FreeAddr(t)
+	newGW, newAdmin := testproc.FreeAddr(t), testproc.FreeAddr(t)
+	parse := func(gw, admin string) *conf.Config {
+		t.Helper()
+		cfg, err := conf.Parse("listen.toml", []byte(fmt.Sprintf(cfgFmt, gw, admin)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return cfg
+	}
+	srv, err := New(parse(oldGW, oldAdmin), quietLog())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := srv.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = srv.Shutdown(context.Background()) })
+	if err := srv.Apply(parse(newGW, newAdmin)); err != nil {
+		t.Fatal(err)
+	}
+	if r := srv.LastReload().Restart; len(r) < 2 {
+		t.Fatalf("reload changing both listen addresses reported %v as needing a restart", r)
+	}
+	got := srv.Listeners()
+	if len(got) != 2 {
+		t.Fatalf("hand-over map has %d entries, want 2: %v", len(got), got)
+	}
+	for _, a := range []string{oldGW, oldAdmin} {
+		ln := got[a]
+		if ln == nil {
+			t.Fatalf("no listener handed over under %s (the address it was opened for): %v", a, got)
+		}
+		if ln.Addr().String() != a {
+			t.Fatalf("listener handed over as %s listens on %s", a, ln.Addr())
+		}
+	}
+}
+
+// TestReaddedNodeKeepsItsCount pins a cap overshoot: a reload removed a
+// node while leases on it were held, a later reload named its address
+// again, and the pool got a fresh node at zero live, so the address took
+// its cap again on top of the tunnels still open to it. The node is now
+// the same until its last lease ends: the cap holds across the removal,
+// the node is no longer leaving once back (its new tunnels stay), and
+// once released and removed again it is forgotten.
+func TestReaddedNodeKeepsItsCount(t *testing.T) {
+	const withX = `
+[gateway]
+listen = %[1]q
+[admin]
+listen = ""
+[[pools]]
+name = "relay"
+  [pools.health]
+  interval = "50ms"
+  timeout = "40ms"
+  rise = 1
+  [[pools.nodes]]
+  addr = %[2]q
+  max_conns = 2
+  [[pools.nodes]]
+  addr = %[3]q
+  max_conns = 1
+[[routes]]
+path_prefix = "/room/"
+pool = "relay"
+`
+	withoutX := strings.Replace(withX, "  [[pools.nodes]]\n  addr = %[2]q\n  max_conns = 2\n", "", 1)
+	e, path := reloadable(t, 2, withX)
+	nodeX := func() *balancer.Node { return e.srv.current().pools["relay"].node(e.addrs[0]) }
+	x := nodeX()
+	reload := func(cfgFmt string) {
+		t.Helper()
+		e.writeConfig(path, cfgFmt)
+		if err := e.srv.Reload(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// The other node holds its one slot, so every handshake goes to x.
+	other := e.srv.current().pools["relay"].node(e.addrs[1])
+	held := takeLeases(t, other, 1)
+	// Two tunnels' worth of leases on x (its cap), then x leaves the config.
+	held = append(held, takeLeases(t, x, 2)...)
+	defer releaseAll(held)
+	reload(withoutX)
+	reload(withX)
+	if nodeX() != x {
+		t.Fatalf("address named again while it had %d leases: a new node (live %d)", x.Live(), nodeX().Live())
+	}
+	waitUntil(t, func() bool { return x.State() == balancer.StateUp })
+	if _, resp, err := e.dial("/room/r", nil); err == nil || resp == nil || resp.StatusCode != http.StatusServiceUnavailable {
+		t.Fatalf("handshake with x at its cap across the removal: %v %v, want 503", err, resp)
+	}
+	held[2].Release() // one of x's old tunnels ends
+	c := e.mustDial("/room/r")
+	defer c.Close()
+	if x.Live() != 2 {
+		t.Fatalf("x live %d after a new tunnel, want 2", x.Live())
+	}
+	e.srv.tunnels.mu.Lock()
+	leaving := e.srv.tunnels.retired[x]
+	e.srv.tunnels.mu.Unlock()
+	if leaving {
+		t.Fatal("x is back in the config but still marked leaving: its new tunnels would be closed")
+	}
+	if _, resp, err := e.dial("/room/r", nil); err == nil || resp == nil || resp.StatusCode != http.StatusServiceUnavailable {
+		t.Fatalf("third tunnel to x with a cap of 2: %v %v, want 503", err, resp)
+	}
+	c.Close()
+	releaseAll(held)
+	waitUntil(t, func() bool { return x.Live() == 0 })
+	// Released and removed, x is forgotten by the reload after the one
+	// that removed it; the address then starts afresh.
+	reload(withoutX)
+	reload(withoutX)
+	if n := e.srv.current().nodes.Len(); n != 1 {
+		t.Fatalf("node registry holds %d nodes with x gone and idle, want 1", n)
+	}
+	reload(withX)
+	if nodeX() == x || nodeX().Live() != 0 {
+		t.Fatalf("x named again after it was forgotten: same node %v, live %d", nodeX() == x, nodeX().Live())
+	}
+}
+
+// takeLeases takes k leases on n directly, as k tunnels would.
+func takeLeases(t *testing.T, n *balancer.Node, k int) []*balancer.Lease {
+	t.Helper()
+	var ls []*balancer.Lease
+	for range k {
+		l, ok := n.TryAcquire()
+		if !ok {
+			t.Fatalf("node %s full at live %d", n.Addr(), n.Live())
+		}
+		ls = append(ls, l)
+	}
+	return ls
+}
+
+func releaseAll(ls []*balancer.Lease) {
+	for _, l := range ls {
+		l.Release()
 	}
 }

@@ -17,6 +17,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 	"github.com/valyala/fasthttp"
+	"github.com/wsgate/wsgate/balancer"
 	"github.com/wsgate/wsgate/conf"
 	"github.com/wsgate/wsgate/gateway/internal/pluginhost"
 	"github.com/wsgate/wsgate/internal/rlimit"
@@ -35,6 +36,7 @@ type generation struct {
 	cfg              *conf.Config
 	routes           routeTable
 	pools            map[string]*pool
+	nodes            *balancer.Registry // every pool's nodes, shared by all generations
 	handshakeTimeout time.Duration
 	retryAfter       int // seconds
 }
@@ -60,7 +62,9 @@ type Server struct {
 	listen    ListenFunc
 	inherited bool // listen hands out inherited sockets
 	listeners []net.Listener
+	opened    []string // the address each of listeners was opened for
 	adminLn   net.Listener
+	adminAt   string // the address adminLn was opened for
 	serving   sync.WaitGroup
 	draining  atomic.Bool
 	ready     atomic.Bool
@@ -187,6 +191,7 @@ func (s *Server) Start() error {
 			return fmt.Errorf("listen on %s: %w", a, err)
 		}
 		s.listeners = append(s.listeners, ln)
+		s.opened = append(s.opened, a)
 	}
 	if a := g.cfg.Admin.Listen; a != "" {
 		ln, err := s.listen(a)
@@ -195,7 +200,7 @@ func (s *Server) Start() error {
 			s.stopPluginsAndRevocations()
 			return fmt.Errorf("admin listen on %s: %w", a, err)
 		}
-		s.adminLn = ln
+		s.adminLn, s.adminAt = ln, a
 		s.serve(s.admin, newLimitListener(ln, nil, s.metrics, s.log, s.retryAfter))
 	}
 	for _, p := range g.pools {
@@ -260,19 +265,17 @@ func (s *Server) closeListeners() {
 	}
 }
 
-// Listeners returns the open listeners by configured address, client and
-// admin alike, so a restart can hand them to the next process.
+// Listeners returns the open listeners, client and admin alike, by the
+// configured address Start opened each for, so a restart can hand them to
+// the next process. A reload that changed an address since does not
+// rename its socket: the next process opens the new address itself.
 func (s *Server) Listeners() map[string]net.Listener {
-	g := s.current()
 	out := map[string]net.Listener{}
-	addrs := append([]string{g.cfg.Gateway.Listen}, g.cfg.Gateway.Listeners...)
 	for i, ln := range s.listeners {
-		if i < len(addrs) {
-			out[addrs[i]] = ln
-		}
+		out[s.opened[i]] = ln
 	}
 	if s.adminLn != nil {
-		out[g.cfg.Admin.Listen] = s.adminLn
+		out[s.adminAt] = s.adminLn
 	}
 	return out
 }

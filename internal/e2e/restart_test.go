@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"fmt"
+	"net"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -235,4 +236,59 @@ func TestTwoProcessesShareAPort(t *testing.T) {
 	}
 	dial(t, st.gwAddr, 0, "shared").conn.Close()
 	_ = one
+}
+
+// TestRestartAfterListenChange reloads a config whose gateway.listen moved
+// to a new address, then restarts with SIGUSR2. It pins a bug where the
+// old socket was handed over under the new address: the new process
+// served the old address and never opened the new one. Now the new
+// process listens on the new address and, once the old one has exited,
+// nothing serves the old address.
+func TestRestartAfterListenChange(t *testing.T) {
+	st := &stack{}
+	startRelays(t, st, 1, "")
+	cfg := gatewayConfig(t, st)
+	pidfile := filepath.Join(t.TempDir(), "wsgate.pid")
+	old := testproc.Start(t, "wsgate", testproc.Build(t, "./cmd/wsgate"), "-config", cfg, "-pidfile", pidfile, "-watch=false")
+	testproc.WaitHTTP(t, "http://"+st.adminAddr+"/readyz", http.StatusOK, 30*time.Second)
+	oldPid := old.Pid()
+	t.Cleanup(func() {
+		if pid := readPid(t, pidfile); pid != 0 && pid != oldPid {
+			if p, err := os.FindProcess(pid); err == nil {
+				_ = p.Signal(syscall.SIGKILL)
+			}
+		}
+	})
+	dial(t, st.gwAddr, 0, "before").conn.Close()
+
+	moved := testproc.FreeAddr(t)
+	b, _ := os.ReadFile(cfg)
+	if err := os.WriteFile(cfg, []byte(strings.Replace(string(b), st.gwAddr, moved, 1)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := old.Signal(syscall.SIGHUP); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, func() bool {
+		resp, err := http.Get("http://" + st.adminAddr + "/api/reload")
+		if err != nil {
+			return false
+		}
+		defer resp.Body.Close()
+		var buf [1024]byte
+		n, _ := resp.Body.Read(buf[:])
+		return strings.Contains(string(buf[:n]), `"generation": 2`)
+	})
+	if err := old.Signal(syscall.SIGUSR2); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, func() bool { pid := readPid(t, pidfile); return pid != 0 && pid != oldPid })
+	if code, err := old.Wait(30 * time.Second); err != nil || code != 0 {
+		t.Fatalf("old process: exit %d, %v", code, err)
+	}
+	dial(t, moved, 1, "after").conn.Close()
+	if c, err := net.DialTimeout("tcp", st.gwAddr, 2*time.Second); err == nil {
+		c.Close()
+		t.Fatalf("the old address %s is still served after the restart onto %s", st.gwAddr, moved)
+	}
 }
