@@ -113,6 +113,10 @@ type Info struct {
 	Resubscribes uint64 `json:"resubscribes"`
 	// LogErrors counts failed room log calls.
 	LogErrors uint64 `json:"log_errors"`
+	// InvalidText counts text messages that were not valid UTF-8: sent by
+	// a client (closed with 1007, never stored), or found in the room log
+	// (stored by an older relay) and withheld from plain members.
+	InvalidText uint64 `json:"invalid_text"`
 }
 
 // Relay serves rooms of WebSocket clients. Create it with New; it is safe for
@@ -128,14 +132,15 @@ type Relay struct {
 	ctx    context.Context
 	cancel context.CancelFunc
 
-	nextID     atomic.Uint64
-	draining   atomic.Bool
-	slowClosed atomic.Uint64
-	busErrors  atomic.Uint64
-	repairs    atomic.Uint64
-	logErrors  atomic.Uint64
-	subs       atomic.Int64
-	roomLog    Log
+	nextID      atomic.Uint64
+	draining    atomic.Bool
+	slowClosed  atomic.Uint64
+	busErrors   atomic.Uint64
+	repairs     atomic.Uint64
+	logErrors   atomic.Uint64
+	invalidText atomic.Uint64
+	subs        atomic.Int64
+	roomLog     Log
 
 	mu      sync.Mutex
 	rooms   map[string]*room
@@ -250,6 +255,7 @@ func (r *Relay) Info() Info {
 		Repairs:       r.repairs.Load(),
 		Resubscribes:  resubs,
 		LogErrors:     r.logErrors.Load(),
+		InvalidText:   r.invalidText.Load(),
 	}
 }
 
