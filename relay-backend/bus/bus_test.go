@@ -265,10 +265,78 @@ func TestRedisResubscribeGap(t *testing.T) {
 	if n := r.Resubscribes(); n != 1 {
 		t.Fatalf("resubscribes = %d", n)
 	}
+	if up, _ := r.State(); !up {
+		t.Fatal("bus down after losing one connection to a Redis that answers")
+	}
 	if err := r.Publish(ctx, "g", []byte("again")); err != nil {
 		t.Fatal(err)
 	}
 	if m := <-events; string(m) != "again" {
 		t.Fatalf("after resubscribe got %q", m)
+	}
+}
+
+// TestRedisState: the bus says it is down soon after redis-server dies
+// (killed, its port refusing), and up again once a server answers on the
+// same address, with its subscriptions taken again (so the relay above it
+// can close its clients with a close frame, then take joins again).
+func TestRedisState(t *testing.T) {
+	srv := redistest.Start(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	r, err := bus.NewRedis(ctx, bus.RedisOptions{URL: srv.URL()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	events := make(chan []byte, 16)
+	if _, err := r.Subscribe(ctx, "s", func(_ string, msg []byte) { events <- msg }); err != nil {
+		t.Fatal(err)
+	}
+	up, changed := r.State()
+	if !up {
+		t.Fatal("new bus is down")
+	}
+	if err := srv.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-changed:
+	case <-ctx.Done():
+		t.Fatal("state did not change after redis-server was killed")
+	}
+	up, changed = r.State()
+	if up {
+		t.Fatal("bus up with redis-server dead")
+	}
+	if err := srv.Restart(); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-changed:
+	case <-ctx.Done():
+		t.Fatal("state did not change after redis-server came back")
+	}
+	if up, _ := r.State(); !up {
+		t.Fatal("bus down with redis-server back")
+	}
+	select {
+	case m := <-events:
+		if m != nil {
+			t.Fatalf("got %q, want the gap marker of the re-subscription", m)
+		}
+	case <-ctx.Done():
+		t.Fatal("channel not re-subscribed")
+	}
+	if err := r.Publish(ctx, "s", []byte("back")); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case m := <-events:
+		if string(m) != "back" {
+			t.Fatalf("got %q, want back", m)
+		}
+	case <-ctx.Done():
+		t.Fatal("no message after redis-server came back")
 	}
 }

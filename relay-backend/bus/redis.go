@@ -33,7 +33,9 @@ type RedisOptions struct {
 // one local subscription. go-redis reconnects the subscriber connection and
 // re-subscribes its channels after a failure; messages published meanwhile
 // are lost (pub/sub is at most once), and each re-subscribed channel's
-// handlers get a nil message to say so. Redis is safe for concurrent use.
+// handlers get a nil message to say so. A failure after which Redis does not
+// answer a PING either makes the bus down (State) until the subscriber
+// connection works again. Redis is safe for concurrent use.
 type Redis struct {
 	client  *redis.Client
 	ps      *redis.PubSub
@@ -50,6 +52,10 @@ type Redis struct {
 	// cmdMu serialises SUBSCRIBE and UNSUBSCRIBE so that the first and last
 	// subscription of a channel reach Redis in the order they were made.
 	cmdMu sync.Mutex
+
+	stMu    sync.Mutex
+	up      bool          // Redis answered after the last failure
+	changed chan struct{} // closed and replaced when up changes
 
 	mu      sync.RWMutex
 	subs    map[string]map[*redisSub]struct{} // by channel name
@@ -89,6 +95,8 @@ func NewRedis(ctx context.Context, o RedisOptions) (*Redis, error) {
 		ctx:      rctx,
 		cancel:   cancel,
 		loopDone: make(chan struct{}),
+		up:       true,
+		changed:  make(chan struct{}),
 		subs:     make(map[string]map[*redisSub]struct{}),
 		waiters:  make(map[string][]chan struct{}),
 	}
@@ -177,6 +185,43 @@ func (r *Redis) Errors() uint64 { return r.errs.Load() }
 // again after a reconnect, each signalled to its handlers with a nil message.
 func (r *Redis) Resubscribes() uint64 { return r.resubs.Load() }
 
+// State reports whether Redis is reachable: false from a receive failure
+// after which Redis did not answer a PING either (it is gone, not merely one
+// connection), until the subscriber connection receives again. The channel
+// is closed at the next change.
+func (r *Redis) State() (up bool, changed <-chan struct{}) {
+	r.stMu.Lock()
+	defer r.stMu.Unlock()
+	return r.up, r.changed
+}
+
+func (r *Redis) setUp(up bool) {
+	r.stMu.Lock()
+	defer r.stMu.Unlock()
+	if r.up == up {
+		return
+	}
+	r.up = up
+	close(r.changed)
+	r.changed = make(chan struct{})
+	if up {
+		r.log.Info("redis bus is up again")
+	} else {
+		r.log.Warn("redis bus is down: redis does not answer")
+	}
+}
+
+// probeTimeout bounds the PING that tells a lost connection from a lost
+// server.
+const probeTimeout = 2 * time.Second
+
+// reachable reports whether Redis answers a PING on a pooled connection.
+func (r *Redis) reachable() bool {
+	ctx, cancel := context.WithTimeout(r.ctx, probeTimeout)
+	defer cancel()
+	return r.client.Ping(ctx).Err() == nil
+}
+
 // Close stops receiving, drops every subscription and closes the connections.
 func (r *Redis) Close() error {
 	r.mu.Lock()
@@ -251,24 +296,33 @@ func (r *Redis) unsubscribe(s *redisSub) {
 }
 
 // receiveLoop reads the subscriber connection until Close: it dispatches
-// messages, resolves SUBSCRIBE confirmations and pings an idle connection so
-// that a dead one is noticed and replaced.
+// messages, resolves SUBSCRIBE confirmations, pings an idle connection so
+// that a dead one is noticed and replaced, and keeps State: down after a
+// failure that a PING on another connection confirms, up again once the
+// subscriber connection receives anything (while down it pings every
+// downPoll, so that comes soon after Redis is back).
 func (r *Redis) receiveLoop() {
 	defer close(r.loopDone)
 	const (
 		idle       = 15 * time.Second
+		downPoll   = 250 * time.Millisecond
 		minBackoff = 50 * time.Millisecond
 		maxBackoff = 2 * time.Second
 	)
 	backoff := minBackoff
 	for r.ctx.Err() == nil {
-		v, err := r.ps.ReceiveTimeout(r.ctx, idle)
+		wait := idle
+		if up, _ := r.State(); !up {
+			wait = downPoll
+		}
+		v, err := r.ps.ReceiveTimeout(r.ctx, wait)
 		if err != nil {
 			if r.ctx.Err() != nil {
 				return
 			}
 			var ne net.Error
 			if errors.As(err, &ne) && ne.Timeout() {
+				// The answer to this PING is received like a message.
 				if perr := r.ps.Ping(r.ctx); perr == nil {
 					continue
 				}
@@ -276,6 +330,9 @@ func (r *Redis) receiveLoop() {
 			n := r.errs.Add(1)
 			if n&(n-1) == 0 { // log the 1st, 2nd, 4th, 8th... error only
 				r.log.Warn("redis bus receive failed", "err", err, "errors", n)
+			}
+			if up, _ := r.State(); up && !r.reachable() {
+				r.setUp(false)
 			}
 			t := time.NewTimer(backoff)
 			select {
@@ -288,6 +345,7 @@ func (r *Redis) receiveLoop() {
 			continue
 		}
 		backoff = minBackoff
+		r.setUp(true)
 		switch m := v.(type) {
 		case *redis.Message:
 			r.dispatch(m.Channel, []byte(m.Payload))

@@ -18,6 +18,7 @@ import (
 const (
 	closeGoingAway      = websocket.CloseGoingAway               // 1001: drain
 	closeInvalidPayload = websocket.CloseInvalidFramePayloadData // 1007: a text message that is not UTF-8
+	closeServiceRestart = websocket.CloseServiceRestart          // 1012: the bus (Redis) is unreachable
 	closeTryAgainLater  = websocket.CloseTryAgainLater           // 1013: slow consumer
 )
 
@@ -138,8 +139,11 @@ func (r *Relay) serveConn(c *websocket.Conn, roomID string, hello bool, since re
 		// Drain began, or the room filled up, between the upgrade check
 		// and the join.
 		code, text := closeGoingAway, "going away"
-		if errors.Is(err, errRoomFull) {
+		switch {
+		case errors.Is(err, errRoomFull):
 			code, text = closeTryAgainLater, "room full"
+		case errors.Is(err, errBusDown):
+			code, text = closeServiceRestart, "bus unavailable"
 		}
 		_ = c.WriteControl(websocket.CloseMessage,
 			websocket.FormatCloseMessage(code, text), time.Now().Add(m.wt))
@@ -165,7 +169,9 @@ func (r *Relay) serveConn(c *websocket.Conn, roomID string, hello bool, since re
 // browser fails its whole connection on such a frame, so storing it would
 // break every later joiner of the room. A message the log refuses closes m
 // with 1011: it was not committed, and the ACKs that follow would no longer
-// match the messages sent.
+// match the messages sent. After either close the reader drops what m sends
+// until m answers the close (or the close times out), so the close frame is
+// written before the connection ends.
 func (r *Relay) pumpReads(m *member) {
 	m.conn.SetReadLimit(r.opt.MaxMessage)
 	rm := m.room
@@ -197,7 +203,7 @@ func (r *Relay) pumpReads(m *member) {
 		if err != nil {
 			r.countLogError("append", rm.id, err)
 			m.kick(websocket.CloseInternalServerErr, "room log unavailable")
-			return
+			continue
 		}
 		if m.v1 {
 			r.enqueue(m, v1Frame(relayclient.KindAck, 0, pos.Offset, nil))

@@ -54,6 +54,9 @@ type outMsg struct {
 
 var errDraining = errors.New("relay is draining")
 
+// errBusDown is returned by join while the bus cannot reach its server.
+var errBusDown = errors.New("bus is down")
+
 // errRoomFull is returned by join when the room has MaxMembers members.
 var errRoomFull = errors.New("room is full")
 
@@ -119,6 +122,10 @@ func (r *Relay) join(m *member, roomID string) error {
 	if r.draining.Load() {
 		r.mu.Unlock()
 		return errDraining
+	}
+	if r.busDown.Load() {
+		r.mu.Unlock()
+		return errBusDown
 	}
 	rm := r.rooms[roomID]
 	if rm != nil && rm.count >= r.opt.MaxMembers {
