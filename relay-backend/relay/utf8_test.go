@@ -2,6 +2,7 @@ package relay_test
 
 import (
 	"context"
+	"errors"
 	"testing"
 	"time"
 
@@ -122,6 +123,49 @@ func TestInvalidUTF8NotStored(t *testing.T) {
 				t.Errorf("invalid_text = %d, want %d", n, wantInvalid)
 			}
 		})
+	}
+}
+
+// TestInvalidUTF8FromV1: a relay.v1 client that sends a text message that
+// is not UTF-8 is closed with 1007 like a plain one; the message gets no ACK
+// and no offset, so the room's offsets stay dense.
+func TestInvalidUTF8FromV1(t *testing.T) {
+	r := startRelay(t, relay.Options{})
+	const room = "poison-v1"
+	watcher := v1Dial(t, r, room, relayclient.Since{})
+	joinV1(t, watcher)
+	poisoner := v1Dial(t, r, room, relayclient.Since{})
+	joinV1(t, poisoner)
+	if err := poisoner.Send(relayclient.TypeText, []byte("before")); err != nil {
+		t.Fatal(err)
+	}
+	rawFrame(t, poisoner.WS(), false, wsframe.OpText, []byte("x\xf0\x9f"))
+	rawFrame(t, poisoner.WS(), true, wsframe.OpContinuation, []byte("\x98")) // U+1F600 cut short
+	// ACK:1 may be cut by the close (an unacknowledged message may or may
+	// not be committed); no second ACK may come.
+	_ = poisoner.WS().SetReadDeadline(time.Now().Add(2 * ioTimeout))
+	for {
+		f, err := poisoner.Next()
+		if err != nil {
+			var ce *websocket.CloseError
+			if !errors.As(err, &ce) || ce.Code != websocket.CloseInvalidFramePayloadData {
+				t.Fatalf("poisoner ended with %v, want close 1007", err)
+			}
+			break
+		}
+		if f.Kind != relayclient.KindAck || f.Offset != 1 {
+			t.Fatalf("poisoner got %s:%d, want at most ACK:1 before the close", f.Kind, f.Offset)
+		}
+	}
+	sender := v1Dial(t, r, room, relayclient.Since{})
+	joinV1(t, sender)
+	if err := sender.Send(relayclient.TypeText, []byte("after")); err != nil {
+		t.Fatal(err)
+	}
+	for i, w := range []string{"before", "after"} {
+		if f := next(t, watcher); f.Kind != relayclient.KindMsg || f.Offset != uint64(i+1) || string(f.Body) != w {
+			t.Fatalf("watcher got %s:%d %q, want MSG:%d %q", f.Kind, f.Offset, f.Body, i+1, w)
+		}
 	}
 }
 
