@@ -85,6 +85,10 @@ func startOn(dir string, port int) (*Server, error) {
 	return nil, fmt.Errorf("redis-server on %s not ready: %w", addr, err)
 }
 
+// Pid returns the server's process id, for tests that signal it (SIGSTOP
+// freezes it: its connections stay open and nothing answers).
+func (s *Server) Pid() int { return s.cmd.Process.Pid }
+
 // Kill ends the server with SIGKILL, as a crash would, and waits for the
 // process to exit; its clients see their connections reset. The cleanup
 // registered by Start then has nothing left to stop.

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -338,5 +339,72 @@ func TestRedisState(t *testing.T) {
 		}
 	case <-ctx.Done():
 		t.Fatal("no message after redis-server came back")
+	}
+}
+
+// TestRedisStateFrozen: a server that stops answering without closing its
+// connections (here frozen with SIGSTOP; a partition or a frozen host looks
+// the same) makes the bus down within about two ping intervals and the
+// probe's timeout. The subscriber connection used to be pinged and never
+// checked for the answer, so it waited for TCP to give up, for minutes.
+func TestRedisStateFrozen(t *testing.T) {
+	srv := redistest.Start(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	r, err := bus.NewRedis(ctx, bus.RedisOptions{URL: srv.URL(), PingInterval: 100 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	events := make(chan []byte, 16)
+	if _, err := r.Subscribe(ctx, "f", func(_ string, msg []byte) { events <- msg }); err != nil {
+		t.Fatal(err)
+	}
+	_, changed := r.State()
+	if err := syscall.Kill(srv.Pid(), syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	thawed := false
+	thaw := func() {
+		if !thawed {
+			thawed = true
+			_ = syscall.Kill(srv.Pid(), syscall.SIGCONT)
+		}
+	}
+	defer thaw()
+	select {
+	case <-changed:
+	case <-ctx.Done():
+		t.Fatal("bus still up with redis-server frozen")
+	}
+	up, changed := r.State()
+	if up {
+		t.Fatal("bus up with redis-server frozen")
+	}
+	thaw()
+	select {
+	case <-changed:
+	case <-ctx.Done():
+		t.Fatal("bus still down with redis-server thawed")
+	}
+	if up, _ := r.State(); !up {
+		t.Fatal("bus down with redis-server thawed")
+	}
+	if err := r.Publish(ctx, "f", []byte("thawed")); err != nil {
+		t.Fatal(err)
+	}
+	for {
+		select {
+		case m := <-events:
+			if m == nil {
+				continue // a gap marker, if go-redis replaced the connection
+			}
+			if string(m) != "thawed" {
+				t.Fatalf("got %q, want thawed", m)
+			}
+			return
+		case <-ctx.Done():
+			t.Fatal("no message after redis-server thawed")
+		}
 	}
 }

@@ -24,6 +24,11 @@ type RedisOptions struct {
 	// ConfirmTimeout bounds how long Subscribe waits for Redis to confirm a
 	// new channel subscription (default 5s).
 	ConfirmTimeout time.Duration
+	// PingInterval is how long the subscriber connection may stay silent
+	// before the bus pings it; a ping unanswered for as long again fails
+	// the connection, so a server that stopped answering (a partition, a
+	// frozen host) is noticed within twice this (default 15s).
+	PingInterval time.Duration
 	// Logger receives transport errors (default slog.Default()).
 	Logger *slog.Logger
 }
@@ -41,6 +46,7 @@ type Redis struct {
 	ps      *redis.PubSub
 	prefix  string
 	confirm time.Duration
+	idle    time.Duration
 	log     *slog.Logger
 	errs    atomic.Uint64
 	resubs  atomic.Uint64
@@ -77,9 +83,15 @@ func NewRedis(ctx context.Context, o RedisOptions) (*Redis, error) {
 	if o.ConfirmTimeout <= 0 {
 		o.ConfirmTimeout = 5 * time.Second
 	}
+	if o.PingInterval <= 0 {
+		o.PingInterval = 15 * time.Second
+	}
 	if o.Logger == nil {
 		o.Logger = slog.Default()
 	}
+	// Deadlines of the callers' contexts (the probe's among them) bound
+	// each command, not only go-redis's own read and write timeouts.
+	opt.ContextTimeoutEnabled = true
 	client := redis.NewClient(opt)
 	if err := client.Ping(ctx).Err(); err != nil {
 		_ = client.Close()
@@ -91,6 +103,7 @@ func NewRedis(ctx context.Context, o RedisOptions) (*Redis, error) {
 		ps:       client.Subscribe(rctx),
 		prefix:   o.ChannelPrefix,
 		confirm:  o.ConfirmTimeout,
+		idle:     o.PingInterval,
 		log:      o.Logger,
 		ctx:      rctx,
 		cancel:   cancel,
@@ -296,24 +309,24 @@ func (r *Redis) unsubscribe(s *redisSub) {
 }
 
 // receiveLoop reads the subscriber connection until Close: it dispatches
-// messages, resolves SUBSCRIBE confirmations, pings an idle connection so
-// that a dead one is noticed and replaced, and keeps State: down after a
+// messages, resolves SUBSCRIBE confirmations, pings a silent connection and
+// counts a ping left unanswered as a failure, and keeps State: down after a
 // failure that a PING on another connection confirms, up again once the
 // subscriber connection receives anything (while down it pings every
 // downPoll, so that comes soon after Redis is back).
 func (r *Redis) receiveLoop() {
 	defer close(r.loopDone)
 	const (
-		idle       = 15 * time.Second
 		downPoll   = 250 * time.Millisecond
 		minBackoff = 50 * time.Millisecond
 		maxBackoff = 2 * time.Second
 	)
 	backoff := minBackoff
+	pinged := false // a PING is out and nothing was received since
 	for r.ctx.Err() == nil {
-		wait := idle
+		wait := r.idle
 		if up, _ := r.State(); !up {
-			wait = downPoll
+			wait = min(wait, downPoll)
 		}
 		v, err := r.ps.ReceiveTimeout(r.ctx, wait)
 		if err != nil {
@@ -322,11 +335,18 @@ func (r *Redis) receiveLoop() {
 			}
 			var ne net.Error
 			if errors.As(err, &ne) && ne.Timeout() {
-				// The answer to this PING is received like a message.
-				if perr := r.ps.Ping(r.ctx); perr == nil {
+				if pinged {
+					// go-redis keeps a connection that only timed out:
+					// the failure is counted here, and go-redis finds out
+					// when TCP gives up on it.
+					err = fmt.Errorf("no answer to a ping within %s: %w", wait, err)
+				} else if perr := r.ps.Ping(r.ctx); perr == nil {
+					// The answer is received like a message.
+					pinged = true
 					continue
 				}
 			}
+			pinged = false
 			n := r.errs.Add(1)
 			if n&(n-1) == 0 { // log the 1st, 2nd, 4th, 8th... error only
 				r.log.Warn("redis bus receive failed", "err", err, "errors", n)
@@ -345,6 +365,7 @@ func (r *Redis) receiveLoop() {
 			continue
 		}
 		backoff = minBackoff
+		pinged = false
 		r.setUp(true)
 		switch m := v.(type) {
 		case *redis.Message:
