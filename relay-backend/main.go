@@ -1,7 +1,9 @@
 // Command relay-backend is the reference WebSocket relay behind the wsgate
 // gateway: rooms of clients, a durable room log in Redis (epochs, offsets,
 // Streams) published to every replica, relay.v1 resume and acknowledgements
-// (docs/protocol.md), and a graceful 1001 drain on SIGTERM or SIGINT.
+// (docs/protocol.md), and a graceful 1001 drain on SIGTERM or SIGINT. When
+// Redis stops answering it closes its clients with 1012 and answers
+// /healthz and joins with 503 until Redis is back; it does not exit.
 //
 // Usage:
 //

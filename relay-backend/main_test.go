@@ -202,6 +202,51 @@ func TestBinary(t *testing.T) {
 		}
 	})
 
+	// Redis killed under two replicas: every client of both gets close
+	// 1012, not a bare TCP close; the processes stay up, unready (503)
+	// until Redis is back, then serve again and still drain cleanly.
+	t.Run("redis killed", func(t *testing.T) {
+		srv := redistest.Start(t)
+		procs := []*proc{
+			startProc(t, bin, "-id", "one", "-redis", srv.URL()),
+			startProc(t, bin, "-id", "two", "-redis", srv.URL()),
+		}
+		var ended []chan error
+		for i := range 4 {
+			ended = append(ended, readUntilClosed(join(t, procs[i%2].addr, []string{"x", "y"}[i/2])))
+		}
+		if err := srv.Kill(); err != nil {
+			t.Fatal(err)
+		}
+		for i, e := range ended {
+			if err := <-e; !websocket.IsCloseError(err, websocket.CloseServiceRestart) {
+				t.Errorf("client %d saw %v, want close 1012", i, err)
+			}
+		}
+		for _, p := range procs {
+			if status, body := get(p.addr, "/healthz"); status != 503 || body != "bus unavailable" {
+				t.Errorf("/healthz with Redis gone = %d %q", status, body)
+			}
+		}
+		if err := srv.Restart(); err != nil {
+			t.Fatal(err)
+		}
+		for _, p := range procs {
+			deadline := time.Now().Add(ioTimeout)
+			for status, body := get(p.addr, "/healthz"); status != 200; status, body = get(p.addr, "/healthz") {
+				if time.Now().After(deadline) {
+					t.Fatalf("/healthz with Redis back = %d %q", status, body)
+				}
+				time.Sleep(10 * time.Millisecond)
+			}
+			ended := readUntilClosed(join(t, p.addr, "x"))
+			p.stop(t)
+			if err := <-ended; !websocket.IsCloseError(err, websocket.CloseGoingAway) {
+				t.Fatalf("client saw %v, want close 1001", err)
+			}
+		}
+	})
+
 	t.Run("bad flag", func(t *testing.T) {
 		out, err := exec.Command(bin, "-send-queue", "0").CombinedOutput()
 		var ee *exec.ExitError

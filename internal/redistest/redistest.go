@@ -22,6 +22,7 @@ type Server struct {
 	// Addr is the server's 127.0.0.1:port address.
 	Addr string
 	cmd  *exec.Cmd
+	dir  string
 }
 
 // URL returns the redis:// URL of database 0.
@@ -57,6 +58,10 @@ func start(dir string) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
+	return startOn(dir, port)
+}
+
+func startOn(dir string, port int) (*Server, error) {
 	addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
 	cmd := exec.Command(Binary,
 		"--port", strconv.Itoa(port), "--bind", "127.0.0.1",
@@ -64,7 +69,8 @@ func start(dir string) (*Server, error) {
 	if err := cmd.Start(); err != nil {
 		return nil, fmt.Errorf("exec %s: %w", Binary, err)
 	}
-	s := &Server{Addr: addr, cmd: cmd}
+	s := &Server{Addr: addr, cmd: cmd, dir: dir}
+	var err error
 	deadline := time.Now().Add(10 * time.Second)
 	for time.Now().Before(deadline) {
 		if err = ping(addr); err == nil {
@@ -77,6 +83,41 @@ func start(dir string) (*Server, error) {
 	}
 	s.stop()
 	return nil, fmt.Errorf("redis-server on %s not ready: %w", addr, err)
+}
+
+// Pid returns the server's process id, for tests that signal it (SIGSTOP
+// freezes it: its connections stay open and nothing answers).
+func (s *Server) Pid() int { return s.cmd.Process.Pid }
+
+// Kill ends the server with SIGKILL, as a crash would, and waits for the
+// process to exit; its clients see their connections reset. The cleanup
+// registered by Start then has nothing left to stop.
+func (s *Server) Kill() error {
+	if err := s.cmd.Process.Kill(); err != nil {
+		return fmt.Errorf("kill redis-server %d: %w", s.cmd.Process.Pid, err)
+	}
+	_ = s.cmd.Wait() // "signal: killed"
+	return nil
+}
+
+// Restart starts an empty server again on the same address after Kill, as
+// a supervisor would restart a crashed one (without persistence it lost
+// every key). The cleanup registered by Start stops the new process.
+func (s *Server) Restart() error {
+	_, port, err := net.SplitHostPort(s.Addr)
+	if err != nil {
+		return fmt.Errorf("restart redis-server: %w", err)
+	}
+	p, err := strconv.Atoi(port)
+	if err != nil {
+		return fmt.Errorf("restart redis-server: %w", err)
+	}
+	ns, err := startOn(s.dir, p)
+	if err != nil {
+		return fmt.Errorf("restart redis-server on %s: %w", s.Addr, err)
+	}
+	s.cmd = ns.cmd
+	return nil
 }
 
 func (s *Server) stop() {

@@ -62,6 +62,14 @@ type ResubscribeCounter interface {
 	Resubscribes() uint64
 }
 
+// StateWatcher is an optional ability of a Bus whose transport can be lost
+// and regained (the Redis bus): whether it can reach its server now.
+type StateWatcher interface {
+	// State reports whether the transport is up, and returns a channel
+	// that is closed at the next change of that answer.
+	State() (up bool, changed <-chan struct{})
+}
+
 // ErrClosed is returned by Publish and Subscribe after the bus was closed.
 var ErrClosed = errors.New("bus: closed")
 

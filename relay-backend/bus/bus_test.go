@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -265,10 +266,145 @@ func TestRedisResubscribeGap(t *testing.T) {
 	if n := r.Resubscribes(); n != 1 {
 		t.Fatalf("resubscribes = %d", n)
 	}
+	if up, _ := r.State(); !up {
+		t.Fatal("bus down after losing one connection to a Redis that answers")
+	}
 	if err := r.Publish(ctx, "g", []byte("again")); err != nil {
 		t.Fatal(err)
 	}
 	if m := <-events; string(m) != "again" {
 		t.Fatalf("after resubscribe got %q", m)
+	}
+}
+
+// TestRedisState: the bus says it is down soon after redis-server dies
+// (killed, its port refusing), and up again once a server answers on the
+// same address, with its subscriptions taken again (so the relay above it
+// can close its clients with a close frame, then take joins again).
+func TestRedisState(t *testing.T) {
+	srv := redistest.Start(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	r, err := bus.NewRedis(ctx, bus.RedisOptions{URL: srv.URL()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	events := make(chan []byte, 16)
+	if _, err := r.Subscribe(ctx, "s", func(_ string, msg []byte) { events <- msg }); err != nil {
+		t.Fatal(err)
+	}
+	up, changed := r.State()
+	if !up {
+		t.Fatal("new bus is down")
+	}
+	if err := srv.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-changed:
+	case <-ctx.Done():
+		t.Fatal("state did not change after redis-server was killed")
+	}
+	up, changed = r.State()
+	if up {
+		t.Fatal("bus up with redis-server dead")
+	}
+	if err := srv.Restart(); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-changed:
+	case <-ctx.Done():
+		t.Fatal("state did not change after redis-server came back")
+	}
+	if up, _ := r.State(); !up {
+		t.Fatal("bus down with redis-server back")
+	}
+	select {
+	case m := <-events:
+		if m != nil {
+			t.Fatalf("got %q, want the gap marker of the re-subscription", m)
+		}
+	case <-ctx.Done():
+		t.Fatal("channel not re-subscribed")
+	}
+	if err := r.Publish(ctx, "s", []byte("back")); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case m := <-events:
+		if string(m) != "back" {
+			t.Fatalf("got %q, want back", m)
+		}
+	case <-ctx.Done():
+		t.Fatal("no message after redis-server came back")
+	}
+}
+
+// TestRedisStateFrozen: a server that stops answering without closing its
+// connections (here frozen with SIGSTOP; a partition or a frozen host looks
+// the same) makes the bus down within about two ping intervals and the
+// probe's timeout. The subscriber connection used to be pinged and never
+// checked for the answer, so it waited for TCP to give up, for minutes.
+func TestRedisStateFrozen(t *testing.T) {
+	srv := redistest.Start(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	r, err := bus.NewRedis(ctx, bus.RedisOptions{URL: srv.URL(), PingInterval: 100 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	events := make(chan []byte, 16)
+	if _, err := r.Subscribe(ctx, "f", func(_ string, msg []byte) { events <- msg }); err != nil {
+		t.Fatal(err)
+	}
+	_, changed := r.State()
+	if err := syscall.Kill(srv.Pid(), syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	thawed := false
+	thaw := func() {
+		if !thawed {
+			thawed = true
+			_ = syscall.Kill(srv.Pid(), syscall.SIGCONT)
+		}
+	}
+	defer thaw()
+	select {
+	case <-changed:
+	case <-ctx.Done():
+		t.Fatal("bus still up with redis-server frozen")
+	}
+	up, changed := r.State()
+	if up {
+		t.Fatal("bus up with redis-server frozen")
+	}
+	thaw()
+	select {
+	case <-changed:
+	case <-ctx.Done():
+		t.Fatal("bus still down with redis-server thawed")
+	}
+	if up, _ := r.State(); !up {
+		t.Fatal("bus down with redis-server thawed")
+	}
+	if err := r.Publish(ctx, "f", []byte("thawed")); err != nil {
+		t.Fatal(err)
+	}
+	for {
+		select {
+		case m := <-events:
+			if m == nil {
+				continue // a gap marker, if go-redis replaced the connection
+			}
+			if string(m) != "thawed" {
+				t.Fatalf("got %q, want thawed", m)
+			}
+			return
+		case <-ctx.Done():
+			t.Fatal("no message after redis-server thawed")
+		}
 	}
 }

@@ -24,6 +24,11 @@ type RedisOptions struct {
 	// ConfirmTimeout bounds how long Subscribe waits for Redis to confirm a
 	// new channel subscription (default 5s).
 	ConfirmTimeout time.Duration
+	// PingInterval is how long the subscriber connection may stay silent
+	// before the bus pings it; a ping unanswered for as long again fails
+	// the connection, so a server that stopped answering (a partition, a
+	// frozen host) is noticed within twice this (default 15s).
+	PingInterval time.Duration
 	// Logger receives transport errors (default slog.Default()).
 	Logger *slog.Logger
 }
@@ -33,12 +38,15 @@ type RedisOptions struct {
 // one local subscription. go-redis reconnects the subscriber connection and
 // re-subscribes its channels after a failure; messages published meanwhile
 // are lost (pub/sub is at most once), and each re-subscribed channel's
-// handlers get a nil message to say so. Redis is safe for concurrent use.
+// handlers get a nil message to say so. A failure after which Redis does not
+// answer a PING either makes the bus down (State) until the subscriber
+// connection works again. Redis is safe for concurrent use.
 type Redis struct {
 	client  *redis.Client
 	ps      *redis.PubSub
 	prefix  string
 	confirm time.Duration
+	idle    time.Duration
 	log     *slog.Logger
 	errs    atomic.Uint64
 	resubs  atomic.Uint64
@@ -50,6 +58,10 @@ type Redis struct {
 	// cmdMu serialises SUBSCRIBE and UNSUBSCRIBE so that the first and last
 	// subscription of a channel reach Redis in the order they were made.
 	cmdMu sync.Mutex
+
+	stMu    sync.Mutex
+	up      bool          // Redis answered after the last failure
+	changed chan struct{} // closed and replaced when up changes
 
 	mu      sync.RWMutex
 	subs    map[string]map[*redisSub]struct{} // by channel name
@@ -71,9 +83,15 @@ func NewRedis(ctx context.Context, o RedisOptions) (*Redis, error) {
 	if o.ConfirmTimeout <= 0 {
 		o.ConfirmTimeout = 5 * time.Second
 	}
+	if o.PingInterval <= 0 {
+		o.PingInterval = 15 * time.Second
+	}
 	if o.Logger == nil {
 		o.Logger = slog.Default()
 	}
+	// Deadlines of the callers' contexts (the probe's among them) bound
+	// each command, not only go-redis's own read and write timeouts.
+	opt.ContextTimeoutEnabled = true
 	client := redis.NewClient(opt)
 	if err := client.Ping(ctx).Err(); err != nil {
 		_ = client.Close()
@@ -85,10 +103,13 @@ func NewRedis(ctx context.Context, o RedisOptions) (*Redis, error) {
 		ps:       client.Subscribe(rctx),
 		prefix:   o.ChannelPrefix,
 		confirm:  o.ConfirmTimeout,
+		idle:     o.PingInterval,
 		log:      o.Logger,
 		ctx:      rctx,
 		cancel:   cancel,
 		loopDone: make(chan struct{}),
+		up:       true,
+		changed:  make(chan struct{}),
 		subs:     make(map[string]map[*redisSub]struct{}),
 		waiters:  make(map[string][]chan struct{}),
 	}
@@ -177,6 +198,43 @@ func (r *Redis) Errors() uint64 { return r.errs.Load() }
 // again after a reconnect, each signalled to its handlers with a nil message.
 func (r *Redis) Resubscribes() uint64 { return r.resubs.Load() }
 
+// State reports whether Redis is reachable: false from a receive failure
+// after which Redis did not answer a PING either (it is gone, not merely one
+// connection), until the subscriber connection receives again. The channel
+// is closed at the next change.
+func (r *Redis) State() (up bool, changed <-chan struct{}) {
+	r.stMu.Lock()
+	defer r.stMu.Unlock()
+	return r.up, r.changed
+}
+
+func (r *Redis) setUp(up bool) {
+	r.stMu.Lock()
+	defer r.stMu.Unlock()
+	if r.up == up {
+		return
+	}
+	r.up = up
+	close(r.changed)
+	r.changed = make(chan struct{})
+	if up {
+		r.log.Info("redis bus is up again")
+	} else {
+		r.log.Warn("redis bus is down: redis does not answer")
+	}
+}
+
+// probeTimeout bounds the PING that tells a lost connection from a lost
+// server.
+const probeTimeout = 2 * time.Second
+
+// reachable reports whether Redis answers a PING on a pooled connection.
+func (r *Redis) reachable() bool {
+	ctx, cancel := context.WithTimeout(r.ctx, probeTimeout)
+	defer cancel()
+	return r.client.Ping(ctx).Err() == nil
+}
+
 // Close stops receiving, drops every subscription and closes the connections.
 func (r *Redis) Close() error {
 	r.mu.Lock()
@@ -251,31 +309,50 @@ func (r *Redis) unsubscribe(s *redisSub) {
 }
 
 // receiveLoop reads the subscriber connection until Close: it dispatches
-// messages, resolves SUBSCRIBE confirmations and pings an idle connection so
-// that a dead one is noticed and replaced.
+// messages, resolves SUBSCRIBE confirmations, pings a silent connection and
+// counts a ping left unanswered as a failure, and keeps State: down after a
+// failure that a PING on another connection confirms, up again once the
+// subscriber connection receives anything (while down it pings every
+// downPoll, so that comes soon after Redis is back).
 func (r *Redis) receiveLoop() {
 	defer close(r.loopDone)
 	const (
-		idle       = 15 * time.Second
+		downPoll   = 250 * time.Millisecond
 		minBackoff = 50 * time.Millisecond
 		maxBackoff = 2 * time.Second
 	)
 	backoff := minBackoff
+	pinged := false // a PING is out and nothing was received since
 	for r.ctx.Err() == nil {
-		v, err := r.ps.ReceiveTimeout(r.ctx, idle)
+		wait := r.idle
+		if up, _ := r.State(); !up {
+			wait = min(wait, downPoll)
+		}
+		v, err := r.ps.ReceiveTimeout(r.ctx, wait)
 		if err != nil {
 			if r.ctx.Err() != nil {
 				return
 			}
 			var ne net.Error
 			if errors.As(err, &ne) && ne.Timeout() {
-				if perr := r.ps.Ping(r.ctx); perr == nil {
+				if pinged {
+					// go-redis keeps a connection that only timed out:
+					// the failure is counted here, and go-redis finds out
+					// when TCP gives up on it.
+					err = fmt.Errorf("no answer to a ping within %s: %w", wait, err)
+				} else if perr := r.ps.Ping(r.ctx); perr == nil {
+					// The answer is received like a message.
+					pinged = true
 					continue
 				}
 			}
+			pinged = false
 			n := r.errs.Add(1)
 			if n&(n-1) == 0 { // log the 1st, 2nd, 4th, 8th... error only
 				r.log.Warn("redis bus receive failed", "err", err, "errors", n)
+			}
+			if up, _ := r.State(); up && !r.reachable() {
+				r.setUp(false)
 			}
 			t := time.NewTimer(backoff)
 			select {
@@ -288,6 +365,8 @@ func (r *Redis) receiveLoop() {
 			continue
 		}
 		backoff = minBackoff
+		pinged = false
+		r.setUp(true)
 		switch m := v.(type) {
 		case *redis.Message:
 			r.dispatch(m.Channel, []byte(m.Payload))

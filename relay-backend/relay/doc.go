@@ -16,9 +16,13 @@
 // each message they sent, once committed.
 //
 // A member that cannot keep up is closed with 1013, a message over the size
-// limit closes its sender with 1009, a room log failure closes with 1011,
-// and Drain says goodbye (1001) to every client, spread over a window, so
-// they reconnect elsewhere a few at a time.
+// limit closes its sender with 1009, a text message that is not valid UTF-8
+// closes its sender with 1007 and is neither stored nor relayed, a room log
+// failure closes with 1011, and Drain says goodbye (1001) to every client,
+// spread over a window, so they reconnect elsewhere a few at a time. When
+// the bus reports its server lost (bus.StateWatcher: Redis gone), every
+// client is closed with 1012 and /healthz and joins answer 503 until it is
+// back.
 //
 // Besides the rooms a Relay serves GET /healthz (with the Wsgate-Agent
 // header for the gateway's checker), GET /info (JSON counters) and GET / (a

@@ -47,18 +47,22 @@ func (r *Relay) handle(ctx *fasthttp.RequestCtx) {
 // AgentHeader is the response header of GET /healthz that tells the
 // gateway's health checker the relay's state and load: "up, load=N" (plus
 // ", weight=W" when Options.Weight is set), or "drain, load=N" while
-// draining; N is the number of open client connections.
+// draining or while the bus cannot reach Redis; N is the number of open
+// client connections.
 const AgentHeader = "Wsgate-Agent"
 
-// health answers GET /healthz: 200 "ok", or 503 "draining", with the agent
-// header.
+// health answers GET /healthz: 200 "ok", or 503 "draining" or "bus
+// unavailable", with the agent header.
 func (r *Relay) health(ctx *fasthttp.RequestCtx) {
 	r.mu.Lock()
 	load := len(r.members)
 	r.mu.Unlock()
 	state, status, body := "up", fasthttp.StatusOK, "ok"
-	if r.draining.Load() {
+	switch {
+	case r.draining.Load():
 		state, status, body = "drain", fasthttp.StatusServiceUnavailable, "draining"
+	case r.busDown.Load():
+		state, status, body = "drain", fasthttp.StatusServiceUnavailable, "bus unavailable"
 	}
 	v := make([]byte, 0, 40)
 	v = append(v, state...)
@@ -106,6 +110,11 @@ func (r *Relay) upgrade(ctx *fasthttp.RequestCtx, roomID string) {
 	if r.draining.Load() {
 		ctx.Response.Header.Set("Retry-After", "1")
 		ctx.Error("draining", fasthttp.StatusServiceUnavailable)
+		return
+	}
+	if r.busDown.Load() {
+		ctx.Response.Header.Set("Retry-After", "5")
+		ctx.Error("bus unavailable", fasthttp.StatusServiceUnavailable)
 		return
 	}
 	if r.roomFull(roomID) {

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"sync/atomic"
 	"time"
+	"unicode/utf8"
 
 	"github.com/fasthttp/websocket"
 
@@ -15,8 +16,10 @@ import (
 
 // Close codes the relay sends.
 const (
-	closeGoingAway     = websocket.CloseGoingAway     // 1001: drain
-	closeTryAgainLater = websocket.CloseTryAgainLater // 1013: slow consumer
+	closeGoingAway      = websocket.CloseGoingAway               // 1001: drain
+	closeInvalidPayload = websocket.CloseInvalidFramePayloadData // 1007: a text message that is not UTF-8
+	closeServiceRestart = websocket.CloseServiceRestart          // 1012: the bus (Redis) is unreachable
+	closeTryAgainLater  = websocket.CloseTryAgainLater           // 1013: slow consumer
 )
 
 // member is one joined client, keyed by a stable id for its whole life. Its
@@ -136,8 +139,11 @@ func (r *Relay) serveConn(c *websocket.Conn, roomID string, hello bool, since re
 		// Drain began, or the room filled up, between the upgrade check
 		// and the join.
 		code, text := closeGoingAway, "going away"
-		if errors.Is(err, errRoomFull) {
+		switch {
+		case errors.Is(err, errRoomFull):
 			code, text = closeTryAgainLater, "room full"
+		case errors.Is(err, errBusDown):
+			code, text = closeServiceRestart, "bus unavailable"
 		}
 		_ = c.WriteControl(websocket.CloseMessage,
 			websocket.FormatCloseMessage(code, text), time.Now().Add(m.wt))
@@ -158,9 +164,14 @@ func (r *Relay) serveConn(c *websocket.Conn, roomID string, hello bool, since re
 
 // pumpReads reads m's messages and commits each to the room log, which
 // publishes it to every replica; it acknowledges each to a relay.v1 sender
-// and hands it to the room's delivery goroutine. A message the log refuses
-// closes m with 1011: it was not committed, and the ACKs that follow would
-// no longer match the messages sent.
+// and hands it to the room's delivery goroutine. A text message that is not
+// valid UTF-8 (RFC 6455 section 8.1) closes m with 1007 and goes nowhere: a
+// browser fails its whole connection on such a frame, so storing it would
+// break every later joiner of the room. A message the log refuses closes m
+// with 1011: it was not committed, and the ACKs that follow would no longer
+// match the messages sent. After either close the reader drops what m sends
+// until m answers the close (or the close times out), so the close frame is
+// written before the connection ends.
 func (r *Relay) pumpReads(m *member) {
 	m.conn.SetReadLimit(r.opt.MaxMessage)
 	rm := m.room
@@ -176,6 +187,15 @@ func (r *Relay) pumpReads(m *member) {
 		if m.kicked.Load() {
 			continue // closing: read on until the client answers the close
 		}
+		// ReadMessage assembled the fragments, so a code point split
+		// across two of them is checked whole.
+		if typ == websocket.TextMessage && !utf8.Valid(data) {
+			if n := r.invalidText.Add(1); n&(n-1) == 0 { // bounded log volume
+				r.log.Info("closed client for a text message that is not UTF-8", "client", m.id, "room", rm.id, "bytes", len(data), "invalid_text", n)
+			}
+			m.kick(closeInvalidPayload, "text message is not valid UTF-8")
+			continue // read on until the client answers the close
+		}
 		env := appendEnvelope(make([]byte, 0, envelopeHeader+len(data)), r.origin, m.id, typ, data)
 		ctx, cancel := context.WithTimeout(r.ctx, logTimeout)
 		pos, err := r.roomLog.Append(ctx, rm.id, env)
@@ -183,7 +203,7 @@ func (r *Relay) pumpReads(m *member) {
 		if err != nil {
 			r.countLogError("append", rm.id, err)
 			m.kick(websocket.CloseInternalServerErr, "room log unavailable")
-			return
+			continue
 		}
 		if m.v1 {
 			r.enqueue(m, v1Frame(relayclient.KindAck, 0, pos.Offset, nil))

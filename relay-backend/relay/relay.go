@@ -113,6 +113,13 @@ type Info struct {
 	Resubscribes uint64 `json:"resubscribes"`
 	// LogErrors counts failed room log calls.
 	LogErrors uint64 `json:"log_errors"`
+	// InvalidText counts text messages that were not valid UTF-8: sent by
+	// a client (closed with 1007, never stored), or found in the room log
+	// (stored by an older relay) and withheld from plain members.
+	InvalidText uint64 `json:"invalid_text"`
+	// BusDown is true while the bus cannot reach its server (Redis): every
+	// member was closed with 1012 and joins are refused until it is back.
+	BusDown bool `json:"bus_down"`
 }
 
 // Relay serves rooms of WebSocket clients. Create it with New; it is safe for
@@ -128,14 +135,16 @@ type Relay struct {
 	ctx    context.Context
 	cancel context.CancelFunc
 
-	nextID     atomic.Uint64
-	draining   atomic.Bool
-	slowClosed atomic.Uint64
-	busErrors  atomic.Uint64
-	repairs    atomic.Uint64
-	logErrors  atomic.Uint64
-	subs       atomic.Int64
-	roomLog    Log
+	nextID      atomic.Uint64
+	draining    atomic.Bool
+	slowClosed  atomic.Uint64
+	busErrors   atomic.Uint64
+	repairs     atomic.Uint64
+	logErrors   atomic.Uint64
+	invalidText atomic.Uint64
+	busDown     atomic.Bool // set and cleared under mu
+	subs        atomic.Int64
+	roomLog     Log
 
 	mu      sync.Mutex
 	rooms   map[string]*room
@@ -213,7 +222,53 @@ func New(o Options) *Relay {
 		// goroutine. serveConn closes every connection it was handed.
 		KeepHijackedConns: true,
 	}
+	if w, ok := o.Bus.(bus.StateWatcher); ok {
+		go r.watchBus(w)
+	}
 	return r
+}
+
+// watchBus follows the bus's state until Close. When the bus loses its
+// server, every member is closed with 1012 (service restart): nothing it
+// sends can be committed and nothing reaches it, and a client reconnecting
+// after a delay gets a replica whose bus works, or this one once it is back
+// (relay.v1 clients resume with since, and get RESYNC if Redis lost the
+// room). Until then /healthz answers 503 and joins are refused.
+func (r *Relay) watchBus(w bus.StateWatcher) {
+	for {
+		up, changed := w.State()
+		r.setBusDown(!up)
+		select {
+		case <-changed:
+		case <-r.ctx.Done():
+			return
+		}
+	}
+}
+
+func (r *Relay) setBusDown(down bool) {
+	r.mu.Lock()
+	if r.busDown.Load() == down {
+		r.mu.Unlock()
+		return
+	}
+	r.busDown.Store(down)
+	var list []*member
+	if down {
+		list = make([]*member, 0, len(r.members))
+		for _, m := range r.members {
+			list = append(list, m)
+		}
+	}
+	r.mu.Unlock()
+	if !down {
+		r.log.Info("bus is back, accepting joins")
+		return
+	}
+	r.log.Warn("bus is down, closing every client with 1012", "connections", len(list))
+	for _, m := range list {
+		m.kick(closeServiceRestart, "bus unavailable")
+	}
 }
 
 // Serve accepts connections on ln until Close; it returns nil after Close.
@@ -250,6 +305,8 @@ func (r *Relay) Info() Info {
 		Repairs:       r.repairs.Load(),
 		Resubscribes:  resubs,
 		LogErrors:     r.logErrors.Load(),
+		InvalidText:   r.invalidText.Load(),
+		BusDown:       r.busDown.Load(),
 	}
 }
 

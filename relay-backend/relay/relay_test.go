@@ -39,6 +39,13 @@ func memoryBuses(t *testing.T) (replica, replica) {
 	return replica{bus: m.Endpoint()}, replica{bus: m.Endpoint()}
 }
 
+// memoryEndpoint returns an endpoint of a private in-process bus.
+func memoryEndpoint(t *testing.T) *bus.MemoryEndpoint {
+	m := bus.NewMemory()
+	t.Cleanup(func() { _ = m.Close() })
+	return m.Endpoint()
+}
+
 func redisBuses(t *testing.T) (replica, replica) {
 	srv := redistest.Start(t)
 	return redisReplica(t, srv.URL(), roomlog.RedisOptions{}), redisReplica(t, srv.URL(), roomlog.RedisOptions{})
@@ -202,7 +209,7 @@ func TestHTTP(t *testing.T) {
 		body   string // prefix
 	}{
 		{"/healthz", 200, "ok"},
-		{"/info", 200, `{"replica":"h1","connections":0,"rooms":0,"subscriptions":0,"slow_closed":0,"bus_errors":0,"repairs":0,"resubscribes":0,"log_errors":0}`},
+		{"/info", 200, `{"replica":"h1","connections":0,"rooms":0,"subscriptions":0,"slow_closed":0,"bus_errors":0,"repairs":0,"resubscribes":0,"log_errors":0,"invalid_text":0,"bus_down":false}`},
 		{"/", 200, "<!doctype html>"},
 		{"/nope", 404, ""},
 		{"/room/", 400, ""},

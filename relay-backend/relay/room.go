@@ -5,6 +5,7 @@ import (
 	"errors"
 	"sync"
 	"time"
+	"unicode/utf8"
 
 	"github.com/fasthttp/websocket"
 
@@ -52,6 +53,9 @@ type outMsg struct {
 }
 
 var errDraining = errors.New("relay is draining")
+
+// errBusDown is returned by join while the bus cannot reach its server.
+var errBusDown = errors.New("bus is down")
 
 // errRoomFull is returned by join when the room has MaxMembers members.
 var errRoomFull = errors.New("room is full")
@@ -118,6 +122,10 @@ func (r *Relay) join(m *member, roomID string) error {
 	if r.draining.Load() {
 		r.mu.Unlock()
 		return errDraining
+	}
+	if r.busDown.Load() {
+		r.mu.Unlock()
+		return errBusDown
 	}
 	rm := r.rooms[roomID]
 	if rm != nil && rm.count >= r.opt.MaxMembers {
@@ -358,9 +366,10 @@ func (r *Relay) admit(rm *room, m *member) {
 		if env.origin == r.origin && env.member == m.id {
 			continue // m sent it before its admission: never echoed
 		}
-		if m.v1 {
+		switch {
+		case m.v1:
 			pre = append(pre, v1Frame(relayclient.KindMsg, byte(env.typ), e.Offset, env.data))
-		} else {
+		case r.plainSafe(env):
 			pre = append(pre, outMsg{env.typ, env.data})
 		}
 	}
@@ -398,22 +407,26 @@ func (r *Relay) fanout(rm *room, e roomlog.Entry, patience time.Time) {
 	}
 	own := env.origin == r.origin
 	plain := outMsg{env.typ, env.data}
+	toPlain := r.plainSafe(env)
 	var v1 outMsg
-	pick := func(p *member) outMsg {
+	pick := func(p *member) (outMsg, bool) {
 		if !p.v1 {
-			return plain
+			return plain, toPlain
 		}
 		if v1.data == nil {
 			v1 = v1Frame(relayclient.KindMsg, byte(env.typ), e.Offset, env.data)
 		}
-		return v1
+		return v1, true
 	}
 	if patience.IsZero() {
 		rm.mu.RLock()
 		defer rm.mu.RUnlock()
 		for id, p := range rm.members {
-			if !own || id != env.member {
-				r.enqueue(p, pick(p))
+			if own && id == env.member {
+				continue
+			}
+			if msg, ok := pick(p); ok {
+				r.enqueue(p, msg)
 			}
 		}
 		return
@@ -428,7 +441,10 @@ func (r *Relay) fanout(rm *room, e roomlog.Entry, patience time.Time) {
 	}
 	rm.mu.RUnlock()
 	for _, p := range list {
-		msg := pick(p)
+		msg, ok := pick(p)
+		if !ok {
+			continue
+		}
 		if wait := time.Until(patience); wait > 0 && !p.kicked.Load() {
 			select {
 			case p.queue <- msg:
@@ -448,6 +464,19 @@ func (r *Relay) fanout(rm *room, e roomlog.Entry, patience time.Time) {
 		}
 		r.enqueue(p, msg)
 	}
+}
+
+// plainSafe reports whether env may be sent to a plain member as it is: not
+// a text message that is not valid UTF-8, which the relay refuses from
+// clients but an older relay may have stored (a browser fails its whole
+// connection on such a frame). relay.v1 members get every message inside a
+// binary frame, so it cannot break their connection.
+func (r *Relay) plainSafe(env envelope) bool {
+	if env.typ != websocket.TextMessage || utf8.Valid(env.data) {
+		return true
+	}
+	r.invalidText.Add(1)
+	return false
 }
 
 // toV1 queues msg for every admitted relay.v1 member of rm.
