@@ -194,12 +194,17 @@ func TestStuckReaderStallsNothing(t *testing.T) {
 		}()
 	}
 	wg.Wait()
-	// A few scrapes after the last handshake too.
-	waitFor(t, func() bool {
+	// Twenty scrapes at least, some after the last handshake; a scrape
+	// that hangs counts as failed after its 5 s timeout.
+	for deadline := time.Now().Add(20 * time.Second); time.Now().Before(deadline); {
 		sc.mu.Lock()
-		defer sc.mu.Unlock()
-		return len(sc.latencies)+len(sc.failures) >= 20
-	})
+		enough := len(sc.latencies)+len(sc.failures) >= 20
+		sc.mu.Unlock()
+		if enough {
+			break
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
 	lat, failures := sc.results()
 
 	ok := 0
@@ -239,6 +244,9 @@ func TestStuckReaderStallsNothing(t *testing.T) {
 	}
 	if len(failures) > 0 {
 		t.Errorf("%d scrapes failed, first: %s", len(failures), failures[0])
+	}
+	if len(lat)+len(failures) < 20 {
+		t.Errorf("only %d scrapes finished in 20 s", len(lat)+len(failures))
 	}
 
 	start := time.Now()
