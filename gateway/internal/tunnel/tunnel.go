@@ -199,7 +199,8 @@ func (r EndReason) String() string {
 	return ""
 }
 
-// EndReason is why the tunnel ended; 0 while it is still running.
+// EndReason is the first cause of the tunnel's end seen so far: 0 while
+// nothing has started to end it, final once Done is closed.
 func (t *Tunnel) EndReason() EndReason { return EndReason(t.reason.Load()) }
 
 // setReason records r unless a reason is recorded already.
@@ -213,7 +214,7 @@ type Stats struct {
 	NodeCloseCode                uint16    // code of the node's close frame, 0 if none
 	GatewayToClientCode          uint16    // code of the gateway's own close to the client, 0 if none
 	GatewayToNodeCode            uint16    // code of the gateway's own close to the node, 0 if none
-	End                          EndReason // why the tunnel ended, 0 while it runs
+	End                          EndReason // why the tunnel ends (see Tunnel.EndReason)
 }
 
 // Stats returns the tunnel's counters so far. It takes no lock and never
