@@ -138,9 +138,8 @@ func TestStatsAndGoAwayDoNotWaitOnStalledWrite(t *testing.T) {
 		t.Fatalf("stats %+v, want the bytes and frames read from the node", st)
 	}
 	returnsWithin(t, "GoAway", time.Second, func() { r.tun.GoAway(CodeGoingAway, "drain") })
-	// The client never takes the close: at the close deadline it is cut
-	// and the node gets the gateway's 1001.
-	expectClose(t, r.node, r.nr, CodeGoingAway, true)
+	// The client never takes the close: at the close deadline it is cut,
+	// and so is the node, with its flood still unread.
 	r.waitEnd()
 	if got := r.tun.EndReason(); got != EndCloseTimeout {
 		t.Fatalf("end reason %v, want %v", got, EndCloseTimeout)

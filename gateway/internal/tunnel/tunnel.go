@@ -232,12 +232,14 @@ func (t *Tunnel) Stats() Stats {
 func (t *Tunnel) pumpClientToNode(pending []byte) {
 	t.toNode.srcEnded(t.toNode.pump(pending))
 	// The client is gone or has closed: the node learns it with a close
-	// frame unless the client's own close was already passed on.
-	t.clientDone.Store(true)
+	// frame unless the client's own close was already passed on. The
+	// client counts as done only once that is written, so the other pump
+	// cannot close the node's connection under it.
 	t.startClosing()
 	if !t.toNode.sawClose() {
 		t.toNode.lastWord(CodeGoingAway, "client went away")
 	}
+	t.clientDone.Store(true)
 	t.pumpExited()
 }
 
@@ -245,11 +247,11 @@ func (t *Tunnel) pumpClientToNode(pending []byte) {
 // side ends.
 func (t *Tunnel) pumpNodeToClient(pending []byte) {
 	t.toClient.srcEnded(t.toClient.pump(pending))
-	t.nodeDone.Store(true)
 	t.startClosing()
 	if !t.toClient.sawClose() {
 		t.toClient.lastWord(CodeServiceRestart, "upstream went away")
 	}
+	t.nodeDone.Store(true)
 	t.pumpExited()
 }
 
