@@ -60,6 +60,11 @@ type Gateway struct {
 	// HandshakeTimeout bounds reading the client's upgrade request and
 	// completing the handshake (default 10s; > 0).
 	HandshakeTimeout Duration `toml:"handshake_timeout" json:"handshake_timeout"`
+	// WriteTimeout closes a tunnel whose client or node accepts no byte
+	// of a pending write for this long, so a peer that stops reading
+	// cannot hold the tunnel, its node slot and its buffers forever
+	// (default 30s; > 0).
+	WriteTimeout Duration `toml:"write_timeout" json:"write_timeout"`
 	// DrainWindow is the time over which close 1001 frames are spread when
 	// draining (default 10s; >= 0).
 	DrainWindow Duration `toml:"drain_window" json:"drain_window"`

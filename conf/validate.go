@@ -69,6 +69,7 @@ func (g *Gateway) validate(e *errorList) {
 	atLeast(e, "gateway.max_conns", g.MaxConns, 1)
 	atLeast(e, "gateway.max_conns_per_ip", g.MaxConnsPerIP, 0)
 	positive(e, "gateway.handshake_timeout", g.HandshakeTimeout)
+	positive(e, "gateway.write_timeout", g.WriteTimeout)
 	if g.DrainWindow.Duration < 0 {
 		e.add("gateway.drain_window", "must be >= 0, got "+g.DrainWindow.String())
 	}

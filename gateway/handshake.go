@@ -226,6 +226,7 @@ func (s *Server) startTunnel(c net.Conn, g *generation, up *upstream, hd *hold, 
 		ClientPending: pending,
 		NodePending:   up.pending,
 		MaxFrame:      rt.maxFrame,
+		WriteTimeout:  g.cfg.Gateway.WriteTimeout.Duration,
 		Lease:         hd,
 		OnEnd:         s.tunnelEnded,
 	})

@@ -16,14 +16,15 @@ import (
 
 // metrics is the gateway's Prometheus registry. Counters that move once per
 // handshake, close or probe are ordinary counters. Frames and bytes are not
-// counted on a shared cache line per frame: each tunnel counts its own under
-// the lock its direction already holds, and a scrape sums the live tunnels
-// and the registry's retired totals.
+// counted on a shared cache line per frame: each tunnel counts its own in
+// atomics of its direction, added once per read, and a scrape sums the live
+// tunnels and the registry's retired totals without waiting on any tunnel.
 type metrics struct {
 	reg              *prometheus.Registry
 	handshakes       *prometheus.CounterVec
 	handshakeSeconds *prometheus.HistogramVec
 	closes           *prometheus.CounterVec
+	tunnelEnds       *prometheus.CounterVec
 	drains           *prometheus.CounterVec
 	probes           *prometheus.CounterVec
 	probeSeconds     *prometheus.HistogramVec
@@ -54,6 +55,10 @@ func newMetrics(s *Server) *metrics {
 			Name: "wsgate_closes_total",
 			Help: "Close frames seen at the end of tunnels, by code and by side: client and node sent it, gateway_to_client and gateway_to_node were the gateway's own.",
 		}, []string{"code", "side"}),
+		tunnelEnds: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "wsgate_tunnels_closed_total",
+			Help: "Tunnels ended, by the first cause seen: closed (close handshake finished), client_gone and node_gone (that side's connection ended without a close frame), write_timeout (the client or node accepted no byte for gateway.write_timeout), close_timeout (the close handshake did not finish in time), aborted (cut at the end of a drain).",
+		}, []string{"reason"}),
 		drains: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "wsgate_drains_total",
 			Help: "Drains started, by scope: gateway (shutdown), node (admin drain), node_migrate (admin drain that also closes the node's tunnels).",
@@ -122,8 +127,11 @@ func newMetrics(s *Server) *metrics {
 		ConstLabels: prometheus.Labels{"version": bi.Version, "revision": bi.Revision, "goversion": bi.GoVersion},
 	})
 	build.Set(1)
+	for _, r := range tunnel.EndReasons {
+		m.tunnelEnds.WithLabelValues(r.String())
+	}
 	m.reg.MustRegister(build, m.pluginCalls, m.pluginSeconds, m.revocations, m.expiries,
-		m.reloads, m.generation, m.handshakes, m.handshakeSeconds, m.closes, m.drains,
+		m.reloads, m.generation, m.handshakes, m.handshakeSeconds, m.closes, m.tunnelEnds, m.drains,
 		m.probes, m.probeSeconds, m.transitions,
 		&liveCollector{s: s},
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
@@ -136,8 +144,9 @@ func (m *metrics) handshake(result string, start time.Time) {
 	m.handshakeSeconds.WithLabelValues(result).Observe(time.Since(start).Seconds())
 }
 
-// tunnelEnded counts the close codes of an ended tunnel.
+// tunnelEnded counts why a tunnel ended and its close codes.
 func (m *metrics) tunnelEnded(st tunnel.Stats) {
+	m.tunnelEnds.WithLabelValues(st.End.String()).Inc()
 	for _, c := range [...]struct {
 		code uint16
 		side string

@@ -125,7 +125,9 @@ func (r *registry) len() int {
 }
 
 // totals returns frames and bytes forwarded so far by every tunnel, live
-// or ended.
+// or ended. Tunnel.Stats reads atomics and takes no lock, so a scrape never
+// waits on a tunnel, however stuck its peers are, and never holds r.mu for
+// longer than the sum takes.
 func (r *registry) totals() tunnel.Stats {
 	r.mu.Lock()
 	defer r.mu.Unlock()

@@ -67,6 +67,12 @@ func rawHandshake(addr, path string) (net.Conn, error) {
 	if err != nil {
 		return nil, err
 	}
+	return rawUpgrade(c, addr, path)
+}
+
+// rawUpgrade sends a WebSocket upgrade request for path on c and reads the
+// 101; it closes c on failure.
+func rawUpgrade(c net.Conn, addr, path string) (net.Conn, error) {
 	req := "GET " + path + " HTTP/1.1\r\nHost: " + addr +
 		"\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Version: 13\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n\r\n"
 	_ = c.SetDeadline(time.Now().Add(10 * time.Second))

@@ -4,7 +4,11 @@ import (
 	"errors"
 	"math/rand/v2"
 	"net"
+	"os"
 	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
 
 	"github.com/wsgate/wsgate/internal/pollread"
 	"github.com/wsgate/wsgate/internal/wsframe"
@@ -16,14 +20,34 @@ const bufSize = 16 << 10
 
 var bufPool = pollread.NewPool(bufSize)
 
+// stallProbe is the longest a write to a destination that accepts nothing
+// waits before it looks again at the clock and at its source: a write
+// deadline or a close deadline that came up meanwhile, or a source that hung
+// up, is noticed within this time.
+const stallProbe = 250 * time.Millisecond
+
+var (
+	errWriteTimeout = errors.New("destination accepted no byte within the write timeout")
+	errCloseTimeout = errors.New("close handshake did not finish within the close timeout")
+)
+
 // half is one direction of a tunnel: it reads src, follows the frames and
-// writes them to dst. Only its pump goroutine reads src; writes to dst happen
-// under mu, from the pump or from injectClose.
+// writes them to dst. Only its pump goroutine reads src. Only the holder of
+// the write turn (writing) writes to dst: the pump with the bytes it
+// forwards, or a goroutine sending the gateway's own close frame. mu guards
+// the framing state and the turn and is never held across I/O; the counters
+// are atomics, so Stats never waits on a write.
 type half struct {
 	t        *Tunnel
 	src, dst net.Conn
+	srcRaw   syscall.RawConn // probed for a hang-up while dst stalls; nil if none
 	reader   *pollread.Reader
 	toClient bool // dst is the client: close frames go unmasked
+
+	frames    atomic.Uint64
+	bytes     atomic.Uint64
+	closeCode atomic.Uint32 // code of src's close frame
+	sentCode  atomic.Uint32 // code of the gateway's own close to dst
 
 	mu sync.Mutex
 	sc wsframe.Scanner
@@ -34,23 +58,35 @@ type half struct {
 	carryN      int
 	pendingCode uint16 // close to inject at the next boundary, 0 = none
 	pendingWhy  string
-	sentClose   bool // the gateway wrote its own close frame to dst
+	writing     bool // the write turn is taken: someone is writing to dst
+	sentClose   bool // the gateway's own close frame to dst is queued or written
 	srcClosed   bool // src sent a close frame
 	broken      bool // framing lost: everything from src is dropped
 	dstFailed   bool
-	frames      uint64
-	bytes       uint64
-	closeCode   uint16 // code of src's close frame
-	sentCode    uint16 // code of the gateway's own close to dst
+
+	// What one forward queues for dst, written once mu is released: at
+	// most the carried header bytes, one run of the read, and the
+	// gateway's close frame. Only the holder of the write turn uses them.
+	out      [3][]byte
+	outN     int
+	outClose bool // out ends with the gateway's close frame
+	held     [wsframe.MaxHeaderLen]byte
+	closeBuf [wsframe.MaxHeaderLen + 125]byte
 }
 
 func (h *half) init(t *Tunnel, src, dst net.Conn, toClient bool) {
 	h.t, h.src, h.dst, h.toClient = t, src, dst, toClient
 	h.reader = pollread.NewReader(src, bufPool)
+	if sc, ok := src.(syscall.Conn); ok {
+		if raw, err := sc.SyscallConn(); err == nil {
+			h.srcRaw = raw
+		}
+	}
 }
 
-// pump reads src until it fails, forwarding what it reads.
-func (h *half) pump(pending []byte) {
+// pump reads src until it fails, forwarding what it reads, and returns the
+// read error.
+func (h *half) pump(pending []byte) error {
 	if len(pending) > 0 {
 		h.forward(pending)
 	}
@@ -61,22 +97,25 @@ func (h *half) pump(pending []byte) {
 		}
 		bufPool.Put(bp)
 		if err != nil {
-			return
+			return err
 		}
 	}
 }
 
 // forward scans p, writes to dst what dst may still receive, and injects a
-// pending close at the first frame boundary.
+// pending close at the first frame boundary. The scan runs under mu; the
+// writes run after it is released.
 func (h *half) forward(p []byte) {
+	h.bytes.Add(uint64(len(p)))
 	h.mu.Lock()
-	h.bytes += uint64(len(p))
 	if h.broken {
 		h.mu.Unlock()
 		return
 	}
+	h.outN, h.outClose = 0, false
 	start, i := 0, 0
 	closed := false
+	var frames uint64
 	var ferr error
 	for i < len(p) {
 		atBoundary := h.sc.AtBoundary()
@@ -85,12 +124,12 @@ func (h *half) forward(p []byte) {
 			// Whole frames before the offending header go out; the
 			// header itself (here or held in carry) never does.
 			if atBoundary {
-				h.write(p[start:i])
+				h.queue(p[start:i])
 			}
 			h.carryN = 0
 			h.broken = true
 			if h.pendingCode != 0 {
-				h.writeClose(h.pendingCode, h.pendingWhy)
+				h.queueClose(h.pendingCode, h.pendingWhy)
 			}
 			ferr = err
 			break
@@ -99,23 +138,35 @@ func (h *half) forward(p []byte) {
 		if !end {
 			continue
 		}
-		h.frames++
+		frames++
 		if h.sc.Header().Op == wsframe.OpClose {
 			closed = true
 			h.srcClosed = true
-			h.closeCode = h.sc.CloseCode()
+			h.closeCode.Store(uint32(h.sc.CloseCode()))
 		}
 		if h.pendingCode != 0 && !h.sentClose {
-			h.write(p[start:i])
+			h.queue(p[start:i])
 			start = i
-			h.writeClose(h.pendingCode, h.pendingWhy)
+			h.queueClose(h.pendingCode, h.pendingWhy)
 		}
 	}
 	if ferr == nil {
 		h.flush(p[start:])
 	}
+	h.frames.Add(frames)
+	out, outClose := h.out[:h.outN], h.outClose
+	if len(out) > 0 {
+		h.writing = true
+	}
 	h.mu.Unlock()
 
+	if closed {
+		// The close handshake bounds the writes that carry src's close.
+		h.t.startClosing()
+	}
+	if len(out) > 0 {
+		h.writeOut(out, outClose)
+	}
 	if ferr != nil {
 		h.framingError(ferr)
 		return
@@ -125,7 +176,8 @@ func (h *half) forward(p []byte) {
 	}
 }
 
-// flush writes rest, keeping back the bytes of an incomplete header.
+// flush queues rest, keeping back the bytes of an incomplete header. Called
+// with mu held.
 func (h *half) flush(rest []byte) {
 	held := h.sc.PartialHeader()
 	if held > len(rest) {
@@ -133,79 +185,228 @@ func (h *half) flush(rest []byte) {
 		h.carryN += copy(h.carry[h.carryN:], rest)
 		return
 	}
-	h.write(rest[:len(rest)-held])
+	h.queue(rest[:len(rest)-held])
 	h.carryN = copy(h.carry[:], rest[len(rest)-held:])
 }
 
-// write sends carried header bytes and b to dst, unless dst may no longer
-// receive frames. Called with mu held.
-func (h *half) write(b []byte) {
+// queue adds carried header bytes and b to what forward writes, unless dst
+// may no longer receive frames. Called with mu held, by the pump only.
+func (h *half) queue(b []byte) {
 	if h.sentClose || h.dstFailed {
 		h.carryN = 0
 		return
 	}
 	if h.carryN > 0 {
-		c := h.carry[:h.carryN]
+		n := copy(h.held[:], h.carry[:h.carryN])
 		h.carryN = 0
-		if _, err := h.dst.Write(c); err != nil {
-			h.failDst()
-			return
-		}
+		h.out[h.outN] = h.held[:n]
+		h.outN++
 	}
-	if len(b) == 0 {
-		return
-	}
-	if _, err := h.dst.Write(b); err != nil {
-		h.failDst()
+	if len(b) > 0 {
+		h.out[h.outN] = b
+		h.outN++
 	}
 }
 
-// failDst stops writes to a destination that failed and closes it, so the
-// other direction's read fails too and tells the surviving side.
-func (h *half) failDst() {
-	h.dstFailed = true
-	_ = h.dst.Close()
-}
-
-// writeClose writes the gateway's own close frame to dst. Called with mu
-// held at a frame boundary of dst.
-func (h *half) writeClose(code uint16, reason string) {
+// queueClose adds the gateway's own close frame to what forward writes.
+// Called with mu held at a frame boundary of dst, by the pump only.
+func (h *half) queueClose(code uint16, reason string) {
 	if h.sentClose || h.dstFailed {
 		return
 	}
+	h.out[h.outN] = h.takeClose(code, reason)
+	h.outN++
+	h.outClose = true
+}
+
+// takeClose builds the gateway's close frame for dst and records it as
+// sent; the caller holds mu and has the write turn (or is about to take
+// it). A partial header not yet written is dropped with the rest.
+func (h *half) takeClose(code uint16, reason string) []byte {
 	h.pendingCode = 0
-	var buf [wsframe.MaxHeaderLen + 125]byte
-	var frame []byte
-	if h.toClient {
-		frame = wsframe.AppendClose(buf[:0], code, reason, nil)
-	} else {
-		var key [4]byte
-		k := rand.Uint32()
-		key[0], key[1], key[2], key[3] = byte(k), byte(k>>8), byte(k>>16), byte(k>>24)
-		frame = wsframe.AppendClose(buf[:0], code, reason, &key)
-	}
-	h.carryN = 0 // a partial header not yet written is dropped with the rest
-	if _, err := h.dst.Write(frame); err != nil {
-		h.failDst()
-	}
+	h.carryN = 0
 	h.sentClose = true
-	h.sentCode = code
+	h.sentCode.Store(uint32(code))
+	if h.toClient {
+		return wsframe.AppendClose(h.closeBuf[:0], code, reason, nil)
+	}
+	var key [4]byte
+	k := rand.Uint32()
+	key[0], key[1], key[2], key[3] = byte(k), byte(k>>8), byte(k>>16), byte(k>>24)
+	return wsframe.AppendClose(h.closeBuf[:0], code, reason, &key)
+}
+
+// closable reports whether the gateway's close may go to dst now: dst sits
+// at a frame boundary (or framing is lost and nothing more goes out).
+// Called with mu held.
+func (h *half) closable() bool {
+	return h.broken || h.sc.AtBoundary() || h.sc.PartialHeader() > 0
+}
+
+// writeOut writes out to dst, the last segment being the gateway's close
+// frame when lastIsClose; then, if a close was asked for meanwhile and dst
+// now sits at a frame boundary, it writes that too. The caller holds the
+// write turn; writeOut gives it back.
+func (h *half) writeOut(out [][]byte, lastIsClose bool) {
+	for {
+		var err error
+		for i, b := range out {
+			if err = h.send(b, lastIsClose && i == len(out)-1); err != nil {
+				break
+			}
+		}
+		h.mu.Lock()
+		out = nil
+		if err != nil {
+			h.dstFailed = true
+		} else if h.pendingCode != 0 && !h.sentClose && h.closable() {
+			out = [][]byte{h.takeClose(h.pendingCode, h.pendingWhy)}
+		}
+		if out == nil {
+			h.writing = false
+		}
+		h.mu.Unlock()
+		if err != nil {
+			h.failDst(err)
+			return
+		}
+		if out == nil {
+			return
+		}
+		lastIsClose = true
+	}
+}
+
+// send writes all of b to dst. It fails when dst accepts no byte for the
+// write timeout, or when the close deadline passes; a close frame of the
+// gateway's own (grace) gets at least lastWordTimeout past the close
+// deadline. While dst accepts nothing it wakes every stallProbe to look
+// at the close deadline, which another goroutine may have set meanwhile,
+// and at src: a source that hung up starts the close, so the tunnel ends
+// within the close timeout even when dst never reads again.
+func (h *half) send(b []byte, grace bool) error {
+	t := h.t
+	start := time.Now()
+	last, now := start, start // last: when dst last accepted a byte
+	wt, probe := t.writeTimeout, stallProbe
+	if wt <= 0 { // a Tunnel not made by New, as in benchmarks
+		wt = DefaultWriteTimeout
+	}
+	if ct := t.closeTimeout / 4; ct > 0 && ct < probe {
+		probe = ct
+	}
+	for {
+		limit := t.closeDeadline()
+		if grace {
+			if g := start.Add(lastWordTimeout); limit.IsZero() || g.After(limit) {
+				limit = g
+			}
+		}
+		if !limit.IsZero() && !now.Before(limit) {
+			return errCloseTimeout
+		}
+		stall := last.Add(wt)
+		if !now.Before(stall) {
+			return errWriteTimeout
+		}
+		wake := now.Add(probe)
+		if wake.After(stall) {
+			wake = stall
+		}
+		if !limit.IsZero() && wake.After(limit) {
+			wake = limit
+		}
+		_ = h.dst.SetWriteDeadline(wake)
+		n, err := h.dst.Write(b)
+		if err == nil {
+			return nil
+		}
+		if !errors.Is(err, os.ErrDeadlineExceeded) {
+			return err
+		}
+		b = b[n:]
+		now = time.Now()
+		if n > 0 {
+			last = now
+		}
+		if h.srcHungUp() {
+			t.startClosing()
+		}
+	}
+}
+
+// failDst records why a write to dst failed and closes dst, so the other
+// direction's read fails too and tells the surviving side.
+func (h *half) failDst(err error) {
+	switch {
+	case errors.Is(err, errWriteTimeout):
+		h.t.setReason(EndWriteTimeout)
+	case errors.Is(err, errCloseTimeout):
+		h.t.setReason(EndCloseTimeout)
+	case errors.Is(err, net.ErrClosed):
+		// The tunnel closed it, and said why.
+	case h.toClient:
+		h.t.setReason(EndClientGone)
+	default:
+		h.t.setReason(EndNodeGone)
+	}
+	_ = h.dst.Close()
+}
+
+// srcEnded records why reading src stopped.
+func (h *half) srcEnded(err error) {
+	switch {
+	case errors.Is(err, os.ErrDeadlineExceeded):
+		// Read deadlines are set only when the close starts.
+		h.t.setReason(EndCloseTimeout)
+	case errors.Is(err, net.ErrClosed), h.sawClose():
+		// The tunnel closed it, or src said goodbye first.
+	case h.toClient:
+		h.t.setReason(EndNodeGone)
+	default:
+		h.t.setReason(EndClientGone)
+	}
 }
 
 // injectClose sends the gateway's close frame to dst now if dst sits at a
 // frame boundary, or at the end of the frame in flight. It does nothing when
 // a close already went to dst, from the gateway or passed through from src.
+// It never waits on I/O: a close due now is written by a goroutine of its
+// own, and one due while the pump is writing is left to the pump.
 func (h *half) injectClose(code uint16, reason string) {
 	h.mu.Lock()
-	defer h.mu.Unlock()
 	if h.sentClose || h.srcClosed || h.dstFailed || h.pendingCode != 0 {
+		h.mu.Unlock()
 		return
 	}
-	if h.broken || h.sc.AtBoundary() || h.sc.PartialHeader() > 0 {
-		h.writeClose(code, reason)
+	if h.writing || !h.closable() {
+		h.pendingCode, h.pendingWhy = code, reason
+		h.mu.Unlock()
 		return
 	}
-	h.pendingCode, h.pendingWhy = code, reason
+	frame := h.takeClose(code, reason)
+	h.writing = true
+	h.mu.Unlock()
+	go h.sendClose(frame)
+}
+
+// sendClose writes the gateway's close frame with the write turn taken.
+func (h *half) sendClose(frame []byte) { h.writeOut([][]byte{frame}, true) }
+
+// lastWord writes the gateway's close frame to dst from the pump that has
+// just stopped reading src, so it goes out before the tunnel closes its
+// connections. It does nothing when a close already went to dst or dst
+// sits inside a frame.
+func (h *half) lastWord(code uint16, reason string) {
+	h.mu.Lock()
+	if h.sentClose || h.srcClosed || h.dstFailed || h.writing || !h.closable() {
+		h.mu.Unlock()
+		return
+	}
+	frame := h.takeClose(code, reason)
+	h.writing = true
+	h.mu.Unlock()
+	h.writeOut([][]byte{frame}, true)
 }
 
 // framingError answers a frame that broke the rules or the route's limit:
@@ -236,8 +437,7 @@ func (h *half) sawClose() bool {
 	return h.srcClosed
 }
 
+// stats reads the counters without the lock.
 func (h *half) stats() (frames, bytes uint64, closeCode, sentCode uint16) {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	return h.frames, h.bytes, h.closeCode, h.sentCode
+	return h.frames.Load(), h.bytes.Load(), uint16(h.closeCode.Load()), uint16(h.sentCode.Load())
 }

@@ -7,7 +7,11 @@
 //
 // The engine is a goroutine pair per tunnel that reads through the runtime
 // poller without holding a buffer while idle; buffers come from a shared pool
-// only while bytes are in flight.
+// only while bytes are in flight. No lock is held across I/O: every write
+// has a deadline (the write timeout, bounded by the close deadline once the
+// close has started), the gateway's own close frames never wait behind a
+// stalled write, and the counters are atomics, so Stats, GoAway and Abort
+// never wait on a peer.
 package tunnel
 
 import (
@@ -33,8 +37,13 @@ const (
 // finish once either side has started it, when Params.CloseTimeout is 0.
 const DefaultCloseTimeout = 5 * time.Second
 
-// lastWordTimeout bounds the write of the close frame that tells one side
-// the other is gone.
+// DefaultWriteTimeout is how long a destination may accept no byte of a
+// pending write before the tunnel ends, when Params.WriteTimeout is 0.
+const DefaultWriteTimeout = 30 * time.Second
+
+// lastWordTimeout is the least time the gateway's own close frame gets,
+// even once the close deadline has passed, so the side left behind hears
+// why.
 const lastWordTimeout = time.Second
 
 // Releaser is the node slot the tunnel holds; Release must be idempotent.
@@ -59,6 +68,10 @@ type Params struct {
 	// (default DefaultCloseTimeout).
 	CloseTimeout time.Duration
 
+	// WriteTimeout ends the tunnel when the client or the node accepts no
+	// byte of a pending write for this long (default DefaultWriteTimeout).
+	WriteTimeout time.Duration
+
 	// Lease is released exactly once, after both connections are closed.
 	Lease Releaser
 
@@ -74,6 +87,7 @@ type Tunnel struct {
 
 	client, node net.Conn
 	closeTimeout time.Duration
+	writeTimeout time.Duration
 	lease        Releaser
 
 	clientPending, nodePending []byte // until Start
@@ -83,7 +97,8 @@ type Tunnel struct {
 	// frame or its connection has failed; when both are set the close
 	// handshake is over and both connections are closed.
 	clientDone, nodeDone atomic.Bool
-	closing              atomic.Bool // deadline set for the close handshake
+	closeBy              atomic.Int64 // close deadline in Unix ns, 0 until the close starts
+	reason               atomic.Uint32
 	closeOnce            sync.Once
 	pumps                atomic.Int32
 	done                 chan struct{}
@@ -95,12 +110,16 @@ func New(p Params) *Tunnel {
 		client:       p.Client,
 		node:         p.Node,
 		closeTimeout: p.CloseTimeout,
+		writeTimeout: p.WriteTimeout,
 		lease:        p.Lease,
 		onEnd:        p.OnEnd,
 		done:         make(chan struct{}),
 	}
 	if t.closeTimeout <= 0 {
 		t.closeTimeout = DefaultCloseTimeout
+	}
+	if t.writeTimeout <= 0 {
+		t.writeTimeout = DefaultWriteTimeout
 	}
 	t.toNode.init(t, p.Client, p.Node, false)
 	t.toNode.sc = wsframe.Scanner{MaxPayload: p.MaxFrame, RequireMasked: true}
@@ -130,57 +149,109 @@ func (t *Tunnel) Done() <-chan struct{} { return t.done }
 // the node, and so does the client's close reply, which ends the node's side
 // as an ordinary close: a drain loses no client write. A client that does
 // not answer within the close timeout is cut, and the node then gets a close
-// 1001 of the gateway's own.
+// 1001 of the gateway's own. GoAway returns at once, even while a write to
+// the client is stalled: the close then follows that write.
 func (t *Tunnel) GoAway(code uint16, reason string) {
 	t.startClosing()
 	t.toClient.injectClose(code, reason)
 }
 
-// Abort closes both connections at once, without a close handshake.
-func (t *Tunnel) Abort() { t.closeConns() }
+// Abort closes both connections at once, without a close handshake. Reads
+// and writes in progress fail at once, so the tunnel ends promptly.
+func (t *Tunnel) Abort() {
+	t.setReason(EndAborted)
+	t.closeConns()
+}
+
+// EndReason says why a tunnel ended: the first cause the tunnel saw.
+type EndReason uint8
+
+// The reasons a tunnel ends.
+const (
+	EndClosed       EndReason = iota + 1 // the close handshake finished
+	EndClientGone                        // the client's connection ended or failed without a close frame
+	EndNodeGone                          // the node's connection ended or failed without a close frame
+	EndWriteTimeout                      // the client or node accepted no byte for the write timeout
+	EndCloseTimeout                      // the close handshake did not finish within the close timeout
+	EndAborted                           // cut by Abort (a drain past its timeout)
+)
+
+// EndReasons lists every reason, in order.
+var EndReasons = []EndReason{EndClosed, EndClientGone, EndNodeGone, EndWriteTimeout, EndCloseTimeout, EndAborted}
+
+// String is the reason's label: closed, client_gone, node_gone,
+// write_timeout, close_timeout, aborted ("" for none).
+func (r EndReason) String() string {
+	switch r {
+	case EndClosed:
+		return "closed"
+	case EndClientGone:
+		return "client_gone"
+	case EndNodeGone:
+		return "node_gone"
+	case EndWriteTimeout:
+		return "write_timeout"
+	case EndCloseTimeout:
+		return "close_timeout"
+	case EndAborted:
+		return "aborted"
+	}
+	return ""
+}
+
+// EndReason is the first cause of the tunnel's end seen so far: 0 while
+// nothing has started to end it, final once Done is closed.
+func (t *Tunnel) EndReason() EndReason { return EndReason(t.reason.Load()) }
+
+// setReason records r unless a reason is recorded already.
+func (t *Tunnel) setReason(r EndReason) { t.reason.CompareAndSwap(0, uint32(r)) }
 
 // Stats is a snapshot of a tunnel's counters.
 type Stats struct {
-	FramesToNode, FramesToClient uint64 // whole frames forwarded
-	BytesToNode, BytesToClient   uint64 // bytes read from each side
-	ClientCloseCode              uint16 // code of the client's close frame, 0 if none
-	NodeCloseCode                uint16 // code of the node's close frame, 0 if none
-	GatewayToClientCode          uint16 // code of the gateway's own close to the client, 0 if none
-	GatewayToNodeCode            uint16 // code of the gateway's own close to the node, 0 if none
+	FramesToNode, FramesToClient uint64    // whole frames forwarded
+	BytesToNode, BytesToClient   uint64    // bytes read from each side
+	ClientCloseCode              uint16    // code of the client's close frame, 0 if none
+	NodeCloseCode                uint16    // code of the node's close frame, 0 if none
+	GatewayToClientCode          uint16    // code of the gateway's own close to the client, 0 if none
+	GatewayToNodeCode            uint16    // code of the gateway's own close to the node, 0 if none
+	End                          EndReason // why the tunnel ends (see Tunnel.EndReason)
 }
 
-// Stats returns the tunnel's counters so far.
+// Stats returns the tunnel's counters so far. It takes no lock and never
+// waits, whatever the tunnel is doing.
 func (t *Tunnel) Stats() Stats {
 	var s Stats
 	s.FramesToNode, s.BytesToNode, s.ClientCloseCode, s.GatewayToNodeCode = t.toNode.stats()
 	s.FramesToClient, s.BytesToClient, s.NodeCloseCode, s.GatewayToClientCode = t.toClient.stats()
+	s.End = t.EndReason()
 	return s
 }
 
 // pumpClientToNode forwards the client's frames to the node until the client
 // side ends.
 func (t *Tunnel) pumpClientToNode(pending []byte) {
-	t.toNode.pump(pending)
+	t.toNode.srcEnded(t.toNode.pump(pending))
 	// The client is gone or has closed: the node learns it with a close
-	// frame unless the client's own close was already passed on.
-	t.clientDone.Store(true)
+	// frame unless the client's own close was already passed on. The
+	// client counts as done only once that is written, so the other pump
+	// cannot close the node's connection under it.
+	t.startClosing()
 	if !t.toNode.sawClose() {
-		// The close deadline may have passed for writes too.
-		_ = t.node.SetWriteDeadline(time.Now().Add(lastWordTimeout))
-		t.toNode.injectClose(CodeGoingAway, "client went away")
+		t.toNode.lastWord(CodeGoingAway, "client went away")
 	}
+	t.clientDone.Store(true)
 	t.pumpExited()
 }
 
 // pumpNodeToClient forwards the node's frames to the client until the node
 // side ends.
 func (t *Tunnel) pumpNodeToClient(pending []byte) {
-	t.toClient.pump(pending)
-	t.nodeDone.Store(true)
+	t.toClient.srcEnded(t.toClient.pump(pending))
+	t.startClosing()
 	if !t.toClient.sawClose() {
-		_ = t.client.SetWriteDeadline(time.Now().Add(lastWordTimeout))
-		t.toClient.injectClose(CodeServiceRestart, "upstream went away")
+		t.toClient.lastWord(CodeServiceRestart, "upstream went away")
 	}
+	t.nodeDone.Store(true)
 	t.pumpExited()
 }
 
@@ -193,32 +264,43 @@ func (t *Tunnel) sideClosed(fromClient bool) {
 		t.nodeDone.Store(true)
 	}
 	if t.clientDone.Load() && t.nodeDone.Load() {
+		t.setReason(EndClosed)
 		t.closeConns()
 		return
 	}
 	t.startClosing()
 }
 
-// startClosing bounds the rest of the tunnel's life by the close timeout.
+// startClosing bounds the rest of the tunnel's life by the close timeout:
+// reads by a deadline on both connections, writes by closeDeadline, which
+// every write looks at (see half.send). It never waits.
 func (t *Tunnel) startClosing() {
-	if t.closing.Swap(true) {
+	dl := time.Now().Add(t.closeTimeout)
+	if !t.closeBy.CompareAndSwap(0, dl.UnixNano()) {
 		return
 	}
-	dl := time.Now().Add(t.closeTimeout)
-	_ = t.client.SetDeadline(dl)
-	_ = t.node.SetDeadline(dl)
+	_ = t.client.SetReadDeadline(dl)
+	_ = t.node.SetReadDeadline(dl)
+}
+
+// closeDeadline is when the close handshake must be over; zero until the
+// close starts.
+func (t *Tunnel) closeDeadline() time.Time {
+	if ns := t.closeBy.Load(); ns != 0 {
+		return time.Unix(0, ns)
+	}
+	return time.Time{}
 }
 
 // pumpExited ends the tunnel when the second pump has returned.
 func (t *Tunnel) pumpExited() {
 	if t.clientDone.Load() && t.nodeDone.Load() {
 		t.closeConns()
-	} else {
-		t.startClosing()
 	}
 	if t.pumps.Add(-1) != 0 {
 		return
 	}
+	t.setReason(EndClosed) // every other cause was recorded where it was seen
 	t.closeConns()
 	if t.lease != nil {
 		t.lease.Release()

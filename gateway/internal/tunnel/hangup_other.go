@@ -1,0 +1,8 @@
+//go:build !linux
+
+package tunnel
+
+// srcHungUp reports false: without POLLRDHUP a hang-up behind unread bytes
+// cannot be seen without reading, and a stalled write then ends by the
+// write timeout or the close deadline only.
+func (h *half) srcHungUp() bool { return false }
