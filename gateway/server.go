@@ -338,6 +338,10 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	}
 	if s.adminLn != nil {
 		_ = s.admin.Shutdown()
+		// fasthttp's Shutdown closes only the listeners its Serve has
+		// registered: one whose Serve has not started yet (a Shutdown
+		// right after Start) would be accepted on forever.
+		_ = s.adminLn.Close()
 	}
 	s.serving.Wait()
 	s.reload.mu.Lock() // no reload may start a checker from here on
