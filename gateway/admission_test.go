@@ -241,6 +241,10 @@ path = %q
 					t.Errorf("body at the node %q", r.body)
 				}
 			}}},
+		{"plain GET with dot segments out of an auth prefix", "GET /jwt/../info HTTP/1.1\r\nHost: gw\r\n\r\n",
+			200, []func(*testing.T, seenRequest){hostIs("gw", "/info")}},
+		{"plain GET with encoded dot segments out of an auth prefix", "GET /jwt/%2e%2e/info?q=%2F HTTP/1.1\r\nHost: gw\r\n\r\n",
+			200, []func(*testing.T, seenRequest){hostIs("gw", "/info?q=%2F")}},
 		{"plain GET from a foreign origin", "GET /locked/info HTTP/1.1\r\nHost: gw\r\nOrigin: https://evil.example\r\n\r\n",
 			403, nil},
 		{"plain GET from an allowed origin", "GET /locked/info HTTP/1.1\r\nHost: gw\r\nOrigin: https://app.example\r\n\r\n",
