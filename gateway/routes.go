@@ -59,10 +59,11 @@ func compileRoutes(cfg *conf.Config, pools map[string]*pool) routeTable {
 	return rt
 }
 
-// match returns the first route for host (as sent, maybe with a port) and
+// match returns the first route for host (as sent, maybe with a port and a
+// final dot, which names the same host to DNS and to most servers) and
 // path, or nil.
 func (rt routeTable) match(host, path []byte) *route {
-	host = stripPort(host)
+	host = bytes.TrimRight(stripPort(host), ".")
 	for _, r := range rt {
 		if !r.matchHost(host) || !bytes.HasPrefix(path, r.pathPrefix) {
 			continue
