@@ -241,7 +241,8 @@ func connectionListed(conn [][]byte, k []byte) bool {
 
 // prepareForward readies a plain request to go to a node: hop-by-hop
 // headers and those Connection names removed, the route's auth_headers
-// removed, the auth chain's headers set (an empty value only removes the
+// and the chain's headers removed under any spelling (see sameHeader), the
+// auth chain's headers set (an empty value only removes the
 // client's), the Host the request was routed by, and X-Forwarded-For and
 // X-Forwarded-Proto.
 func prepareForward(ctx *fasthttp.RequestCtx, rt *route, set map[string]string) {
@@ -258,11 +259,16 @@ func prepareForward(ctx *fasthttp.RequestCtx, rt *route, set map[string]string) 
 	for _, k := range hopByHop {
 		h.Del(k)
 	}
-	for _, k := range rt.strip {
-		h.Del(k)
+	var drop [][]byte // deleting while iterating would skip headers
+	for k := range h.All() {
+		if rt.ownsHeader(k) || decided(set, k) {
+			drop = append(drop, append([]byte(nil), k...))
+		}
+	}
+	for _, k := range drop {
+		h.DelBytes(k)
 	}
 	for k, v := range set {
-		h.Del(k)
 		if v != "" {
 			h.Set(k, v)
 		}
@@ -280,6 +286,17 @@ func prepareForward(ctx *fasthttp.RequestCtx, rt *route, set map[string]string) 
 	h.SetBytesV("X-Forwarded-For", xff)
 	h.Del("X-Forwarded-Proto")
 	h.Set("X-Forwarded-Proto", scheme(ctx))
+}
+
+// decided reports whether the client's header k is one the auth chain's
+// decision sets (or removes), under any spelling (see sameHeader).
+func decided(set map[string]string, k []byte) bool {
+	for name := range set {
+		if sameHeader(k, name) {
+			return true
+		}
+	}
+	return false
 }
 
 // serveHTTP proxies an admitted plain HTTP request to a node of the route's
