@@ -287,6 +287,8 @@ path = %q
 			401, nil},
 		{"HTTP/1.1 without Host", "GET /info HTTP/1.1\r\n\r\n",
 			400, nil},
+		{"HTTP/1.0 without Host", "GET /info HTTP/1.0\r\n\r\n",
+			400, nil},
 		{"upgrade without Host", "GET /room HTTP/1.1\r\n" + wsHeaders + "\r\n",
 			400, nil},
 		{"absolute-form target with user info", "GET http://u:p@open.example/abs HTTP/1.1\r\nHost: open.example\r\n\r\n",

@@ -137,8 +137,10 @@ func (s *Server) checkShape(ctx *fasthttp.RequestCtx, rt *route) (upgrade, ok bo
 		msg = "more than one Origin header"
 	case absoluteForm(h.RequestURI()) && len(ctx.URI().Username()) > 0:
 		msg = "user info in the request target"
-	case h.IsHTTP11() && len(ctx.Host()) == 0:
-		msg = "HTTP/1.1 request without Host" // RFC 9112 section 3.2
+	case len(ctx.Host()) == 0:
+		// RFC 9112 section 3.2 for HTTP/1.1; an HTTP/1.0 request without
+		// one has no host to route by or to send upstream either.
+		msg = "request without Host"
 	case !sh.attempt():
 		if !rt.plainHTTP {
 			s.reject(ctx, fasthttp.StatusUpgradeRequired, "bad_request", "this route takes websocket handshakes only")
