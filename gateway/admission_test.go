@@ -283,6 +283,8 @@ path = %q
 			400, nil},
 		{"absolute-form target", "GET http://open.example/abs?q=1 HTTP/1.1\r\nHost: locked.example\r\n\r\n",
 			200, []func(*testing.T, seenRequest){hostIs("open.example", "/abs?q=1")}},
+		{"absolute-form https target", "GET https://open.example/abs HTTP/1.1\r\nHost: open.example\r\n\r\n",
+			200, []func(*testing.T, seenRequest){hostIs("open.example", "/abs")}},
 		{"absolute-form target on an auth host", "GET http://locked.example/abs HTTP/1.1\r\nHost: open.example\r\n\r\n",
 			401, nil},
 		{"HTTP/1.1 without Host", "GET /info HTTP/1.1\r\n\r\n",

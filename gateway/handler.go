@@ -244,8 +244,8 @@ func connectionListed(conn [][]byte, k []byte) bool {
 // prepareForward readies a plain request to go to a node: hop-by-hop
 // headers and those Connection names removed, the route's auth_headers
 // and the chain's headers removed under any spelling (see sameHeader), the
-// auth chain's headers set (an empty value only removes the
-// client's), the Host the request was routed by, and X-Forwarded-For and
+// chain's headers set (an empty value only removes the client's), the Host
+// and path the request was routed by, and X-Forwarded-For and
 // X-Forwarded-Proto.
 func prepareForward(ctx *fasthttp.RequestCtx, rt *route, set map[string]string) {
 	h := &ctx.Request.Header
@@ -276,6 +276,9 @@ func prepareForward(ctx *fasthttp.RequestCtx, rt *route, set map[string]string) 
 		}
 	}
 	h.SetHostBytes(ctx.Host())
+	// The node is spoken to in plain HTTP whatever scheme an absolute-form
+	// target named (the client fails a request to a different scheme).
+	ctx.URI().SetScheme("http")
 	// One X-Forwarded-For: every value the client sent, then its address
 	// (Set alone would leave the client's later copies in place).
 	var xff []byte
