@@ -541,7 +541,9 @@ func TestAdminRefusesCrossSite(t *testing.T) {
 // TestAdminChecksHostOnReads pins a DNS-rebinding page reading the admin
 // API: with Host: evil.example it got the node list, the config and the
 // metrics. Every admin request is now Host-checked, except liveness and
-// readiness, which hold nothing and must answer any prober.
+// readiness, which hold nothing and must answer any prober; an
+// absolute-form request was checked by its Host header alone, not by the
+// host its target names.
 func TestAdminChecksHostOnReads(t *testing.T) {
 	e := newEnv(t, 2, withAdmin)
 	rebinding := browserShape{host: "evil.example:PORT", origin: "OWN"}
@@ -558,6 +560,19 @@ func TestAdminChecksHostOnReads(t *testing.T) {
 	for _, path := range []string{"/healthz", "/readyz"} {
 		if code, body := e.send(http.MethodGet, path, "", rebinding, ""); code != 200 {
 			t.Errorf("GET %s with Host evil.example: %d %s, want 200 (probes)", path, code, body)
+		}
+	}
+	// An absolute-form target names the host the request is for (RFC 9112
+	// section 3.2.2): one that is not ours is refused whatever Host says,
+	// and the other way round.
+	admin := e.srv.AdminAddr().String()
+	for _, req := range []string{
+		"GET http://evil.example/api/config HTTP/1.1\r\nHost: " + admin + "\r\n\r\n",
+		"GET http://" + admin + "/api/config HTTP/1.1\r\nHost: evil.example\r\n\r\n",
+		"POST http://evil.example/api/reload HTTP/1.1\r\nHost: " + admin + "\r\nContent-Type: application/json\r\nContent-Length: 0\r\n\r\n",
+	} {
+		if code := rawExchange(t, admin, req); code != 403 {
+			t.Errorf("%q: %d, want 403", req, code)
 		}
 	}
 	// A read from another site's page is harmless (it cannot read the
