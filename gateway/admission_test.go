@@ -279,6 +279,12 @@ path = %q
 		{"Transfer-Encoding: identity with Content-Length", "POST /info HTTP/1.1\r\nHost: gw\r\nTransfer-Encoding: identity\r\n" +
 			"Content-Length: 5\r\n\r\nhello",
 			400, nil},
+		{"second Origin as a trailer field", "POST /locked/post HTTP/1.1\r\nHost: gw\r\nOrigin: https://app.example\r\n" +
+			"Transfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n0\r\nOrigin: https://evil.example\r\n\r\n",
+			400, nil},
+		{"trailer field the auth chain never saw", "POST /jwt/post HTTP/1.1\r\nHost: gw\r\n" + authz + "Trailer: X-Api-Key\r\n" +
+			"Transfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n0\r\nX-Api-Key: forged\r\n\r\n",
+			400, nil},
 		{"two Origin headers", "GET /locked/info HTTP/1.1\r\nHost: gw\r\nOrigin: https://app.example\r\nOrigin: https://evil.example\r\n\r\n",
 			400, nil},
 		{"absolute-form target", "GET http://open.example/abs?q=1 HTTP/1.1\r\nHost: locked.example\r\n\r\n",

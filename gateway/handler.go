@@ -76,6 +76,7 @@ type reqShape struct {
 	upgrades, keys, versions, origins int
 	connUpgrade, connClose            bool // Connection lists "upgrade", "close"
 	contentLength, transferEncoding   bool
+	trailers                          bool // a Trailer header, or trailer fields received
 }
 
 // attempt reports whether the request tries to upgrade: any Upgrade header,
@@ -118,6 +119,9 @@ func (sh *reqShape) add(k, v []byte) {
 		sh.contentLength = true
 	case headerIs(k, "transfer-encoding"):
 		sh.transferEncoding = true
+	case headerIs(k, "trailer"):
+		// All yields Trailer for trailer fields received unannounced too.
+		sh.trailers = true
 	}
 }
 
@@ -135,6 +139,11 @@ func (s *Server) checkShape(ctx *fasthttp.RequestCtx, rt *route) (upgrade, ok bo
 		msg = "both Content-Length and Transfer-Encoding"
 	case sh.origins > 1:
 		msg = "more than one Origin header"
+	case sh.trailers:
+		// Forwarded, they would join the header section (the node gets
+		// the body with Content-Length) unseen by the checks and the auth
+		// chain, which RFC 9110 section 6.5.1 forbids.
+		msg = "trailer fields in a request"
 	case absoluteForm(h.RequestURI()) && len(ctx.URI().Username()) > 0:
 		msg = "user info in the request target"
 	case len(ctx.Host()) == 0:
