@@ -288,18 +288,23 @@ func prepareForward(ctx *fasthttp.RequestCtx, rt *route, set map[string]string) 
 	// The node is spoken to in plain HTTP whatever scheme an absolute-form
 	// target named (the client fails a request to a different scheme).
 	ctx.URI().SetScheme("http")
-	// One X-Forwarded-For: every value the client sent, then its address
-	// (Set alone would leave the client's later copies in place).
-	var xff []byte
-	for _, v := range h.PeekAll("X-Forwarded-For") {
-		xff = append(xff, v...)
-		xff = append(xff, ", "...)
-	}
-	xff = append(xff, ctx.RemoteIP().String()...)
+	// Set alone would leave the client's later copies in place.
+	xff := appendForwardedFor(nil, ctx)
 	h.Del("X-Forwarded-For")
 	h.SetBytesV("X-Forwarded-For", xff)
 	h.Del("X-Forwarded-Proto")
 	h.Set("X-Forwarded-Proto", scheme(ctx))
+}
+
+// appendForwardedFor appends the one X-Forwarded-For value a node gets:
+// every value the client sent (a node that reads the last header line must
+// not get one the client chose), then the client's address.
+func appendForwardedFor(dst []byte, ctx *fasthttp.RequestCtx) []byte {
+	for _, v := range ctx.Request.Header.PeekAll("X-Forwarded-For") {
+		dst = append(dst, v...)
+		dst = append(dst, ", "...)
+	}
+	return append(dst, ctx.RemoteIP().String()...)
 }
 
 // decided reports whether the client's header k is one the auth chain's

@@ -380,16 +380,10 @@ func (s *Server) upstreamRequest(ctx *fasthttp.RequestCtx, rt *route, set map[st
 		b = append(b, v...)
 		b = append(b, "\r\n"...)
 	}
-	// One X-Forwarded-For, the client's values (all of them: a node that
-	// reads the last header line must not get one the client chose) then
-	// the client's address. PeekAll reuses the buffer conn lives in; conn
-	// is done with.
+	// PeekAll (in appendForwardedFor) reuses the buffer conn lives in;
+	// conn is done with.
 	b = append(b, "X-Forwarded-For: "...)
-	for _, v := range h.PeekAll("X-Forwarded-For") {
-		b = append(b, v...)
-		b = append(b, ", "...)
-	}
-	b = append(b, ctx.RemoteIP().String()...)
+	b = appendForwardedFor(b, ctx)
 	b = append(b, "\r\nX-Forwarded-Proto: "...)
 	b = append(b, scheme(ctx)...)
 	b = append(b, "\r\n"...)
