@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"log/slog"
 	"net/http"
 	"strings"
 	"testing"
@@ -616,5 +617,39 @@ func TestAdminOwnHost(t *testing.T) {
 		if got := a.ownHost(&ctx); got != tc.own {
 			t.Errorf("Host %q: own = %v, want %v (%d %s)", tc.host, got, tc.own, ctx.Response.StatusCode(), ctx.Response.Body())
 		}
+	}
+}
+
+// TestRedactRequestFromParseErrorLog pins credentials written to the log:
+// a request fasthttp could not parse was logged (at debug) with its first
+// bytes, bearer token and query token included, on the client listener and
+// on the admin one (whose token it is).
+func TestRedactRequestFromParseErrorLog(t *testing.T) {
+	var logs testproc.Buffer
+	cfg, err := conf.Parse("log.toml", []byte(fmt.Sprintf(withAdmin, "127.0.0.1:0", "127.0.0.1:1", "127.0.0.1:2")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv, err := New(cfg, slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug})))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := srv.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = srv.Shutdown(context.Background()) })
+	for _, bad := range []string{
+		"GET /room?access_token=query-secret HTTP/1.1\r\nHost: gw\r\nAuthorization: Bearer header-secret\r\nBad Name : x\r\n\r\n",
+		"GET /room HTTP/1.1\r\nHost: gw\r\nAuthorization: Bearer value-secret\x01\r\n\r\n",
+	} {
+		for _, addr := range []string{srv.Addr().String(), srv.AdminAddr().String()} {
+			if code := rawExchange(t, addr, bad); code != http.StatusBadRequest {
+				t.Fatalf("malformed request to %s: %d, want 400", addr, code)
+			}
+		}
+	}
+	waitUntil(t, func() bool { return strings.Count(logs.String(), "error when reading request headers") >= 4 })
+	if out := logs.String(); strings.Contains(out, "secret") {
+		t.Fatalf("a credential from the request reached the log:\n%s", out)
 	}
 }
