@@ -194,19 +194,18 @@ func absoluteForm(target []byte) bool {
 
 // hopByHop are the request headers that concern one connection only (RFC
 // 9110 section 7.6.1, with Proxy-Connection and Proxy-Authorization, which
-// are meant for a forward proxy): never forwarded.
+// are meant for a forward proxy), lowercase: never forwarded.
 var hopByHop = [...]string{
-	"Connection", "Proxy-Connection", "Keep-Alive", "TE", "Transfer-Encoding",
-	"Upgrade", "Trailer", "Proxy-Authorization",
+	"connection", "proxy-connection", "keep-alive", "te", "transfer-encoding",
+	"upgrade", "trailer", "proxy-authorization",
 }
 
 // isHopByHop reports whether header k is one of hopByHop.
 func isHopByHop(k []byte) bool {
-	switch {
-	case headerIs(k, "connection"), headerIs(k, "proxy-connection"), headerIs(k, "keep-alive"),
-		headerIs(k, "te"), headerIs(k, "transfer-encoding"), headerIs(k, "upgrade"),
-		headerIs(k, "trailer"), headerIs(k, "proxy-authorization"):
-		return true
+	for _, name := range hopByHop {
+		if headerIs(k, name) {
+			return true
+		}
 	}
 	return false
 }
@@ -268,7 +267,7 @@ func prepareForward(ctx *fasthttp.RequestCtx, rt *route, set map[string]string) 
 		}
 	}
 	for _, k := range hopByHop {
-		h.Del(k)
+		h.Del(k) // Del takes any case
 	}
 	var drop [][]byte // deleting while iterating would skip headers
 	for k := range h.All() {
