@@ -253,7 +253,7 @@ func connectionListed(conn [][]byte, k []byte) bool {
 // headers and those Connection names removed, the route's auth_headers
 // and the chain's headers removed under any spelling (see sameHeader), the
 // chain's headers set (an empty value only removes the client's), the Host
-// and path the request was routed by, and X-Forwarded-For and
+// and (normalized) path the request was routed by, and X-Forwarded-For and
 // X-Forwarded-Proto.
 func prepareForward(ctx *fasthttp.RequestCtx, rt *route, set map[string]string) {
 	h := &ctx.Request.Header
@@ -284,9 +284,12 @@ func prepareForward(ctx *fasthttp.RequestCtx, rt *route, set map[string]string) 
 		}
 	}
 	h.SetHostBytes(ctx.Host())
-	// The node is spoken to in plain HTTP whatever scheme an absolute-form
-	// target named (the client fails a request to a different scheme).
-	ctx.URI().SetScheme("http")
+	// The target in origin form (an absolute-form one's scheme would make
+	// the client refuse a node it speaks plain HTTP to), with the
+	// normalized path routing used, not the client's; asterisk-form stays.
+	if t := h.RequestURI(); len(t) != 1 || t[0] != '*' {
+		ctx.Request.SetRequestURIBytes(ctx.URI().RequestURI())
+	}
 	// Set alone would leave the client's later copies in place.
 	xff := appendForwardedFor(nil, ctx)
 	h.Del("X-Forwarded-For")

@@ -78,6 +78,7 @@ func newPool(pc *conf.Pool, old *pool, log *slog.Logger) (p *pool, added, remove
 			WriteTimeout:                  30 * time.Second,
 			MaxIdleConnDuration:           30 * time.Second,
 			DisableHeaderNamesNormalizing: true,
+			DisablePathNormalizing:        true, // prepareForward sets the target
 			NoDefaultUserAgentHeader:      true,
 		}
 	}
