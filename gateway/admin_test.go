@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"log/slog"
 	"net/http"
 	"strings"
 	"testing"
@@ -541,7 +542,9 @@ func TestAdminRefusesCrossSite(t *testing.T) {
 // TestAdminChecksHostOnReads pins a DNS-rebinding page reading the admin
 // API: with Host: evil.example it got the node list, the config and the
 // metrics. Every admin request is now Host-checked, except liveness and
-// readiness, which hold nothing and must answer any prober.
+// readiness, which hold nothing and must answer any prober; an
+// absolute-form request was checked by its Host header alone, not by the
+// host its target names.
 func TestAdminChecksHostOnReads(t *testing.T) {
 	e := newEnv(t, 2, withAdmin)
 	rebinding := browserShape{host: "evil.example:PORT", origin: "OWN"}
@@ -558,6 +561,19 @@ func TestAdminChecksHostOnReads(t *testing.T) {
 	for _, path := range []string{"/healthz", "/readyz"} {
 		if code, body := e.send(http.MethodGet, path, "", rebinding, ""); code != 200 {
 			t.Errorf("GET %s with Host evil.example: %d %s, want 200 (probes)", path, code, body)
+		}
+	}
+	// An absolute-form target names the host the request is for (RFC 9112
+	// section 3.2.2): one that is not ours is refused whatever Host says,
+	// and the other way round.
+	admin := e.srv.AdminAddr().String()
+	for _, req := range []string{
+		"GET http://evil.example/api/config HTTP/1.1\r\nHost: " + admin + "\r\n\r\n",
+		"GET http://" + admin + "/api/config HTTP/1.1\r\nHost: evil.example\r\n\r\n",
+		"POST http://evil.example/api/reload HTTP/1.1\r\nHost: " + admin + "\r\nContent-Type: application/json\r\nContent-Length: 0\r\n\r\n",
+	} {
+		if code := rawExchange(t, admin, req); code != 403 {
+			t.Errorf("%q: %d, want 403", req, code)
 		}
 	}
 	// A read from another site's page is harmless (it cannot read the
@@ -601,5 +617,39 @@ func TestAdminOwnHost(t *testing.T) {
 		if got := a.ownHost(&ctx); got != tc.own {
 			t.Errorf("Host %q: own = %v, want %v (%d %s)", tc.host, got, tc.own, ctx.Response.StatusCode(), ctx.Response.Body())
 		}
+	}
+}
+
+// TestRedactRequestFromParseErrorLog pins credentials written to the log:
+// a request fasthttp could not parse was logged (at debug) with its first
+// bytes, bearer token and query token included, on the client listener and
+// on the admin one (whose token it is).
+func TestRedactRequestFromParseErrorLog(t *testing.T) {
+	var logs testproc.Buffer
+	cfg, err := conf.Parse("log.toml", []byte(fmt.Sprintf(withAdmin, "127.0.0.1:0", "127.0.0.1:1", "127.0.0.1:2")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv, err := New(cfg, slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug})))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := srv.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = srv.Shutdown(context.Background()) })
+	for _, bad := range []string{
+		"GET /room?access_token=query-secret HTTP/1.1\r\nHost: gw\r\nAuthorization: Bearer header-secret\r\nBad Name : x\r\n\r\n",
+		"GET /room HTTP/1.1\r\nHost: gw\r\nAuthorization: Bearer value-secret\x01\r\n\r\n",
+	} {
+		for _, addr := range []string{srv.Addr().String(), srv.AdminAddr().String()} {
+			if code := rawExchange(t, addr, bad); code != http.StatusBadRequest {
+				t.Fatalf("malformed request to %s: %d, want 400", addr, code)
+			}
+		}
+	}
+	waitUntil(t, func() bool { return strings.Count(logs.String(), "error when reading request headers") >= 4 })
+	if out := logs.String(); strings.Contains(out, "secret") {
+		t.Fatalf("a credential from the request reached the log:\n%s", out)
 	}
 }

@@ -27,27 +27,38 @@ const adminHeader = "X-Wsgate-Admin"
 // localhost, the host of admin.listen, and the names in admin.hosts. The
 // port is not compared: ssh -L, container port maps and proxies change it,
 // and a rebinding page cannot choose the name. A request without Host is
-// sent by no browser and passes.
+// sent by no browser and passes. An absolute-form target's host (which
+// RFC 9112 section 3.2.2 puts before Host) must be ours too.
 func (a *adminAPI) ownHost(ctx *fasthttp.RequestCtx) bool {
-	raw := string(ctx.Request.Header.Host())
+	for _, raw := range [...][]byte{ctx.Request.Header.Host(), ctx.Host()} {
+		if host, ok := a.isOwn(string(raw)); !ok {
+			jsonError(ctx, fasthttp.StatusForbidden, "Host "+strconv.Quote(string(raw))+" does not name this admin listener (a DNS-rebinding page would send its own name): "+
+				"use an IP address or localhost, or add "+strconv.Quote(host)+" to admin.hosts")
+			return false
+		}
+	}
+	return true
+}
+
+// isOwn reports whether the Host value raw names this admin listener (see
+// ownHost), and returns its host part.
+func (a *adminAPI) isOwn(raw string) (string, bool) {
 	if raw == "" {
-		return true
+		return "", true
 	}
 	host := hostOnly(raw)
 	if _, err := netip.ParseAddr(host); err == nil {
-		return true
+		return host, true
 	}
 	if host == "localhost" || (a.listenHost != "" && host == hostOnly(a.listenHost)) {
-		return true
+		return host, true
 	}
 	for _, h := range a.s.current().cfg.Admin.Hosts {
 		if strings.EqualFold(host, strings.TrimSuffix(h, ".")) {
-			return true
+			return host, true
 		}
 	}
-	jsonError(ctx, fasthttp.StatusForbidden, "Host "+strconv.Quote(raw)+" does not name this admin listener (a DNS-rebinding page would send its own name): "+
-		"use an IP address or localhost, or add "+strconv.Quote(host)+" to admin.hosts")
-	return false
+	return host, false
 }
 
 // hostOnly returns the lowercase host of a Host header value or listen

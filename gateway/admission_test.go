@@ -208,6 +208,18 @@ path = %q
 		}
 	}
 	twoXFF := "X-Forwarded-For: 1.1.1.1\r\nX-Forwarded-For: 2.2.2.2\r\nX-Forwarded-Proto: https\r\nX-Forwarded-Proto: https\r\n"
+	// A backend that reads "_" or " " as "-" (CGI, WSGI, PHP, Rack) takes
+	// these for X-User-Id and X-Tenant-Id.
+	aliases := "X_User_Id: mallory\r\nx_tenant_id: evil\r\nX User Id: mallory\r\n"
+	noAliases := func(t *testing.T, r seenRequest) {
+		fold := strings.NewReplacer("_", "-", " ", "-")
+		for k, v := range r.header {
+			name := fold.Replace(k)
+			if k != "X-User-Id" && (strings.EqualFold(name, "X-User-Id") || strings.EqualFold(name, "X-Tenant-Id")) {
+				t.Errorf("%q reached the node: %q", k, v)
+			}
+		}
+	}
 	plainOK := func(t *testing.T, r seenRequest) {
 		if r.header.Get("Upgrade") != "" || websocket.IsWebSocketUpgrade(&http.Request{Header: r.header}) {
 			t.Errorf("plain request reached the node as an upgrade: %v", r.header)
@@ -241,6 +253,16 @@ path = %q
 					t.Errorf("body at the node %q", r.body)
 				}
 			}}},
+		{"plain GET with plugin headers spelt with _ and space", "GET /jwt/info HTTP/1.1\r\nHost: gw\r\n" + authz + aliases + "\r\n",
+			200, []func(*testing.T, seenRequest){cleanIdentity, noAliases}},
+		{"plain GET with dot segments out of an auth prefix", "GET /jwt/../info HTTP/1.1\r\nHost: gw\r\n\r\n",
+			200, []func(*testing.T, seenRequest){hostIs("gw", "/info")}},
+		{"plain GET with encoded dot segments out of an auth prefix", "GET /jwt/%2e%2e/info?q=%2F HTTP/1.1\r\nHost: gw\r\n\r\n",
+			200, []func(*testing.T, seenRequest){hostIs("gw", "/info?q=%2F")}},
+		{"Host with a final dot on an auth host", "GET /info HTTP/1.1\r\nHost: locked.example.\r\n\r\n",
+			401, nil},
+		{"absolute-form target with a final dot on an auth host", "GET http://LOCKED.example./abs HTTP/1.1\r\nHost: open.example\r\n\r\n",
+			401, nil},
 		{"plain GET from a foreign origin", "GET /locked/info HTTP/1.1\r\nHost: gw\r\nOrigin: https://evil.example\r\n\r\n",
 			403, nil},
 		{"plain GET from an allowed origin", "GET /locked/info HTTP/1.1\r\nHost: gw\r\nOrigin: https://app.example\r\n\r\n",
@@ -257,13 +279,23 @@ path = %q
 		{"Transfer-Encoding: identity with Content-Length", "POST /info HTTP/1.1\r\nHost: gw\r\nTransfer-Encoding: identity\r\n" +
 			"Content-Length: 5\r\n\r\nhello",
 			400, nil},
+		{"second Origin as a trailer field", "POST /locked/post HTTP/1.1\r\nHost: gw\r\nOrigin: https://app.example\r\n" +
+			"Transfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n0\r\nOrigin: https://evil.example\r\n\r\n",
+			400, nil},
+		{"trailer field the auth chain never saw", "POST /jwt/post HTTP/1.1\r\nHost: gw\r\n" + authz + "Trailer: X-Api-Key\r\n" +
+			"Transfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n0\r\nX-Api-Key: forged\r\n\r\n",
+			400, nil},
 		{"two Origin headers", "GET /locked/info HTTP/1.1\r\nHost: gw\r\nOrigin: https://app.example\r\nOrigin: https://evil.example\r\n\r\n",
 			400, nil},
 		{"absolute-form target", "GET http://open.example/abs?q=1 HTTP/1.1\r\nHost: locked.example\r\n\r\n",
 			200, []func(*testing.T, seenRequest){hostIs("open.example", "/abs?q=1")}},
+		{"absolute-form https target", "GET https://open.example/abs HTTP/1.1\r\nHost: open.example\r\n\r\n",
+			200, []func(*testing.T, seenRequest){hostIs("open.example", "/abs")}},
 		{"absolute-form target on an auth host", "GET http://locked.example/abs HTTP/1.1\r\nHost: open.example\r\n\r\n",
 			401, nil},
 		{"HTTP/1.1 without Host", "GET /info HTTP/1.1\r\n\r\n",
+			400, nil},
+		{"HTTP/1.0 without Host", "GET /info HTTP/1.0\r\n\r\n",
 			400, nil},
 		{"upgrade without Host", "GET /room HTTP/1.1\r\n" + wsHeaders + "\r\n",
 			400, nil},
@@ -320,6 +352,10 @@ path = %q
 			"Upgrade: websocket\r\nConnection: Upgrade, X-Hop\r\nSec-WebSocket-Version: 13\r\n" +
 			"Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n" + hops + "\r\n",
 			101, []func(*testing.T, seenRequest){cleanIdentity, noHops}},
+		{"upgrade with plugin headers spelt with _ and space", "GET /jwt/room HTTP/1.1\r\nHost: gw\r\n" + authz + wsHeaders + aliases + "\r\n",
+			101, []func(*testing.T, seenRequest){cleanIdentity, noAliases}},
+		{"upgrade, Host with a final dot and a port on an auth host", "GET /room HTTP/1.1\r\nHost: locked.example.:8080\r\n" + wsHeaders + "\r\n",
+			401, nil},
 		{"upgrade from a foreign origin", "GET /locked/room HTTP/1.1\r\nHost: gw\r\n" + wsHeaders + "Origin: https://evil.example\r\n\r\n",
 			403, nil},
 		{"upgrade, absolute-form target", "GET http://open.example/room?q=1 HTTP/1.1\r\nHost: locked.example\r\n" + wsHeaders + "\r\n",

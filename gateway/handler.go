@@ -62,6 +62,7 @@ type reqShape struct {
 	upgrades, keys, versions, origins int
 	connUpgrade, connClose            bool // Connection lists "upgrade", "close"
 	contentLength, transferEncoding   bool
+	trailers                          bool // a Trailer header, or trailer fields received
 }
 
 // attempt reports whether the request tries to upgrade: any Upgrade header,
@@ -104,6 +105,9 @@ func (sh *reqShape) add(k, v []byte) {
 		sh.contentLength = true
 	case headerIs(k, "transfer-encoding"):
 		sh.transferEncoding = true
+	case headerIs(k, "trailer"):
+		// All yields Trailer for trailer fields received unannounced too.
+		sh.trailers = true
 	}
 }
 
@@ -121,10 +125,17 @@ func (s *Server) checkShape(ctx *fasthttp.RequestCtx, rt *route) (upgrade, ok bo
 		msg = "both Content-Length and Transfer-Encoding"
 	case sh.origins > 1:
 		msg = "more than one Origin header"
+	case sh.trailers:
+		// Forwarded, they would join the header section (the node gets
+		// the body with Content-Length) unseen by the checks and the auth
+		// chain, which RFC 9110 section 6.5.1 forbids.
+		msg = "trailer fields in a request"
 	case absoluteForm(h.RequestURI()) && len(ctx.URI().Username()) > 0:
 		msg = "user info in the request target"
-	case h.IsHTTP11() && len(ctx.Host()) == 0:
-		msg = "HTTP/1.1 request without Host" // RFC 9112 section 3.2
+	case len(ctx.Host()) == 0:
+		// RFC 9112 section 3.2 for HTTP/1.1; an HTTP/1.0 request without
+		// one has no host to route by or to send upstream either.
+		msg = "request without Host"
 	case !sh.attempt():
 		if !rt.plainHTTP {
 			s.reject(ctx, fasthttp.StatusUpgradeRequired, "bad_request", "this route takes websocket handshakes only")
@@ -169,19 +180,18 @@ func absoluteForm(target []byte) bool {
 
 // hopByHop are the request headers that concern one connection only (RFC
 // 9110 section 7.6.1, with Proxy-Connection and Proxy-Authorization, which
-// are meant for a forward proxy): never forwarded.
+// are meant for a forward proxy), lowercase: never forwarded.
 var hopByHop = [...]string{
-	"Connection", "Proxy-Connection", "Keep-Alive", "TE", "Transfer-Encoding",
-	"Upgrade", "Trailer", "Proxy-Authorization",
+	"connection", "proxy-connection", "keep-alive", "te", "transfer-encoding",
+	"upgrade", "trailer", "proxy-authorization",
 }
 
 // isHopByHop reports whether header k is one of hopByHop.
 func isHopByHop(k []byte) bool {
-	switch {
-	case headerIs(k, "connection"), headerIs(k, "proxy-connection"), headerIs(k, "keep-alive"),
-		headerIs(k, "te"), headerIs(k, "transfer-encoding"), headerIs(k, "upgrade"),
-		headerIs(k, "trailer"), headerIs(k, "proxy-authorization"):
-		return true
+	for _, name := range hopByHop {
+		if headerIs(k, name) {
+			return true
+		}
 	}
 	return false
 }
@@ -227,8 +237,9 @@ func connectionListed(conn [][]byte, k []byte) bool {
 
 // prepareForward readies a plain request to go to a node: hop-by-hop
 // headers and those Connection names removed, the route's auth_headers
-// removed, the auth chain's headers set (an empty value only removes the
-// client's), the Host the request was routed by, and X-Forwarded-For and
+// and the chain's headers removed under any spelling (see sameHeader), the
+// chain's headers set (an empty value only removes the client's), the Host
+// and (normalized) path the request was routed by, and X-Forwarded-For and
 // X-Forwarded-Proto.
 func prepareForward(ctx *fasthttp.RequestCtx, rt *route, set map[string]string) {
 	h := &ctx.Request.Header
@@ -242,30 +253,57 @@ func prepareForward(ctx *fasthttp.RequestCtx, rt *route, set map[string]string) 
 		}
 	}
 	for _, k := range hopByHop {
-		h.Del(k)
+		h.Del(k) // Del takes any case
 	}
-	for _, k := range rt.strip {
-		h.Del(k)
+	var drop [][]byte // deleting while iterating would skip headers
+	for k := range h.All() {
+		if rt.ownsHeader(k) || decided(set, k) {
+			drop = append(drop, append([]byte(nil), k...))
+		}
+	}
+	for _, k := range drop {
+		h.DelBytes(k)
 	}
 	for k, v := range set {
-		h.Del(k)
 		if v != "" {
 			h.Set(k, v)
 		}
 	}
 	h.SetHostBytes(ctx.Host())
-	// One X-Forwarded-For: every value the client sent, then its address
-	// (Set alone would leave the client's later copies in place).
-	var xff []byte
-	for _, v := range h.PeekAll("X-Forwarded-For") {
-		xff = append(xff, v...)
-		xff = append(xff, ", "...)
+	// The target in origin form (an absolute-form one's scheme would make
+	// the client refuse a node it speaks plain HTTP to), with the
+	// normalized path routing used, not the client's; asterisk-form stays.
+	if t := h.RequestURI(); len(t) != 1 || t[0] != '*' {
+		ctx.Request.SetRequestURIBytes(ctx.URI().RequestURI())
 	}
-	xff = append(xff, ctx.RemoteIP().String()...)
+	// Set alone would leave the client's later copies in place.
+	xff := appendForwardedFor(nil, ctx)
 	h.Del("X-Forwarded-For")
 	h.SetBytesV("X-Forwarded-For", xff)
 	h.Del("X-Forwarded-Proto")
 	h.Set("X-Forwarded-Proto", scheme(ctx))
+}
+
+// appendForwardedFor appends the one X-Forwarded-For value a node gets:
+// every value the client sent (a node that reads the last header line must
+// not get one the client chose), then the client's address.
+func appendForwardedFor(dst []byte, ctx *fasthttp.RequestCtx) []byte {
+	for _, v := range ctx.Request.Header.PeekAll("X-Forwarded-For") {
+		dst = append(dst, v...)
+		dst = append(dst, ", "...)
+	}
+	return append(dst, ctx.RemoteIP().String()...)
+}
+
+// decided reports whether the client's header k is one the auth chain's
+// decision sets (or removes), under any spelling (see sameHeader).
+func decided(set map[string]string, k []byte) bool {
+	for name := range set {
+		if sameHeader(k, name) {
+			return true
+		}
+	}
+	return false
 }
 
 // serveHTTP proxies an admitted plain HTTP request to a node of the route's

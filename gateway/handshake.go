@@ -334,8 +334,8 @@ func lingerClose(c net.Conn, until time.Time) {
 // ones (RFC 9110 section 7.6.1, and any named in Connection) and the
 // route's auth_headers, X-Forwarded-For and X-Forwarded-Proto added, and
 // the auth chain's headers set (replacing the client's own of the same
-// name, so a client cannot forge them; an empty value only removes the
-// client's).
+// name under any spelling, see sameHeader, so a client cannot forge them;
+// an empty value only removes the client's).
 func (s *Server) upstreamRequest(ctx *fasthttp.RequestCtx, rt *route, set map[string]string) []byte {
 	h := &ctx.Request.Header
 	b := make([]byte, 0, 512)
@@ -353,11 +353,8 @@ func (s *Server) upstreamRequest(ctx *fasthttp.RequestCtx, rt *route, set map[st
 	}
 	conn := h.PeekAll(fasthttp.HeaderConnection)
 	for k, v := range h.All() {
-		if _, ok := canon[http.CanonicalHeaderKey(string(k))]; ok {
-			continue
-		}
 		switch {
-		case headerIs(k, "host"), headerIs(k, "x-forwarded-for"), headerIs(k, "x-forwarded-proto"), headerIs(k, "content-length"),
+		case decided(set, k), headerIs(k, "host"), headerIs(k, "x-forwarded-for"), headerIs(k, "x-forwarded-proto"), headerIs(k, "content-length"),
 			isHopByHop(k), rt.ownsHeader(k), connectionListed(conn, k):
 			continue
 		}
@@ -366,16 +363,10 @@ func (s *Server) upstreamRequest(ctx *fasthttp.RequestCtx, rt *route, set map[st
 		b = append(b, v...)
 		b = append(b, "\r\n"...)
 	}
-	// One X-Forwarded-For, the client's values (all of them: a node that
-	// reads the last header line must not get one the client chose) then
-	// the client's address. PeekAll reuses the buffer conn lives in; conn
-	// is done with.
+	// PeekAll (in appendForwardedFor) reuses the buffer conn lives in;
+	// conn is done with.
 	b = append(b, "X-Forwarded-For: "...)
-	for _, v := range h.PeekAll("X-Forwarded-For") {
-		b = append(b, v...)
-		b = append(b, ", "...)
-	}
-	b = append(b, ctx.RemoteIP().String()...)
+	b = appendForwardedFor(b, ctx)
 	b = append(b, "\r\nX-Forwarded-Proto: "...)
 	b = append(b, scheme(ctx)...)
 	b = append(b, "\r\n"...)

@@ -80,7 +80,7 @@ func newPool(pc *conf.Pool, old *pool, reg *balancer.Registry, log *slog.Logger)
 			WriteTimeout:                  30 * time.Second,
 			MaxIdleConnDuration:           30 * time.Second,
 			DisableHeaderNamesNormalizing: true,
-			DisablePathNormalizing:        true,
+			DisablePathNormalizing:        true, // prepareForward sets the target
 			NoDefaultUserAgentHeader:      true,
 		}
 	}

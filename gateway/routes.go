@@ -59,10 +59,11 @@ func compileRoutes(cfg *conf.Config, pools map[string]*pool) routeTable {
 	return rt
 }
 
-// match returns the first route for host (as sent, maybe with a port) and
+// match returns the first route for host (as sent, maybe with a port and a
+// final dot, which names the same host to DNS and to most servers) and
 // path, or nil.
 func (rt routeTable) match(host, path []byte) *route {
-	host = stripPort(host)
+	host = bytes.TrimRight(stripPort(host), ".")
 	for _, r := range rt {
 		if !r.matchHost(host) || !bytes.HasPrefix(path, r.pathPrefix) {
 			continue
@@ -94,14 +95,40 @@ func (r *route) originAllowed(origin []byte) bool {
 }
 
 // ownsHeader reports whether the header name k is one of the route's
-// auth_headers, which a client may not send.
+// auth_headers, which a client may not send, under any spelling a node
+// may read as that name (see sameHeader).
 func (r *route) ownsHeader(k []byte) bool {
 	for _, name := range r.strip {
-		if headerIs(k, name) {
+		if sameHeader(k, name) {
 			return true
 		}
 	}
 	return false
+}
+
+// sameHeader reports whether header names k and name are one to a node:
+// equal ignoring case, with "_" and " " taken for "-", since CGI, WSGI, PHP
+// and Rack map X-User-Id, X_User_Id and "X User Id" alike to HTTP_X_USER_ID.
+func sameHeader(k []byte, name string) bool {
+	if len(k) != len(name) {
+		return false
+	}
+	for i := range len(k) {
+		if foldHeaderByte(k[i]) != foldHeaderByte(name[i]) {
+			return false
+		}
+	}
+	return true
+}
+
+func foldHeaderByte(c byte) byte {
+	switch {
+	case 'A' <= c && c <= 'Z':
+		return c + 'a' - 'A'
+	case c == '_' || c == ' ':
+		return '-'
+	}
+	return c
 }
 
 // equalFoldSuffix reports whether s ends with the lowercase ASCII suffix,

@@ -10,6 +10,9 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"net/netip"
+	"regexp"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -96,23 +99,25 @@ func New(cfg *conf.Config, log *slog.Logger) (*Server, error) {
 		return nil, err
 	}
 	s.http = &fasthttp.Server{
-		Handler:              s.handle,
-		Name:                 "wsgate",
-		ReadTimeout:          g.handshakeTimeout,
-		WriteTimeout:         30 * time.Second,
-		IdleTimeout:          60 * time.Second,
-		ReadBufferSize:       readBufferSize,
-		Concurrency:          s.limits.concurrency(),
-		KeepHijackedConns:    true,
-		NoDefaultContentType: true,
-		CloseOnShutdown:      true,
-		Logger:               fasthttpLogger{log},
+		Handler:               s.handle,
+		Name:                  "wsgate",
+		ReadTimeout:           g.handshakeTimeout,
+		WriteTimeout:          30 * time.Second,
+		IdleTimeout:           60 * time.Second,
+		ReadBufferSize:        readBufferSize,
+		Concurrency:           s.limits.concurrency(),
+		KeepHijackedConns:     true,
+		NoDefaultContentType:  true,
+		CloseOnShutdown:       true,
+		SecureErrorLogMessage: true, // no request bytes (tokens) in the log
+		Logger:                fasthttpLogger{log},
 	}
 	s.admin = &fasthttp.Server{
-		Handler:     api.handle,
-		Name:        "wsgate-admin",
-		ReadTimeout: 10 * time.Second,
-		Logger:      fasthttpLogger{log},
+		Handler:               api.handle,
+		Name:                  "wsgate-admin",
+		ReadTimeout:           10 * time.Second,
+		SecureErrorLogMessage: true,
+		Logger:                fasthttpLogger{log},
 	}
 	return s, nil
 }
@@ -366,6 +371,21 @@ func (s *Server) stopPluginsAndRevocations() {
 // fasthttpLogger routes fasthttp's own messages into the gateway's log.
 type fasthttpLogger struct{ log *slog.Logger }
 
+// quoted matches a Go-quoted string in a fasthttp message.
+var quoted = regexp.MustCompile(`"(?:[^"\\]|\\.)*"`)
+
+// Printf logs a fasthttp message with every quoted string but the
+// connection's addresses hidden: fasthttp quotes the request's own bytes
+// (a header value it could not parse, say "Bearer <token>"), even with
+// SecureErrorLogMessage.
 func (l fasthttpLogger) Printf(format string, args ...any) {
-	l.log.Debug(fmt.Sprintf(format, args...))
+	msg := quoted.ReplaceAllStringFunc(fmt.Sprintf(format, args...), func(q string) string {
+		if s, err := strconv.Unquote(q); err == nil {
+			if _, err := netip.ParseAddrPort(s); err == nil {
+				return q
+			}
+		}
+		return `"(request bytes hidden)"`
+	})
+	l.log.Debug(msg)
 }
