@@ -319,6 +319,11 @@ func TestSlowlorisFromOneAddress(t *testing.T) {
 		_ = c.SetWriteDeadline(time.Now().Add(time.Second))
 		_, _ = c.Write([]byte("GET /room/x HTTP/1.1\r\nHost: a\r\nX-Slow: "))
 	}
+	// Count once the accept loop has answered the whole flood: a socket it
+	// is refusing at the moment of the count is not one it holds.
+	waitFor(t, func() bool {
+		return metricValue(t, st.adminAddr, `wsgate_connections_refused_total{limit="max_conns_per_ip"}`) >= float64(len(conns)-perIP)
+	})
 	held := socketsFrom(t, pid, "127.0.0.2", port)
 	var mu sync.Mutex
 	ok, bad := 0, map[string]int{}
