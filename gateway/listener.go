@@ -219,7 +219,9 @@ func (l *limitListener) refuse(c net.Conn, status int) {
 		reason = "max_conns_per_ip"
 		msg = "too many connections from your address"
 	}
-	l.metrics.refused.WithLabelValues(reason).Inc()
+	// Counted once the socket is closed (or handed to the linger), so a
+	// count read off the metric never includes a socket still being refused.
+	defer l.metrics.refused.WithLabelValues(reason).Inc()
 	_ = c.SetWriteDeadline(time.Now().Add(refuseWriteTimeout))
 	_, err := c.Write(refusal(status, msg, l.retryAfter()))
 	if err == nil && status == fasthttp.StatusServiceUnavailable {
