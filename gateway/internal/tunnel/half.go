@@ -143,6 +143,9 @@ func (h *half) forward(p []byte) {
 			closed = true
 			h.srcClosed = true
 			h.closeCode.Store(uint32(h.sc.CloseCode()))
+			// src's close goes to dst instead of the gateway's: a
+			// second close frame would follow the first.
+			h.pendingCode = 0
 		}
 		if h.pendingCode != 0 && !h.sentClose {
 			h.queue(p[start:i])
