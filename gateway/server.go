@@ -338,6 +338,12 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	}
 	s.log.Info("tunnels drained", "told", n, "cut", left)
 	<-stopped
+	if left == 0 && ctx.Err() != nil {
+		// The drain timeout passed with handshakes still in flight:
+		// their tunnels are cut as they come, not told to go away.
+		s.tunnels.abortAll()
+		s.tunnels.wait(context.Background())
+	}
 	for _, ln := range s.listeners {
 		_ = ln.Close()
 	}
