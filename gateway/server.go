@@ -116,6 +116,7 @@ func New(cfg *conf.Config, log *slog.Logger) (*Server, error) {
 		Handler:               api.handle,
 		Name:                  "wsgate-admin",
 		ReadTimeout:           10 * time.Second,
+		WriteTimeout:          10 * time.Second, // a client that never reads holds no write
 		SecureErrorLogMessage: true,
 		Logger:                fasthttpLogger{log},
 	}
@@ -348,7 +349,10 @@ func (s *Server) Shutdown(ctx context.Context) error {
 		_ = ln.Close()
 	}
 	if s.adminLn != nil {
-		_ = s.admin.Shutdown()
+		// Bounded by the drain timeout too: an admin connection that
+		// does not end (a client pipelining requests it never reads
+		// the answers of) must not hold Shutdown.
+		_ = s.admin.ShutdownWithContext(ctx)
 		// fasthttp's Shutdown closes only the listeners its Serve has
 		// registered: one whose Serve has not started yet (a Shutdown
 		// right after Start) would be accepted on forever.
