@@ -53,10 +53,12 @@ func (l *limiter) limits() (configured, effective, perIP int64) {
 	return l.conf, l.max, l.perIP
 }
 
-// slot is one admitted connection; release frees it once.
+// slot is one admitted connection, or one refused socket that lingers
+// (see hold); release frees it once.
 type slot struct {
 	l        *limiter
 	ip       netip.Addr
+	refused  bool // a place of ip's only: no gateway-wide slot to free
 	released atomic.Bool
 }
 
@@ -77,6 +79,21 @@ func (l *limiter) admit(ip netip.Addr) (*slot, int) {
 	return &slot{l: l, ip: ip}, 0
 }
 
+// hold takes a place of ip's own for a refused socket that lingers while
+// its answer is read, so an address never holds more sockets than
+// max_conns_per_ip, refused ones included; nil when ip has no room. It
+// takes no gateway-wide slot (the linger tokens bound those sockets).
+func (l *limiter) hold(ip netip.Addr) *slot {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	n := l.byIP[ip]
+	if l.perIP > 0 && n >= l.perIP {
+		return nil
+	}
+	l.byIP[ip] = n + 1
+	return &slot{l: l, ip: ip, refused: true}
+}
+
 // release frees the slot; calls after the first do nothing.
 func (s *slot) release() {
 	if s.released.Swap(true) {
@@ -89,14 +106,17 @@ func (s *slot) release() {
 	} else {
 		delete(l.byIP, s.ip)
 	}
-	l.total.Add(-1)
+	if !s.refused {
+		l.total.Add(-1)
+	}
 	l.mu.Unlock()
 }
 
 // open is the number of admitted connections.
 func (l *limiter) open() int64 { return l.total.Load() }
 
-// fromIP is the number of admitted connections from ip.
+// fromIP is the number of admitted connections from ip, with its refused
+// sockets that linger.
 func (l *limiter) fromIP(ip netip.Addr) int64 {
 	l.mu.Lock()
 	defer l.mu.Unlock()

@@ -29,9 +29,10 @@ const (
 // deadline (it fits in a fresh socket's buffer, so it never waits in
 // practice). A 503 socket then lingers so the client reads the answer
 // rather than a reset: at most refuseLingerMax sockets at once, each for at
-// most refuseLingerTime. A 429 socket never lingers, so one address holds
-// no socket beyond max_conns_per_ip; nor does a 503 when the lingering
-// sockets are all taken.
+// most refuseLingerTime, each holding a place of its address's own (see
+// limiter.hold). A 429 socket never lingers, nor does a 503 when the
+// lingering sockets are all taken or its address is at max_conns_per_ip:
+// one address holds no socket beyond max_conns_per_ip.
 const (
 	refuseWriteTimeout = 100 * time.Millisecond
 	refuseLingerTime   = 500 * time.Millisecond
@@ -103,9 +104,10 @@ func (l *limitListener) Accept() (net.Conn, error) {
 		if l.limits == nil {
 			return c, nil
 		}
-		s, status := l.limits.admit(remoteIP(c))
+		ip := remoteIP(c)
+		s, status := l.limits.admit(ip)
 		if s == nil {
-			l.refuse(c, status)
+			l.refuse(c, ip, status)
 			continue
 		}
 		return newCountedConn(c, s), nil
@@ -212,7 +214,7 @@ func (a *acceptLog) writeResumed() {
 // refuse answers a connection over a limit and closes it: 429 over
 // max_conns_per_ip, 503 over max_conns, both with Retry-After and
 // Connection: close. It never blocks the accept loop.
-func (l *limitListener) refuse(c net.Conn, status int) {
+func (l *limitListener) refuse(c net.Conn, ip netip.Addr, status int) {
 	reason := "max_conns"
 	msg := "connection limit reached"
 	if status == fasthttp.StatusTooManyRequests {
@@ -227,8 +229,11 @@ func (l *limitListener) refuse(c net.Conn, status int) {
 	if err == nil && status == fasthttp.StatusServiceUnavailable {
 		select {
 		case l.linger <- struct{}{}:
-			go l.lingerClose(c)
-			return
+			if s := l.limits.hold(ip); s != nil {
+				go l.lingerClose(c, s)
+				return
+			}
+			<-l.linger
 		default:
 		}
 	}
@@ -253,9 +258,11 @@ func refusal(status int, msg string, retryAfter int) []byte {
 
 // lingerClose half-closes a refused socket and discards what the client
 // still sends until it closes too or refuseLingerTime passes, so the answer
-// is not lost to a reset; then it frees its linger token.
-func (l *limitListener) lingerClose(c net.Conn) {
+// is not lost to a reset; then it frees its linger token and its address's
+// place s.
+func (l *limitListener) lingerClose(c net.Conn, s *slot) {
 	defer func() { <-l.linger }()
+	defer s.release()
 	defer c.Close()
 	if cw, ok := c.(interface{ CloseWrite() error }); ok {
 		_ = cw.CloseWrite()

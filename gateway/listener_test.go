@@ -411,3 +411,74 @@ func TestRefusalAnswer(t *testing.T) {
 		}
 	}
 }
+
+// gatewaySockets counts this process's open sockets whose local port is
+// port and whose peer is ip: the gateway's side of the connections from ip
+// that still hold a descriptor (a socket fully closed by the gateway keeps
+// none, even while the kernel finishes its close).
+func gatewaySockets(t *testing.T, port int, ip netip.Addr) int {
+	t.Helper()
+	b, err := os.ReadFile("/proc/net/tcp")
+	if err != nil {
+		t.Skipf("no /proc/net/tcp: %v", err)
+	}
+	a4 := ip.As4()
+	peer := fmt.Sprintf("%02X%02X%02X%02X", a4[3], a4[2], a4[1], a4[0])
+	inodes := map[string]bool{}
+	for _, line := range strings.Split(string(b), "\n")[1:] {
+		f := strings.Fields(line)
+		if len(f) < 10 {
+			continue
+		}
+		local, remote := strings.Split(f[1], ":"), strings.Split(f[2], ":")
+		lp, _ := strconv.ParseInt(local[1], 16, 32)
+		if int(lp) == port && remote[0] == peer && f[9] != "0" {
+			inodes["socket:["+f[9]+"]"] = true
+		}
+	}
+	fds, err := os.ReadDir("/proc/self/fd")
+	if err != nil {
+		t.Skipf("no /proc/self/fd: %v", err)
+	}
+	n := 0
+	for _, fd := range fds {
+		if target, err := os.Readlink("/proc/self/fd/" + fd.Name()); err == nil && inodes[target] {
+			n++
+		}
+	}
+	return n
+}
+
+// TestRefusalLingerKeepsPerIPCap pins one address holding more sockets than
+// max_conns_per_ip: with the gateway full, its connections over the cap
+// were answered 503 (the global cap is checked first) and each lingered,
+// up to 64 at once, so an address at its cap held up to 64 sockets more. A
+// lingering refused socket now takes a place of its address's own and
+// does not linger without one.
+func TestRefusalLingerKeepsPerIPCap(t *testing.T) {
+	const perIP = 4
+	e := newEnv(t, 1, oneNodeWith(fmt.Sprintf("max_conns = %d\nmax_conns_per_ip = %d", perIP, perIP), "", ""))
+	_, portStr, _ := net.SplitHostPort(e.gw)
+	port, _ := strconv.Atoi(portStr)
+	ip := netip.MustParseAddr("127.0.0.1")
+	for range perIP {
+		rawConn(t, e.gw, "127.0.0.1")
+	}
+	e.waitOpen(perIP)
+	peak := 0
+	for range 20 {
+		c := rawConn(t, e.gw, "127.0.0.1") // kept open: the gateway's side lingers
+		if resp := readAnswer(t, c); resp.StatusCode != http.StatusServiceUnavailable {
+			t.Fatalf("connection over max_conns answered %d", resp.StatusCode)
+		}
+		peak = max(peak, gatewaySockets(t, port, ip))
+	}
+	if peak > perIP {
+		t.Fatalf("127.0.0.1 held %d sockets at the gateway, max_conns_per_ip = %d", peak, perIP)
+	}
+	// Another address, with room of its own, still gets its answer to read.
+	c := rawConn(t, e.gw, "127.0.0.2")
+	if resp := readAnswer(t, c); resp.StatusCode != http.StatusServiceUnavailable {
+		t.Fatalf("127.0.0.2 answered %d", resp.StatusCode)
+	}
+}

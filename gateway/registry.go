@@ -15,12 +15,14 @@ const tunnelGoAwayCode = tunnel.CodeGoingAway
 // registry holds every live tunnel with the node it runs to, so a drain
 // reaches all of them (or all of one node's), and keeps the counters of
 // tunnels that ended so totals stay monotonic. A tunnel added while a drain
-// runs is told to go away at once.
+// runs is told to go away at once, and cut at once once the drain has cut
+// the tunnels left (a handshake still in flight then).
 type registry struct {
 	mu       sync.Mutex
 	live     map[*tunnel.Tunnel]entry
 	retired  map[*balancer.Node]bool // nodes leaving: removed, or drained with migrate
 	draining bool
+	cut      bool          // the drain timeout passed: abortAll ran
 	empty    chan struct{} // made by wait, closed when live becomes empty
 	ended    tunnel.Stats  // frames and bytes of ended tunnels
 }
@@ -40,9 +42,11 @@ func (r *registry) add(t *tunnel.Tunnel, e entry) {
 		r.live = make(map[*tunnel.Tunnel]entry)
 	}
 	r.live[t] = e
-	draining, retired := r.draining, r.retired[n]
+	draining, cut, retired := r.draining, r.cut, r.retired[n]
 	r.mu.Unlock()
 	switch {
+	case cut:
+		t.Abort()
 	case draining:
 		go t.GoAway(tunnelGoAwayCode, "gateway shutting down")
 	case retired:
@@ -225,7 +229,11 @@ func (r *registry) revoke(subject, key string) int {
 	return len(ts)
 }
 
+// abortAll cuts every live tunnel, and every tunnel added from now on.
 func (r *registry) abortAll() {
+	r.mu.Lock()
+	r.cut = true
+	r.mu.Unlock()
 	for _, t := range r.snapshot(nil) {
 		t.Abort()
 	}

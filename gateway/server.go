@@ -116,6 +116,7 @@ func New(cfg *conf.Config, log *slog.Logger) (*Server, error) {
 		Handler:               api.handle,
 		Name:                  "wsgate-admin",
 		ReadTimeout:           10 * time.Second,
+		WriteTimeout:          10 * time.Second, // a client that never reads holds no write
 		SecureErrorLogMessage: true,
 		Logger:                fasthttpLogger{log},
 	}
@@ -338,11 +339,20 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	}
 	s.log.Info("tunnels drained", "told", n, "cut", left)
 	<-stopped
+	if left == 0 && ctx.Err() != nil {
+		// The drain timeout passed with handshakes still in flight:
+		// their tunnels are cut as they come, not told to go away.
+		s.tunnels.abortAll()
+		s.tunnels.wait(context.Background())
+	}
 	for _, ln := range s.listeners {
 		_ = ln.Close()
 	}
 	if s.adminLn != nil {
-		_ = s.admin.Shutdown()
+		// Bounded by the drain timeout too: an admin connection that
+		// does not end (a client pipelining requests it never reads
+		// the answers of) must not hold Shutdown.
+		_ = s.admin.ShutdownWithContext(ctx)
 		// fasthttp's Shutdown closes only the listeners its Serve has
 		// registered: one whose Serve has not started yet (a Shutdown
 		// right after Start) would be accepted on forever.

@@ -37,3 +37,46 @@ func BenchmarkForward(b *testing.B) {
 		h.forward(chunk)
 	}
 }
+
+// BenchmarkForwardTCP is BenchmarkForward with a loopback TCP socket as
+// the destination, read by a goroutine: the cost of one forward of a read
+// of 8 small frames, syscall included. ns/op is per forward.
+func BenchmarkForwardTCP(b *testing.B) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer ln.Close()
+	go func() {
+		c, err := ln.Accept()
+		if err != nil {
+			return
+		}
+		defer c.Close()
+		buf := make([]byte, 64<<10)
+		for {
+			if _, err := c.Read(buf); err != nil {
+				return
+			}
+		}
+	}()
+	dst, err := net.Dial("tcp", ln.Addr().String())
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer dst.Close()
+	var chunk []byte
+	for range 8 {
+		chunk = append(chunk, frame(wsframe.OpBinary, true, true, make([]byte, 64))...)
+	}
+	t := &Tunnel{}
+	h := &t.toNode
+	h.t, h.dst = t, dst
+	h.sc = wsframe.Scanner{RequireMasked: true, MaxPayload: 1 << 20}
+	b.SetBytes(int64(len(chunk)))
+	b.ReportAllocs()
+	b.ResetTimer()
+	for range b.N {
+		h.forward(chunk)
+	}
+}

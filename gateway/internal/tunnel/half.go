@@ -72,6 +72,9 @@ type half struct {
 	outClose bool // out ends with the gateway's close frame
 	held     [wsframe.MaxHeaderLen]byte
 	closeBuf [wsframe.MaxHeaderLen + 125]byte
+	// armed is the write deadline set on dst, zero if none yet. Only
+	// the holder of the write turn uses it.
+	armed time.Time
 }
 
 func (h *half) init(t *Tunnel, src, dst net.Conn, toClient bool) {
@@ -143,6 +146,9 @@ func (h *half) forward(p []byte) {
 			closed = true
 			h.srcClosed = true
 			h.closeCode.Store(uint32(h.sc.CloseCode()))
+			// src's close goes to dst instead of the gateway's: a
+			// second close frame would follow the first.
+			h.pendingCode = 0
 		}
 		if h.pendingCode != 0 && !h.sentClose {
 			h.queue(p[start:i])
@@ -316,7 +322,13 @@ func (h *half) send(b []byte, grace bool) error {
 		if !limit.IsZero() && wake.After(limit) {
 			wake = limit
 		}
-		_ = h.dst.SetWriteDeadline(wake)
+		// A deadline already set no later than wake and at least half a
+		// probe away serves as well: setting one costs about a tenth
+		// of a small write.
+		if h.armed.IsZero() || wake.Before(h.armed) || h.armed.Sub(now) < probe/2 {
+			_ = h.dst.SetWriteDeadline(wake)
+			h.armed = wake
+		}
 		n, err := h.dst.Write(b)
 		if err == nil {
 			return nil

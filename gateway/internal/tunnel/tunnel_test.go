@@ -339,3 +339,37 @@ func waitFor(t *testing.T, cond func() bool) {
 		time.Sleep(time.Millisecond)
 	}
 }
+
+// TestGoAwayInsideNodeCloseSendsOneClose pins a close frame sent twice: a
+// GoAway that came while the node's own close frame was in flight was
+// injected right behind that frame when it ended, so the client read two
+// close frames. The node's close answers for the gateway's.
+func TestGoAwayInsideNodeCloseSendsOneClose(t *testing.T) {
+	r := newRig(t, 0)
+	f := wsframe.AppendClose(nil, 1000, "node says bye", nil)
+	r.write(r.node, f[:4])
+	got := make([]byte, 4)
+	_ = r.client.SetReadDeadline(time.Now().Add(10 * time.Second))
+	if _, err := io.ReadFull(r.cr, got); err != nil {
+		t.Fatal(err)
+	}
+	r.tun.GoAway(CodeGoingAway, "drain")
+	r.write(r.node, f[4:])
+	rest := make([]byte, len(f)-4)
+	if _, err := io.ReadFull(r.cr, rest); err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(append(got, rest...), f) {
+		t.Fatal("close frame changed in flight")
+	}
+	r.write(r.client, wsframe.AppendClose(nil, 1000, "", &testMask))
+	expectClose(t, r.node, r.nr, 1000, true)
+	r.waitEnd()
+	_ = r.client.SetReadDeadline(time.Now().Add(10 * time.Second))
+	if b, err := io.ReadAll(r.cr); len(b) > 0 {
+		t.Fatalf("client read % x (%v) after the node's close", b, err)
+	}
+	if c := r.tun.Stats().GatewayToClientCode; c != 0 {
+		t.Fatalf("gateway's own close to the client recorded as %d, want none", c)
+	}
+}
