@@ -41,13 +41,16 @@ fuzz:
 	done
 
 # build puts wsgate, relay-backend, wsload and the example auth plugins
-# into bin/.
+# into bin/. -buildvcs=auto stamps the commit into the binaries (what
+# `wsgate -version` and wsgate_build_info report) even where GOFLAGS turns
+# stamping off; outside a git checkout it stamps nothing and does not fail.
+BUILDFLAGS ?= -buildvcs=auto
 build:
-	$(GO) build -o bin/wsgate ./cmd/wsgate
-	$(GO) build -o bin/relay-backend ./relay-backend
-	$(GO) build -o bin/wsload ./cmd/wsload
-	$(GO) build -o bin/plugins/jwt ./plugins/jwt
-	$(GO) build -o bin/plugins/apikey ./plugins/apikey
+	$(GO) build $(BUILDFLAGS) -o bin/wsgate ./cmd/wsgate
+	$(GO) build $(BUILDFLAGS) -o bin/relay-backend ./relay-backend
+	$(GO) build $(BUILDFLAGS) -o bin/wsload ./cmd/wsload
+	$(GO) build $(BUILDFLAGS) -o bin/plugins/jwt ./plugins/jwt
+	$(GO) build $(BUILDFLAGS) -o bin/plugins/apikey ./plugins/apikey
 
 # proto regenerates the auth plugin contract's gRPC code (needs protoc from
 # Debian's protobuf-compiler; the generators are installed at pinned
