@@ -201,46 +201,6 @@ const dialLogEvery = time.Second
 // nothing about the node, so the node is not charged with it.
 var errLocalDial = errors.New("dial failed for a local reason")
 
-// Reasons a dial fails on the gateway's side, as the metric and log name
-// them.
-const (
-	// dialNoSourcePort: connect() found no free ephemeral port from the
-	// source address toward the node's ip:port (EADDRNOTAVAIL at connect).
-	dialNoSourcePort = "no_source_port"
-	// dialNoSourceAddr: the source address is not on this host (an
-	// address in source_addrs removed from its interface: EADDRNOTAVAIL
-	// at bind).
-	dialNoSourceAddr = "no_source_addr"
-	// dialNoDescriptors: the process or the system is out of file
-	// descriptors (EMFILE, ENFILE).
-	dialNoDescriptors = "no_descriptors"
-	// dialNoMemory: the kernel is out of memory for sockets (ENOBUFS,
-	// ENOMEM).
-	dialNoMemory = "no_memory"
-)
-
-// localDialReason names the local cause of a dial error, or returns ""
-// for an error that may be the node's (refused, timed out, unreachable).
-func localDialReason(err error) string {
-	var errno syscall.Errno
-	if !errors.As(err, &errno) {
-		return ""
-	}
-	switch errno {
-	case syscall.EADDRNOTAVAIL:
-		var se *os.SyscallError
-		if errors.As(err, &se) && se.Syscall == "bind" {
-			return dialNoSourceAddr
-		}
-		return dialNoSourcePort
-	case syscall.EMFILE, syscall.ENFILE:
-		return dialNoDescriptors
-	case syscall.ENOBUFS, syscall.ENOMEM:
-		return dialNoMemory
-	}
-	return ""
-}
-
 // dialer opens connections to nodes, rotating over the pool's source
 // addresses. Each socket bound to a source address is marked
 // IP_BIND_ADDRESS_NO_PORT, so its port is picked at connect against the
@@ -248,8 +208,8 @@ func localDialReason(err error) string {
 // one source address then reaches every node ip:port up to the ephemeral
 // range each, instead of all nodes together. A dial that fails for want
 // of a port or a source address tries the next source; every local
-// failure is counted and logged (see dialLog), and returned wrapping
-// errLocalDial. It is safe for concurrent use.
+// failure (see [health.LocalReason]) is counted and logged (see dialLog),
+// and returned wrapping errLocalDial. It is safe for concurrent use.
 type dialer struct {
 	pool    string
 	dialers []net.Dialer
@@ -297,7 +257,7 @@ func (d *dialer) dial(addr string) (net.Conn, error) {
 		if err == nil {
 			return c, nil
 		}
-		reason := localDialReason(err)
+		reason := health.LocalReason(err)
 		if reason == "" {
 			return nil, err
 		}
@@ -305,7 +265,7 @@ func (d *dialer) dial(addr string) (net.Conn, error) {
 			d.count(d.pool, addr, reason)
 		}
 		d.log.failed(addr, reason, err)
-		perSource := reason == dialNoSourcePort || reason == dialNoSourceAddr
+		perSource := reason == health.ReasonNoSourcePort || reason == health.ReasonNoSourceAddr
 		if !perSource || k+1 >= len(d.dialers) {
 			return nil, fmt.Errorf("%w (%s): %w", errLocalDial, reason, err)
 		}

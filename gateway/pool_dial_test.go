@@ -15,6 +15,7 @@ import (
 	"time"
 
 	dto "github.com/prometheus/client_model/go"
+	"github.com/wsgate/wsgate/health"
 	"golang.org/x/sys/unix"
 )
 
@@ -140,12 +141,12 @@ func TestDialerLocalErrors(t *testing.T) {
 		reason   string
 		fallback bool // the second source is tried
 	}{
-		{"no port", sysErr("connect", syscall.EADDRNOTAVAIL), dialNoSourcePort, true},
-		{"no address", sysErr("bind", syscall.EADDRNOTAVAIL), dialNoSourceAddr, true},
-		{"EMFILE", sysErr("socket", syscall.EMFILE), dialNoDescriptors, false},
-		{"ENFILE", sysErr("socket", syscall.ENFILE), dialNoDescriptors, false},
-		{"ENOBUFS", sysErr("connect", syscall.ENOBUFS), dialNoMemory, false},
-		{"ENOMEM", sysErr("socket", syscall.ENOMEM), dialNoMemory, false},
+		{"no port", sysErr("connect", syscall.EADDRNOTAVAIL), health.ReasonNoSourcePort, true},
+		{"no address", sysErr("bind", syscall.EADDRNOTAVAIL), health.ReasonNoSourceAddr, true},
+		{"EMFILE", sysErr("socket", syscall.EMFILE), health.ReasonNoDescriptors, false},
+		{"ENFILE", sysErr("socket", syscall.ENFILE), health.ReasonNoDescriptors, false},
+		{"ENOBUFS", sysErr("connect", syscall.ENOBUFS), health.ReasonNoMemory, false},
+		{"ENOMEM", sysErr("socket", syscall.ENOMEM), health.ReasonNoMemory, false},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -240,8 +241,8 @@ func TestDialerRealUnavailableSource(t *testing.T) {
 			t.Fatalf("the node saw %s, want 127.0.0.2", from)
 		}
 	}
-	if n := counts.get(dialNoSourceAddr); n != 1 {
-		t.Fatalf("counted %v, want one %s", counts.n, dialNoSourceAddr)
+	if n := counts.get(health.ReasonNoSourceAddr); n != 1 {
+		t.Fatalf("counted %v, want one %s", counts.n, health.ReasonNoSourceAddr)
 	}
 
 	only, _ := newDialer("p", []string{src}, 2*time.Second, quietLog(), counts.count)
@@ -277,9 +278,9 @@ func TestDialLogThrottled(t *testing.T) {
 	l := &dialLog{log: slog.New(slog.NewTextHandler(&buf, nil)), pool: "p", nodes: map[string]*nodeDialLog{}}
 	err := os.NewSyscallError("connect", syscall.EADDRNOTAVAIL)
 	for range 50 {
-		l.failed("127.0.0.1:1", dialNoSourcePort, err)
+		l.failed("127.0.0.1:1", health.ReasonNoSourcePort, err)
 	}
-	l.failed("127.0.0.1:2", dialNoSourcePort, err)
+	l.failed("127.0.0.1:2", health.ReasonNoSourcePort, err)
 	waitUntil(t, func() bool { return len(buf.lines()) >= 3 })
 	lines := buf.lines()
 	want := []string{"node=127.0.0.1:1 reason=no_source_port", "node=127.0.0.1:2 reason=no_source_port", "node=127.0.0.1:1 reason=no_source_port"}
@@ -317,11 +318,11 @@ func TestLocalDialErrorKeepsNodeUp(t *testing.T) {
 		t.Fatalf("node %s is %s with %d passive failures, want up with none", e.addrs[0], st.State, st.PassiveFailures)
 	}
 	var m dto.Metric
-	if err := e.srv.metrics.localDialErrors.WithLabelValues("relay", e.addrs[0], dialNoSourceAddr).Write(&m); err != nil {
+	if err := e.srv.metrics.localDialErrors.WithLabelValues("relay", e.addrs[0], health.ReasonNoSourceAddr).Write(&m); err != nil {
 		t.Fatal(err)
 	}
 	if v := m.GetCounter().GetValue(); v != 3 {
-		t.Fatalf("wsgate_upstream_local_dial_errors_total{reason=%q} = %v, want 3", dialNoSourceAddr, v)
+		t.Fatalf("wsgate_upstream_local_dial_errors_total{reason=%q} = %v, want 3", health.ReasonNoSourceAddr, v)
 	}
 	if v := e.srv.metrics.handshakeCounts()["local_dial_error"]; v != 3 {
 		t.Fatalf("local_dial_error handshakes = %d, want 3", v)
