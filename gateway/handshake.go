@@ -12,13 +12,13 @@ import (
 	"strconv"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"time"
 
 	"github.com/valyala/fasthttp"
 	"github.com/wsgate/wsgate/balancer"
 	"github.com/wsgate/wsgate/gateway/internal/pluginhost"
 	"github.com/wsgate/wsgate/gateway/internal/tunnel"
+	"github.com/wsgate/wsgate/health"
 	"github.com/wsgate/wsgate/internal/wsframe"
 )
 
@@ -68,7 +68,7 @@ func (s *Server) serveUpgrade(ctx *fasthttp.RequestCtx, g *generation, rt *route
 				// another node may still be reachable; out of
 				// descriptors or memory, none is.
 				local = true
-				if errors.Is(err, syscall.EADDRNOTAVAIL) {
+				if perSource(health.LocalReason(err)) {
 					continue
 				}
 				break

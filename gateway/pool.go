@@ -265,11 +265,18 @@ func (d *dialer) dial(addr string) (net.Conn, error) {
 			d.count(d.pool, addr, reason)
 		}
 		d.log.failed(addr, reason, err)
-		perSource := reason == health.ReasonNoSourcePort || reason == health.ReasonNoSourceAddr
-		if !perSource || k+1 >= len(d.dialers) {
+		if !perSource(reason) || k+1 >= len(d.dialers) {
 			return nil, fmt.Errorf("%w (%s): %w", errLocalDial, reason, err)
 		}
 	}
+}
+
+// perSource reports whether a local dial failure of this reason belongs
+// to one source address toward one node (no port, no such address), so
+// that another source, or another node, may still be dialed; a shortage
+// of descriptors or memory is the whole gateway's.
+func perSource(reason string) bool {
+	return reason == health.ReasonNoSourcePort || reason == health.ReasonNoSourceAddr
 }
 
 // bindNoPort sets IP_BIND_ADDRESS_NO_PORT on a socket about to be bound to

@@ -2,6 +2,7 @@ package gateway
 
 import (
 	"bytes"
+	"context"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -10,11 +11,13 @@ import (
 	"os"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
 
 	dto "github.com/prometheus/client_model/go"
+	"github.com/wsgate/wsgate/conf"
 	"github.com/wsgate/wsgate/health"
 	"golang.org/x/sys/unix"
 )
@@ -340,4 +343,69 @@ func TestLocalDialErrorKeepsNodeUp(t *testing.T) {
 		t.Fatalf("node %s is %s with %d passive failures, want up with none", e.addrs[0], st.State, st.PassiveFailures)
 	}
 	e.waitZero()
+}
+
+// TestOutOfDescriptorsStopsAtOnce pins that a handshake whose dial fails
+// for want of descriptors (EMFILE, injected at the dialer) is answered 503
+// with Retry-After after that one dial: no other node would fare better,
+// so none is tried, and no node is charged with it.
+func TestOutOfDescriptorsStopsAtOnce(t *testing.T) {
+	a, b := newNodeListener(t), newNodeListener(t)
+	cfg, err := conf.Parse("test.toml", []byte(fmt.Sprintf(`
+[gateway]
+listen = "127.0.0.1:0"
+[admin]
+listen = ""
+[[pools]]
+name = "relay"
+connect_tries = 3
+  [pools.health]
+  eject_after = 1
+  [[pools.nodes]]
+  addr = %q
+  [[pools.nodes]]
+  addr = %q
+[[routes]]
+pool = "relay"
+`, a.addr(), b.addr())))
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv, err := New(cfg, quietLog())
+	if err != nil {
+		t.Fatal(err)
+	}
+	var calls atomic.Int64
+	p := srv.current().pools["relay"]
+	p.dial.dialOne = func(*net.Dialer, string) (net.Conn, error) { // set before Start: no dial yet
+		calls.Add(1)
+		return nil, &net.OpError{Op: "dial", Net: "tcp", Err: os.NewSyscallError("socket", syscall.EMFILE)}
+	}
+	if err := srv.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = srv.Shutdown(context.Background()) })
+	e := &env{t: t, srv: srv, gw: srv.Addr().String()}
+	_, resp, err := e.dial("/room/x", nil)
+	if err == nil || resp == nil || resp.StatusCode != http.StatusServiceUnavailable || resp.Header.Get("Retry-After") == "" {
+		t.Fatalf("want 503 with Retry-After, got %v %+v", err, resp)
+	}
+	if n := calls.Load(); n != 1 {
+		t.Fatalf("%d dials, want 1 (no other node tried when out of descriptors)", n)
+	}
+	var total float64
+	for _, addr := range []string{a.addr(), b.addr()} {
+		st, _ := p.health.Status(addr)
+		if st.State.String() != "up" || st.PassiveFailures != 0 {
+			t.Fatalf("node %s is %s with %d passive failures, want up with none", addr, st.State, st.PassiveFailures)
+		}
+		var m dto.Metric
+		if err := srv.metrics.localDialErrors.WithLabelValues("relay", addr, health.ReasonNoDescriptors).Write(&m); err != nil {
+			t.Fatal(err)
+		}
+		total += m.GetCounter().GetValue()
+	}
+	if total != 1 {
+		t.Fatalf("wsgate_upstream_local_dial_errors_total{reason=%q} = %v over both nodes, want 1", health.ReasonNoDescriptors, total)
+	}
 }

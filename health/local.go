@@ -11,7 +11,9 @@ import (
 const (
 	// ReasonNoSourcePort: connect found no free ephemeral port from the
 	// source address toward the node's ip:port (EADDRNOTAVAIL at
-	// connect). More source addresses, or a wider
+	// connect), or bind found none at the source address at all
+	// (EADDRINUSE at bind, for a socket bound without
+	// IP_BIND_ADDRESS_NO_PORT). More source addresses, or a wider
 	// net.ipv4.ip_local_port_range, give more.
 	ReasonNoSourcePort = "no_source_port"
 	// ReasonNoSourceAddr: the source address to bind is not on this host
@@ -35,13 +37,18 @@ func LocalReason(err error) string {
 	if !errors.As(err, &errno) {
 		return ""
 	}
+	var se *os.SyscallError
+	atBind := errors.As(err, &se) && se.Syscall == "bind"
 	switch errno {
 	case syscall.EADDRNOTAVAIL:
-		var se *os.SyscallError
-		if errors.As(err, &se) && se.Syscall == "bind" {
+		if atBind {
 			return ReasonNoSourceAddr
 		}
 		return ReasonNoSourcePort
+	case syscall.EADDRINUSE:
+		if atBind {
+			return ReasonNoSourcePort
+		}
 	case syscall.EMFILE, syscall.ENFILE:
 		return ReasonNoDescriptors
 	case syscall.ENOBUFS, syscall.ENOMEM:

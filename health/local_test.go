@@ -19,6 +19,8 @@ func TestLocalReason(t *testing.T) {
 	}{
 		{dial("connect", syscall.EADDRNOTAVAIL), ReasonNoSourcePort},
 		{dial("bind", syscall.EADDRNOTAVAIL), ReasonNoSourceAddr},
+		{dial("bind", syscall.EADDRINUSE), ReasonNoSourcePort},
+		{dial("connect", syscall.EADDRINUSE), ""},
 		{dial("socket", syscall.EMFILE), ReasonNoDescriptors},
 		{dial("socket", syscall.ENFILE), ReasonNoDescriptors},
 		{dial("connect", syscall.ENOBUFS), ReasonNoMemory},
