@@ -298,7 +298,8 @@ func bindNoPort(network, address string, c syscall.RawConn) error {
 
 // dialLog writes one pool's log lines about local dial failures: per node,
 // at most one line per dialLogEvery with the number of failures since the
-// line before; failures held back are written in one line once the
+// line before and the reason and error of the last one (the metric splits
+// them by reason); failures held back are written in one line once the
 // interval has passed. It is safe for concurrent use.
 type dialLog struct {
 	log  *slog.Logger
