@@ -18,6 +18,7 @@ import (
 	"github.com/wsgate/wsgate/balancer"
 	"github.com/wsgate/wsgate/gateway/internal/pluginhost"
 	"github.com/wsgate/wsgate/gateway/internal/tunnel"
+	"github.com/wsgate/wsgate/health"
 	"github.com/wsgate/wsgate/internal/wsframe"
 )
 
@@ -46,6 +47,7 @@ func (s *Server) serveUpgrade(ctx *fasthttp.RequestCtx, g *generation, rt *route
 	var excl [maxTries]*balancer.Node
 	exclude := excl[:0]
 	tries := min(p.tries, maxTries)
+	local := false // a dial failed on the gateway's side
 	for try := 0; try < tries; try++ {
 		lease, err := p.bal.Acquire(exclude)
 		if err != nil {
@@ -58,9 +60,21 @@ func (s *Server) serveUpgrade(ctx *fasthttp.RequestCtx, g *generation, rt *route
 		up, answer, err := s.dialNode(p, lease.Node(), req, accept)
 		if err != nil {
 			lease.Release()
+			exclude = append(exclude, lease.Node())
+			if errors.Is(err, errLocalDial) {
+				// The gateway is short, not the node: its health is
+				// left alone (the dialer has counted and logged it).
+				// Out of ports toward this node from every source,
+				// another node may still be reachable; out of
+				// descriptors or memory, none is.
+				local = true
+				if perSource(health.LocalReason(err)) {
+					continue
+				}
+				break
+			}
 			p.health.ReportFailure(lease.Node().Addr(), err)
 			s.log.Warn("upstream handshake failed", "pool", p.name, "node", lease.Node().Addr(), "err", err)
-			exclude = append(exclude, lease.Node())
 			continue
 		}
 		if answer != nil {
@@ -74,6 +88,14 @@ func (s *Server) serveUpgrade(ctx *fasthttp.RequestCtx, g *generation, rt *route
 		}
 		p.health.ReportSuccess(lease.Node().Addr())
 		s.handOff(ctx, g, up, &hold{lease: lease, expires: authz.Expires, subject: authz.Subject, key: authz.CredentialID}, rt)
+		return
+	}
+	if local {
+		// 503 with Retry-After rather than 502: no node was shown to be
+		// bad; the gateway ran short of ports, descriptors or memory,
+		// which passes as load falls, so the client is asked to come
+		// back later rather than to retry at once.
+		s.retryLater(ctx, fasthttp.StatusServiceUnavailable, "local_dial_error", "the gateway is short of local resources to reach a node")
 		return
 	}
 	s.reject(ctx, fasthttp.StatusBadGateway, "upstream_error", "no node completed the websocket handshake")
@@ -90,10 +112,14 @@ var readerPool sync.Pool
 
 // dialNode dials n, sends req and reads the node's answer. It returns the
 // upgraded connection, or a non-101 answer below 500 to pass on, or an error
-// wrapping errUpstream.
+// wrapping errUpstream, or one wrapping errLocalDial when the dial failed
+// on the gateway's side (which says nothing about n).
 func (s *Server) dialNode(p *pool, n *balancer.Node, req []byte, accept string) (*upstream, *fasthttp.Response, error) {
 	conn, err := p.dial.dial(n.Addr())
 	if err != nil {
+		if errors.Is(err, errLocalDial) {
+			return nil, nil, fmt.Errorf("dial %s: %w", n.Addr(), err)
+		}
 		return nil, nil, fmt.Errorf("%w: dial: %w", errUpstream, err)
 	}
 	ok := false

@@ -37,6 +37,7 @@ type metrics struct {
 	expiries         prometheus.Counter
 	acceptErrors     *prometheus.CounterVec
 	refused          *prometheus.CounterVec
+	localDialErrors  *prometheus.CounterVec
 }
 
 func newMetrics(s *Server) *metrics {
@@ -44,7 +45,7 @@ func newMetrics(s *Server) *metrics {
 		reg: prometheus.NewRegistry(),
 		handshakes: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "wsgate_handshakes_total",
-			Help: "WebSocket handshakes by result: ok, bad_request, origin, auth_denied, auth_unavailable, no_capacity, upstream_error, upstream_refused, client_gone, no_route.",
+			Help: "WebSocket handshakes by result: ok, bad_request, origin, auth_denied, auth_unavailable, no_capacity, upstream_error, upstream_refused, local_dial_error, client_gone, no_route.",
 		}, []string{"result"}),
 		handshakeSeconds: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name:    "wsgate_handshake_duration_seconds",
@@ -110,7 +111,11 @@ func newMetrics(s *Server) *metrics {
 		Name: "wsgate_connections_refused_total",
 		Help: "Client connections refused at accept, by limit: max_conns_per_ip (429), max_conns (503).",
 	}, []string{"limit"})
-	m.reg.MustRegister(m.acceptErrors, m.refused,
+	m.localDialErrors = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "wsgate_upstream_local_dial_errors_total",
+		Help: "Dials to nodes that failed on the gateway's side, not the node's, by pool, node and reason: no_source_port (no ephemeral port left from a source address toward the node), no_source_addr (a source_addrs address not on this host), no_descriptors (EMFILE, ENFILE), no_memory (ENOBUFS, ENOMEM). They do not count against the node's health.",
+	}, []string{"pool", "node", "reason"})
+	m.reg.MustRegister(m.acceptErrors, m.refused, m.localDialErrors,
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: "wsgate_client_connections",
 			Help: "Open client connections, counted from accept: handshakes in flight, HTTP keep-alive connections and tunnels.",
@@ -142,6 +147,11 @@ func newMetrics(s *Server) *metrics {
 func (m *metrics) handshake(result string, start time.Time) {
 	m.handshakes.WithLabelValues(result).Inc()
 	m.handshakeSeconds.WithLabelValues(result).Observe(time.Since(start).Seconds())
+}
+
+// countDialError counts one dial to node that failed on the gateway's side.
+func (s *Server) countDialError(pool, node, reason string) {
+	s.metrics.localDialErrors.WithLabelValues(pool, node, reason).Inc()
 }
 
 // tunnelEnded counts why a tunnel ended and its close codes.
@@ -217,7 +227,7 @@ func (o pluginObserver) Observe(plugin string, out pluginhost.Outcome, cached bo
 }
 
 // handshakeResults are the values of the result label.
-var handshakeResults = []string{"ok", "bad_request", "origin", "auth_denied", "auth_unavailable", "no_capacity", "upstream_error", "upstream_refused", "client_gone", "no_route"}
+var handshakeResults = []string{"ok", "bad_request", "origin", "auth_denied", "auth_unavailable", "no_capacity", "upstream_error", "upstream_refused", "local_dial_error", "client_gone", "no_route"}
 
 // handshakeCounts reads the handshake counters for the admin API.
 func (m *metrics) handshakeCounts() map[string]uint64 {

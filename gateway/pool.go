@@ -1,16 +1,21 @@
 package gateway
 
 import (
+	"errors"
 	"fmt"
 	"log/slog"
 	"net"
+	"os"
+	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/valyala/fasthttp"
 	"github.com/wsgate/wsgate/balancer"
 	"github.com/wsgate/wsgate/conf"
 	"github.com/wsgate/wsgate/health"
+	"golang.org/x/sys/unix"
 )
 
 // pool is a [[pools]] entry at run time: the balancer's view of its nodes,
@@ -36,13 +41,14 @@ type pool struct {
 // health; the nodes old did not have are returned in added, old's nodes
 // pc drops in removed. It changes nothing that is in use: commit does,
 // once the whole new generation is built (a node it registers anew is
-// used by nobody yet).
-func newPool(pc *conf.Pool, old *pool, reg *balancer.Registry, log *slog.Logger) (p *pool, added, removed []*balancer.Node, err error) {
+// used by nobody yet). Its dialer calls count for each dial that fails on
+// the gateway's side.
+func newPool(pc *conf.Pool, old *pool, reg *balancer.Registry, log *slog.Logger, count func(pool, node, reason string)) (p *pool, added, removed []*balancer.Node, err error) {
 	picker, err := balancer.NewPicker(pc.Balance)
 	if err != nil {
 		return nil, nil, nil, fmt.Errorf("pool %q: %w", pc.Name, err)
 	}
-	d, err := newDialer(pc.SourceAddrs, pc.ConnectTimeout.Duration)
+	d, err := newDialer(pc.Name, pc.SourceAddrs, pc.ConnectTimeout.Duration, log, count)
 	if err != nil {
 		return nil, nil, nil, fmt.Errorf("pool %q: %w", pc.Name, err)
 	}
@@ -186,22 +192,49 @@ func balancerState(s health.State) balancer.State {
 	return balancer.StateDown
 }
 
+// dialLogEvery is the shortest interval between two log lines about local
+// dial failures toward one node; the lines carry a count.
+const dialLogEvery = time.Second
+
+// errLocalDial marks a dial that failed on the gateway's side: no port or
+// source address, descriptor or kernel memory to dial from. It says
+// nothing about the node, so the node is not charged with it.
+var errLocalDial = errors.New("dial failed for a local reason")
+
 // dialer opens connections to nodes, rotating over the pool's source
-// addresses so that one node can take more connections than one source
-// address has ports.
+// addresses. Each socket bound to a source address is marked
+// IP_BIND_ADDRESS_NO_PORT, so its port is picked at connect against the
+// whole (source, node) pair rather than at bind against the source alone:
+// one source address then reaches every node ip:port up to the ephemeral
+// range each, instead of all nodes together. A dial that fails for want
+// of a port or a source address tries the next source; every local
+// failure (see [health.LocalReason]) is counted and logged (see dialLog),
+// and returned wrapping errLocalDial. It is safe for concurrent use.
 type dialer struct {
+	pool    string
 	dialers []net.Dialer
 	next    atomic.Uint32
+	// dialOne dials addr through one source's dialer; tests replace it
+	// before the first dial to inject errors.
+	dialOne func(d *net.Dialer, addr string) (net.Conn, error)
+	// count counts one local failure in the metrics.
+	count func(pool, node, reason string)
+	log   *dialLog
 }
 
-func newDialer(sources []string, timeout time.Duration) (*dialer, error) {
-	d := &dialer{}
+func newDialer(pool string, sources []string, timeout time.Duration, log *slog.Logger, count func(pool, node, reason string)) (*dialer, error) {
+	d := &dialer{
+		pool:    pool,
+		dialOne: func(nd *net.Dialer, addr string) (net.Conn, error) { return nd.Dial("tcp", addr) },
+		count:   count,
+		log:     &dialLog{log: log, pool: pool, nodes: map[string]*nodeDialLog{}},
+	}
 	for _, s := range sources {
 		ip := net.ParseIP(s)
 		if ip == nil {
 			return nil, fmt.Errorf("source address %q is not an IP", s)
 		}
-		d.dialers = append(d.dialers, net.Dialer{Timeout: timeout, LocalAddr: &net.TCPAddr{IP: ip}})
+		d.dialers = append(d.dialers, net.Dialer{Timeout: timeout, LocalAddr: &net.TCPAddr{IP: ip}, Control: bindNoPort})
 	}
 	if len(d.dialers) == 0 {
 		d.dialers = []net.Dialer{{Timeout: timeout}}
@@ -209,10 +242,113 @@ func newDialer(sources []string, timeout time.Duration) (*dialer, error) {
 	return d, nil
 }
 
+// dial connects to the node at addr from the next source address, and
+// from the ones after it while the dial fails for want of a port or a
+// source address there. A shortage of descriptors or memory is the same
+// from every source: it is not tried again.
 func (d *dialer) dial(addr string) (net.Conn, error) {
 	i := 0
 	if len(d.dialers) > 1 {
 		i = int(d.next.Add(1) % uint32(len(d.dialers)))
 	}
-	return d.dialers[i].Dial("tcp", addr)
+	for k := 0; ; k++ {
+		nd := &d.dialers[(i+k)%len(d.dialers)]
+		c, err := d.dialOne(nd, addr)
+		if err == nil {
+			return c, nil
+		}
+		reason := health.LocalReason(err)
+		if reason == "" {
+			return nil, err
+		}
+		if d.count != nil {
+			d.count(d.pool, addr, reason)
+		}
+		d.log.failed(addr, reason, err)
+		if !perSource(reason) || k+1 >= len(d.dialers) {
+			return nil, fmt.Errorf("%w (%s): %w", errLocalDial, reason, err)
+		}
+	}
+}
+
+// perSource reports whether a local dial failure of this reason belongs
+// to one source address toward one node (no port, no such address), so
+// that another source, or another node, may still be dialed; a shortage
+// of descriptors or memory is the whole gateway's.
+func perSource(reason string) bool {
+	return reason == health.ReasonNoSourcePort || reason == health.ReasonNoSourceAddr
+}
+
+// bindNoPort sets IP_BIND_ADDRESS_NO_PORT on a socket about to be bound to
+// a source address, so bind() takes the address only and connect() picks
+// the port for the whole 4-tuple.
+func bindNoPort(network, address string, c syscall.RawConn) error {
+	var serr error
+	err := c.Control(func(fd uintptr) {
+		serr = unix.SetsockoptInt(int(fd), unix.IPPROTO_IP, unix.IP_BIND_ADDRESS_NO_PORT, 1)
+	})
+	if err != nil {
+		return err
+	}
+	if serr != nil {
+		return fmt.Errorf("set IP_BIND_ADDRESS_NO_PORT: %w", os.NewSyscallError("setsockopt", serr))
+	}
+	return nil
+}
+
+// dialLog writes one pool's log lines about local dial failures: per node,
+// at most one line per dialLogEvery with the number of failures since the
+// line before and the reason and error of the last one (the metric splits
+// them by reason); failures held back are written in one line once the
+// interval has passed. It is safe for concurrent use.
+type dialLog struct {
+	log  *slog.Logger
+	pool string
+
+	mu    sync.Mutex
+	nodes map[string]*nodeDialLog
+}
+
+// nodeDialLog is dialLog's state for one node.
+type nodeDialLog struct {
+	lines  logThrottle
+	reason string // of the last failure
+	err    error  // the last failure
+	timer  *time.Timer
+}
+
+// failed notes one local failure of a dial to node.
+func (l *dialLog) failed(node, reason string, err error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	nl := l.nodes[node]
+	if nl == nil {
+		nl = &nodeDialLog{}
+		l.nodes[node] = nl
+	}
+	nl.reason, nl.err = reason, err
+	now := time.Now()
+	if n, ok := nl.lines.note(now, dialLogEvery); ok {
+		l.write(node, nl, n)
+		return
+	}
+	if nl.timer == nil {
+		nl.timer = time.AfterFunc(nl.lines.wait(now, dialLogEvery), func() { l.flush(node) })
+	}
+}
+
+// flush writes the failures held back for node, if any.
+func (l *dialLog) flush(node string) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	nl := l.nodes[node]
+	nl.timer = nil
+	if nl.lines.pending() > 0 {
+		l.write(node, nl, nl.lines.take(time.Now()))
+	}
+}
+
+func (l *dialLog) write(node string, nl *nodeDialLog, n int) {
+	l.log.Error("upstream dial failed on the gateway's side; the node is not charged with it",
+		"pool", l.pool, "node", node, "reason", nl.reason, "err", nl.err, "errors", n)
 }

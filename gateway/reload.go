@@ -225,7 +225,7 @@ func (s *Server) build(cfg *conf.Config, old *generation) (*generation, []leavin
 		if old != nil {
 			op = old.pools[cfg.Pools[i].Name]
 		}
-		p, _, removed, err := newPool(&cfg.Pools[i], op, g.nodes, s.log)
+		p, _, removed, err := newPool(&cfg.Pools[i], op, g.nodes, s.log, s.countDialError)
 		if err != nil {
 			return nil, nil, err
 		}

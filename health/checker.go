@@ -32,7 +32,9 @@ type NodeStatus struct {
 	LastLatency time.Duration
 	// LastResult says what the last probe got: "ok", "http 503 draining",
 	// "http 200 agent drain", "http 500", "timeout", "refused", "reset",
-	// "closed without an answer", "error: ...".
+	// "closed without an answer", "error: ...", or "not probed: REASON"
+	// when the probe's own dial failed for a local reason (see
+	// [LocalReason]), which leaves the node's state as it was.
 	LastResult string
 	// ConsecutiveFailures counts failed probes in a row.
 	ConsecutiveFailures int
@@ -79,6 +81,7 @@ type node struct {
 	removed      bool
 	st           NodeStatus
 	lastPass     bool      // the last probe passed without a drain signal
+	skipping     bool      // the last probe could not be made (see verdictSkip)
 	undrained    bool      // Undrain: the next pass brings the node up
 	ejectedUntil time.Time // end of the cool-down while StateEjected
 }
@@ -227,8 +230,12 @@ func (c *Checker) ReportSuccess(addr string) {
 // ReportFailure records a passive failure on addr: a dial error, a timeout,
 // or an upstream handshake answered with something other than 101 (a 5xx).
 // EjectAfter of them in a row eject an up node for EjectFor. An unknown
-// addr is ignored.
+// addr is ignored, and so is an err the dialing host caused (see
+// [LocalReason]).
 func (c *Checker) ReportFailure(addr string, err error) {
+	if LocalReason(err) != "" {
+		return // the dialing host's shortage, not the node's failure
+	}
 	n := c.lookup(addr)
 	if n == nil {
 		return
@@ -354,7 +361,7 @@ func (c *Checker) probeLoop(ctx context.Context, n *node) {
 		if ctx.Err() != nil {
 			return
 		}
-		if o := c.observer(); o != nil {
+		if o := c.observer(); o != nil && r.verdict != verdictSkip {
 			o.ProbeDone(n.addr, r.ok, r.latency)
 		}
 		if len(r.malformed) > 0 {
@@ -394,6 +401,17 @@ func (c *Checker) apply(n *node, r result, now time.Time) {
 			st.AgentLoad = r.agent.load
 		}
 	}
+	if r.verdict == verdictSkip {
+		// Nothing reached the node: its counts and state stay as they
+		// were, and one line says so when the streak starts.
+		if !n.skipping {
+			c.log.Warn("health: probe not sent, the gateway is short of local resources; node state kept",
+				"node", n.addr, "result", r.text)
+		}
+		n.skipping = true
+		return
+	}
+	n.skipping = false
 	if st.State == StateEjected && now.Before(n.ejectedUntil) {
 		return // a probe that started before the ejection: the cool-down rules
 	}

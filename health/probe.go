@@ -30,6 +30,7 @@ const (
 	verdictFail  verdict = iota // no answer, or an answer other than 2xx
 	verdictPass                 // 2xx and no drain signal
 	verdictDrain                // 503 "draining", or the agent said drain
+	verdictSkip                 // the dial failed for a local reason: no probe was made
 )
 
 // result is the outcome of one probe.
@@ -66,6 +67,9 @@ func (c *Checker) exchange(ctx context.Context, addr string, start time.Time) re
 	var d net.Dialer
 	conn, err := d.DialContext(ctx, "tcp", addr)
 	if err != nil {
+		if reason := LocalReason(err); reason != "" {
+			return result{verdict: verdictSkip, text: "not probed: " + reason}
+		}
 		return failure(err)
 	}
 	defer conn.Close()
