@@ -5,17 +5,15 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
-	"os"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"time"
 
 	"github.com/valyala/fasthttp"
 	"github.com/wsgate/wsgate/balancer"
 	"github.com/wsgate/wsgate/conf"
 	"github.com/wsgate/wsgate/health"
-	"golang.org/x/sys/unix"
+	"github.com/wsgate/wsgate/internal/sockopt"
 )
 
 // pool is a [[pools]] entry at run time: the balancer's view of its nodes,
@@ -234,7 +232,7 @@ func newDialer(pool string, sources []string, timeout time.Duration, log *slog.L
 		if ip == nil {
 			return nil, fmt.Errorf("source address %q is not an IP", s)
 		}
-		d.dialers = append(d.dialers, net.Dialer{Timeout: timeout, LocalAddr: &net.TCPAddr{IP: ip}, Control: bindNoPort})
+		d.dialers = append(d.dialers, net.Dialer{Timeout: timeout, LocalAddr: &net.TCPAddr{IP: ip}, Control: sockopt.BindNoPort})
 	}
 	if len(d.dialers) == 0 {
 		d.dialers = []net.Dialer{{Timeout: timeout}}
@@ -277,23 +275,6 @@ func (d *dialer) dial(addr string) (net.Conn, error) {
 // of descriptors or memory is the whole gateway's.
 func perSource(reason string) bool {
 	return reason == health.ReasonNoSourcePort || reason == health.ReasonNoSourceAddr
-}
-
-// bindNoPort sets IP_BIND_ADDRESS_NO_PORT on a socket about to be bound to
-// a source address, so bind() takes the address only and connect() picks
-// the port for the whole 4-tuple.
-func bindNoPort(network, address string, c syscall.RawConn) error {
-	var serr error
-	err := c.Control(func(fd uintptr) {
-		serr = unix.SetsockoptInt(int(fd), unix.IPPROTO_IP, unix.IP_BIND_ADDRESS_NO_PORT, 1)
-	})
-	if err != nil {
-		return err
-	}
-	if serr != nil {
-		return fmt.Errorf("set IP_BIND_ADDRESS_NO_PORT: %w", os.NewSyscallError("setsockopt", serr))
-	}
-	return nil
 }
 
 // dialLog writes one pool's log lines about local dial failures: per node,

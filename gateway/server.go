@@ -15,7 +15,6 @@ import (
 	"strconv"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -24,7 +23,7 @@ import (
 	"github.com/wsgate/wsgate/conf"
 	"github.com/wsgate/wsgate/gateway/internal/pluginhost"
 	"github.com/wsgate/wsgate/internal/rlimit"
-	"golang.org/x/sys/unix"
+	"github.com/wsgate/wsgate/internal/sockopt"
 )
 
 // readBufferSize is fasthttp's per-connection read buffer, which bounds the
@@ -159,15 +158,7 @@ func (s *Server) SetListen(f ListenFunc) {
 // listenReusePort opens a TCP listener with SO_REUSEPORT set, so other
 // processes may listen on the same address.
 func listenReusePort(addr string) (net.Listener, error) {
-	lc := net.ListenConfig{Control: func(_, _ string, c syscall.RawConn) error {
-		var serr error
-		if err := c.Control(func(fd uintptr) {
-			serr = unix.SetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_REUSEPORT, 1)
-		}); err != nil {
-			return err
-		}
-		return serr
-	}}
+	lc := net.ListenConfig{Control: sockopt.ReusePort}
 	return lc.Listen(context.Background(), "tcp", addr)
 }
 

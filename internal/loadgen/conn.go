@@ -20,6 +20,7 @@ import (
 	"time"
 
 	"github.com/wsgate/wsgate/internal/pollread"
+	"github.com/wsgate/wsgate/internal/sockopt"
 	"github.com/wsgate/wsgate/internal/wsframe"
 )
 
@@ -131,7 +132,7 @@ func (d *Dialer) Dial(ctx context.Context, t Target) (*Conn, error) {
 	nd := net.Dialer{}
 	if la := d.Sources.Next(); la != nil {
 		nd.LocalAddr = la
-		nd.Control = bindNoPort
+		nd.Control = sockopt.BindNoPort
 	}
 	nc, err := nd.DialContext(ctx, "tcp", t.Addr)
 	if err != nil {

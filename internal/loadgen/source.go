@@ -7,9 +7,6 @@ import (
 	"net/netip"
 	"strings"
 	"sync/atomic"
-	"syscall"
-
-	"golang.org/x/sys/unix"
 )
 
 // ErrBadSource is returned by ParseSources for a malformed -source value.
@@ -82,20 +79,4 @@ func (s *Sources) Next() *net.TCPAddr {
 	}
 	a := s.addrs[(s.next.Add(1)-1)%uint64(len(s.addrs))]
 	return &net.TCPAddr{IP: a.AsSlice()}
-}
-
-// bindNoPort sets IP_BIND_ADDRESS_NO_PORT on a socket about to be bound to a
-// source address, so the kernel picks the port at connect time, per
-// destination, instead of reserving one per source address at bind time.
-// Without it one source address runs out after ~28k connections in total,
-// not per destination.
-func bindNoPort(network, address string, c syscall.RawConn) error {
-	var serr error
-	err := c.Control(func(fd uintptr) {
-		serr = unix.SetsockoptInt(int(fd), unix.IPPROTO_IP, unix.IP_BIND_ADDRESS_NO_PORT, 1)
-	})
-	if err != nil {
-		return err
-	}
-	return serr
 }
