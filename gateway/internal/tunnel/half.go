@@ -347,20 +347,24 @@ func (h *half) send(b []byte, grace bool) error {
 	}
 }
 
-// failDst records why a write to dst failed and closes dst, so the other
-// direction's read fails too and tells the surviving side.
+// failDst stops the writes to dst after one failed. A dst that accepted
+// nothing in time is closed, so the other direction's read of it fails too
+// and tells the surviving side. A dst whose connection failed (reset, broken
+// pipe) is not: the other direction still reads it, and a close frame its
+// peer sent before it went is read and passed on, never replaced by a close
+// of the gateway's own; that read ends by itself at the failure, and the
+// close timeout, started here, bounds it. The reader records why the side
+// ended, since only it knows whether a close frame came first.
 func (h *half) failDst(err error) {
 	switch {
 	case errors.Is(err, errWriteTimeout):
 		h.t.setReason(EndWriteTimeout)
 	case errors.Is(err, errCloseTimeout):
 		h.t.setReason(EndCloseTimeout)
-	case errors.Is(err, net.ErrClosed):
-		// The tunnel closed it, and said why.
-	case h.toClient:
-		h.t.setReason(EndClientGone)
 	default:
-		h.t.setReason(EndNodeGone)
+		// Closed by the tunnel, which said why, or failed.
+		h.t.startClosing()
+		return
 	}
 	_ = h.dst.Close()
 }

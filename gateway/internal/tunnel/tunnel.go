@@ -5,6 +5,12 @@
 // 1001 on a drain, 1012 to the client when the node vanishes without a close
 // frame, 1009 for a frame over the route's limit.
 //
+// A close frame a side sent is passed on whenever it was read: a write to a
+// side whose connection failed (reset, broken pipe) does not close that
+// connection under the other direction, which reads on to the failure; a
+// 1012 goes to the client only when the node's stream ends without a close
+// frame. Only a side that accepts nothing in time is closed at once.
+//
 // The engine is a goroutine pair per tunnel that reads through the runtime
 // poller without holding a buffer while idle; buffers come from a shared pool
 // only while bytes are in flight. No lock is held across I/O: every write
