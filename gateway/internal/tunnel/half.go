@@ -58,11 +58,17 @@ type half struct {
 	carryN      int
 	pendingCode uint16 // close to inject at the next boundary, 0 = none
 	pendingWhy  string
-	writing     bool // the write turn is taken: someone is writing to dst
-	sentClose   bool // the gateway's own close frame to dst is queued or written
-	srcClosed   bool // src sent a close frame
-	broken      bool // framing lost: everything from src is dropped
-	dstFailed   bool
+	// owedCode is the close dst gets in place of src's close frame, or
+	// when src ends without one (0 = none): set on the node→client half
+	// when the client broke the framing rules, so the node's replies to
+	// the client's earlier frames still reach it first.
+	owedCode  uint16
+	owedWhy   string
+	writing   bool // the write turn is taken: someone is writing to dst
+	sentClose bool // the gateway's own close frame to dst is queued or written
+	srcClosed bool // src sent a close frame
+	broken    bool // framing lost: everything from src is dropped
+	dstFailed bool
 
 	// What one forward queues for dst, written once mu is released: at
 	// most the carried header bytes, one run of the read, and the
@@ -122,6 +128,7 @@ func (h *half) forward(p []byte) {
 	var ferr error
 	for i < len(p) {
 		atBoundary := h.sc.AtBoundary()
+		inHeader := atBoundary || h.sc.PartialHeader() > 0
 		k, end, err := h.sc.Advance(p[i:])
 		if err != nil {
 			// Whole frames before the offending header go out; the
@@ -137,7 +144,20 @@ func (h *half) forward(p []byte) {
 			ferr = err
 			break
 		}
+		hdrAt := i
 		i += k
+		if inHeader && h.owedCode != 0 && !h.sentClose && h.sc.PartialHeader() == 0 &&
+			h.sc.Header().Op == wsframe.OpClose {
+			// src's close frame answers the gateway's close, not dst:
+			// what src sent before it goes out, then the close dst is
+			// owed, and nothing of src's close frame does.
+			if hdrAt == 0 {
+				h.carryN = 0 // the close's header began in an earlier read
+			}
+			h.queue(p[start:hdrAt])
+			start = i
+			h.queueClose(h.owedCode, h.owedWhy)
+		}
 		if !end {
 			continue
 		}
@@ -160,6 +180,9 @@ func (h *half) forward(p []byte) {
 		h.flush(p[start:])
 	}
 	h.frames.Add(frames)
+	// Bytes after src's own close frame are no one's business: a peer
+	// stops reading at a close frame, so nothing after it is an error.
+	ignoreErr := ferr != nil && h.srcClosed
 	out, outClose := h.out[:h.outN], h.outClose
 	if len(out) > 0 {
 		h.writing = true
@@ -173,7 +196,7 @@ func (h *half) forward(p []byte) {
 	if len(out) > 0 {
 		h.writeOut(out, outClose)
 	}
-	if ferr != nil {
+	if ferr != nil && !ignoreErr {
 		h.framingError(ferr)
 		return
 	}
@@ -347,20 +370,24 @@ func (h *half) send(b []byte, grace bool) error {
 	}
 }
 
-// failDst records why a write to dst failed and closes dst, so the other
-// direction's read fails too and tells the surviving side.
+// failDst stops the writes to dst after one failed. A dst that accepted
+// nothing in time is closed, so the other direction's read of it fails too
+// and tells the surviving side. A dst whose connection failed (reset, broken
+// pipe) is not: the other direction still reads it, and a close frame its
+// peer sent before it went is read and passed on, never replaced by a close
+// of the gateway's own; that read ends by itself at the failure, and the
+// close timeout, started here, bounds it. The reader records why the side
+// ended, since only it knows whether a close frame came first.
 func (h *half) failDst(err error) {
 	switch {
 	case errors.Is(err, errWriteTimeout):
 		h.t.setReason(EndWriteTimeout)
 	case errors.Is(err, errCloseTimeout):
 		h.t.setReason(EndCloseTimeout)
-	case errors.Is(err, net.ErrClosed):
-		// The tunnel closed it, and said why.
-	case h.toClient:
-		h.t.setReason(EndClientGone)
 	default:
-		h.t.setReason(EndNodeGone)
+		// Closed by the tunnel, which said why, or failed.
+		h.t.startClosing()
+		return
 	}
 	_ = h.dst.Close()
 }
@@ -407,13 +434,16 @@ func (h *half) sendClose(frame []byte) { h.writeOut([][]byte{frame}, true) }
 
 // lastWord writes the gateway's close frame to dst from the pump that has
 // just stopped reading src, so it goes out before the tunnel closes its
-// connections. It does nothing when a close already went to dst or dst
-// sits inside a frame.
+// connections: the close dst is owed if any, else code. It does nothing
+// when a close already went to dst or dst sits inside a frame.
 func (h *half) lastWord(code uint16, reason string) {
 	h.mu.Lock()
 	if h.sentClose || h.srcClosed || h.dstFailed || h.writing || !h.closable() {
 		h.mu.Unlock()
 		return
+	}
+	if h.owedCode != 0 {
+		code, reason = h.owedCode, h.owedWhy
 	}
 	frame := h.takeClose(code, reason)
 	h.writing = true
@@ -421,9 +451,13 @@ func (h *half) lastWord(code uint16, reason string) {
 	h.writeOut([][]byte{frame}, true)
 }
 
-// framingError answers a frame that broke the rules or the route's limit:
-// the side that sent it gets a close saying why, the other side 1001, and the
-// sender is treated as done since its close frame can no longer be found.
+// framingError answers a frame that broke the rules or the route's limit.
+// A bad node frame: the client gets 1014 and the node 1002 at once. A bad
+// client frame: the node gets 1001 at once, and the client its 1002 (1009
+// for a frame over the limit) only after the node's replies to the client's
+// earlier frames, in place of the node's close frame (see owe). Either way
+// the sender is treated as done since its close frame can no longer be
+// found.
 func (h *half) framingError(err error) {
 	t := h.t
 	if h.toClient {
@@ -437,9 +471,21 @@ func (h *half) framingError(err error) {
 	if errors.Is(err, wsframe.ErrTooLarge) {
 		code, why = CodeTooBig, "frame too large"
 	}
-	t.toClient.injectClose(code, why)
+	t.toClient.owe(code, why)
 	t.toNode.injectClose(CodeGoingAway, "client closed")
 	t.sideClosed(true)
+}
+
+// owe makes code the close dst gets in place of src's close frame, or when
+// src ends without one or the close timeout passes, unless a close already
+// went to dst. Until then src's frames still go to dst.
+func (h *half) owe(code uint16, reason string) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.sentClose || h.srcClosed || h.dstFailed || h.owedCode != 0 {
+		return
+	}
+	h.owedCode, h.owedWhy = code, reason
 }
 
 // sawClose reports whether src sent a close frame.

@@ -3,7 +3,26 @@
 // unmasking payloads, follows frame headers with a wsframe.Scanner per
 // direction, and so can put its own close frame between two frames: close
 // 1001 on a drain, 1012 to the client when the node vanishes without a close
-// frame, 1009 for a frame over the route's limit.
+// frame, 1002 for a client frame that breaks the framing rules, 1009 for one
+// over the route's limit.
+//
+// A client that breaks the rules sees what it would see talking to the node
+// directly: the node's replies to the frames it sent before the bad one,
+// then a close 1002 (1009) at a frame boundary. The frames before the bad
+// header go to the node, nothing from it on does, and the node is told 1001
+// (for the node the client went away; 1002 to the node is kept for a node
+// that broke the rules). The node's frames still flow to the client until
+// the node's close frame, which answers the gateway's close and is not
+// passed on: the client gets its 1002 (1009) in its place. A node that does
+// not answer within the close timeout, or vanishes, leaves the client with
+// the same 1002 (1009), not 1012, since the client's error came first. Bytes
+// after a side's own close frame are ignored, as a peer would ignore them.
+//
+// A close frame a side sent is passed on whenever it was read: a write to a
+// side whose connection failed (reset, broken pipe) does not close that
+// connection under the other direction, which reads on to the failure; a
+// 1012 goes to the client only when the node's stream ends without a close
+// frame. Only a side that accepts nothing in time is closed at once.
 //
 // The engine is a goroutine pair per tunnel that reads through the runtime
 // poller without holding a buffer while idle; buffers come from a shared pool

@@ -290,18 +290,20 @@ func TestTooLargeFrameGives1009(t *testing.T) {
 	r.write(r.client, frame(wsframe.OpBinary, true, true, make([]byte, 100)))
 	readFrame(t, r.node, r.nr)
 	r.write(r.client, frame(wsframe.OpBinary, true, true, make([]byte, 101)))
-	expectClose(t, r.client, r.cr, CodeTooBig, false)
+	// The node is told first; its close answers the gateway's, and the
+	// client gets the 1009 in its place.
 	expectClose(t, r.node, r.nr, CodeGoingAway, true)
 	r.write(r.node, wsframe.AppendClose(nil, 1000, "", nil))
+	expectClose(t, r.client, r.cr, CodeTooBig, false)
 	r.waitEnd()
 }
 
 func TestUnmaskedClientFrameGives1002(t *testing.T) {
 	r := newRig(t, 0)
 	r.write(r.client, frame(wsframe.OpBinary, true, false, []byte("x")))
-	expectClose(t, r.client, r.cr, CodeProtocolError, false)
 	expectClose(t, r.node, r.nr, CodeGoingAway, true)
 	r.write(r.node, wsframe.AppendClose(nil, 1000, "", nil))
+	expectClose(t, r.client, r.cr, CodeProtocolError, false)
 	r.waitEnd()
 }
 
