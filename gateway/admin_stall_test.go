@@ -55,16 +55,17 @@ func TestShutdownOutlivesStuckAdminClient(t *testing.T) {
 	if err := c.(*net.TCPConn).SetReadBuffer(4 << 10); err != nil {
 		t.Fatal(err)
 	}
-	reqs := []byte(strings.Repeat("GET /healthz HTTP/1.1\r\nHost: admin\r\n\r\n", 50000))
+	reqs := []byte(strings.Repeat("GET /healthz HTTP/1.1\r\nHost: admin\r\n\r\n", 100000))
 	go func() {
-		_ = c.SetWriteDeadline(time.Now().Add(30 * time.Second))
+		_ = c.SetWriteDeadline(time.Now().Add(90 * time.Second))
 		_, _ = c.Write(reqs) // never reads an answer
 	}()
 	adminPort := srv.AdminAddr().(*net.TCPAddr).Port
 	clientPort := c.LocalAddr().(*net.TCPAddr).Port
 	// The admin server's write is stuck once its send queue holds bytes
-	// that do not move.
-	deadline := time.Now().Add(10 * time.Second)
+	// that do not move. A loaded machine takes a while to answer enough
+	// requests to fill the buffers: the bound is generous.
+	deadline := time.Now().Add(60 * time.Second)
 	for still, last := 0, int64(-1); still < 20; time.Sleep(10 * time.Millisecond) {
 		if time.Now().After(deadline) {
 			t.Fatal("the admin server's write never stalled")

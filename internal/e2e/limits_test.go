@@ -86,7 +86,10 @@ func socketsFrom(t *testing.T, pid int, ip string, port int) int {
 		t.Fatal(err)
 	}
 	defer f.Close()
-	n := 0
+	// The kernel builds /proc/net/tcp a page at a time: a socket opened or
+	// closed while it is read can shift one already listed into the next
+	// page, where it is listed again. Count each socket (inode) once.
+	seen := map[string]bool{}
 	sc := bufio.NewScanner(f)
 	for sc.Scan() {
 		fs := strings.Fields(sc.Text())
@@ -94,10 +97,10 @@ func socketsFrom(t *testing.T, pid int, ip string, port int) int {
 			continue
 		}
 		if inodes[fs[9]] {
-			n++
+			seen[fs[9]] = true
 		}
 	}
-	return n
+	return len(seen)
 }
 
 // metricValue reads one sample from the gateway's /metrics, e.g.
