@@ -13,11 +13,21 @@ test: deps
 demo:
 	$(GO) run ./cmd/wsgate demo
 
-# bench builds wsgate, relay-backend and wsload, starts redis, two relays and
-# the gateway on 127.0.0.1, runs fixed wsload scenarios direct and through
-# the gateway, and prints one table (docs/benchmarks.md). About 5 minutes;
-# BENCH_QUICK=1 runs a reduced set in about a minute.
+# bench builds wsgate, relay-backend and wsload, starts redis, two relays,
+# the gateway, nginx and HAProxy on 127.0.0.1, runs fixed wsload scenarios
+# direct and through each proxy, and prints one table (docs/benchmarks.md).
+# About 8 minutes; BENCH_QUICK=1 runs a reduced set in about two. As root it
+# installs the peers from Debian's packages when missing (nginx-light
+# provides nginx); otherwise their columns read n/a.
+BENCH_PEERS = nginx haproxy
 bench:
+	@missing=""; for p in $(BENCH_PEERS); do command -v $$p >/dev/null 2>&1 || [ -x /usr/sbin/$$p ] || missing="$$missing $$p"; done; \
+	if [ -n "$$missing" ]; then \
+		pkgs=$$(echo "$$missing" | sed 's/nginx/nginx-light/'); \
+		if [ "$$(id -u)" = 0 ]; then echo "bench: installing$$pkgs from Debian's packages" >&2; \
+			{ apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$pkgs >/dev/null; } || \
+			echo "bench: could not install$$pkgs; their columns will read n/a" >&2; \
+		else echo "bench: missing$$missing and not root; their columns will read n/a (sudo apt-get install -y$$pkgs)" >&2; fi; fi
 	$(GO) run ./bench/cmd/benchrun
 
 # lint checks formatting, vets the code and runs staticcheck (pinned;

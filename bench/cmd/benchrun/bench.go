@@ -14,58 +14,75 @@ import (
 	"time"
 )
 
-// bench runs the fixed scenarios in order (idle first, on a fresh gateway,
-// so its memory baseline is clean) and prints the table.
+// results are what one target measured over the run.
+type results struct {
+	idle         idleResult
+	light, fixed []fanoutResult
+	hps, rtt     []float64
+	ladder       ladderResult
+	measured     bool
+}
+
+// bench runs the fixed scenarios (idle first, on fresh processes, so the
+// memory baselines are clean) against every live target, the targets'
+// order rotated per repetition, and prints the table.
 func (r *runner) bench(ctx context.Context, w io.Writer) error {
 	start := time.Now()
 	load0 := loadavg()
 	p := r.plan
-	r.progress("idle %d direct", p.idleN)
-	idleD, err := r.idle(ctx, false)
-	if err != nil {
-		return err
-	}
-	r.progress("idle %d through the gateway", p.idleN)
-	idleT, err := r.idle(ctx, true)
-	if err != nil {
-		return err
+	live := r.live()
+	var res [numCols]results
+	for _, t := range live {
+		res[t.col].measured = true
 	}
 
-	var fanD, fanT, lightD, lightT []fanoutResult
+	// One idle ramp per target: direct first, so relay 1's own growth is
+	// measured before it has held any connection.
+	for _, t := range rotation(live, 0) {
+		r.progress("idle %d %s", p.idleN, t.name())
+		x, err := r.idle(ctx, t)
+		if err != nil {
+			return err
+		}
+		res[t.col].idle = x
+	}
 	for i := range p.reps {
-		r.progress("fanout %d/%d", i+1, p.reps)
-		// Odd repetitions go through the gateway first, so neither side
-		// always runs later (when other work on the machine has started).
-		for _, through := range order(i) {
-			light, err := r.fanout(ctx, through, i, p.fanLightRate)
+		for _, t := range rotation(live, i) {
+			r.progress("fanout %d/%d %s", i+1, p.reps, t.name())
+			light, err := r.fanout(ctx, t, fmt.Sprintf("fanout%.0f-%d", p.fanLightFPS, i), p.fanLightFPS, p.lightDuration)
 			if err != nil {
 				return err
 			}
-			x, err := r.fanout(ctx, through, i, p.fanRate)
+			x, err := r.fanout(ctx, t, fmt.Sprintf("fanout%.0f-%d", p.fanFPS, i), p.fanFPS, p.fanDuration)
 			if err != nil {
 				return err
 			}
-			if through {
-				fanT, lightT = append(fanT, x), append(lightT, light)
-			} else {
-				fanD, lightD = append(fanD, x), append(lightD, light)
+			for _, f := range []fanoutResult{light, x} {
+				if f.failed > 0 {
+					return fmt.Errorf("fanout %s: %d failures (logs in %s)", t.name(), f.failed, r.dir)
+				}
 			}
+			res[t.col].light, res[t.col].fixed = append(res[t.col].light, light), append(res[t.col].fixed, x)
 		}
 	}
-	var hpsD, hpsT, rttD, rttT []float64
 	for i := range p.reps {
-		r.progress("churn %d/%d", i+1, p.reps)
-		for _, through := range order(i) {
-			h, rt, err := r.churn(ctx, through, i)
+		for _, t := range rotation(live, i) {
+			r.progress("churn %d/%d %s", i+1, p.reps, t.name())
+			h, rt, err := r.churn(ctx, t, i)
 			if err != nil {
 				return err
 			}
-			if through {
-				hpsT, rttT = append(hpsT, h), append(rttT, rt)
-			} else {
-				hpsD, rttD = append(hpsD, h), append(rttD, rt)
-			}
+			res[t.col].hps, res[t.col].rtt = append(res[t.col].hps, h), append(res[t.col].rtt, rt)
 		}
+	}
+	// One ladder per target, rotated by one from the idle order.
+	for _, t := range rotation(live, 1) {
+		r.progress("frame-rate ladder %s", t.name())
+		x, err := r.ladder(ctx, t)
+		if err != nil {
+			return err
+		}
+		res[t.col].ladder = x
 	}
 	var rec50, rec99, recMax, back, notBack, lost, dups, dupsResent []float64
 	codes := map[string]int64{}
@@ -84,6 +101,48 @@ func (r *runner) bench(ctx context.Context, w io.Writer) error {
 		}
 	}
 
+	rows := r.rows(res)
+	only := func(r row, col int, v float64, text string) row {
+		r.vals[col], r.texts[col] = v, text
+		return r
+	}
+	med := fmt.Sprintf("median of %d", p.reps)
+	rows = append(rows,
+		only(nanRow("reconnect after drain p50 / p99 / max (ms)", "", "relay.v1 drain of 100 clients, admin drain?migrate=1 of relay 1 at 2s, 1001 spread over 2s; "+
+			"from the close to the new 101, including the client's random 0-1s wait (-window 1s); wsgate only; "+med), colWSGate, math.NaN(),
+			fmt.Sprintf("%.0f / %.0f / %.0f", median(rec50), median(rec99), median(recMax))),
+		only(nanRow("clients back / not back after drain", "", med), colWSGate, math.NaN(),
+			fmt.Sprintf("%.0f / %.0f", median(back), median(notBack))),
+		only(nanRow("lost writes / duplicates after drain", "", "close codes seen: "+codesText(codes)+"; "+med), colWSGate, math.NaN(),
+			fmt.Sprintf("%.0f / %.0f (resent dups %.0f)", median(lost), median(dups), median(dupsResent))),
+	)
+	fmt.Fprintf(w, "wsgate benchmark (%s), %s\n\n", modeName(p), time.Now().UTC().Format("2006-01-02 15:04 UTC"))
+	fmt.Fprintf(w, "machine: %d CPUs (%s), %s, %s; load average %s at start, %s at end; took %v\n\n",
+		runtime.NumCPU(), cpuModel(), kernel(), runtime.Version(), load0, loadavg(), time.Since(start).Round(time.Second))
+	if err := writeTable(w, rows); err != nil {
+		return err
+	}
+	for _, t := range r.targets {
+		if t.addr == "" {
+			fmt.Fprintf(w, "\n%s: not measured: %s\n", colHeaders[t.col], t.why)
+		}
+	}
+	return nil
+}
+
+// rows are the table's rows of the per-target figures.
+func (r *runner) rows(res [numCols]results) []row {
+	p := r.plan
+	med := fmt.Sprintf("median of %d", p.reps)
+	// per fills a row with f of each measured target's results.
+	per := func(rw row, f func(x *results) float64) row {
+		for i := range res {
+			if res[i].measured {
+				rw.vals[i] = f(&res[i])
+			}
+		}
+		return rw
+	}
 	pick := func(rs []fanoutResult, f func(fanoutResult) float64) float64 {
 		xs := make([]float64, len(rs))
 		for i, x := range rs {
@@ -93,66 +152,86 @@ func (r *runner) bench(ctx context.Context, w io.Writer) error {
 	}
 	p50 := func(x fanoutResult) float64 { return x.p50 }
 	p99 := func(x fanoutResult) float64 { return x.p99 }
-	p50D, p50T, p99D, p99T := pick(fanD, p50), pick(fanT, p50), pick(fanD, p99), pick(fanT, p99)
-	l50D, l50T, l99D, l99T := pick(lightD, p50), pick(lightT, p50), pick(lightD, p99), pick(lightT, p99)
-	gwShare := pick(fanT, func(x fanoutResult) float64 { return x.cpu.Seconds() / x.relayCPU.Seconds() })
-	med := fmt.Sprintf("median of %d", p.reps)
-	fan := fmt.Sprintf("fanout %d rooms × %d members, %d msg/s each, 64 B, %v; %s", p.fanRooms, p.fanMembers, p.fanRate, p.fanDuration, med)
-	light := fmt.Sprintf("fanout %d rooms × %d members, %d msg/s each, 64 B, %v; %s", p.fanRooms, p.fanMembers, p.fanLightRate, p.fanDuration, med)
-	nan := math.NaN()
-	rows := []row{
-		{figure: "memory per idle connection (bytes)", direct: idleD.perConn, through: idleT.perConn, format: "%.0f",
-			note: fmt.Sprintf("VmRSS growth / %d idle connections; direct = relay-backend, through = wsgate", p.idleN)},
-		{figure: "wsload memory per idle connection (bytes)", direct: idleD.loadPerConn, through: idleT.loadPerConn, format: "%.0f",
-			note: "wsload's own rss_per_conn_bytes in the same runs"},
-		{figure: "idle connections dropped", direct: float64(idleD.dropped), through: float64(idleT.dropped), format: "%.0f",
-			note: fmt.Sprintf("connected %d / %d", idleD.connected, idleT.connected)},
-		{figure: "balance split (connections per relay)", direct: nan, through: nan, text: splitText(idleT.split),
-			note: "each relay's /info during the idle hold, least_conn"},
-		{figure: "CPU seconds per million frames", direct: pick(fanD, func(x fanoutResult) float64 { return x.cpuPerMframe }),
-			through: pick(fanT, func(x fanoutResult) float64 { return x.cpuPerMframe }), format: "%.2f",
-			note: "direct = both relays' utime+stime / (sent+received); through = wsgate's / wsgate_frames_total delta; " + fan},
-		{figure: "gateway CPU / relays' CPU, same fanout", direct: nan, through: gwShare, format: "%.2f",
-			note: "through-gateway fanout; " + med},
-		{figure: fmt.Sprintf("latency p50 (ms), %d msg/s per member", p.fanLightRate), direct: l50D, through: l50T, format: "%.2f", note: light},
-		{figure: fmt.Sprintf("latency p99 (ms), %d msg/s per member", p.fanLightRate), direct: l99D, through: l99T, format: "%.2f", note: light},
-		{figure: "added latency p50 / p99 (ms), light", direct: nan, through: nan, text: fmt.Sprintf("%+.2f / %+.2f", l50T-l50D, l99T-l99D),
-			note: "through minus direct, the two rows above"},
-		{figure: fmt.Sprintf("latency p50 (ms), %d msg/s per member", p.fanRate), direct: p50D, through: p50T, format: "%.2f", note: fan},
-		{figure: fmt.Sprintf("latency p99 (ms), %d msg/s per member", p.fanRate), direct: p99D, through: p99T, format: "%.2f", note: fan},
-		{figure: "added latency p50 / p99 (ms), loaded", direct: nan, through: nan, text: fmt.Sprintf("%+.2f / %+.2f", p50T-p50D, p99T-p99D),
-			note: "through minus direct, the two rows above"},
-		{figure: "fanout delivered (%)", direct: pick(slices.Concat(fanD, lightD), func(x fanoutResult) float64 { return x.delivered }),
-			through: pick(slices.Concat(fanT, lightT), func(x fanoutResult) float64 { return x.delivered }), format: "%.2f", note: "every fanout run; median"},
-		{figure: "handshakes per second (churn)", direct: median(hpsD), through: median(hpsT), format: "%.0f",
-			note: fmt.Sprintf("churn -c 10, %v, connect + one round trip + close; %s", p.churnDuration, med)},
-		{figure: "churn round trip p50 (ms)", direct: median(rttD), through: median(rttT), format: "%.2f", note: med},
-		{figure: "reconnect after drain p50 / p99 / max (ms)", direct: nan, through: nan,
-			text: fmt.Sprintf("%.0f / %.0f / %.0f", median(rec50), median(rec99), median(recMax)),
-			note: "relay.v1 drain of 100 clients, admin drain?migrate=1 of relay 1 at 2s, 1001 spread over 2s; from the close to the new 101, including the client's random 0-1s wait (-window 1s); " + med},
-		{figure: "clients back / not back after drain", direct: nan, through: nan,
-			text: fmt.Sprintf("%.0f / %.0f", median(back), median(notBack)), note: med},
-		{figure: "lost writes / duplicates after drain", direct: nan, through: nan,
-			text: fmt.Sprintf("%.0f / %.0f (resent dups %.0f)", median(lost), median(dups), median(dupsResent)),
-			note: "close codes seen: " + codesText(codes) + "; " + med},
+	fanShape := fmt.Sprintf("fanout %d rooms × %d members, 64 B", p.fanRooms, p.fanMembers)
+	fixed := fmt.Sprintf("%s, %.4g msg/s each = %.0f frames/s, %v; %s", fanShape, p.memberRate(p.fanFPS), p.fanFPS, p.fanDuration, med)
+	light := fmt.Sprintf("%s, %.4g msg/s each = %.0f frames/s, %v; %s", fanShape, p.memberRate(p.fanLightFPS), p.fanLightFPS, p.lightDuration, med)
+
+	memory := per(nanRow("memory per idle connection (bytes)", "%.0f",
+		fmt.Sprintf("VmRSS growth / %d idle connections; direct = relay-backend; nginx = master + worker; one run each", p.idleN)),
+		func(x *results) float64 { return x.idle.perConn })
+	loadMem := per(nanRow("wsload memory per idle connection (bytes)", "%.0f", "wsload's own rss_per_conn_bytes in the same runs"),
+		func(x *results) float64 { return x.idle.loadPerConn })
+	dropped := per(nanRow("idle connections dropped", "%.0f", fmt.Sprintf("of %d held", p.idleN)),
+		func(x *results) float64 { return float64(x.idle.dropped) })
+	split := nanRow("balance split (connections per relay)", "", "each relay's /info during the idle hold; least_conn / leastconn")
+	for i := range res {
+		if res[i].measured && i != colDirect {
+			split.texts[i] = splitText(res[i].idle.split)
+		}
 	}
-	fmt.Fprintf(w, "wsgate benchmark (%s), %s\n\n", modeName(p), time.Now().UTC().Format("2006-01-02 15:04 UTC"))
-	fmt.Fprintf(w, "machine: %d CPUs (%s), %s, %s; load average %s at start, %s at end; took %v\n\n",
-		runtime.NumCPU(), cpuModel(), kernel(), runtime.Version(), load0, loadavg(), time.Since(start).Round(time.Second))
-	return writeTable(w, rows)
+	cpu := per(nanRow("CPU seconds per million frames", "%.2f",
+		"utime+stime / wsload's sent+received; direct = both relays; wsgate, nginx (master + worker), HAProxy = the proxy alone; "+fixed),
+		func(x *results) float64 { return pick(x.fixed, func(f fanoutResult) float64 { return f.cpuPerMframe }) })
+	share := per(nanRow("proxy CPU / relays' CPU, same fanout", "%.2f", "the proxy's CPU over both relays' in the same run; "+med),
+		func(x *results) float64 {
+			return pick(x.fixed, func(f fanoutResult) float64 { return f.cpu.Seconds() / f.relayCPU.Seconds() })
+		})
+	share.vals[colDirect] = math.NaN()
+	rows := []row{memory, loadMem, dropped, split, cpu, share}
+
+	addRows := func(rs func(x *results) []fanoutResult, fps float64, note string) {
+		r50 := per(nanRow(fmt.Sprintf("latency p50 (ms), %.0f frames/s", fps), "%.2f", note),
+			func(x *results) float64 { return pick(rs(x), p50) })
+		r99 := per(nanRow(fmt.Sprintf("latency p99 (ms), %.0f frames/s", fps), "%.2f", note),
+			func(x *results) float64 { return pick(rs(x), p99) })
+		added := nanRow(fmt.Sprintf("added latency p50 / p99 (ms), %.0f frames/s", fps), "", "proxy minus direct, the two rows above")
+		for i := range res {
+			if res[i].measured && i != colDirect {
+				added.texts[i] = fmt.Sprintf("%+.2f / %+.2f", r50.vals[i]-r50.vals[colDirect], r99.vals[i]-r99.vals[colDirect])
+			}
+		}
+		rows = append(rows, r50, r99, added)
+	}
+	addRows(func(x *results) []fanoutResult { return x.light }, p.fanLightFPS, light)
+	addRows(func(x *results) []fanoutResult { return x.fixed }, p.fanFPS, fixed)
+
+	steps := make([]string, len(p.ladder))
+	for i, f := range p.ladder {
+		steps[i] = fmt.Sprintf("%.0fk", f/1000)
+	}
+	ladder := nanRow(fmt.Sprintf("most frames/s with p99 under %d ms", ladderP99), "",
+		fmt.Sprintf("%s, %v per step, steps %s frames/s; the highest step with p99 < %d ms, delivered >= 99.9%%, no failure (a step missed is tried once more); the whole stack shares the CPUs; one ladder each",
+			fanShape, p.ladderDuration, strings.Join(steps, " / "), ladderP99))
+	for i := range res {
+		if res[i].measured {
+			ladder.texts[i] = ladderText(res[i].ladder)
+		}
+	}
+	delivered := per(nanRow("fanout delivered (%)", "%.2f", "every fixed-rate and light fanout; median"),
+		func(x *results) float64 {
+			return pick(slices.Concat(x.fixed, x.light), func(f fanoutResult) float64 { return f.delivered })
+		})
+	hps := per(nanRow("handshakes per second (churn)", "%.0f",
+		fmt.Sprintf("churn -c %d, %v, connect + one round trip + close; %s", p.churnWorkers, p.churnDuration, med)),
+		func(x *results) float64 { return median(x.hps) })
+	rtt := per(nanRow("churn round trip p50 (ms)", "%.2f", med), func(x *results) float64 { return median(x.rtt) })
+	return append(rows, ladder, delivered, hps, rtt)
 }
 
-// order is the order of repetition i: direct first on even i, through the
-// gateway first on odd i.
-func order(i int) []bool {
-	if i%2 == 1 {
-		return []bool{true, false}
+// ladderText shows a ladder's result: the highest step held and its p99,
+// "≥" when every step held, "<" when none did.
+func ladderText(l ladderResult) string {
+	switch {
+	case l.held == 0:
+		return fmt.Sprintf("< %.0f", l.failed)
+	case l.failed == 0:
+		return fmt.Sprintf("≥ %.0f (p99 %.1f)", l.held, l.p99)
 	}
-	return []bool{false, true}
+	return fmt.Sprintf("%.0f (p99 %.1f)", l.held, l.p99)
 }
 
 func modeName(p plan) string {
-	if p == quickPlan {
+	if p.reps == quickPlan.reps && p.idleN == quickPlan.idleN {
 		return "BENCH_QUICK=1"
 	}
 	return "full"

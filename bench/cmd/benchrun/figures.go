@@ -14,57 +14,45 @@ import (
 
 // idleResult is what one idle ramp measured.
 type idleResult struct {
-	perConn     float64 // RSS growth of the measured process per connection, bytes
+	perConn     float64 // RSS growth of the measured processes per connection, bytes
 	loadPerConn float64 // wsload's own RSS per connection, bytes
 	connected   int64
 	dropped     int64
-	split       []int // connections per relay (/info) during the hold, through only
+	split       []int // connections per relay (/info) during the hold, proxies only
 }
 
-// idle ramps r.plan.idleN idle connections to one relay (direct) or the
-// gateway and measures the RSS growth of that process, read from
-// /proc/PID/status once every connection is open and the counts have
-// settled (median of three reads).
-func (r *runner) idle(ctx context.Context, through bool) (idleResult, error) {
+// idle ramps r.plan.idleN idle connections to target t and measures the
+// RSS growth of its processes (VmRSS from /proc/PID/status, summed over
+// them), read once every connection is open as the relays count them and
+// the counts have settled (median of three reads).
+func (r *runner) idle(ctx context.Context, t *target) (idleResult, error) {
 	var res idleResult
-	target, pid, kind := r.st.Relays[0].Addr, r.st.Relays[0].Pid(), "direct"
-	if through {
-		target, pid, kind = r.st.Gateways[0].Addr, r.st.Gateways[0].Pid(), "through"
-	}
 	n := r.plan.idleN
-	before, err := probe.RSS(pid)
+	pids, err := t.pids()
 	if err != nil {
 		return res, err
 	}
-	l, err := r.startLoad(ctx, "idle-"+kind, "idle", "-url", r.url(target, "idle"),
-		"-n", strconv.Itoa(n), "-rate", "1000", "-hold", "12s", "-threshold", "dropped==0")
+	before, err := probe.RSSSum(pids)
 	if err != nil {
 		return res, err
 	}
-	count := func() (int, error) {
-		if through {
-			m, err := r.st.Gateways[0].Metrics()
-			if err != nil {
-				return 0, err
-			}
-			v, err := probe.SumCounter(m, "wsgate_tunnels")
-			return int(v), err
-		}
-		info, err := r.st.Relays[0].Info()
-		return info.Connections, err
+	l, err := r.startLoad(ctx, "idle-"+t.name(), "idle", "-url", r.url(t.addr, "idle"),
+		"-n", strconv.Itoa(n), "-rate", strconv.Itoa(r.plan.idleRate), "-hold", r.plan.idleHold.String(), "-threshold", "dropped==0")
+	if err != nil {
+		return res, err
 	}
 	// Poll until all n are open, bounded by the ramp time plus a margin.
-	deadline := time.Now().Add(time.Duration(n)*time.Millisecond + 30*time.Second)
+	deadline := time.Now().Add(time.Duration(n)*time.Second/time.Duration(r.plan.idleRate) + 30*time.Second)
 	for got := 0; got < n; {
 		select {
 		case <-l.done:
-			return res, fmt.Errorf("idle %s: wsload ended with %d of %d open", kind, got, n)
+			return res, fmt.Errorf("idle %s: wsload ended with %d of %d open", t.name(), got, n)
 		case <-time.After(100 * time.Millisecond):
 		}
 		if time.Now().After(deadline) {
-			return res, fmt.Errorf("idle %s: %d of %d open after the ramp", kind, got, n)
+			return res, fmt.Errorf("idle %s: %d of %d open after the ramp", t.name(), got, n)
 		}
-		got, err = count()
+		got, err = t.conns()
 		if err != nil {
 			return res, err
 		}
@@ -74,7 +62,7 @@ func (r *runner) idle(ctx context.Context, through bool) (idleResult, error) {
 	time.Sleep(2 * time.Second)
 	var rss []float64
 	for range 3 {
-		v, err := probe.RSS(pid)
+		v, err := probe.RSSSum(pids)
 		if err != nil {
 			return res, err
 		}
@@ -82,7 +70,7 @@ func (r *runner) idle(ctx context.Context, through bool) (idleResult, error) {
 		time.Sleep(500 * time.Millisecond)
 	}
 	res.perConn = (median(rss) - float64(before)) / float64(n)
-	if through {
+	if t.proxy() {
 		for _, rl := range r.st.Relays {
 			info, err := rl.Info()
 			if err != nil {
@@ -96,6 +84,8 @@ func (r *runner) idle(ctx context.Context, through bool) (idleResult, error) {
 		return res, err
 	}
 	res.loadPerConn, res.connected, res.dropped = rep.RSSPerConnBytes, rep.Connected, rep.Dropped
+	r.progress("idle %s: %.0f bytes per connection, connected %d dropped %d, split %v",
+		t.name(), res.perConn, res.connected, res.dropped, res.split)
 	return res, nil
 }
 
@@ -103,106 +93,135 @@ func (r *runner) idle(ctx context.Context, through bool) (idleResult, error) {
 type fanoutResult struct {
 	p50, p99     float64 // propagation latency, ms
 	delivered    float64 // percent
-	frames       float64 // frames the measured process forwarded
+	failed       int64   // handshakes and writes that failed
+	frames       float64 // wsload's sent plus received messages
 	cpu          time.Duration
 	cpuPerMframe float64 // CPU seconds per million frames
 	relayCPU     time.Duration
 }
 
-// fanout runs the fixed fanout (rooms × members, each member sending rate
-// messages per second) against one relay (direct) or the gateway. Direct, the CPU is
-// both relays' and the frames are wsload's sent plus received messages;
-// through, the CPU is the gateway's and the frames its wsgate_frames_total
-// delta (both directions).
-func (r *runner) fanout(ctx context.Context, through bool, rep, rate int) (fanoutResult, error) {
+// framesPerSec is the fanout's nominal frame rate: every member sends rate
+// messages per second and every other member of its room receives each,
+// so members × rate × members-per-room frames per second cross a proxy
+// (one message sent plus members-1 received).
+func (p plan) framesPerSec(rate float64) float64 {
+	return float64(p.fanRooms*p.fanMembers*p.fanMembers) * rate
+}
+
+// memberRate is the per-member message rate of a fanout at framesPerSec.
+func (p plan) memberRate(framesPerSec float64) float64 {
+	return framesPerSec / float64(p.fanRooms*p.fanMembers*p.fanMembers)
+}
+
+// fanout runs the fixed fanout (rooms × members, fps frames per second in
+// all) for d against target t. The frames are wsload's sent plus received
+// messages; direct, the CPU is both relays'; through a proxy, the proxy's.
+func (r *runner) fanout(ctx context.Context, t *target, name string, fps float64, d time.Duration) (fanoutResult, error) {
 	var res fanoutResult
-	target, kind := r.st.Relays[0].Addr, "direct"
-	if through {
-		target, kind = r.st.Gateways[0].Addr, "through"
+	pids, err := t.pids()
+	if err != nil {
+		return res, err
 	}
 	relayCPU0, err := r.relayCPU()
 	if err != nil {
 		return res, err
 	}
-	gwCPU0, gwFrames0, err := r.gatewayCPUFrames()
+	cpu0, err := probe.CPUSum(pids)
 	if err != nil {
 		return res, err
 	}
 	p := r.plan
-	rp, err := r.load(ctx, fmt.Sprintf("fanout%d-%s-%d", rate, kind, rep), "fanout", "-url", r.url(target, "fan"),
-		"-rooms", strconv.Itoa(p.fanRooms), "-members", strconv.Itoa(p.fanMembers), "-rate", strconv.Itoa(rate),
-		"-size", "64", "-duration", p.fanDuration.String(), "-settle", "2s")
+	rate := strconv.FormatFloat(p.memberRate(fps), 'f', -1, 64)
+	rp, err := r.load(ctx, fmt.Sprintf("%s-%s", name, t.name()), "fanout", "-url", r.url(t.addr, "fan"),
+		"-rooms", strconv.Itoa(p.fanRooms), "-members", strconv.Itoa(p.fanMembers), "-rate", rate,
+		"-size", "64", "-duration", d.String(), "-settle", "2s")
 	if err != nil {
 		return res, err
 	}
-	if err := loadFailed(rp); err != nil {
-		return res, fmt.Errorf("fanout %s: %w", kind, err)
+	if rp.Connected == 0 {
+		return res, fmt.Errorf("fanout %s: no connection succeeded", t.name())
 	}
 	relayCPU1, err := r.relayCPU()
 	if err != nil {
 		return res, err
 	}
-	gwCPU1, gwFrames1, err := r.gatewayCPUFrames()
+	cpu1, err := probe.CPUSum(pids)
 	if err != nil {
 		return res, err
 	}
-	res.p50, res.p99, res.delivered = rp.Latency.P50, rp.Latency.P99, rp.Delivered
+	res.p50, res.p99, res.delivered, res.failed = rp.Latency.P50, rp.Latency.P99, rp.Delivered, rp.Failed
 	res.relayCPU = relayCPU1 - relayCPU0
-	if through {
-		res.cpu, res.frames = gwCPU1-gwCPU0, gwFrames1-gwFrames0
-	} else {
-		res.cpu, res.frames = res.relayCPU, float64(rp.Sent+rp.Received)
+	res.frames = float64(rp.Sent + rp.Received)
+	res.cpu = cpu1 - cpu0
+	if !t.proxy() {
+		res.cpu = res.relayCPU
 	}
-	r.progress("fanout %d/s %s: %.0f frames (wsload sent+received %d), %v CPU (relays %v), p50 %.2fms p99 %.2fms",
-		rate, kind, res.frames, rp.Sent+rp.Received, res.cpu, res.relayCPU, res.p50, res.p99)
 	res.cpuPerMframe = math.NaN()
 	if res.frames > 0 {
 		res.cpuPerMframe = res.cpu.Seconds() / res.frames * 1e6
 	}
+	r.progress("%s %s: %.0f frames/s nominal, %.0f frames, %v CPU (relays %v), p50 %.2fms p99 %.2fms, delivered %.2f%%, failed %d",
+		name, t.name(), fps, res.frames, res.cpu, res.relayCPU, res.p50, res.p99, res.delivered, res.failed)
 	return res, nil
 }
 
-func (r *runner) relayCPU() (time.Duration, error) {
-	var sum time.Duration
-	for _, rl := range r.st.Relays {
-		c, err := probe.CPU(rl.Pid())
-		if err != nil {
-			return 0, err
-		}
-		sum += c
-	}
-	return sum, nil
+// ladderResult is the top of one frame-rate ladder.
+type ladderResult struct {
+	held   float64 // highest step held, frames/s; 0 = none
+	failed float64 // first step not held, frames/s; 0 = every step held
+	p99    float64 // p99 at the highest step held, ms
 }
 
-func (r *runner) gatewayCPUFrames() (time.Duration, float64, error) {
-	g := r.st.Gateways[0]
-	c, err := probe.CPU(g.Pid())
-	if err != nil {
-		return 0, 0, err
+// ladder runs fanouts at r.plan.ladder's frame rates, lowest first,
+// against target t. A step is held when its p99 is under ladderP99, it
+// delivered 99.9% or more and nothing failed; a step not held is tried
+// once more (a burst of other work on a shared machine should not end the
+// ladder), and the ladder stops at the first step not held twice.
+func (r *runner) ladder(ctx context.Context, t *target) (ladderResult, error) {
+	var res ladderResult
+	for _, fps := range r.plan.ladder {
+		held := false
+		for try := 1; try <= 2 && !held; try++ {
+			x, err := r.fanout(ctx, t, fmt.Sprintf("ladder%.0f-%d", fps, try), fps, r.plan.ladderDuration)
+			if err != nil {
+				return res, err
+			}
+			if held = x.p99 < ladderP99 && x.delivered >= 99.9 && x.failed == 0; held {
+				res.held, res.p99 = fps, x.p99
+			}
+		}
+		if !held {
+			res.failed = fps
+			return res, nil
+		}
 	}
-	m, err := g.Metrics()
-	if err != nil {
-		return 0, 0, err
+	return res, nil
+}
+
+// ladderP99 is the latency bound of the ladder, ms.
+const ladderP99 = 50
+
+func (r *runner) relayCPU() (time.Duration, error) {
+	pids := make([]int, len(r.st.Relays))
+	for i, rl := range r.st.Relays {
+		pids[i] = rl.Pid()
 	}
-	f, err := probe.SumCounter(m, "wsgate_frames_total")
-	return c, f, err
+	return probe.CPUSum(pids)
 }
 
 // churn runs the fixed churn (workers connecting, one round trip, closing)
-// and returns its handshakes per second and round-trip p50 (ms).
-func (r *runner) churn(ctx context.Context, through bool, rep int) (hps, rtt50 float64, err error) {
-	target, kind := r.st.Relays[0].Addr, "direct"
-	if through {
-		target, kind = r.st.Gateways[0].Addr, "through"
-	}
-	rp, err := r.load(ctx, fmt.Sprintf("churn-%s-%d", kind, rep), "churn", "-url", r.url(target, "churn"),
-		"-c", "10", "-duration", r.plan.churnDuration.String())
+// against target t and returns its handshakes per second and round-trip
+// p50 (ms).
+func (r *runner) churn(ctx context.Context, t *target, rep int) (hps, rtt50 float64, err error) {
+	rp, err := r.load(ctx, fmt.Sprintf("churn-%s-%d", t.name(), rep), "churn", "-url", r.url(t.addr, "churn"),
+		"-c", strconv.Itoa(r.plan.churnWorkers), "-duration", r.plan.churnDuration.String())
 	if err != nil {
 		return 0, 0, err
 	}
 	if err := loadFailed(rp); err != nil {
-		return 0, 0, fmt.Errorf("churn %s: %w", kind, err)
+		return 0, 0, fmt.Errorf("churn %s: %w", t.name(), err)
 	}
+	r.progress("churn %s: %.0f handshakes/s, round trip p50 %.2fms", t.name(), rp.HandshakesPerSec, rp.RoundTrip.P50)
 	return rp.HandshakesPerSec, rp.RoundTrip.P50, nil
 }
 

@@ -1,9 +1,10 @@
 // Command benchrun is wsgate's benchmark runner, run by `make bench`. It
-// builds wsgate, relay-backend and wsload, starts redis-server, two relays
-// and one gateway on 127.0.0.1, runs a fixed set of wsload scenarios
-// directly against a relay and through the gateway in the same run, stops
-// every process it started by PID, and prints one Markdown table with each
-// figure as a ratio to the direct baseline (docs/benchmarks.md).
+// builds wsgate, relay-backend and wsload, starts redis-server, two relays,
+// one gateway and, when installed, nginx and HAProxy in front of the same
+// relays, all on 127.0.0.1; runs a fixed set of wsload scenarios directly
+// against a relay and through each proxy in the same run, their order
+// rotated per repetition; stops every process it started by PID; and
+// prints one Markdown table with a column per target (docs/benchmarks.md).
 //
 // Usage:
 //
@@ -32,29 +33,42 @@ import (
 
 // plan is the fixed set of scenario sizes of one mode.
 type plan struct {
-	reps          int // repetitions of the noisy figures (fanout, churn, drain)
-	idleN         int
-	fanRooms      int
-	fanMembers    int
-	fanRate       int // messages per second per member: the CPU and loaded-latency fanout
-	fanLightRate  int // messages per second per member: the light-load latency fanout
-	fanDuration   time.Duration
-	churnDuration time.Duration
+	reps           int // repetitions of the noisy figures (fanout, churn, drain)
+	idleN          int
+	idleRate       int           // idle connections opened per second
+	idleHold       time.Duration // idle hold after the ramp (covers the settle and the reads)
+	fanRooms       int
+	fanMembers     int
+	fanFPS         float64 // frames per second of the fixed-rate fanout: CPU and loaded latency
+	fanLightFPS    float64 // frames per second of the light fanout: the extra hop's latency
+	fanDuration    time.Duration
+	lightDuration  time.Duration
+	ladder         []float64 // frames per second of the ladder's steps, lowest first
+	ladderDuration time.Duration
+	churnWorkers   int
+	churnDuration  time.Duration
 }
 
 var (
-	fullPlan  = plan{reps: 3, idleN: 9000, fanRooms: 50, fanMembers: 10, fanRate: 5, fanLightRate: 1, fanDuration: 10 * time.Second, churnDuration: 5 * time.Second}
-	quickPlan = plan{reps: 1, idleN: 1000, fanRooms: 50, fanMembers: 10, fanRate: 5, fanLightRate: 1, fanDuration: 5 * time.Second, churnDuration: 3 * time.Second}
+	fullPlan = plan{reps: 3, idleN: 9000, idleRate: 1500, idleHold: 8 * time.Second,
+		fanRooms: 50, fanMembers: 10, fanFPS: 12000, fanLightFPS: 5000, fanDuration: 8 * time.Second, lightDuration: 6 * time.Second,
+		ladder: []float64{20000, 30000, 40000, 55000, 70000}, ladderDuration: 5 * time.Second,
+		churnWorkers: 50, churnDuration: 5 * time.Second}
+	quickPlan = plan{reps: 1, idleN: 1000, idleRate: 1000, idleHold: 5 * time.Second,
+		fanRooms: 50, fanMembers: 10, fanFPS: 12000, fanLightFPS: 5000, fanDuration: 4 * time.Second, lightDuration: 4 * time.Second,
+		ladder: []float64{20000}, ladderDuration: 3 * time.Second,
+		churnWorkers: 50, churnDuration: 3 * time.Second}
 )
 
 // runner holds the stack under measurement.
 type runner struct {
-	dir  string
-	bins stack.Binaries
-	st   *stack.Stack
-	plan plan
-	seq  int
-	log  io.Writer
+	dir     string
+	bins    stack.Binaries
+	st      *stack.Stack
+	targets [numCols]*target
+	plan    plan
+	seq     int
+	log     io.Writer
 }
 
 // url is a ws:// URL on addr with a room prefix no other run used, so no
@@ -73,7 +87,7 @@ func main() {
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("benchrun", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	quick := fs.Bool("quick", os.Getenv("BENCH_QUICK") == "1", "reduced set, about a minute (also BENCH_QUICK=1)")
+	quick := fs.Bool("quick", os.Getenv("BENCH_QUICK") == "1", "reduced set, about two minutes (also BENCH_QUICK=1)")
 	smoke := fs.Bool("smoke", false, "CI smoke test: fanout and idle through the gateway with generous thresholds")
 	up := fs.Bool("up", false, "start redis, relays and gateways, print them, wait for Ctrl-C")
 	relays := fs.Int("relays", 2, "relay-backend processes (-up)")
@@ -134,6 +148,9 @@ func execute(ctx context.Context, dir string, quick, smoke, up bool, relays, gat
 	}
 	if quick {
 		r.plan = quickPlan
+	}
+	if r.targets, err = targets(st, true, stderr); err != nil {
+		return err
 	}
 	return r.bench(ctx, stdout)
 }

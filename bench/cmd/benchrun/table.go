@@ -8,47 +8,63 @@ import (
 	"strings"
 )
 
-// row is one line of the report: a figure measured directly against a relay
-// (NaN when there is no direct baseline) and through the gateway.
+// The table's value columns, in order: the relay measured directly, then
+// the three proxies in front of both relays.
+const (
+	colDirect = iota
+	colWSGate
+	colNginx
+	colHAProxy
+	numCols
+)
+
+// colNames are the targets' names (log files, progress lines) and
+// colHeaders the table's column headers, indexed by column.
+var (
+	colNames   = [numCols]string{"direct", "wsgate", "nginx", "haproxy"}
+	colHeaders = [numCols]string{"direct to relay", "wsgate", "nginx", "HAProxy"}
+)
+
+// row is one line of the report: one figure per column, NaN where it was
+// not measured (no baseline, a peer not installed).
 type row struct {
-	figure  string
-	direct  float64
-	through float64
-	format  string // fmt verb for both values, e.g. "%.0f"
-	text    string // shown instead of through when set (a split, a count)
-	note    string
+	figure string
+	vals   [numCols]float64
+	texts  [numCols]string // shown instead of vals[i] when set
+	format string          // fmt verb for the values, e.g. "%.0f"
+	note   string
 }
 
-// ratio is through/direct, NaN without a baseline.
-func (r row) ratio() float64 {
-	if math.IsNaN(r.direct) || math.IsNaN(r.through) || r.direct == 0 {
-		return math.NaN()
+func (r row) cell(i int) string {
+	if r.texts[i] != "" {
+		return r.texts[i]
 	}
-	return r.through / r.direct
-}
-
-func (r row) cell(v float64) string {
-	if math.IsNaN(v) {
+	if math.IsNaN(r.vals[i]) {
 		return "n/a"
 	}
-	return fmt.Sprintf(r.format, v)
+	return fmt.Sprintf(r.format, r.vals[i])
+}
+
+// nanRow is a row with every value NaN, to be filled in.
+func nanRow(figure, format, note string) row {
+	r := row{figure: figure, format: format, note: note}
+	for i := range r.vals {
+		r.vals[i] = math.NaN()
+	}
+	return r
 }
 
 // writeTable prints rows as one Markdown table, ready for docs/benchmarks.md.
 func writeTable(w io.Writer, rows []row) error {
 	var b strings.Builder
-	b.WriteString("| figure | direct to relay | through wsgate | ratio | how |\n")
-	b.WriteString("| --- | ---: | ---: | ---: | --- |\n")
+	b.WriteString("| figure | " + strings.Join(colHeaders[:], " | ") + " | how |\n")
+	b.WriteString("| --- |" + strings.Repeat(" ---: |", numCols) + " --- |\n")
 	for _, r := range rows {
-		ratio := "n/a"
-		if x := r.ratio(); !math.IsNaN(x) {
-			ratio = fmt.Sprintf("%.2f", x)
+		cells := make([]string, numCols)
+		for i := range cells {
+			cells[i] = r.cell(i)
 		}
-		through := r.cell(r.through)
-		if r.text != "" {
-			through = r.text
-		}
-		fmt.Fprintf(&b, "| %s | %s | %s | %s | %s |\n", r.figure, r.cell(r.direct), through, ratio, r.note)
+		fmt.Fprintf(&b, "| %s | %s | %s |\n", r.figure, strings.Join(cells, " | "), r.note)
 	}
 	_, err := io.WriteString(w, b.String())
 	return err

@@ -2,6 +2,7 @@ package main
 
 import (
 	"math"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -46,10 +47,10 @@ func TestWriteTable(t *testing.T) {
 		r    row
 		want string
 	}{
-		{"ratio", row{figure: "f", direct: 2, through: 3, format: "%.1f", note: "n"}, "| f | 2.0 | 3.0 | 1.50 | n |"},
-		{"no baseline", row{figure: "f", direct: nan, through: 3, format: "%.0f"}, "| f | n/a | 3 | n/a |  |"},
-		{"zero baseline", row{figure: "f", direct: 0, through: 3, format: "%.0f"}, "| f | 0 | 3 | n/a |  |"},
-		{"text", row{figure: "f", direct: nan, through: nan, text: "5 / 5"}, "| f | n/a | 5 / 5 | n/a |  |"},
+		{"values", row{figure: "f", vals: [numCols]float64{2, 3, 4, 5}, format: "%.1f", note: "n"}, "| f | 2.0 | 3.0 | 4.0 | 5.0 | n |"},
+		{"not measured", row{figure: "f", vals: [numCols]float64{nan, 3, nan, 5}, format: "%.0f"}, "| f | n/a | 3 | n/a | 5 |  |"},
+		{"text", row{figure: "f", vals: [numCols]float64{nan, nan, nan, nan}, texts: [numCols]string{1: "5 / 5"}}, "| f | n/a | 5 / 5 | n/a | n/a |  |"},
+		{"nanRow", nanRow("f", "%.0f", "n"), "| f | n/a | n/a | n/a | n/a | n |"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -61,7 +62,69 @@ func TestWriteTable(t *testing.T) {
 			if len(lines) != 3 || lines[2] != tc.want {
 				t.Fatalf("table:\n%s\nwant last line %q", b.String(), tc.want)
 			}
+			if lines[0] != "| figure | direct to relay | wsgate | nginx | HAProxy | how |" || strings.Count(lines[1], "|") != numCols+3 {
+				t.Fatalf("header:\n%s", b.String())
+			}
 		})
+	}
+}
+
+// TestRotation pins the interleaving: over as many repetitions as there
+// are targets, each target runs once at each position.
+func TestRotation(t *testing.T) {
+	ts := []*target{{col: colDirect}, {col: colWSGate}, {col: colNginx}, {col: colHAProxy}}
+	names := func(ts []*target) string {
+		s := make([]string, len(ts))
+		for i, x := range ts {
+			s[i] = x.name()
+		}
+		return strings.Join(s, ",")
+	}
+	want := []string{"direct,wsgate,nginx,haproxy", "wsgate,nginx,haproxy,direct", "nginx,haproxy,direct,wsgate", "haproxy,direct,wsgate,nginx"}
+	for i, w := range want {
+		if got := names(rotation(ts, i)); got != w {
+			t.Errorf("rotation %d = %s, want %s", i, got, w)
+		}
+	}
+	if got := names(rotation(ts[:2], 1)); got != "wsgate,direct" {
+		t.Errorf("rotation of two = %s", got)
+	}
+}
+
+func TestPlanRates(t *testing.T) {
+	for _, p := range []plan{fullPlan, quickPlan} {
+		for _, fps := range append([]float64{p.fanFPS, p.fanLightFPS}, p.ladder...) {
+			if got := p.framesPerSec(p.memberRate(fps)); math.Abs(got-fps) > 1e-6 {
+				t.Errorf("framesPerSec(memberRate(%v)) = %v", fps, got)
+			}
+		}
+		if !slices.IsSorted(p.ladder) || len(p.ladder) == 0 || p.ladder[0] <= p.fanFPS {
+			t.Errorf("ladder %v must rise from above the fixed rate %v", p.ladder, p.fanFPS)
+		}
+	}
+	// 50 rooms × 10 members at 2.4 msg/s each: 1,200 sent and 10,800
+	// received per second.
+	if got := fullPlan.memberRate(12000); got != 2.4 {
+		t.Errorf("memberRate(12000) = %v, want 2.4", got)
+	}
+	if modeName(fullPlan) != "full" || modeName(quickPlan) != "BENCH_QUICK=1" {
+		t.Error("modeName")
+	}
+}
+
+func TestLadderText(t *testing.T) {
+	tests := []struct {
+		l    ladderResult
+		want string
+	}{
+		{ladderResult{held: 30000, failed: 40000, p99: 12.34}, "30000 (p99 12.3)"},
+		{ladderResult{held: 70000, p99: 40}, "≥ 70000 (p99 40.0)"},
+		{ladderResult{failed: 20000}, "< 20000"},
+	}
+	for _, tc := range tests {
+		if got := ladderText(tc.l); got != tc.want {
+			t.Errorf("ladderText(%+v) = %q, want %q", tc.l, got, tc.want)
+		}
 	}
 }
 

@@ -12,6 +12,7 @@ import (
 	"fmt"
 	"math"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -131,4 +132,94 @@ func CPU(pid int) (time.Duration, error) {
 		return 0, fmt.Errorf("read cpu of %d: %w", pid, err)
 	}
 	return ParseCPU(b)
+}
+
+// Stat is the part of a /proc/PID/stat line the runner reads.
+type Stat struct {
+	// Comm is the command name (field 2, without its parentheses).
+	Comm string
+	// PPID is the parent's process id (field 4).
+	PPID int
+}
+
+// ParseStat returns the command name and parent PID of a /proc/PID/stat
+// line. The command name may hold spaces and parentheses, so it runs from
+// the first '(' to the last ')'.
+func ParseStat(stat []byte) (Stat, error) {
+	i, j := bytes.IndexByte(stat, '('), bytes.LastIndexByte(stat, ')')
+	if i < 0 || j < i {
+		return Stat{}, fmt.Errorf("parse stat: no (command name): %w", ErrProbeMissing)
+	}
+	f := strings.Fields(string(stat[j+1:]))
+	if len(f) < 2 {
+		return Stat{}, fmt.Errorf("parse stat: %d fields after the command name, want >= 2: %w", len(f), ErrProbeMissing)
+	}
+	ppid, err := strconv.Atoi(f[1])
+	if err != nil || ppid < 0 {
+		return Stat{}, fmt.Errorf("parse stat: parent pid %q: bad number", f[1])
+	}
+	return Stat{Comm: string(stat[i+1 : j]), PPID: ppid}, nil
+}
+
+// ReadStat reads the command name and parent of process pid.
+func ReadStat(pid int) (Stat, error) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return Stat{}, fmt.Errorf("read stat of %d: %w", pid, err)
+	}
+	return ParseStat(b)
+}
+
+// Children returns the PIDs of the processes whose parent is pid, in
+// ascending order, by reading every /proc/N/stat. A process that exits
+// during the scan is skipped.
+func Children(pid int) ([]int, error) {
+	ents, err := os.ReadDir("/proc")
+	if err != nil {
+		return nil, fmt.Errorf("children of %d: %w", pid, err)
+	}
+	var kids []int
+	for _, e := range ents {
+		n, err := strconv.Atoi(e.Name())
+		if err != nil || !e.IsDir() {
+			continue
+		}
+		st, err := ReadStat(n)
+		if err != nil {
+			continue
+		}
+		if st.PPID == pid {
+			kids = append(kids, n)
+		}
+	}
+	slices.Sort(kids)
+	return kids, nil
+}
+
+// RSSSum is the resident memory of every process in pids together, in
+// bytes.
+func RSSSum(pids []int) (int64, error) {
+	var sum int64
+	for _, p := range pids {
+		v, err := RSS(p)
+		if err != nil {
+			return 0, err
+		}
+		sum += v
+	}
+	return sum, nil
+}
+
+// CPUSum is the user plus system CPU time of every process in pids
+// together.
+func CPUSum(pids []int) (time.Duration, error) {
+	var sum time.Duration
+	for _, p := range pids {
+		c, err := CPU(p)
+		if err != nil {
+			return 0, err
+		}
+		sum += c
+	}
+	return sum, nil
 }

@@ -3,6 +3,8 @@ package probe
 import (
 	"errors"
 	"os"
+	"os/exec"
+	"slices"
 	"testing"
 	"time"
 )
@@ -91,6 +93,61 @@ func TestSumCounter(t *testing.T) {
 	}
 }
 
+func TestParseStat(t *testing.T) {
+	tests := []struct {
+		name    string
+		in      string
+		want    Stat
+		wantErr bool
+	}{
+		{"typical", statLine, Stat{Comm: "wsgate", PPID: 1}, false},
+		{"name with spaces and parens", "7 (a) b (c)) R 42 1 1 0\n", Stat{Comm: "a) b (c)", PPID: 42}, false},
+		{"nginx worker title", "9 (nginx) S 8 8 8 0\n", Stat{Comm: "nginx", PPID: 8}, false},
+		{"short", "7 (x) R\n", Stat{}, true},
+		{"no paren", "7 x R 1 1\n", Stat{}, true},
+		{"bad ppid", "7 (x) R z 1\n", Stat{}, true},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			got, err := ParseStat([]byte(tc.in))
+			if (err != nil) != tc.wantErr || got != tc.want {
+				t.Fatalf("ParseStat = %+v, %v; want %+v, err %v", got, err, tc.want, tc.wantErr)
+			}
+		})
+	}
+}
+
+// TestChildren starts a child process and finds it among this process's
+// children by /proc, as the runner finds nginx's worker under its master.
+func TestChildren(t *testing.T) {
+	if _, err := os.Stat("/proc/self/stat"); err != nil {
+		t.Skip("no /proc")
+	}
+	cmd := exec.Command("sleep", "30")
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = cmd.Process.Kill()
+		_ = cmd.Wait()
+	})
+	kids, err := Children(os.Getpid())
+	if err != nil || !slices.Contains(kids, cmd.Process.Pid) {
+		t.Fatalf("Children = %v, %v; want it to hold %d", kids, err, cmd.Process.Pid)
+	}
+	st, err := ReadStat(cmd.Process.Pid)
+	if err != nil || st.Comm != "sleep" || st.PPID != os.Getpid() {
+		t.Fatalf("ReadStat = %+v, %v", st, err)
+	}
+	sum, err := RSSSum([]int{os.Getpid(), cmd.Process.Pid})
+	if one, _ := RSS(os.Getpid()); err != nil || sum <= one {
+		t.Fatalf("RSSSum = %d, %v; want more than this process's %d", sum, err, one)
+	}
+	if _, err := CPUSum([]int{os.Getpid(), cmd.Process.Pid}); err != nil {
+		t.Fatalf("CPUSum: %v", err)
+	}
+}
+
 // TestReadSelf reads this test process's own /proc files.
 func TestReadSelf(t *testing.T) {
 	if _, err := os.Stat("/proc/self/stat"); err != nil {
@@ -123,6 +180,17 @@ func FuzzParseCPU(f *testing.F) {
 	f.Fuzz(func(t *testing.T, b []byte) {
 		if v, err := ParseCPU(b); err == nil && v < 0 {
 			t.Fatalf("negative cpu %v", v)
+		}
+	})
+}
+
+func FuzzParseStat(f *testing.F) {
+	f.Add([]byte(statLine))
+	f.Add([]byte("7 (a) b (c)) R 42 1\n"))
+	f.Add([]byte(")("))
+	f.Fuzz(func(t *testing.T, b []byte) {
+		if v, err := ParseStat(b); err == nil && v.PPID < 0 {
+			t.Fatalf("negative ppid %d", v.PPID)
 		}
 	})
 }

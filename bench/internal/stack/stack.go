@@ -86,8 +86,11 @@ type Stack struct {
 	// Relays and Gateways are the running processes, in start order.
 	Relays   []*Relay
 	Gateways []*Gateway
-	opt      Options
-	procs    []*Proc
+	// Peers are the nginx and HAProxy processes started by StartPeer.
+	Peers []*Peer
+	opt   Options
+	procs []*Proc
+	peers []*Peer // every peer started, ready or not
 }
 
 // Up starts redis-server, then the relays, then the gateways, waiting for
@@ -225,8 +228,12 @@ func (s *Stack) GatewayConfig(addr, admin string) string {
 	return b.String()
 }
 
-// Close stops every process the stack started, gateways first, by PID.
+// Close stops every process the stack started, by PID: the peers, then
+// the gateways, the relays and redis.
 func (s *Stack) Close() {
+	for _, p := range s.peers {
+		p.Stop(10 * time.Second)
+	}
 	for i := len(s.procs) - 1; i >= 0; i-- {
 		s.procs[i].Stop(10 * time.Second)
 	}

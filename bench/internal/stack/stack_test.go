@@ -2,6 +2,7 @@ package stack
 
 import (
 	"context"
+	"errors"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -14,8 +15,9 @@ import (
 )
 
 // TestUpAndClose starts redis, one relay and one gateway as real processes,
-// checks each answers and the gateway reaches the relay, then checks Close
-// leaves none of them running.
+// and nginx and HAProxy in front of the relay when they are installed,
+// checks each answers and each proxy reaches the relay, then checks Close
+// leaves none of them running, nginx's worker included.
 func TestUpAndClose(t *testing.T) {
 	if _, err := exec.LookPath("redis-server"); err != nil {
 		if os.Getenv("CI") != "" {
@@ -66,6 +68,29 @@ func TestUpAndClose(t *testing.T) {
 	}
 
 	procs := []*Proc{s.Redis, s.Relays[0].Proc, s.Gateways[0].Proc}
+	var pids []int
+	for _, kind := range []string{Nginx, HAProxy} {
+		bin, err := FindPeer(kind)
+		if errors.Is(err, ErrPeerMissing) {
+			t.Logf("%s is not installed; not started: %v", kind, err)
+			continue
+		}
+		peer, err := s.StartPeer(kind, bin)
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, err := httpGet("http://" + peer.Addr + "/info")
+		if err != nil || !strings.Contains(string(body), `"relay-1"`) {
+			t.Fatalf("%s /info = %q, %v", kind, body, err)
+		}
+		ps, err := peer.Pids()
+		want := map[string]int{Nginx: 2, HAProxy: 1}[kind] // nginx: master and one worker
+		if err != nil || len(ps) != want {
+			t.Fatalf("%s pids = %v, %v; want %d", kind, ps, err, want)
+		}
+		procs = append(procs, peer.Proc)
+		pids = append(pids, ps...)
+	}
 	s.Close()
 	closed = true
 	for _, p := range procs {
@@ -74,8 +99,11 @@ func TestUpAndClose(t *testing.T) {
 		case <-time.After(time.Second):
 			t.Fatalf("%s (pid %d) still running after Close", p.Name, p.Pid())
 		}
-		if err := syscall.Kill(p.Pid(), 0); err == nil {
-			t.Fatalf("%s (pid %d) still exists after Close", p.Name, p.Pid())
+		pids = append(pids, p.Pid())
+	}
+	for _, pid := range pids {
+		if err := syscall.Kill(pid, 0); err == nil {
+			t.Fatalf("pid %d still exists after Close", pid)
 		}
 	}
 }
@@ -119,5 +147,55 @@ func TestStopAndWait(t *testing.T) {
 			}
 			p.Stop(time.Second) // no-op on an exited process
 		})
+	}
+}
+
+// TestPeerConfigsAccepted writes the nginx and HAProxy configs the runner
+// uses and runs each peer's own check on them (nginx -t, haproxy -c). CI
+// does not install the peers, so there it skips; `make bench` installs
+// them.
+func TestPeerConfigsAccepted(t *testing.T) {
+	for _, kind := range []string{Nginx, HAProxy} {
+		t.Run(kind, func(t *testing.T) {
+			bin, err := FindPeer(kind)
+			if errors.Is(err, ErrPeerMissing) {
+				t.Skipf("%s is not installed, so its config is not checked: %v", kind, err)
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			out, err := PeerCheck(kind, bin, t.TempDir())
+			if err != nil {
+				t.Fatalf("config refused: %v\n%s", err, out)
+			}
+			// A warning means a directive did not take effect as written
+			// (a limit lowered, a directive ignored).
+			if strings.Contains(strings.ToLower(out), "warn") {
+				t.Fatalf("config accepted with a warning:\n%s", out)
+			}
+		})
+	}
+}
+
+func TestPeerConfigs(t *testing.T) {
+	relays := []string{"127.0.0.1:7001", "127.0.0.1:7002"}
+	ngx := NginxConfig("/tmp/x", "127.0.0.1:8080", relays, true)
+	for _, want := range []string{"user root;", "worker_processes 1;", "worker_connections 20000;", "worker_rlimit_nofile 20000;",
+		"daemon off;", "least_conn;", "server 127.0.0.1:7001;", "server 127.0.0.1:7002;", "listen 127.0.0.1:8080;",
+		"proxy_http_version 1.1;", "proxy_set_header Upgrade $http_upgrade;", "proxy_read_timeout 1h;", "proxy_send_timeout 1h;",
+		"access_log off;", "pid /tmp/x/nginx.pid;", "error_log /tmp/x/nginx-error.log"} {
+		if !strings.Contains(ngx, want) {
+			t.Errorf("nginx config lacks %q:\n%s", want, ngx)
+		}
+	}
+	if strings.Contains(NginxConfig("/tmp/x", "127.0.0.1:8080", relays, false), "user ") {
+		t.Error("nginx config names a user when not run as root")
+	}
+	hap := HAProxyConfig("127.0.0.1:8080", relays)
+	for _, want := range []string{"nbthread 1", "maxconn 9900", "mode http", "balance leastconn", "timeout tunnel 1h",
+		"timeout client", "timeout server", "timeout connect", "bind 127.0.0.1:8080", "server relay-1 127.0.0.1:7001", "server relay-2 127.0.0.1:7002"} {
+		if !strings.Contains(hap, want) {
+			t.Errorf("haproxy config lacks %q:\n%s", want, hap)
+		}
 	}
 }
