@@ -1,7 +1,6 @@
 package gateway
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -19,6 +18,7 @@ import (
 	dto "github.com/prometheus/client_model/go"
 	"github.com/wsgate/wsgate/conf"
 	"github.com/wsgate/wsgate/health"
+	"github.com/wsgate/wsgate/internal/testproc"
 	"golang.org/x/sys/unix"
 )
 
@@ -255,37 +255,24 @@ func TestDialerRealUnavailableSource(t *testing.T) {
 	}
 }
 
-// syncBuffer is a log sink safe for the dial log's timer.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) lines() []string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return strings.Split(strings.TrimSpace(s.b.String()), "\n")
+// logLines splits what buf holds into lines.
+func logLines(buf *testproc.Buffer) []string {
+	return strings.Split(strings.TrimSpace(buf.String()), "\n")
 }
 
 // TestDialLogThrottled pins that a flood of local dial failures toward one
 // node writes one line at once and one more with the count of the rest,
 // not a line per failure, and that each node has its own lines.
 func TestDialLogThrottled(t *testing.T) {
-	var buf syncBuffer
-	l := &dialLog{log: slog.New(slog.NewTextHandler(&buf, nil)), pool: "p", nodes: map[string]*nodeDialLog{}}
+	buf := &testproc.Buffer{} // safe for the dial log's timer
+	l := &dialLog{log: slog.New(slog.NewTextHandler(buf, nil)), pool: "p", nodes: map[string]*nodeDialLog{}}
 	err := os.NewSyscallError("connect", syscall.EADDRNOTAVAIL)
 	for range 50 {
 		l.failed("127.0.0.1:1", health.ReasonNoSourcePort, err)
 	}
 	l.failed("127.0.0.1:2", health.ReasonNoSourcePort, err)
-	waitUntil(t, func() bool { return len(buf.lines()) >= 3 })
-	lines := buf.lines()
+	waitUntil(t, func() bool { return len(logLines(buf)) >= 3 })
+	lines := logLines(buf)
 	want := []string{"node=127.0.0.1:1 reason=no_source_port", "node=127.0.0.1:2 reason=no_source_port", "node=127.0.0.1:1 reason=no_source_port"}
 	counts := []string{"errors=1", "errors=1", "errors=49"}
 	if len(lines) != 3 {
