@@ -414,17 +414,21 @@ func TestRefusalAnswer(t *testing.T) {
 }
 
 // gatewaySockets counts this process's open sockets whose local port is
-// port and whose peer is ip: the gateway's side of the connections from ip
-// that still hold a descriptor (a socket fully closed by the gateway keeps
-// none, even while the kernel finishes its close).
+// port and whose peer is ip (any peer for the zero Addr): the gateway's
+// side of the connections from ip that still hold a descriptor (a socket
+// fully closed by the gateway keeps none, even while the kernel finishes
+// its close).
 func gatewaySockets(t *testing.T, port int, ip netip.Addr) int {
 	t.Helper()
 	b, err := os.ReadFile("/proc/net/tcp")
 	if err != nil {
 		t.Skipf("no /proc/net/tcp: %v", err)
 	}
-	a4 := ip.As4()
-	peer := fmt.Sprintf("%02X%02X%02X%02X", a4[3], a4[2], a4[1], a4[0])
+	peer := "" // any connected peer
+	if ip.IsValid() {
+		a4 := ip.As4()
+		peer = fmt.Sprintf("%02X%02X%02X%02X", a4[3], a4[2], a4[1], a4[0])
+	}
 	inodes := map[string]bool{}
 	for _, line := range strings.Split(string(b), "\n")[1:] {
 		f := strings.Fields(line)
@@ -433,7 +437,7 @@ func gatewaySockets(t *testing.T, port int, ip netip.Addr) int {
 		}
 		local, remote := strings.Split(f[1], ":"), strings.Split(f[2], ":")
 		lp, _ := strconv.ParseInt(local[1], 16, 32)
-		if int(lp) == port && remote[0] == peer && f[9] != "0" {
+		if int(lp) == port && (remote[0] == peer || peer == "" && remote[0] != "00000000") && f[9] != "0" {
 			inodes["socket:["+f[9]+"]"] = true
 		}
 	}
@@ -482,4 +486,39 @@ func TestRefusalLingerKeepsPerIPCap(t *testing.T) {
 	if resp := readAnswer(t, c); resp.StatusCode != http.StatusServiceUnavailable {
 		t.Fatalf("127.0.0.2 answered %d", resp.StatusCode)
 	}
+}
+
+// TestRefusalLingerBounded hits the bounds of the lingering 503 refusal:
+// at most refuseLingerMax refused sockets linger at a time gateway-wide,
+// whatever the number of addresses they come from, and each is closed
+// after refuseLingerTime even when its client neither reads nor closes.
+func TestRefusalLingerBounded(t *testing.T) {
+	e := newEnv(t, 1, oneNodeWith("max_conns = 1", "", ""))
+	_, portStr, _ := net.SplitHostPort(e.gw)
+	port, _ := strconv.Atoi(portStr)
+	rawConn(t, e.gw, "127.0.0.1") // fills max_conns
+	e.waitOpen(1)
+	const n = refuseLingerMax + 36
+	peak := 0
+	for i := range n {
+		// One address each, so no per-IP cap stops a linger: only the
+		// gateway-wide bound does.
+		c := rawConn(t, e.gw, fmt.Sprintf("127.0.%d.%d", 1+i/250, 2+i%250))
+		if resp := readAnswer(t, c); resp.StatusCode != http.StatusServiceUnavailable {
+			t.Fatalf("connection over max_conns answered %d", resp.StatusCode)
+		}
+		peak = max(peak, gatewaySockets(t, port, netip.Addr{}))
+	}
+	if peak > 1+refuseLingerMax {
+		t.Fatalf("the gateway held %d sockets: 1 admitted and %d lingering refusals, want at most %d lingering", peak, peak-1, refuseLingerMax)
+	}
+	// None of the clients closes: every linger must end by itself.
+	deadline := time.Now().Add(30 * time.Second)
+	for gatewaySockets(t, port, netip.Addr{}) > 1 {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d refused sockets still open 30s on; a linger ends after %v", gatewaySockets(t, port, netip.Addr{})-1, refuseLingerTime)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	t.Logf("peak %d gateway-side sockets (1 admitted), %d refusals", peak, n)
 }
