@@ -14,8 +14,8 @@ import (
 const proxyTimeout = 30 * time.Second
 
 // handle is the client listener's handler. Every request takes the one
-// admission path, whatever its shape: route, shape, origin, limits, auth
-// chain. Only then does it branch to the WebSocket upgrade or to the plain
+// admission path, whatever its shape: route, shape, origin, auth chain (the
+// connection limits were taken when it was accepted). Only then does it branch to the WebSocket upgrade or to the plain
 // HTTP proxy, each of which forwards the request with the route's
 // auth_headers and hop-by-hop headers removed and the chain's headers set.
 func (s *Server) handle(ctx *fasthttp.RequestCtx) {
