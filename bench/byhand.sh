@@ -143,7 +143,7 @@ sides() {
 	for r in "${relay[@]}"; do rports+="${r##*:} "; done
 	find "/proc/$1/fd" -mindepth 1 -maxdepth 1 -printf '%f %l\n' 2>/dev/null |
 		awk -v gp="$gwport" -v rp="$rports" '
-			function port(a, h, i, v) {
+			function port(a, i, v) {
 				sub(/.*:/, "", a)
 				for (i = 1; i <= length(a); i++) v = v * 16 + index("0123456789ABCDEF", toupper(substr(a, i, 1))) - 1
 				return v
@@ -247,14 +247,16 @@ profile() {
 
 	if [ $perf_ok -eq 1 ]; then
 		local ev=syscalls:sys_enter_read,syscalls:sys_enter_write,syscalls:sys_enter_writev,syscalls:sys_enter_epoll_pwait,syscalls:sys_enter_futex,syscalls:sys_enter_nanosleep
-		perf_window stat -x, -e "$ev" -o "$dir/perf-stat.csv"
+		perf_window stat -x, -e "$ev" -e syscalls:sys_exit_read --filter 'ret == -11' -o "$dir/perf-stat.csv"
 		read -r n c a < <(span)
 		echo
-		echo "window 2, perf stat -e '$ev' -p $gpid"
+		echo "window 2, perf stat -e '$ev' -e syscalls:sys_exit_read --filter 'ret == -11' -p $gpid"
 		echo "  $n frames to_node + $c to_client = $a"
-		awk -F, -v a="$a" '$3 ~ /^syscalls:/ {sub(/syscalls:sys_enter_/, "", $3); t += $1
+		awk -F, -v a="$a" '$3 ~ /^syscalls:sys_enter_/ {sub(/syscalls:sys_enter_/, "", $3); t += $1
 			printf "  %-11s %9d  %.3f per forwarded frame\n", $3, $1, $1 / a}
-			END {printf "  %-11s %9d  %.3f per forwarded frame\n", "all six", t, t / a}' "$dir/perf-stat.csv"
+			$3 == "syscalls:sys_exit_read" {eagain = $1}
+			END {printf "  %-11s %9d  %.3f per forwarded frame\n", "all six", t, t / a
+				printf "  (reads that returned EAGAIN: %d, %.3f per forwarded frame)\n", eagain, eagain / a}' "$dir/perf-stat.csv"
 
 		sides "$gpid" >"$dir/sides.txt"
 		perf_window record -q -e syscalls:sys_enter_read,syscalls:sys_enter_write,syscalls:sys_enter_writev -o "$dir/perf-rw.data"
@@ -294,11 +296,13 @@ profile() {
 		groups "$dir/perf-cpu.stacks"
 	else
 		f0=$(frames)
-		timeout -s INT "$win" strace -c -f -p "$gpid" -o "$dir/strace-c.txt" || true
+		timeout -s INT "$win" strace -q -c -f -p "$gpid" -o "$dir/strace-c.txt" || true
 		f1=$(frames)
 		read -r n c a < <(span)
 		echo
 		echo "window 2, strace -c -f -p $gpid for ${win}s: $n frames to_node + $c to_client = $a"
+		echo "  (strace attaches thread by thread inside the window and slows every syscall, so fewer"
+		echo "  syscalls and more batching than without it: rough ratios, not the perf figures)"
 		awk -v a="$a" '$NF ~ /^(read|write|writev|epoll_pwait|futex|nanosleep)$/ {
 			printf "  %-11s %9d  %.3f per forwarded frame\n", $NF, $4, $4 / a}' "$dir/strace-c.txt"
 	fi
