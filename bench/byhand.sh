@@ -126,7 +126,9 @@ chaos() {
 # record -g of where the CPU goes. Each window's frames are the gateway's
 # wsgate_frames_total read right after perf acknowledged enabling its
 # events and right before disabling them (perf --control), so perf's own
-# start and exit are outside the window.
+# start and exit are outside the window. Every file of this mode goes to
+# $pdir, a subdirectory: the gateway watches its config's directory, $dir,
+# and a file written there during a window would wake it (inotify).
 win=10
 frames() { # frames forwarded so far: "TO_NODE TO_CLIENT"
 	curl -s "http://${admin[0]}/metrics" | awk '
@@ -158,14 +160,14 @@ sides() {
 # enables them through a control fifo for $win seconds and sets f0 and f1 to
 # the frame counts at the start and the end of that span.
 perf_window() {
-	local ctl="$dir/perf.ctl" ack="$dir/perf.ack"
+	local ctl="$pdir/perf.ctl" ack="$pdir/perf.ack"
 	rm -f "$ctl" "$ack"
 	mkfifo "$ctl" "$ack"
 	exec 8<>"$ctl" 9<>"$ack"
-	perf "$@" -D -1 --control "fifo:$ctl,$ack" -p "$gpid" 2>>"$dir/perf.err" &
+	perf "$@" -D -1 --control "fifo:$ctl,$ack" -p "$gpid" 2>>"$pdir/perf.err" &
 	perfpid=$!
 	echo enable >&8
-	read -r -t 60 _ <&9 || { echo "perf did not start (see $dir/perf.err)" >&2; return 1; }
+	read -r -t 60 _ <&9 || { echo "perf did not start (see $pdir/perf.err)" >&2; return 1; }
 	f0=$(frames)
 	sleep "$win"
 	f1=$(frames)
@@ -208,7 +210,8 @@ groups() {
 		END { for (x in n) printf "  %5.1f%%  (%4.1f%% in kernel)  %s\n", 100 * n[x] / t, 100 * k[x] / t, x }' "$1" | sort -rn
 }
 profile() {
-	gpid=${gwpid[0]}
+	gpid=${gwpid[0]} pdir="$dir/profile"
+	mkdir -p "$pdir"
 	local members=$((50 * 10)) hz n c a f0 f1 c0 c1
 	hz=$(getconf CLK_TCK)
 	local perf_ok=1 why=""
@@ -223,7 +226,7 @@ profile() {
 	fi
 	[ $perf_ok -eq 1 ] || echo "perf unusable here: $why; falling back to strace -c -f (it slows the gateway: per-frame ratios only, no profile)"
 	"$wsload" fanout -url "ws://${gw[0]}/room/byhand-profile$$-r%d" -rooms 50 -members 10 -rate 2.4 -size 64 \
-		-duration $((4 * win + 20))s -settle 2s -threshold 'failed==0' -json >"$dir/profile.json" 2>"$dir/profile.log" &
+		-duration $((4 * win + 20))s -settle 2s -threshold 'failed==0' -json >"$pdir/profile.json" 2>"$pdir/profile.log" &
 	load=$!
 	local open=0
 	for _ in $(seq 1 300); do
@@ -247,7 +250,7 @@ profile() {
 
 	if [ $perf_ok -eq 1 ]; then
 		local ev=syscalls:sys_enter_read,syscalls:sys_enter_write,syscalls:sys_enter_writev,syscalls:sys_enter_epoll_pwait,syscalls:sys_enter_futex,syscalls:sys_enter_nanosleep
-		perf_window stat -x, -e "$ev" -e syscalls:sys_exit_read --filter 'ret == -11' -o "$dir/perf-stat.csv"
+		perf_window stat -x, -e "$ev" -e syscalls:sys_exit_read --filter 'ret == -11' -o "$pdir/perf-stat.csv"
 		read -r n c a < <(span)
 		echo
 		echo "window 2, perf stat -e '$ev' -e syscalls:sys_exit_read --filter 'ret == -11' -p $gpid"
@@ -256,15 +259,15 @@ profile() {
 			printf "  %-11s %9d  %.3f per forwarded frame\n", $3, $1, $1 / a}
 			$3 == "syscalls:sys_exit_read" {eagain = $1}
 			END {printf "  %-11s %9d  %.3f per forwarded frame\n", "all six", t, t / a
-				printf "  (reads that returned EAGAIN: %d, %.3f per forwarded frame)\n", eagain, eagain / a}' "$dir/perf-stat.csv"
+				printf "  (reads that returned EAGAIN: %d, %.3f per forwarded frame)\n", eagain, eagain / a}' "$pdir/perf-stat.csv"
 
-		sides "$gpid" >"$dir/sides.txt"
-		perf_window record -q -e syscalls:sys_enter_read,syscalls:sys_enter_write,syscalls:sys_enter_writev -o "$dir/perf-rw.data"
+		sides "$gpid" >"$pdir/sides.txt"
+		perf_window record -q -e syscalls:sys_enter_read,syscalls:sys_enter_write,syscalls:sys_enter_writev -o "$pdir/perf-rw.data"
 		read -r n c a < <(span)
 		echo
 		echo "window 3, perf record -e syscalls:sys_enter_{read,write,writev} -p $gpid; the fds' sides from /proc/$gpid/fd and /proc/net/tcp"
-		echo "  $(awk '$2 == "client"' "$dir/sides.txt" | wc -l) client sockets, $(awk '$2 == "node"' "$dir/sides.txt" | wc -l) node sockets; $n frames to_node + $c to_client = $a"
-		perf script -i "$dir/perf-rw.data" -F event,trace 2>/dev/null |
+		echo "  $(awk '$2 == "client"' "$pdir/sides.txt" | wc -l) client sockets, $(awk '$2 == "node"' "$pdir/sides.txt" | wc -l) node sockets; $n frames to_node + $c to_client = $a"
+		perf script -i "$pdir/perf-rw.data" -F event,trace 2>/dev/null |
 			awk -v n="$n" -v c="$c" '
 				function hex(a, i, v) {
 					sub(/^0x/, "", a)
@@ -280,23 +283,23 @@ profile() {
 						k["read client"] / n, k["write node"] / n, k["writev node"] / n
 					printf "  to_client (read node socket, write client socket): read %.3f  write %.3f  writev %.3f per frame to_client\n",
 						k["read node"] / c, k["write client"] / c, k["writev client"] / c
-					printf "  on other fds (listener, admin, probes): read %d  write %d  writev %d\n",
+					printf "  on other fds (the runtime eventfd, health probes, admin): read %d  write %d  writev %d\n",
 						k["read other"], k["write other"], k["writev other"]
-				}' "$dir/sides.txt" -
+				}' "$pdir/sides.txt" -
 
-		perf_window record -q -F 999 -g -o "$dir/perf-cpu.data"
+		perf_window record -q -F 999 -g -o "$pdir/perf-cpu.data"
 		read -r n c a < <(span)
-		perf report -i "$dir/perf-cpu.data" --stdio --no-children --sort sym -g none >"$dir/perf-cpu.txt" 2>/dev/null
-		perf script -i "$dir/perf-cpu.data" -F ip,sym >"$dir/perf-cpu.stacks" 2>/dev/null
+		perf report -i "$pdir/perf-cpu.data" --stdio --no-children --sort sym -g none >"$pdir/perf-cpu.txt" 2>/dev/null
+		perf script -i "$pdir/perf-cpu.data" -F ip,sym >"$pdir/perf-cpu.stacks" 2>/dev/null
 		echo
-		echo "window 4, perf record -F 999 -g -p $gpid ($(perf evlist -i "$dir/perf-cpu.data" 2>/dev/null | head -1) events): $a frames, $(awk 'BEGIN {RS = ""} END {print NR}' "$dir/perf-cpu.stacks") samples"
+		echo "window 4, perf record -F 999 -g -p $gpid ($(perf evlist -i "$pdir/perf-cpu.data" 2>/dev/null | head -1) events): $a frames, $(awk 'BEGIN {RS = ""} END {print NR}' "$pdir/perf-cpu.stacks") samples"
 		echo "  top functions by self samples (perf report --no-children --sort sym):"
-		grep -v '^#' "$dir/perf-cpu.txt" | grep -v '^$' | head -15 | sed 's/^/  /'
+		grep -v '^#' "$pdir/perf-cpu.txt" | grep -v '^$' | head -15 | sed 's/^/  /'
 		echo "  samples by call chain (bench/byhand.sh groups):"
-		groups "$dir/perf-cpu.stacks"
+		groups "$pdir/perf-cpu.stacks"
 	else
 		f0=$(frames)
-		timeout -s INT "$win" strace -q -c -f -p "$gpid" -o "$dir/strace-c.txt" || true
+		timeout -s INT "$win" strace -q -c -f -p "$gpid" -o "$pdir/strace-c.txt" || true
 		f1=$(frames)
 		read -r n c a < <(span)
 		echo
@@ -304,12 +307,12 @@ profile() {
 		echo "  (strace attaches thread by thread inside the window and slows every syscall, so fewer"
 		echo "  syscalls and more batching than without it: rough ratios, not the perf figures)"
 		awk -v a="$a" '$NF ~ /^(read|write|writev|epoll_pwait|futex|nanosleep)$/ {
-			printf "  %-11s %9d  %.3f per forwarded frame\n", $NF, $4, $4 / a}' "$dir/strace-c.txt"
+			printf "  %-11s %9d  %.3f per forwarded frame\n", $NF, $4, $4 / a}' "$pdir/strace-c.txt"
 	fi
 	local fail=0
 	wait "$load" || fail=1
 	load=""
-	jq '{connected, sent, received, delivered, failed, latency_ms: (.latency_ms | del(.hist)), passed}' "$dir/profile.json"
+	jq '{connected, sent, received, delivered, failed, latency_ms: (.latency_ms | del(.hist)), passed}' "$pdir/profile.json"
 	return $fail
 }
 
