@@ -299,7 +299,7 @@ profile() {
 		groups "$pdir/perf-cpu.stacks"
 	else
 		f0=$(frames)
-		timeout -s INT "$win" strace -q -c -f -p "$gpid" -o "$pdir/strace-c.txt" || true
+		timeout -s INT "$win" strace -q -c -f -p "$gpid" -o "$pdir/strace-c.txt" 2>"$pdir/strace.err" || true
 		f1=$(frames)
 		read -r n c a < <(span)
 		echo
