@@ -6,6 +6,9 @@
 #   bench/byhand.sh drain        relay.v1 fanout through the gateway, relay 1 drained by the admin API
 #   bench/byhand.sh drain-term   the same, relay 1 drained by SIGTERM (its own 1001 drain)
 #   bench/byhand.sh kill         the same, relay 1 killed with SIGKILL
+#   bench/byhand.sh profile      make bench's 12,000 frames/s fanout through one gateway:
+#                                syscalls per forwarded frame (perf stat) and a CPU profile
+#                                (needs perf as root; PROFILE_STRACE=1 or no perf: strace -c)
 #
 # Each starts `benchrun -up` (redis-server, relays and gateways on 127.0.0.1,
 # stopped by benchrun's PID at the end), runs wsload against it and prints
@@ -19,8 +22,9 @@ case $what in
 idle9000) relays=2 gateways=1 ;;
 idle50000) relays=5 gateways=6 ;;
 drain | drain-term | kill) relays=3 gateways=1 ;;
+profile) relays=2 gateways=1 ;;
 *)
-	sed -n '2,9p' "$0"
+	sed -n '2,12p' "$0"
 	exit 2
 	;;
 esac
@@ -29,7 +33,10 @@ dir=$(mktemp -d /tmp/wsgate-byhand-XXXXXX)
 go build -o "$dir/benchrun" ./bench/cmd/benchrun
 "$dir/benchrun" -up -relays "$relays" -gateways "$gateways" -dir "$dir" >"$dir/up.out" 2>"$dir/up.err" &
 up=$!
+load="" perfpid=""
 stop() {
+	if [ -n "$perfpid" ]; then kill -INT "$perfpid" 2>/dev/null || true; fi
+	if [ -n "$load" ]; then kill -TERM "$load" 2>/dev/null || true; fi
 	kill -TERM "$up" 2>/dev/null || true
 	wait "$up" 2>/dev/null || true
 }
@@ -111,6 +118,204 @@ chaos() {
 	return ${fail:-0}
 }
 
+# profile: make bench's fixed fanout (benchrun's fullPlan: 50 rooms × 10
+# members, 64 B, 2.4 msg/s each = 12,000 frames/s) through gateway 1, and
+# four windows of $win seconds on the gateway's PID while it runs: nothing
+# attached (CPU per frame); perf stat of six syscalls; perf record of the
+# read/write tracepoints, whose fds say the side and so the direction; perf
+# record -g of where the CPU goes. Each window's frames are the gateway's
+# wsgate_frames_total read right after perf acknowledged enabling its
+# events and right before disabling them (perf --control), so perf's own
+# start and exit are outside the window. Every file of this mode goes to
+# $pdir, a subdirectory: the gateway watches its config's directory, $dir,
+# and a file written there during a window would wake it (inotify).
+win=10
+frames() { # frames forwarded so far: "TO_NODE TO_CLIENT"
+	curl -s "http://${admin[0]}/metrics" | awk '
+		$1 == "wsgate_frames_total{direction=\"to_node\"}" {n = $2}
+		$1 == "wsgate_frames_total{direction=\"to_client\"}" {c = $2}
+		END {printf "%.0f %.0f\n", n, c}'
+}
+cpu_ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
+# sides PID: "FD client|node" for each TCP socket of PID that is a tunnel's
+# client side (local port = the gateway's) or node side (remote port = a
+# relay's; the relays' health probes use those ports too, but seldom).
+sides() {
+	local gwport=${gw[0]##*:} rports=""
+	for r in "${relay[@]}"; do rports+="${r##*:} "; done
+	find "/proc/$1/fd" -mindepth 1 -maxdepth 1 -printf '%f %l\n' 2>/dev/null |
+		awk -v gp="$gwport" -v rp="$rports" '
+			function port(a, i, v) {
+				sub(/.*:/, "", a)
+				for (i = 1; i <= length(a); i++) v = v * 16 + index("0123456789ABCDEF", toupper(substr(a, i, 1))) - 1
+				return v
+			}
+			FILENAME == "-" { if ($2 ~ /^socket:\[[0-9]+\]$/) fd[substr($2, 9, length($2) - 9)] = $1; next }
+			FNR > 1 && ($10 in fd) {
+				if (port($2) == gp) print fd[$10], "client"
+				else if (index(" " rp, " " port($3) " ")) print fd[$10], "node"
+			}' - /proc/net/tcp /proc/net/tcp6
+}
+# perf_window ARGS...: runs `perf ARGS -p GATEWAY` with its events disabled,
+# enables them through a control fifo for $win seconds and sets f0 and f1 to
+# the frame counts at the start and the end of that span.
+perf_window() {
+	local ctl="$pdir/perf.ctl" ack="$pdir/perf.ack"
+	rm -f "$ctl" "$ack"
+	mkfifo "$ctl" "$ack"
+	exec 8<>"$ctl" 9<>"$ack"
+	perf "$@" -D -1 --control "fifo:$ctl,$ack" -p "$gpid" 2>>"$pdir/perf.err" &
+	perfpid=$!
+	echo enable >&8
+	read -r -t 60 _ <&9 || { echo "perf did not start (see $pdir/perf.err)" >&2; return 1; }
+	f0=$(frames)
+	sleep "$win"
+	f1=$(frames)
+	echo disable >&8
+	read -r -t 60 _ <&9 || true
+	kill -INT "$perfpid"
+	wait "$perfpid" || true
+	perfpid=""
+	exec 8>&- 9>&-
+}
+span() { # frames between f0 and f1: "TO_NODE TO_CLIENT ALL"
+	echo "$f0 $f1" | awk '{printf "%d %d %d\n", $3 - $1, $4 - $2, $3 - $1 + $4 - $2}'
+}
+# groups: each perf script sample (a call chain, leaf first) in one group,
+# the first rule that matches anywhere in the chain; the kernel part of a
+# syscall counts with the syscall.
+groups() {
+	awk 'BEGIN { RS = "" }
+		{
+			g = ""
+			if ($0 ~ /runtime\.(gcBgMarkWorker|gcDrain|gcAssistAlloc|bgsweep|bgscavenge|sweepone|markroot|scanobject|gcStart|gcMarkDone|wbBufFlush)/) g = "GC (mark workers, assists, sweep, write barriers)"
+			else if ($0 ~ /prometheus|promhttp|expfmt/) g = "metrics (the /metrics scrapes of this window)"
+			else if ($0 ~ /syscall\.read/) g = "read(2): Go wrapper + kernel"
+			else if ($0 ~ /syscall\.write|poll\.\(\*FD\)\.Write/) g = "write(2): Go wrapper + kernel"
+			else if ($0 ~ /runtime\.netpoll/) g = "netpoll: epoll_pwait"
+			else if ($0 ~ /runtime\.futex/) g = "futex: Ms parking and waking (stopm, startm, sysmon wakes)"
+			else if ($0 ~ /runtime\.usleep/ && $0 ~ /runtime\.sysmon/) g = "nanosleep: runtime.usleep in sysmon"
+			else if ($0 ~ /runtime\.usleep/) g = "nanosleep: other runtime.usleep (work stealing)"
+			else if ($0 ~ /runtime\.osyield/) g = "sched_yield (runtime.osyield)"
+			else if ($0 ~ /do_syscall_64/) g = "other syscalls"
+			else if ($2 ~ /wsframe\./) g = "frame scanning (wsframe.Scanner, where not inlined)"
+			else if ($0 ~ /gateway\/internal\/tunnel\./ && $2 !~ /^runtime\./) g = "tunnel Go code outside syscalls: forward (frame scan inlined), send, pollread, poll.FD"
+			else if ($2 ~ /^runtime\.(schedule|findRunnable|park_m|gopark|goready|ready|runqget|runqsteal|runqgrab|stealWork|checkTimers|execute|wakep|startm|stopm|mcall|gosched|casgstatus|exitsyscall|entersyscall|reentersyscall|goexit0|newproc|resetspinning|lock2|unlock2|sysmon|retake|netpollready|netpollunblock|injectglist)/ || $0 ~ /runtime\.(schedule|sysmon|findRunnable|park_m)/) g = "Go scheduler (user space)"
+			else if ($1 ~ /^ffffffff/) g = "kernel outside syscalls (interrupts, softirqs, faults)"
+			else if ($2 ~ /^runtime\./) g = "Go runtime, other (malloc, memmove, timers, ...)"
+			else g = "other"
+			n[g]++; t++
+			if ($1 ~ /^ffffffff/) k[g]++
+		}
+		END { for (x in n) printf "  %5.1f%%  (%4.1f%% in kernel)  %s\n", 100 * n[x] / t, 100 * k[x] / t, x }' "$1" | sort -rn
+}
+profile() {
+	gpid=${gwpid[0]} pdir="$dir/profile"
+	mkdir -p "$pdir"
+	local members=$((50 * 10)) hz n c a f0 f1 c0 c1
+	hz=$(getconf CLK_TCK)
+	local perf_ok=1 why=""
+	if [ "${PROFILE_STRACE:-}" = 1 ]; then
+		perf_ok=0 why="PROFILE_STRACE=1"
+	elif ! command -v perf >/dev/null; then
+		perf_ok=0 why="perf is not installed"
+	elif ! perf list 'syscalls:sys_enter_read' 2>/dev/null | grep -q 'sys_enter_read'; then
+		perf_ok=0 why="perf lists no syscalls:* tracepoints (tracefs not mounted, or no permission)"
+	elif [ "$(id -u)" -ne 0 ] && [ "$(cat /proc/sys/kernel/perf_event_paranoid)" -gt -1 ]; then
+		perf_ok=0 why="not root and kernel.perf_event_paranoid=$(cat /proc/sys/kernel/perf_event_paranoid) (tracepoints need -1 or root)"
+	fi
+	[ $perf_ok -eq 1 ] || echo "perf unusable here: $why; falling back to strace -c -f (it slows the gateway: per-frame ratios only, no profile)"
+	"$wsload" fanout -url "ws://${gw[0]}/room/byhand-profile$$-r%d" -rooms 50 -members 10 -rate 2.4 -size 64 \
+		-duration $((4 * win + 20))s -settle 2s -threshold 'failed==0' -json >"$pdir/profile.json" 2>"$pdir/profile.log" &
+	load=$!
+	local open=0
+	for _ in $(seq 1 300); do
+		open=$(tunnels "${admin[0]}")
+		[ "${open:-0}" -ge $members ] && break
+		sleep 0.2
+	done
+	[ "${open:-0}" -ge $members ] || { echo "only ${open:-0} of $members tunnels open after 60s" >&2; return 1; }
+	sleep 3 # past the joins and the first second of sends
+	echo "$members tunnels open through wsgate-1 (pid $gpid); windows of ${win}s each"
+
+	c0=$(cpu_ticks "$gpid")
+	f0=$(frames)
+	sleep "$win"
+	f1=$(frames)
+	c1=$(cpu_ticks "$gpid")
+	read -r n c a < <(span)
+	echo
+	echo "window 1, nothing attached: $n frames to_node + $c to_client = $a in ${win}s ($((a / win)) frames/s)"
+	awk -v t=$((c1 - c0)) -v hz="$hz" -v a="$a" 'BEGIN {printf "  wsgate CPU (utime+stime): %.2f s = %.1f CPU-seconds per million forwarded frames\n", t / hz, t / hz / a * 1e6}'
+
+	if [ $perf_ok -eq 1 ]; then
+		local ev=syscalls:sys_enter_read,syscalls:sys_enter_write,syscalls:sys_enter_writev,syscalls:sys_enter_epoll_pwait,syscalls:sys_enter_futex,syscalls:sys_enter_nanosleep
+		perf_window stat -x, -e "$ev" -e syscalls:sys_exit_read --filter 'ret == -11' -o "$pdir/perf-stat.csv"
+		read -r n c a < <(span)
+		echo
+		echo "window 2, perf stat -e '$ev' -e syscalls:sys_exit_read --filter 'ret == -11' -p $gpid"
+		echo "  $n frames to_node + $c to_client = $a"
+		awk -F, -v a="$a" '$3 ~ /^syscalls:sys_enter_/ {sub(/syscalls:sys_enter_/, "", $3); t += $1
+			printf "  %-11s %9d  %.3f per forwarded frame\n", $3, $1, $1 / a}
+			$3 == "syscalls:sys_exit_read" {eagain = $1}
+			END {printf "  %-11s %9d  %.3f per forwarded frame\n", "all six", t, t / a
+				printf "  (reads that returned EAGAIN: %d, %.3f per forwarded frame)\n", eagain, eagain / a}' "$pdir/perf-stat.csv"
+
+		sides "$gpid" >"$pdir/sides.txt"
+		perf_window record -q -e syscalls:sys_enter_read,syscalls:sys_enter_write,syscalls:sys_enter_writev -o "$pdir/perf-rw.data"
+		read -r n c a < <(span)
+		echo
+		echo "window 3, perf record -e syscalls:sys_enter_{read,write,writev} -p $gpid; the fds' sides from /proc/$gpid/fd and /proc/net/tcp"
+		echo "  $(awk '$2 == "client"' "$pdir/sides.txt" | wc -l) client sockets, $(awk '$2 == "node"' "$pdir/sides.txt" | wc -l) node sockets; $n frames to_node + $c to_client = $a"
+		perf script -i "$pdir/perf-rw.data" -F event,trace 2>/dev/null |
+			awk -v n="$n" -v c="$c" '
+				function hex(a, i, v) {
+					sub(/^0x/, "", a)
+					for (i = 1; i <= length(a); i++) v = v * 16 + index("0123456789abcdef", tolower(substr(a, i, 1))) - 1
+					return v
+				}
+				FILENAME != "-" { side[$1] = $2; next }
+				{ call = $1; sub(/^syscalls:sys_enter_/, "", call); sub(/:$/, "", call)
+				  fd = $3; sub(/,$/, "", fd); fd = hex(fd); s = (fd in side) ? side[fd] : "other"
+				  k[call " " s]++ }
+				END {
+					printf "  to_node   (read client socket, write node socket): read %.3f  write %.3f  writev %.3f per frame to_node\n",
+						k["read client"] / n, k["write node"] / n, k["writev node"] / n
+					printf "  to_client (read node socket, write client socket): read %.3f  write %.3f  writev %.3f per frame to_client\n",
+						k["read node"] / c, k["write client"] / c, k["writev client"] / c
+					printf "  on other fds (the runtime eventfd, health probes, admin): read %d  write %d  writev %d\n",
+						k["read other"], k["write other"], k["writev other"]
+				}' "$pdir/sides.txt" -
+
+		perf_window record -q -F 999 -g -o "$pdir/perf-cpu.data"
+		read -r n c a < <(span)
+		perf report -i "$pdir/perf-cpu.data" --stdio --no-children --sort sym -g none >"$pdir/perf-cpu.txt" 2>/dev/null
+		perf script -i "$pdir/perf-cpu.data" -F ip,sym >"$pdir/perf-cpu.stacks" 2>/dev/null
+		echo
+		echo "window 4, perf record -F 999 -g -p $gpid ($(perf evlist -i "$pdir/perf-cpu.data" 2>/dev/null | head -1) events): $a frames, $(awk 'BEGIN {RS = ""} END {print NR}' "$pdir/perf-cpu.stacks") samples"
+		echo "  top functions by self samples (perf report --no-children --sort sym):"
+		grep -v '^#' "$pdir/perf-cpu.txt" | grep -v '^$' | head -15 | sed 's/^/  /'
+		echo "  samples by call chain (bench/byhand.sh groups):"
+		groups "$pdir/perf-cpu.stacks"
+	else
+		f0=$(frames)
+		timeout -s INT "$win" strace -q -c -f -p "$gpid" -o "$pdir/strace-c.txt" 2>"$pdir/strace.err" || true
+		f1=$(frames)
+		read -r n c a < <(span)
+		echo
+		echo "window 2, strace -c -f -p $gpid for ${win}s: $n frames to_node + $c to_client = $a"
+		echo "  (strace attaches thread by thread inside the window and slows every syscall, so fewer"
+		echo "  syscalls and more batching than without it: rough ratios, not the perf figures)"
+		awk -v a="$a" '$NF ~ /^(read|write|writev|epoll_pwait|futex|nanosleep)$/ {
+			printf "  %-11s %9d  %.3f per forwarded frame\n", $NF, $4, $4 / a}' "$pdir/strace-c.txt"
+	fi
+	local fail=0
+	wait "$load" || fail=1
+	load=""
+	jq '{connected, sent, received, delivered, failed, latency_ms: (.latency_ms | del(.hist)), passed}' "$pdir/profile.json"
+	return $fail
+}
+
 status=0
 case $what in
 idle9000) idle 9000 5m 1000 || status=1 ;;
@@ -118,6 +323,7 @@ idle50000) idle 50000 60s 250 || status=1 ;;
 drain) chaos drain -drain-url "http://${admin[0]}/api/pools/relay/nodes/${relay[0]}/drain?migrate=1" || status=1 ;;
 drain-term) chaos drain -kill-pid "${relaypid[0]}" -signal TERM || status=1 ;;
 kill) chaos kill -kill-pid "${relaypid[0]}" -signal KILL || status=1 ;;
+profile) profile || status=1 ;;
 esac
 echo "raw reports and logs: $dir"
 exit $status
