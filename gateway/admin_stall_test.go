@@ -14,7 +14,9 @@ import (
 )
 
 // sendQueue is the number of bytes waiting in the send queue of the
-// socket at local port port and peer port peer, from /proc/net/tcp.
+// established socket at local port port and peer port peer, from
+// /proc/net/tcp (-1 when there is none). An earlier connection on the same
+// ports may still be listed in TIME_WAIT: only state 01 (established) counts.
 func sendQueue(t *testing.T, port, peer int) int64 {
 	t.Helper()
 	b, err := os.ReadFile("/proc/net/tcp")
@@ -29,7 +31,7 @@ func sendQueue(t *testing.T, port, peer int) int64 {
 		local, remote := strings.Split(f[1], ":"), strings.Split(f[2], ":")
 		lp, _ := strconv.ParseInt(local[1], 16, 32)
 		rp, _ := strconv.ParseInt(remote[1], 16, 32)
-		if int(lp) == port && int(rp) == peer {
+		if int(lp) == port && int(rp) == peer && f[3] == "01" {
 			q, _ := strconv.ParseInt(strings.Split(f[4], ":")[0], 16, 64)
 			return q
 		}
@@ -68,7 +70,7 @@ func TestShutdownOutlivesStuckAdminClient(t *testing.T) {
 	deadline := time.Now().Add(60 * time.Second)
 	for still, last := 0, int64(-1); still < 20; time.Sleep(10 * time.Millisecond) {
 		if time.Now().After(deadline) {
-			t.Fatal("the admin server's write never stalled")
+			t.Fatalf("the admin server's write never stalled (last send queue %d bytes, %d samples alike)", last, still)
 		}
 		q := sendQueue(t, adminPort, clientPort)
 		if q > 0 && q == last {
