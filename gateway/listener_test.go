@@ -462,7 +462,9 @@ func gatewaySockets(t *testing.T, port int, ip netip.Addr) int {
 // does not linger without one.
 func TestRefusalLingerKeepsPerIPCap(t *testing.T) {
 	const perIP = 4
-	e := newEnv(t, 1, oneNodeWith(fmt.Sprintf("max_conns = %d\nmax_conns_per_ip = %d", perIP, perIP), "", ""))
+	// The silent connections that fill the caps must outlive the test on a
+	// slow machine: a long handshake_timeout keeps fasthttp from cutting them.
+	e := newEnv(t, 1, oneNodeWith(fmt.Sprintf("max_conns = %d\nmax_conns_per_ip = %d\nhandshake_timeout = \"2m\"", perIP, perIP), "", ""))
 	_, portStr, _ := net.SplitHostPort(e.gw)
 	port, _ := strconv.Atoi(portStr)
 	ip := netip.MustParseAddr("127.0.0.1")
@@ -493,7 +495,9 @@ func TestRefusalLingerKeepsPerIPCap(t *testing.T) {
 // whatever the number of addresses they come from, and each is closed
 // after refuseLingerTime even when its client neither reads nor closes.
 func TestRefusalLingerBounded(t *testing.T) {
-	e := newEnv(t, 1, oneNodeWith("max_conns = 1", "", ""))
+	// A long handshake_timeout keeps the silent connection that fills
+	// max_conns open however slowly the refusals below run.
+	e := newEnv(t, 1, oneNodeWith("max_conns = 1\nhandshake_timeout = \"2m\"", "", ""))
 	_, portStr, _ := net.SplitHostPort(e.gw)
 	port, _ := strconv.Atoi(portStr)
 	rawConn(t, e.gw, "127.0.0.1") // fills max_conns
