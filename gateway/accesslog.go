@@ -25,6 +25,7 @@ type accessLog struct {
 
 	mu       sync.Mutex
 	refusals logThrottle
+	lastSeen time.Time   // the latest refusal
 	timer    *time.Timer // writes the count of refusals left out once a flood stops
 }
 
@@ -52,7 +53,7 @@ func (a *accessLog) tunnel(e entry, st tunnel.Stats) {
 		"close_code", code,
 		"close_by", st.FirstClose.String(),
 		"end", st.End.String(),
-		"duration", time.Since(e.start).Round(time.Millisecond),
+		"duration_ms", float64(time.Since(e.start).Microseconds())/1000,
 		"frames_in", st.FramesToNode,
 		"bytes_in", st.BytesToNode,
 		"frames_out", st.FramesToClient,
@@ -80,12 +81,13 @@ func (a *accessLog) connection(c net.Conn, status int, reason string) {
 
 // refused writes the line of a refused handshake or connection, unless
 // one was written less than refusalLogEvery ago; the next line written
-// carries the count left out, and if no refusal follows, a line of its own
-// does once refusalLogEvery has passed.
+// carries the count left out, and once refusals stop for refusalLogEvery
+// a line of its own does.
 func (a *accessLog) refused(client net.Addr, path string, status int, reason string) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	now := time.Now()
+	a.lastSeen = now
 	n, ok := a.refusals.note(now, refusalLogEvery)
 	if !ok {
 		if a.timer == nil {
@@ -102,7 +104,9 @@ func (a *accessLog) refused(client net.Addr, path string, status int, reason str
 }
 
 // flush writes the count of refusals left out since the last line, if
-// any are.
+// any are and refusals have stopped; while they go on, the next refusal's
+// own line will carry it, and flush looks again once refusalLogEvery has
+// passed since the latest.
 func (a *accessLog) flush() {
 	a.mu.Lock()
 	defer a.mu.Unlock()
@@ -110,7 +114,12 @@ func (a *accessLog) flush() {
 	if a.refusals.pending() == 0 {
 		return
 	}
-	a.log.Info("access", "kind", "refused", "dropped", a.refusals.take(time.Now()))
+	now := time.Now()
+	if quiet := now.Sub(a.lastSeen); quiet < refusalLogEvery {
+		a.timer = time.AfterFunc(refusalLogEvery-quiet, a.flush)
+		return
+	}
+	a.log.Info("access", "kind", "refused", "dropped", a.refusals.take(now))
 }
 
 func addrString(a net.Addr) string {

@@ -132,7 +132,7 @@ func serve(cfg *conf.Config, o serveOptions, log *slog.Logger) error {
 		defer removeOwnPidfile(o.pidfile)
 	}
 	_ = handoff.NotifySystemd(fmt.Sprintf("READY=1\nMAINPID=%d", os.Getpid()))
-	attrs := []any{"config", cfg.File, "addr", srv.Addr().String(), "pid", os.Getpid(), "inherited", inherited != nil}
+	attrs := []any{"config", cfg.File, "addr", srv.Addr().String(), "inherited", inherited != nil}
 	if a := srv.AdminAddr(); a != nil {
 		attrs = append(attrs, "admin", a.String())
 	}
