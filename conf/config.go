@@ -12,6 +12,8 @@ type Config struct {
 	Gateway Gateway `toml:"gateway" json:"gateway"`
 	// Admin holds the admin listener (metrics, API, dashboard).
 	Admin Admin `toml:"admin" json:"admin"`
+	// Log holds the gateway's log: its format and the access log.
+	Log Log `toml:"log" json:"log"`
 	// Pools are the groups of relay nodes routes send traffic to; at least one.
 	Pools []Pool `toml:"pools" json:"pools"`
 	// Routes map a request's host and path to a pool, first match wins; at
@@ -103,6 +105,20 @@ type Admin struct {
 	// anything else is refused with 403, so that a DNS-rebinding web page
 	// can neither read nor steer the admin API.
 	Hosts []string `toml:"hosts" json:"hosts"`
+}
+
+// Log is the [log] section: the format of the gateway's log and whether
+// it carries the access log. Like all sections it is plain data, read-only
+// once loaded (see Config).
+type Log struct {
+	// Access writes one line per tunnel at its end and one per refused
+	// handshake or connection to the gateway's log (default false). It
+	// applies at reload.
+	Access bool `toml:"access" json:"access"`
+	// Format is the format of every log line: "text" (key=value) or
+	// "json" (one object a line) (default "text"). It is read at start
+	// only: a reload cannot change it.
+	Format string `toml:"format" json:"format"`
 }
 
 // Pool is one [[pools]] entry: a group of relay nodes and how to pick one.

@@ -10,6 +10,7 @@ import "time"
 func (c *Config) setDefaults() {
 	c.Gateway.setDefaults()
 	c.Admin.setDefaults()
+	c.Log.setDefaults()
 }
 
 func (g *Gateway) setDefaults() {
@@ -27,6 +28,11 @@ func (g *Gateway) setDefaults() {
 
 func (a *Admin) setDefaults() {
 	a.Listen = "127.0.0.1:9090" // loopback only: the admin API can drain nodes
+}
+
+func (l *Log) setDefaults() {
+	l.Format = "text" // what a person reads on a terminal; "json" for a collector
+	// Access stays false: a line per tunnel is volume an operator asks for.
 }
 
 func (p *Pool) setDefaults() {

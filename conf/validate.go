@@ -17,6 +17,7 @@ import (
 func (c *Config) validate(e *errorList) {
 	c.Gateway.validate(e)
 	c.Admin.validate(e)
+	c.Log.validate(e)
 	if len(c.Pools) == 0 {
 		e.add("pools", "at least one [[pools]] entry is required")
 	}
@@ -104,6 +105,12 @@ func (a *Admin) validate(e *errorList) {
 		if !isHostName(h) {
 			e.add(indexKey("admin.hosts", i), fmt.Sprintf("must be a host name without scheme or port, such as \"gw1.example.com\", got %q", h))
 		}
+	}
+}
+
+func (l *Log) validate(e *errorList) {
+	if l.Format != "text" && l.Format != "json" {
+		e.add("log.format", fmt.Sprintf("must be \"text\" or \"json\", got %q", l.Format))
 	}
 }
 

@@ -3,6 +3,7 @@ package gateway
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -86,6 +87,13 @@ func newAuthEnv(t testing.TB) *authEnv { return newAuthEnvRevoking(t, "") }
 // revokeURL ("" = none).
 func newAuthEnvRevoking(t testing.TB, revokeURL string) *authEnv {
 	t.Helper()
+	return newAuthEnvLog(t, revokeURL, quietLog(), false)
+}
+
+// newAuthEnvLog is newAuthEnvRevoking with the gateway logging to log,
+// the access log on or off.
+func newAuthEnvLog(t testing.TB, revokeURL string, log *slog.Logger, access bool) *authEnv {
+	t.Helper()
 	t.Setenv("WSGATE_TEST_JWT", jwtSecret)
 	t.Setenv("GORACE", "atexit_sleep_ms=0")
 	jwtBin := testproc.Build(t, "./plugins/jwt")
@@ -102,6 +110,8 @@ drain_timeout = "5s"
 revoke_redis = %q
 [admin]
 listen = "127.0.0.1:0"
+[log]
+access = %t
 [[pools]]
 name = "back"
   [[pools.nodes]]
@@ -130,11 +140,11 @@ path = %q
   [plugins.config]
   file = %q
   cache_ttl = "50ms"
-`, revokeURL, e.back.addr(), jwtBin, keyBin, e.keys)))
+`, revokeURL, access, e.back.addr(), jwtBin, keyBin, e.keys)))
 	if err != nil {
 		t.Fatal(err)
 	}
-	e.srv, err = New(cfg, quietLog())
+	e.srv, err = New(cfg, log)
 	if err != nil {
 		t.Fatal(err)
 	}

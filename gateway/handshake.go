@@ -82,12 +82,15 @@ func (s *Server) serveUpgrade(ctx *fasthttp.RequestCtx, g *generation, rt *route
 			// own): the client gets that answer as is.
 			lease.Release()
 			answer.CopyTo(&ctx.Response)
+			s.access.handshake(ctx, answer.StatusCode(), "upstream_refused")
 			fasthttp.ReleaseResponse(answer)
 			s.metrics.handshake("upstream_refused", ctx.Time())
 			return
 		}
 		p.health.ReportSuccess(lease.Node().Addr())
-		s.handOff(ctx, g, up, &hold{lease: lease, expires: authz.Expires, subject: authz.Subject, key: authz.CredentialID}, rt)
+		hd := &hold{lease: lease, expires: authz.Expires, subject: authz.Subject, key: authz.CredentialID,
+			client: ctx.RemoteAddr().String(), path: string(ctx.Path())}
+		s.handOff(ctx, g, up, hd, rt)
 		return
 	}
 	if local {
@@ -203,6 +206,8 @@ type hold struct {
 	expires time.Time // the credential's expiry, from the auth chain
 	subject string    // the credential's subject, for revocations
 	key     string    // the credential's id, for revocations by key
+	client  string    // the client's address, for the access log
+	path    string    // the request's path (no query string), for the access log
 }
 
 // Release frees the node's slot; it is idempotent.
@@ -257,7 +262,8 @@ func (s *Server) startTunnel(c net.Conn, g *generation, up *upstream, hd *hold, 
 		OnEnd:         s.tunnelEnded,
 	})
 	s.metrics.handshake("ok", start)
-	e := entry{node: hd.lease.Node(), subject: hd.subject, key: hd.key}
+	e := entry{node: hd.lease.Node(), subject: hd.subject, key: hd.key,
+		client: hd.client, path: hd.path, route: rt.name, start: start}
 	if !hd.expires.IsZero() {
 		e.expiry = time.AfterFunc(time.Until(hd.expires)+g.cfg.Gateway.ExpiryGrace.Duration, func() {
 			s.metrics.expiries.Inc()
@@ -274,11 +280,15 @@ func (s *Server) startTunnel(c net.Conn, g *generation, up *upstream, hd *hold, 
 	}
 }
 
-// tunnelEnded retires an ended tunnel and counts its close codes.
+// tunnelEnded retires an ended tunnel, counts its close codes and writes
+// its access log line.
 func (s *Server) tunnelEnded(t *tunnel.Tunnel) {
 	st := t.Stats()
-	s.tunnels.remove(t, st)
+	e, ok := s.tunnels.remove(t, st)
 	s.metrics.tunnelEnded(st)
+	if ok {
+		s.access.tunnel(e, st)
+	}
 }
 
 // detach returns the socket under fasthttp's hijacked connection, with any
@@ -318,6 +328,7 @@ func (s *Server) overflow(ctx *fasthttp.RequestCtx, g *generation, rt *route, ac
 		return
 	}
 	s.metrics.handshake("no_capacity", ctx.Time())
+	s.access.handshake(ctx, fasthttp.StatusSwitchingProtocols, "no_capacity")
 	timeout := g.handshakeTimeout
 	ctx.HijackSetNoResponse(true)
 	ctx.Hijack(func(c net.Conn) {
@@ -418,6 +429,7 @@ func scheme(ctx *fasthttp.RequestCtx) string {
 // reject answers a handshake or request with status and a one-line reason.
 func (s *Server) reject(ctx *fasthttp.RequestCtx, status int, result, msg string) {
 	s.metrics.handshake(result, ctx.Time())
+	s.access.handshake(ctx, status, result)
 	ctx.Error("wsgate: "+msg+"\n", status) // resets the response headers
 	ctx.SetConnectionClose()
 }

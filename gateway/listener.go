@@ -51,6 +51,7 @@ type limitListener struct {
 	limits  *limiter // nil: no connection limits (the admin listener)
 	metrics *metrics
 	log     *slog.Logger
+	access  *accessLog // nil: no access log (the admin listener)
 	// retryAfter is the Retry-After of a refusal, in seconds.
 	retryAfter func() int
 	// linger holds a token per lingering refused socket.
@@ -62,10 +63,11 @@ type limitListener struct {
 	errLog acceptLog
 }
 
-func newLimitListener(ln net.Listener, limits *limiter, m *metrics, log *slog.Logger, retryAfter func() int) *limitListener {
+func newLimitListener(ln net.Listener, limits *limiter, m *metrics, log *slog.Logger, access *accessLog, retryAfter func() int) *limitListener {
 	return &limitListener{
 		Listener:   ln,
 		limits:     limits,
+		access:     access,
 		metrics:    m,
 		log:        log,
 		retryAfter: retryAfter,
@@ -257,6 +259,7 @@ func (l *limitListener) refuse(c net.Conn, ip netip.Addr, status int) {
 	// Counted once the socket is closed (or handed to the linger), so a
 	// count read off the metric never includes a socket still being refused.
 	defer l.metrics.refused.WithLabelValues(reason).Inc()
+	l.access.connection(c, status, reason)
 	_ = c.SetWriteDeadline(time.Now().Add(refuseWriteTimeout))
 	_, err := c.Write(refusal(status, msg, l.retryAfter()))
 	if err == nil && status == fasthttp.StatusServiceUnavailable {

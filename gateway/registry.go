@@ -33,6 +33,12 @@ type entry struct {
 	subject string      // the credential's subject, from the auth chain ("" = none)
 	key     string      // the credential's id, from the auth chain ("" = none)
 	expiry  *time.Timer // closes the tunnel when its credential expires
+
+	// For the access log:
+	client string    // the client's address
+	path   string    // the request's path, without query string
+	route  string    // the route's name
+	start  time.Time // when the handshake arrived
 }
 
 func (r *registry) add(t *tunnel.Tunnel, e entry) {
@@ -105,9 +111,10 @@ func (r *registry) unretire(n *balancer.Node) {
 
 // remove retires an ended tunnel, folding its counters into the totals
 // under the same lock a scrape takes, so no scrape counts it twice.
-func (r *registry) remove(t *tunnel.Tunnel, st tunnel.Stats) {
+func (r *registry) remove(t *tunnel.Tunnel, st tunnel.Stats) (entry, bool) {
 	r.mu.Lock()
-	if e, ok := r.live[t]; ok && e.expiry != nil {
+	e, ok := r.live[t]
+	if ok && e.expiry != nil {
 		e.expiry.Stop()
 	}
 	delete(r.live, t)
@@ -120,6 +127,7 @@ func (r *registry) remove(t *tunnel.Tunnel, st tunnel.Stats) {
 		r.empty = nil
 	}
 	r.mu.Unlock()
+	return e, ok
 }
 
 func (r *registry) len() int {

@@ -249,8 +249,8 @@ func (s *Server) build(cfg *conf.Config, old *generation) (*generation, []leavin
 }
 
 // needsRestart lists the changes from old to cfg that a reload cannot
-// apply: the sockets the gateway listens on, and fasthttp's own read
-// timeout for handshakes.
+// apply: the sockets the gateway listens on, fasthttp's own read timeout
+// for handshakes, and the log's format.
 func needsRestart(old, cfg *conf.Config) []string {
 	var out []string
 	if old.Gateway.Listen != cfg.Gateway.Listen || !slices.Equal(old.Gateway.Listeners, cfg.Gateway.Listeners) ||
@@ -265,6 +265,9 @@ func needsRestart(old, cfg *conf.Config) []string {
 	}
 	if old.Admin.TokenEnv != cfg.Admin.TokenEnv {
 		out = append(out, "admin.token_env")
+	}
+	if old.Log.Format != cfg.Log.Format {
+		out = append(out, "log.format")
 	}
 	if old.Gateway.HandshakeTimeout != cfg.Gateway.HandshakeTimeout {
 		out = append(out, "gateway.handshake_timeout (reading the request; the handshake's own deadlines use the new value)")

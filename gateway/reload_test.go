@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -619,5 +620,33 @@ func takeLeases(t *testing.T, n *balancer.Node, k int) []*balancer.Lease {
 func releaseAll(ls []*balancer.Lease) {
 	for _, l := range ls {
 		l.Release()
+	}
+}
+
+// TestReloadLogFormatNeedsRestart pins that a reload reports a change of
+// [log] format as needing a restart (the logger is built once, at start)
+// and applies [log] access without one.
+func TestReloadLogFormatNeedsRestart(t *testing.T) {
+	parse := func(log string) *conf.Config {
+		t.Helper()
+		cfg, err := conf.Parse("t.toml", []byte(log+`
+[[pools]]
+name = "relay"
+  [[pools.nodes]]
+  addr = "127.0.0.1:7001"
+[[routes]]
+pool = "relay"
+`))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return cfg
+	}
+	old := parse("[log]\nformat = \"text\"\n")
+	if got := needsRestart(old, parse("[log]\nformat = \"json\"\n")); !slices.Contains(got, "log.format") {
+		t.Errorf("format text to json: needs restart %v, want log.format", got)
+	}
+	if got := needsRestart(old, parse("[log]\naccess = true\n")); len(got) != 0 {
+		t.Errorf("access on: needs restart %v, want nothing", got)
 	}
 }

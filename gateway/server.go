@@ -54,6 +54,7 @@ type Server struct {
 	metrics *metrics
 	reload  reloadState
 	plugins *pluginhost.Host // auth plugins; started by Start
+	access  *accessLog
 
 	revokeBus *redis.Client // revocations shared with other replicas
 	revokeSub *redis.PubSub
@@ -92,6 +93,7 @@ func New(cfg *conf.Config, log *slog.Logger) (*Server, error) {
 	}
 	g.n = 1
 	s.gen.Store(g)
+	s.access = &accessLog{log: log, on: func() bool { return s.current().cfg.Log.Access }}
 	s.metrics = newMetrics(s)
 	api, err := newAdminAPI(s)
 	if err != nil {
@@ -198,13 +200,13 @@ func (s *Server) Start() error {
 			return fmt.Errorf("admin listen on %s: %w", a, err)
 		}
 		s.adminLn, s.adminAt = ln, a
-		s.serve(s.admin, newLimitListener(ln, nil, s.metrics, s.log, s.retryAfter))
+		s.serve(s.admin, newLimitListener(ln, nil, s.metrics, s.log, nil, s.retryAfter))
 	}
 	for _, p := range g.pools {
 		p.startHealth(probeObserver{m: s.metrics, pool: p.name})
 	}
 	for _, ln := range s.listeners {
-		s.serve(s.http, newLimitListener(ln, s.limits, s.metrics, s.log, s.retryAfter))
+		s.serve(s.http, newLimitListener(ln, s.limits, s.metrics, s.log, s.access, s.retryAfter))
 	}
 	s.logLimits()
 	s.ready.Store(true)

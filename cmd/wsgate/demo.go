@@ -59,11 +59,12 @@ func runDemo(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "wsgate demo: -replicas must be 1 to 16")
 		return 2
 	}
-	log, err := newLogger(stderr, *logLevel)
+	level, err := parseLevel(*logLevel)
 	if err != nil {
 		fmt.Fprintln(stderr, "wsgate demo:", err)
 		return 2
 	}
+	log := newLogger(stderr, level, "text")
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
 	if err := demo(ctx, o, stdout, log); err != nil {

@@ -63,7 +63,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "wsgate: unexpected argument %q (did you mean 'wsgate demo'?)\n", fs.Arg(0))
 		return 2
 	}
-	log, err := newLogger(stderr, *logLevel)
+	level, err := parseLevel(*logLevel)
 	if err != nil {
 		fmt.Fprintln(stderr, "wsgate:", err)
 		return 2
@@ -73,6 +73,9 @@ func run(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, err)
 		return 1
 	}
+	// The log's format is the config's, read once: a reload cannot
+	// change the handler every component already holds.
+	log := newLogger(stderr, level, cfg.Log.Format)
 	if *check {
 		// A plugin's config table is the plugin's to judge: start each
 		// one and let it, as a start or reload would.
@@ -129,7 +132,7 @@ func serve(cfg *conf.Config, o serveOptions, log *slog.Logger) error {
 		defer removeOwnPidfile(o.pidfile)
 	}
 	_ = handoff.NotifySystemd(fmt.Sprintf("READY=1\nMAINPID=%d", os.Getpid()))
-	attrs := []any{"config", cfg.File, "addr", srv.Addr().String(), "pid", os.Getpid(), "inherited", inherited != nil}
+	attrs := []any{"config", cfg.File, "addr", srv.Addr().String(), "inherited", inherited != nil}
 	if a := srv.AdminAddr(); a != nil {
 		attrs = append(attrs, "admin", a.String())
 	}
@@ -210,10 +213,23 @@ func logLimits(log *slog.Logger) {
 	log.Info("open-file limit", "soft", soft, "hard", hard, "reserve", rlimit.Reserve(soft), "max_conns_ceiling", rlimit.MaxConns(soft))
 }
 
-func newLogger(w io.Writer, level string) (*slog.Logger, error) {
+// parseLevel reads the -log-level flag.
+func parseLevel(level string) (slog.Level, error) {
 	var l slog.Level
 	if err := l.UnmarshalText([]byte(level)); err != nil {
-		return nil, errors.New("bad -log-level " + level + ": want debug, info, warn or error")
+		return 0, errors.New("bad -log-level " + level + ": want debug, info, warn or error")
 	}
-	return slog.New(slog.NewTextHandler(w, &slog.HandlerOptions{Level: l})), nil
+	return l, nil
+}
+
+// newLogger builds the process's log on w: format "json" or "text" (any
+// other value), every line with the process id, so the two processes of a
+// SIGUSR2 restart, which write to the same stream, can be told apart.
+func newLogger(w io.Writer, level slog.Level, format string) *slog.Logger {
+	opts := &slog.HandlerOptions{Level: level}
+	var h slog.Handler = slog.NewTextHandler(w, opts)
+	if format == "json" {
+		h = slog.NewJSONHandler(w, opts)
+	}
+	return slog.New(h).With("pid", os.Getpid())
 }

@@ -3,12 +3,14 @@ package main
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"io"
 	"log/slog"
 	"net"
 	"net/http"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -125,5 +127,25 @@ func TestDemo(t *testing.T) {
 	}
 	if !strings.Contains(out.String(), "http://"+o.listen+"/") {
 		t.Fatalf("demo did not print its URL:\n%s", out.String())
+	}
+}
+
+// TestLoggerConfigFormatAndPid pins the log [log] format builds: "json"
+// writes one JSON object a line, "text" key=value, and every line of
+// either carries the process id, so the two processes of a SIGUSR2
+// restart writing to one stream can be told apart.
+func TestLoggerConfigFormatAndPid(t *testing.T) {
+	var jb, tb bytes.Buffer
+	newLogger(&jb, slog.LevelInfo, "json").Info("hello", "k", "v")
+	var m map[string]any
+	if err := json.Unmarshal(jb.Bytes(), &m); err != nil {
+		t.Fatalf("json log line: %v: %s", err, jb.String())
+	}
+	if m["pid"] != float64(os.Getpid()) || m["msg"] != "hello" {
+		t.Errorf("json log line %v, want pid %d and msg hello", m, os.Getpid())
+	}
+	newLogger(&tb, slog.LevelInfo, "text").Info("hello")
+	if want := "pid=" + strconv.Itoa(os.Getpid()); !strings.Contains(tb.String(), want) || strings.HasPrefix(tb.String(), "{") {
+		t.Errorf("text log line %q, want key=value with %s", tb.String(), want)
 	}
 }

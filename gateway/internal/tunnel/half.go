@@ -166,6 +166,11 @@ func (h *half) forward(p []byte) {
 			closed = true
 			h.srcClosed = true
 			h.closeCode.Store(uint32(h.sc.CloseCode()))
+			if h.toClient {
+				h.t.noteClose(ByNode)
+			} else {
+				h.t.noteClose(ByClient)
+			}
 			// src's close goes to dst instead of the gateway's: a
 			// second close frame would follow the first.
 			h.pendingCode = 0
@@ -256,6 +261,7 @@ func (h *half) takeClose(code uint16, reason string) []byte {
 	h.carryN = 0
 	h.sentClose = true
 	h.sentCode.Store(uint32(code))
+	h.t.noteClose(ByGateway)
 	if h.toClient {
 		return wsframe.AppendClose(h.closeBuf[:0], code, reason, nil)
 	}

@@ -118,6 +118,7 @@ type Tunnel struct {
 	clientDone, nodeDone atomic.Bool
 	closeBy              atomic.Int64 // close deadline in Unix ns, 0 until the close starts
 	reason               atomic.Uint32
+	firstClose           atomic.Uint32 // the Closer of the first close frame
 	closeOnce            sync.Once
 	pumps                atomic.Int32
 	done                 chan struct{}
@@ -234,7 +235,35 @@ type Stats struct {
 	GatewayToClientCode          uint16    // code of the gateway's own close to the client, 0 if none
 	GatewayToNodeCode            uint16    // code of the gateway's own close to the node, 0 if none
 	End                          EndReason // why the tunnel ends (see Tunnel.EndReason)
+	FirstClose                   Closer    // who sent the first close frame, 0 if none
 }
+
+// Closer says who sent a tunnel's first close frame.
+type Closer uint8
+
+// The senders of a close frame.
+const (
+	ByClient  Closer = iota + 1 // the client's close frame, passed to the node
+	ByNode                      // the node's close frame, passed to the client
+	ByGateway                   // the gateway's own close to either side
+)
+
+// String is the closer's label: client, node, gateway ("" for none).
+func (c Closer) String() string {
+	switch c {
+	case ByClient:
+		return "client"
+	case ByNode:
+		return "node"
+	case ByGateway:
+		return "gateway"
+	}
+	return ""
+}
+
+// noteClose records c as the sender of the first close frame unless one
+// is recorded already.
+func (t *Tunnel) noteClose(c Closer) { t.firstClose.CompareAndSwap(0, uint32(c)) }
 
 // Stats returns the tunnel's counters so far. It takes no lock and never
 // waits, whatever the tunnel is doing.
@@ -243,6 +272,7 @@ func (t *Tunnel) Stats() Stats {
 	s.FramesToNode, s.BytesToNode, s.ClientCloseCode, s.GatewayToNodeCode = t.toNode.stats()
 	s.FramesToClient, s.BytesToClient, s.NodeCloseCode, s.GatewayToClientCode = t.toClient.stats()
 	s.End = t.EndReason()
+	s.FirstClose = Closer(t.firstClose.Load())
 	return s
 }
 

@@ -1,0 +1,130 @@
+package gateway
+
+import (
+	"log/slog"
+	"net"
+	"sync"
+	"time"
+
+	"github.com/valyala/fasthttp"
+	"github.com/wsgate/wsgate/gateway/internal/tunnel"
+)
+
+// refusalLogEvery spaces the access log's refusal lines: at most ten a
+// second, so a flood of refused handshakes or connections costs ten lines
+// a second, each with the count of refusals left out since the line before.
+const refusalLogEvery = 100 * time.Millisecond
+
+// accessLog writes the access log, when [log] access is on: one line per
+// tunnel at its end and one per refused handshake or connection, the
+// latter sampled (see refusalLogEvery). A line carries no header value and
+// no query string, where credentials ride. It is safe for concurrent use.
+type accessLog struct {
+	log *slog.Logger
+	on  func() bool // [log] access of the running config
+
+	mu       sync.Mutex
+	refusals logThrottle
+	lastSeen time.Time   // the latest refusal
+	timer    *time.Timer // writes the count of refusals left out once a flood stops
+}
+
+// tunnel writes the line of a tunnel that ended: e is its registry entry.
+func (a *accessLog) tunnel(e entry, st tunnel.Stats) {
+	if !a.on() {
+		return
+	}
+	code := uint16(0)
+	switch st.FirstClose {
+	case tunnel.ByClient:
+		code = st.ClientCloseCode
+	case tunnel.ByNode:
+		code = st.NodeCloseCode
+	case tunnel.ByGateway:
+		code = max(st.GatewayToClientCode, st.GatewayToNodeCode)
+	}
+	a.log.Info("access",
+		"kind", "tunnel",
+		"client", e.client,
+		"path", e.path,
+		"route", e.route,
+		"node", e.node.Addr(),
+		"status", fasthttp.StatusSwitchingProtocols,
+		"close_code", code,
+		"close_by", st.FirstClose.String(),
+		"end", st.End.String(),
+		"duration_ms", float64(time.Since(e.start).Microseconds())/1000,
+		"frames_in", st.FramesToNode,
+		"bytes_in", st.BytesToNode,
+		"frames_out", st.FramesToClient,
+		"bytes_out", st.BytesToClient,
+		"subject", e.subject,
+	)
+}
+
+// handshake writes the line of a refused request (sampled).
+func (a *accessLog) handshake(ctx *fasthttp.RequestCtx, status int, reason string) {
+	if !a.on() {
+		return
+	}
+	// Path, not RequestURI: the query string can carry a token.
+	a.refused(ctx.RemoteAddr(), string(ctx.Path()), status, reason)
+}
+
+// connection writes the line of a connection refused at accept (sampled).
+func (a *accessLog) connection(c net.Conn, status int, reason string) {
+	if a == nil || !a.on() {
+		return
+	}
+	a.refused(c.RemoteAddr(), "", status, reason)
+}
+
+// refused writes the line of a refused handshake or connection, unless
+// one was written less than refusalLogEvery ago; the next line written
+// carries the count left out, and once refusals stop for refusalLogEvery
+// a line of its own does.
+func (a *accessLog) refused(client net.Addr, path string, status int, reason string) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	now := time.Now()
+	a.lastSeen = now
+	n, ok := a.refusals.note(now, refusalLogEvery)
+	if !ok {
+		if a.timer == nil {
+			a.timer = time.AfterFunc(a.refusals.wait(now, refusalLogEvery), a.flush)
+		}
+		return
+	}
+	attrs := []any{"kind", "refused", "client", addrString(client)}
+	if path != "" { // an HTTP request, not a connection refused at accept
+		attrs = append(attrs, "path", path)
+	}
+	attrs = append(attrs, "status", status, "reason", reason, "dropped", n-1)
+	a.log.Info("access", attrs...)
+}
+
+// flush writes the count of refusals left out since the last line, if
+// any are and refusals have stopped; while they go on, the next refusal's
+// own line will carry it, and flush looks again once refusalLogEvery has
+// passed since the latest.
+func (a *accessLog) flush() {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.timer = nil
+	if a.refusals.pending() == 0 {
+		return
+	}
+	now := time.Now()
+	if quiet := now.Sub(a.lastSeen); quiet < refusalLogEvery {
+		a.timer = time.AfterFunc(refusalLogEvery-quiet, a.flush)
+		return
+	}
+	a.log.Info("access", "kind", "refused", "dropped", a.refusals.take(now))
+}
+
+func addrString(a net.Addr) string {
+	if a == nil {
+		return ""
+	}
+	return a.String()
+}
