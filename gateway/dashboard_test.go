@@ -1,21 +1,19 @@
 package gateway
 
 import (
-	"context"
 	"fmt"
 	"html/template"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync/atomic"
 	"testing"
-	"time"
 
 	"github.com/chromedp/chromedp"
+	"github.com/wsgate/wsgate/internal/browsertest"
 )
 
 // TestDashboardInBrowser loads the dashboard in headless Chromium, sees a
@@ -23,7 +21,7 @@ import (
 // a screenshot (in WSGATE_ARTIFACTS, or the test's temp dir).
 func TestDashboardInBrowser(t *testing.T) {
 	e := newEnv(t, 2, withAdmin)
-	ctx := headless(t)
+	ctx := browsertest.Start(t)
 
 	row := `tr.node[data-addr="` + e.addrs[0] + `"]`
 	browse := func() (rows int, state string, png []byte, err error) {
@@ -74,37 +72,6 @@ func TestDashboardInBrowser(t *testing.T) {
 	}
 }
 
-// headless starts a headless Chromium for the test (skipping when it is
-// not installed, outside CI) and returns its context, bounded to a minute.
-// Extra flags are added to the defaults.
-func headless(t *testing.T, flags ...chromedp.ExecAllocatorOption) context.Context {
-	t.Helper()
-	chromium, err := exec.LookPath("chromium")
-	if err != nil {
-		if os.Getenv("CI") != "" {
-			t.Fatal("chromium is not installed; CI must install it (apt-get install chromium)")
-		}
-		t.Skip("chromium not installed (apt-get install chromium)")
-	}
-	opts := append(chromedp.DefaultExecAllocatorOptions[:],
-		chromedp.ExecPath(chromium),
-		chromedp.NoSandbox,
-		chromedp.DisableGPU,
-		chromedp.WindowSize(1280, 720),
-		chromedp.Flag("disable-quic", true),
-		chromedp.Flag("no-proxy-server", true),
-		chromedp.UserDataDir(t.TempDir()),
-	)
-	opts = append(opts, flags...)
-	actx, cancelAlloc := chromedp.NewExecAllocator(context.Background(), opts...)
-	t.Cleanup(cancelAlloc)
-	ctx, cancel := chromedp.NewContext(actx)
-	t.Cleanup(cancel)
-	ctx, cancelTimeout := context.WithTimeout(ctx, 60*time.Second)
-	t.Cleanup(cancelTimeout)
-	return ctx
-}
-
 // attackPage is a page on another origin that, once loaded, makes the
 // browser send the admin API the requests any web page can send without a
 // CORS preflight: a form post of the given enctype (the browser then shows
@@ -137,7 +104,7 @@ func TestDashboardRefusesCrossSitePages(t *testing.T) {
 	e := newEnv(t, 2, withAdmin)
 	admin := e.srv.AdminAddr().String()
 	_, port, _ := strings.Cut(admin, ":")
-	ctx := headless(t, chromedp.Flag("host-resolver-rules", "MAP evil.example 127.0.0.1"))
+	ctx := browsertest.Start(t, chromedp.Flag("host-resolver-rules", "MAP evil.example 127.0.0.1"))
 	node := e.addrs[0]
 	api := "http://" + admin
 	page := template.Must(template.New("attack").Parse(attackPage))

@@ -4,48 +4,19 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"os"
-	"os/exec"
 	"slices"
 	"strconv"
 	"testing"
-	"time"
 
 	"github.com/chromedp/chromedp"
 	"github.com/fasthttp/websocket"
 
+	"github.com/wsgate/wsgate/internal/browsertest"
 	"github.com/wsgate/wsgate/internal/redistest"
 	"github.com/wsgate/wsgate/internal/wsframe"
 	"github.com/wsgate/wsgate/relay-backend/relay"
 	"github.com/wsgate/wsgate/relay-backend/roomlog"
 )
-
-// browser starts headless Chromium for the test, or skips the test when it
-// is not installed (outside CI, which must install it).
-func browser(t *testing.T) context.Context {
-	t.Helper()
-	chromium, err := exec.LookPath("chromium")
-	if err != nil {
-		if os.Getenv("CI") != "" {
-			t.Fatal("chromium is not installed; CI must install it (apt-get install chromium)")
-		}
-		t.Skip("chromium not installed (apt-get install chromium)")
-	}
-	opts := append(chromedp.DefaultExecAllocatorOptions[:],
-		chromedp.ExecPath(chromium),
-		chromedp.NoSandbox,
-		chromedp.DisableGPU,
-		chromedp.Flag("disable-quic", true),
-		chromedp.UserDataDir(t.TempDir()),
-	)
-	actx, cancelAlloc := chromedp.NewExecAllocator(context.Background(), opts...)
-	t.Cleanup(cancelAlloc)
-	ctx, cancel := chromedp.NewContext(actx)
-	t.Cleanup(cancel)
-	ctx, cancelTimeout := context.WithTimeout(ctx, 60*time.Second)
-	t.Cleanup(cancelTimeout)
-	return ctx
-}
 
 // pageProbe is what the page's WebSocket saw.
 type pageProbe struct {
@@ -85,7 +56,7 @@ const waitJS = `new Promise((resolve) => {
 // an older relay, Chromium joins the room, gets the valid history, stays
 // open and gets a live message.
 func TestPoisonedRoomInBrowser(t *testing.T) {
-	ctx := browser(t)
+	ctx := browsertest.Start(t)
 	srv := redistest.Start(t)
 	rep := redisReplica(t, srv.URL(), roomlog.RedisOptions{})
 	r := startRelay(t, rep.options(relay.Options{}))
