@@ -228,6 +228,23 @@ func TestNewRedisBadURL(t *testing.T) {
 	}
 }
 
+// subscribed opens a Redis bus with opts, subscribed to channel, and
+// returns it with the channel its handler sends each message to; the bus
+// is closed when the test ends.
+func subscribed(ctx context.Context, t *testing.T, opts bus.RedisOptions, channel string) (*bus.Redis, chan []byte) {
+	t.Helper()
+	r, err := bus.NewRedis(ctx, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = r.Close() })
+	events := make(chan []byte, 16)
+	if _, err := r.Subscribe(ctx, channel, func(_ string, msg []byte) { events <- msg }); err != nil {
+		t.Fatal(err)
+	}
+	return r, events
+}
+
 // TestRedisResubscribeGap: after Redis kills the subscriber connection,
 // the bus re-subscribes, counts it, and hands the handler a nil message,
 // and messages flow again.
@@ -235,15 +252,7 @@ func TestRedisResubscribeGap(t *testing.T) {
 	srv := redistest.Start(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	r, err := bus.NewRedis(ctx, bus.RedisOptions{URL: srv.URL()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer r.Close()
-	events := make(chan []byte, 16)
-	if _, err := r.Subscribe(ctx, "g", func(_ string, msg []byte) { events <- msg }); err != nil {
-		t.Fatal(err)
-	}
+	r, events := subscribed(ctx, t, bus.RedisOptions{URL: srv.URL()}, "g")
 	if err := r.Publish(ctx, "g", nil); err != nil {
 		t.Fatal(err)
 	}
@@ -285,15 +294,7 @@ func TestRedisState(t *testing.T) {
 	srv := redistest.Start(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	r, err := bus.NewRedis(ctx, bus.RedisOptions{URL: srv.URL()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer r.Close()
-	events := make(chan []byte, 16)
-	if _, err := r.Subscribe(ctx, "s", func(_ string, msg []byte) { events <- msg }); err != nil {
-		t.Fatal(err)
-	}
+	r, events := subscribed(ctx, t, bus.RedisOptions{URL: srv.URL()}, "s")
 	up, changed := r.State()
 	if !up {
 		t.Fatal("new bus is down")
@@ -351,15 +352,7 @@ func TestRedisStateFrozen(t *testing.T) {
 	srv := redistest.Start(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	r, err := bus.NewRedis(ctx, bus.RedisOptions{URL: srv.URL(), PingInterval: 100 * time.Millisecond})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer r.Close()
-	events := make(chan []byte, 16)
-	if _, err := r.Subscribe(ctx, "f", func(_ string, msg []byte) { events <- msg }); err != nil {
-		t.Fatal(err)
-	}
+	r, events := subscribed(ctx, t, bus.RedisOptions{URL: srv.URL(), PingInterval: 100 * time.Millisecond}, "f")
 	_, changed := r.State()
 	if err := syscall.Kill(srv.Pid(), syscall.SIGSTOP); err != nil {
 		t.Fatal(err)
