@@ -316,6 +316,12 @@ func oneNodeWith(gateway, pool, routes string) string {
 		"[[pools]]\nname = \"relay\"\n" + pool + "\n  [[pools.nodes]]\n  addr = %[2]q\n" + routes
 }
 
+// withAdminListen turns on the admin listener (on a free loopback port) of a
+// config from oneNodeWith.
+func withAdminListen(cfg string) string {
+	return strings.Replace(cfg, "[admin]\nlisten = \"\"\n", "[admin]\nlisten = \"127.0.0.1:0\"\n", 1)
+}
+
 // oneNode is a gateway with one relay node and a catch-all route.
 var oneNode = oneNodeWith("", "", "")
 

@@ -376,18 +376,7 @@ func TestReloadWatchAndLatency(t *testing.T) {
 // be a zero status, {"at": "0001-01-01...", "ok": false}, which read as a
 // failed reload.
 func TestReloadStatusBeforeFirstReload(t *testing.T) {
-	e := newEnv(t, 1, `
-[gateway]
-listen = %[1]q
-[admin]
-listen = "127.0.0.1:0"
-[[pools]]
-name = "relay"
-  [[pools.nodes]]
-  addr = %[2]q
-[[routes]]
-pool = "relay"
-`)
+	e := newEnv(t, 1, withAdminListen(oneNode))
 	get := func() map[string]any {
 		t.Helper()
 		code, body := e.admin(http.MethodGet, "/api/reload", "")

@@ -19,20 +19,7 @@ import (
 // close, the line is there; the second close is 10s away.
 func TestDrainLogAtStart(t *testing.T) {
 	logs := &testproc.Buffer{}
-	e := newEnvLog(t, 1, `
-[gateway]
-listen = %[1]q
-drain_window = "20s"
-drain_timeout = "30s"
-[admin]
-listen = ""
-[[pools]]
-name = "relay"
-  [[pools.nodes]]
-  addr = %[2]q
-[[routes]]
-pool = "relay"
-`, slog.New(slog.NewTextHandler(logs, nil)))
+	e := newEnvLog(t, 1, oneNodeWith("drain_window = \"20s\"\ndrain_timeout = \"30s\"", "", ""), slog.New(slog.NewTextHandler(logs, nil)))
 	conns := []*websocket.Conn{e.mustDial("/room/a"), e.mustDial("/room/b")}
 	deadline := time.Now().Add(10 * time.Second)
 	for e.srv.Tunnels() < 2 {

@@ -16,19 +16,7 @@ import (
 // and scrapes answer all along. Before, the tunnel lived on, blocked in a
 // write with no deadline, and the first scrape hung behind it.
 func TestWriteTimeoutClosesStuckReader(t *testing.T) {
-	e := newEnv(t, 1, `
-[gateway]
-listen = %[1]q
-write_timeout = "300ms"
-[admin]
-listen = "127.0.0.1:0"
-[[pools]]
-name = "relay"
-  [[pools.nodes]]
-  addr = %[2]q
-[[routes]]
-pool = "relay"
-`)
+	e := newEnv(t, 1, withAdminListen(oneNodeWith(`write_timeout = "300ms"`, "", "")))
 	if v := counter(e.scrape(), "wsgate_tunnels_closed_total", "reason", "write_timeout"); v != 0 {
 		t.Fatalf("write_timeout closes before the test: %v, want 0", v)
 	}
