@@ -85,16 +85,17 @@ func (a *accessLog) connection(c net.Conn, status int, reason string) {
 // a line of its own does.
 func (a *accessLog) refused(client net.Addr, path string, status int, reason string) {
 	a.mu.Lock()
-	defer a.mu.Unlock()
 	now := time.Now()
 	a.lastSeen = now
 	n, ok := a.refusals.note(now, refusalLogEvery)
+	if !ok && a.timer == nil {
+		a.timer = time.AfterFunc(a.refusals.wait(now, refusalLogEvery), a.flush)
+	}
+	a.mu.Unlock()
 	if !ok {
-		if a.timer == nil {
-			a.timer = time.AfterFunc(a.refusals.wait(now, refusalLogEvery), a.flush)
-		}
 		return
 	}
+	// Written outside the lock: a slow log sink slows this caller only.
 	attrs := []any{"kind", "refused", "client", addrString(client)}
 	if path != "" { // an HTTP request, not a connection refused at accept
 		attrs = append(attrs, "path", path)
@@ -109,17 +110,20 @@ func (a *accessLog) refused(client net.Addr, path string, status int, reason str
 // passed since the latest.
 func (a *accessLog) flush() {
 	a.mu.Lock()
-	defer a.mu.Unlock()
 	a.timer = nil
 	if a.refusals.pending() == 0 {
+		a.mu.Unlock()
 		return
 	}
 	now := time.Now()
 	if quiet := now.Sub(a.lastSeen); quiet < refusalLogEvery {
 		a.timer = time.AfterFunc(refusalLogEvery-quiet, a.flush)
+		a.mu.Unlock()
 		return
 	}
-	a.log.Info("access", "kind", "refused", "dropped", a.refusals.take(now))
+	n := a.refusals.take(now)
+	a.mu.Unlock()
+	a.log.Info("access", "kind", "refused", "dropped", n)
 }
 
 func addrString(a net.Addr) string {

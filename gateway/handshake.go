@@ -88,8 +88,10 @@ func (s *Server) serveUpgrade(ctx *fasthttp.RequestCtx, g *generation, rt *route
 			return
 		}
 		p.health.ReportSuccess(lease.Node().Addr())
-		hd := &hold{lease: lease, expires: authz.Expires, subject: authz.Subject, key: authz.CredentialID,
-			client: ctx.RemoteAddr().String(), path: string(ctx.Path())}
+		hd := &hold{lease: lease, expires: authz.Expires, subject: authz.Subject, key: authz.CredentialID}
+		if s.access.on() { // what only the access log reads: no copies when it is off
+			hd.client, hd.path = ctx.RemoteAddr().String(), string(ctx.Path())
+		}
 		s.handOff(ctx, g, up, hd, rt)
 		return
 	}
