@@ -301,7 +301,6 @@ type nodeDialLog struct {
 // failed notes one local failure of a dial to node.
 func (l *dialLog) failed(node, reason string, err error) {
 	l.mu.Lock()
-	defer l.mu.Unlock()
 	nl := l.nodes[node]
 	if nl == nil {
 		nl = &nodeDialLog{}
@@ -309,27 +308,34 @@ func (l *dialLog) failed(node, reason string, err error) {
 	}
 	nl.reason, nl.err = reason, err
 	now := time.Now()
-	if n, ok := nl.lines.note(now, dialLogEvery); ok {
-		l.write(node, nl, n)
-		return
-	}
-	if nl.timer == nil {
+	n, ok := nl.lines.note(now, dialLogEvery)
+	if !ok && nl.timer == nil {
 		nl.timer = time.AfterFunc(nl.lines.wait(now, dialLogEvery), func() { l.flush(node) })
+	}
+	l.mu.Unlock()
+	if ok { // written outside the lock: a slow log sink slows this dial only
+		l.write(node, reason, err, n)
 	}
 }
 
 // flush writes the failures held back for node, if any.
 func (l *dialLog) flush(node string) {
 	l.mu.Lock()
-	defer l.mu.Unlock()
 	nl := l.nodes[node]
 	nl.timer = nil
-	if nl.lines.pending() > 0 {
-		l.write(node, nl, nl.lines.take(time.Now()))
+	n := nl.lines.pending()
+	if n > 0 {
+		n = nl.lines.take(time.Now())
+	}
+	reason, err := nl.reason, nl.err
+	l.mu.Unlock()
+	if n > 0 {
+		l.write(node, reason, err, n)
 	}
 }
 
-func (l *dialLog) write(node string, nl *nodeDialLog, n int) {
+// write logs n local failures of dials to node, the last for reason.
+func (l *dialLog) write(node, reason string, err error, n int) {
 	l.log.Error("upstream dial failed on the gateway's side; the node is not charged with it",
-		"pool", l.pool, "node", node, "reason", nl.reason, "err", nl.err, "errors", n)
+		"pool", l.pool, "node", node, "reason", reason, "err", err, "errors", n)
 }
