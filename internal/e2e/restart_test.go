@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"os"
@@ -174,16 +175,7 @@ func TestSIGHUPReloads(t *testing.T) {
 	if err := gw.Signal(syscall.SIGHUP); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, func() bool {
-		resp, err := http.Get("http://" + st.adminAddr + "/api/reload")
-		if err != nil {
-			return false
-		}
-		defer resp.Body.Close()
-		var buf [512]byte
-		n, _ := resp.Body.Read(buf[:])
-		return strings.Contains(string(buf[:n]), `"generation": 2`)
-	})
+	waitGeneration(t, st.adminAddr, 2)
 	// Cap 1 per node, one tunnel open: one more fits, the next gets 503.
 	second := dial(t, st.gwAddr, 1, "hup")
 	_, resp, err := websocket.DefaultDialer.Dial("ws://"+st.gwAddr+"/room/hup", nil)
@@ -195,6 +187,22 @@ func TestSIGHUPReloads(t *testing.T) {
 		t.Fatalf("tunnel from before the reload: %v", err)
 	}
 	c.conn.Close()
+}
+
+// waitGeneration waits until the gateway whose admin listens on adminAddr
+// says (GET /api/reload) that config generation n is in force.
+func waitGeneration(t *testing.T, adminAddr string, n int) {
+	t.Helper()
+	want := fmt.Sprintf(`"generation": %d`, n)
+	waitFor(t, func() bool {
+		resp, err := http.Get("http://" + adminAddr + "/api/reload")
+		if err != nil {
+			return false
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
+		return strings.Contains(string(b), want)
+	})
 }
 
 // waitFor polls cond until it holds, failing after 30s.
@@ -269,16 +277,7 @@ func TestRestartAfterListenChange(t *testing.T) {
 	if err := old.Signal(syscall.SIGHUP); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, func() bool {
-		resp, err := http.Get("http://" + st.adminAddr + "/api/reload")
-		if err != nil {
-			return false
-		}
-		defer resp.Body.Close()
-		var buf [1024]byte
-		n, _ := resp.Body.Read(buf[:])
-		return strings.Contains(string(buf[:n]), `"generation": 2`)
-	})
+	waitGeneration(t, st.adminAddr, 2)
 	if err := old.Signal(syscall.SIGUSR2); err != nil {
 		t.Fatal(err)
 	}
