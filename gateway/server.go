@@ -10,9 +10,6 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
-	"net/netip"
-	"regexp"
-	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -22,6 +19,7 @@ import (
 	"github.com/wsgate/wsgate/balancer"
 	"github.com/wsgate/wsgate/conf"
 	"github.com/wsgate/wsgate/gateway/internal/pluginhost"
+	"github.com/wsgate/wsgate/internal/fastlog"
 	"github.com/wsgate/wsgate/internal/rlimit"
 	"github.com/wsgate/wsgate/internal/sockopt"
 )
@@ -111,7 +109,7 @@ func New(cfg *conf.Config, log *slog.Logger) (*Server, error) {
 		NoDefaultContentType:  true,
 		CloseOnShutdown:       true,
 		SecureErrorLogMessage: true, // no request bytes (tokens) in the log
-		Logger:                fasthttpLogger{log},
+		Logger:                fastlog.Logger{Log: log},
 	}
 	s.admin = &fasthttp.Server{
 		Handler:               api.handle,
@@ -119,7 +117,7 @@ func New(cfg *conf.Config, log *slog.Logger) (*Server, error) {
 		ReadTimeout:           10 * time.Second,
 		WriteTimeout:          10 * time.Second, // a client that never reads holds no write
 		SecureErrorLogMessage: true,
-		Logger:                fasthttpLogger{log},
+		Logger:                fastlog.Logger{Log: log},
 	}
 	return s, nil
 }
@@ -369,26 +367,4 @@ func (s *Server) stopPluginsAndRevocations() {
 	if s.plugins != nil {
 		_ = s.plugins.Close()
 	}
-}
-
-// fasthttpLogger routes fasthttp's own messages into the gateway's log.
-type fasthttpLogger struct{ log *slog.Logger }
-
-// quoted matches a Go-quoted string in a fasthttp message.
-var quoted = regexp.MustCompile(`"(?:[^"\\]|\\.)*"`)
-
-// Printf logs a fasthttp message with every quoted string but the
-// connection's addresses hidden: fasthttp quotes the request's own bytes
-// (a header value it could not parse, say "Bearer <token>"), even with
-// SecureErrorLogMessage.
-func (l fasthttpLogger) Printf(format string, args ...any) {
-	msg := quoted.ReplaceAllStringFunc(fmt.Sprintf(format, args...), func(q string) string {
-		if s, err := strconv.Unquote(q); err == nil {
-			if _, err := netip.ParseAddrPort(s); err == nil {
-				return q
-			}
-		}
-		return `"(request bytes hidden)"`
-	})
-	l.log.Debug(msg)
 }

@@ -16,6 +16,7 @@ import (
 	"github.com/fasthttp/websocket"
 	"github.com/valyala/fasthttp"
 
+	"github.com/wsgate/wsgate/internal/fastlog"
 	"github.com/wsgate/wsgate/relay-backend/bus"
 	"github.com/wsgate/wsgate/relay-backend/relayclient"
 	"github.com/wsgate/wsgate/relay-backend/roomlog"
@@ -216,7 +217,8 @@ func New(o Options) *Relay {
 		ReadTimeout:           o.WriteTimeout,
 		WriteTimeout:          o.WriteTimeout,
 		IdleTimeout:           time.Minute,
-		Logger:                fasthttpLogger{r.log},
+		Logger:                fastlog.Logger{Log: r.log},
+		SecureErrorLogMessage: true, // no request bytes (tokens) in the log
 		// Without it fasthttp's hijacked conn ignores Close, so a slow
 		// consumer or a drain straggler could not be cut from another
 		// goroutine. serveConn closes every connection it was handed.
@@ -339,11 +341,4 @@ func (r *Relay) countBusError(what string, err error) {
 	if n&(n-1) == 0 { // the 1st, 2nd, 4th, 8th... error: bounded log volume
 		r.log.Warn("bus error", "op", what, "err", err, "bus_errors", n)
 	}
-}
-
-// fasthttpLogger sends fasthttp's own messages to slog at debug level.
-type fasthttpLogger struct{ l *slog.Logger }
-
-func (f fasthttpLogger) Printf(format string, args ...any) {
-	f.l.Debug(fmt.Sprintf(format, args...))
 }
