@@ -367,6 +367,11 @@ func (c *countedConn) Close() error {
 	return err
 }
 
+// Socket returns the TCP socket itself: the tunnel's event-driven engine
+// takes the socket over and still calls Close at the tunnel's end, which
+// frees the slot then.
+func (c *countedConn) Socket() *net.TCPConn { return c.TCPConn }
+
 // countedOther is countedConn for a connection that is not TCP.
 type countedOther struct {
 	net.Conn

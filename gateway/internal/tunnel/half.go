@@ -81,10 +81,25 @@ type half struct {
 	// armed is the write deadline set on dst, zero if none yet. Only
 	// the holder of the write turn uses it.
 	armed time.Time
+
+	// The event-driven engine's state (see engine_linux.go), used by the
+	// poller only. tail holds what dst has not taken yet; while it is
+	// there the write turn stays taken and src is not read.
+	tail         []byte
+	lastProgress int64 // Unix ns: when dst last took a byte of the tail
+	graceUntil   int64 // Unix ns: how long a tail ending in the gateway's close may wait past the close deadline
+	tailClose    bool  // tail ends with the gateway's close frame
+	readable     bool  // src had an event since it last read short
+	hup          bool  // src's peer hung up or the socket failed
+	ended        bool  // reading src has ended
+	stallArmed   bool  // a write-timeout timer is pending
 }
 
-func (h *half) init(t *Tunnel, src, dst net.Conn, toClient bool) {
+func (h *half) init(t *Tunnel, src, dst net.Conn, toClient, polled bool) {
 	h.t, h.src, h.dst, h.toClient = t, src, dst, toClient
+	if polled {
+		return
+	}
 	h.reader = pollread.NewReader(src, bufPool)
 	if sc, ok := src.(syscall.Conn); ok {
 		if raw, err := sc.SyscallConn(); err == nil {
@@ -199,7 +214,7 @@ func (h *half) forward(p []byte) {
 		h.t.startClosing()
 	}
 	if len(out) > 0 {
-		h.writeOut(out, outClose)
+		h.write(out, outClose)
 	}
 	if ferr != nil && !ignoreErr {
 		h.framingError(ferr)
@@ -278,6 +293,17 @@ func (h *half) closable() bool {
 	return h.broken || h.sc.AtBoundary() || h.sc.PartialHeader() > 0
 }
 
+// write writes out to dst on the tunnel's engine, the last segment being
+// the gateway's close frame when lastIsClose. The caller holds the write
+// turn.
+func (h *half) write(out [][]byte, lastIsClose bool) {
+	if h.t.pl != nil {
+		h.writeNB(out, lastIsClose)
+		return
+	}
+	h.writeOut(out, lastIsClose)
+}
+
 // writeOut writes out to dst, the last segment being the gateway's close
 // frame when lastIsClose; then, if a close was asked for meanwhile and dst
 // now sits at a frame boundary, it writes that too. The caller holds the
@@ -290,17 +316,7 @@ func (h *half) writeOut(out [][]byte, lastIsClose bool) {
 				break
 			}
 		}
-		h.mu.Lock()
-		out = nil
-		if err != nil {
-			h.dstFailed = true
-		} else if h.pendingCode != 0 && !h.sentClose && h.closable() {
-			out = [][]byte{h.takeClose(h.pendingCode, h.pendingWhy)}
-		}
-		if out == nil {
-			h.writing = false
-		}
-		h.mu.Unlock()
+		out = h.afterWrite(err)
 		if err != nil {
 			h.failDst(err)
 			return
@@ -310,6 +326,22 @@ func (h *half) writeOut(out [][]byte, lastIsClose bool) {
 		}
 		lastIsClose = true
 	}
+}
+
+// afterWrite ends a write of everything queued, which failed with err or
+// went out whole. It returns the gateway's close frame to write next, when
+// one was asked for meanwhile and dst now sits at a frame boundary, with
+// the write turn still taken; otherwise nil, with the turn given back.
+func (h *half) afterWrite(err error) [][]byte {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if err != nil {
+		h.dstFailed = true
+	} else if h.pendingCode != 0 && !h.sentClose && h.closable() {
+		return [][]byte{h.takeClose(h.pendingCode, h.pendingWhy)}
+	}
+	h.writing = false
+	return nil
 }
 
 // send writes all of b to dst. It fails when dst accepts no byte for the
@@ -395,6 +427,10 @@ func (h *half) failDst(err error) {
 		h.t.startClosing()
 		return
 	}
+	if h.t.pl != nil {
+		h.shutdownDst()
+		return
+	}
 	_ = h.dst.Close()
 }
 
@@ -432,6 +468,10 @@ func (h *half) injectClose(code uint16, reason string) {
 	frame := h.takeClose(code, reason)
 	h.writing = true
 	h.mu.Unlock()
+	if h.t.pl != nil {
+		h.writeNB([][]byte{frame}, true) // on the poller; never blocks
+		return
+	}
 	go h.sendClose(frame)
 }
 
@@ -454,7 +494,7 @@ func (h *half) lastWord(code uint16, reason string) {
 	frame := h.takeClose(code, reason)
 	h.writing = true
 	h.mu.Unlock()
-	h.writeOut([][]byte{frame}, true)
+	h.write([][]byte{frame}, true)
 }
 
 // framingError answers a frame that broke the rules or the route's limit.

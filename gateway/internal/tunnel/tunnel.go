@@ -96,7 +96,22 @@ type Params struct {
 
 	// OnEnd, when set, is called once at the very end, after Lease.
 	OnEnd func(*Tunnel)
+
+	// Engine chooses how the tunnel runs (default EngineAuto).
+	Engine Engine
 }
+
+// Engine says how a tunnel runs.
+type Engine uint8
+
+// The engines.
+const (
+	// EngineAuto runs a tunnel whose two connections are TCP sockets on
+	// the event-driven engine (Linux), any other on goroutines.
+	EngineAuto Engine = iota
+	// EngineGoroutines runs every tunnel as a goroutine pair.
+	EngineGoroutines
+)
 
 // Tunnel is one live WebSocket tunnel. Its methods are safe for concurrent
 // use. A Tunnel must not be copied.
@@ -122,6 +137,12 @@ type Tunnel struct {
 	closeOnce            sync.Once
 	pumps                atomic.Int32
 	done                 chan struct{}
+
+	// The event-driven engine's state (see engine_linux.go); pl is nil on
+	// the goroutine engine. Only the poller uses the rest.
+	pl               *poller
+	clientFD, nodeFD int32
+	fdsClosed        bool
 }
 
 // New prepares a tunnel; nothing moves until Start.
@@ -141,9 +162,10 @@ func New(p Params) *Tunnel {
 	if t.writeTimeout <= 0 {
 		t.writeTimeout = DefaultWriteTimeout
 	}
-	t.toNode.init(t, p.Client, p.Node, false)
+	polled := p.Engine == EngineAuto && t.adopt()
+	t.toNode.init(t, p.Client, p.Node, false, polled)
 	t.toNode.sc = wsframe.Scanner{MaxPayload: p.MaxFrame, RequireMasked: true}
-	t.toClient.init(t, p.Node, p.Client, true)
+	t.toClient.init(t, p.Node, p.Client, true, polled)
 	t.toClient.sc = wsframe.Scanner{RejectMasked: true}
 	t.clientPending, t.nodePending = p.ClientPending, p.NodePending
 	return t
@@ -156,6 +178,10 @@ func (t *Tunnel) Start() {
 	t.pumps.Store(2)
 	cp, np := t.clientPending, t.nodePending
 	t.clientPending, t.nodePending = nil, nil
+	if t.pl != nil {
+		t.startPolled(cp, np)
+		return
+	}
 	go t.pumpClientToNode(cp)
 	go t.pumpNodeToClient(np)
 }
@@ -172,6 +198,13 @@ func (t *Tunnel) Done() <-chan struct{} { return t.done }
 // 1001 of the gateway's own. GoAway returns at once, even while a write to
 // the client is stalled: the close then follows that write.
 func (t *Tunnel) GoAway(code uint16, reason string) {
+	if t.pl != nil {
+		t.pl.run(func() {
+			t.startClosing()
+			t.toClient.injectClose(code, reason)
+		})
+		return
+	}
 	t.startClosing()
 	t.toClient.injectClose(code, reason)
 }
@@ -180,6 +213,10 @@ func (t *Tunnel) GoAway(code uint16, reason string) {
 // and writes in progress fail at once, so the tunnel ends promptly.
 func (t *Tunnel) Abort() {
 	t.setReason(EndAborted)
+	if t.pl != nil {
+		t.pl.run(t.closeConns)
+		return
+	}
 	t.closeConns()
 }
 
@@ -279,7 +316,13 @@ func (t *Tunnel) Stats() Stats {
 // pumpClientToNode forwards the client's frames to the node until the client
 // side ends.
 func (t *Tunnel) pumpClientToNode(pending []byte) {
-	t.toNode.srcEnded(t.toNode.pump(pending))
+	t.clientEnded(t.toNode.pump(pending))
+}
+
+// clientEnded ends the client side once reading the client stopped with
+// err.
+func (t *Tunnel) clientEnded(err error) {
+	t.toNode.srcEnded(err)
 	// The client is gone or has closed: the node learns it with a close
 	// frame unless the client's own close was already passed on. The
 	// client counts as done only once that is written, so the other pump
@@ -295,7 +338,12 @@ func (t *Tunnel) pumpClientToNode(pending []byte) {
 // pumpNodeToClient forwards the node's frames to the client until the node
 // side ends.
 func (t *Tunnel) pumpNodeToClient(pending []byte) {
-	t.toClient.srcEnded(t.toClient.pump(pending))
+	t.nodeEnded(t.toClient.pump(pending))
+}
+
+// nodeEnded ends the node side once reading the node stopped with err.
+func (t *Tunnel) nodeEnded(err error) {
+	t.toClient.srcEnded(err)
 	t.startClosing()
 	if !t.toClient.sawClose() {
 		t.toClient.lastWord(CodeServiceRestart, "upstream went away")
@@ -322,14 +370,28 @@ func (t *Tunnel) sideClosed(fromClient bool) {
 
 // startClosing bounds the rest of the tunnel's life by the close timeout:
 // reads by a deadline on both connections, writes by closeDeadline, which
-// every write looks at (see half.send). It never waits.
+// every write looks at (see half.send); on the event-driven engine, by a
+// timer. It never waits.
 func (t *Tunnel) startClosing() {
 	dl := time.Now().Add(t.closeTimeout)
 	if !t.closeBy.CompareAndSwap(0, dl.UnixNano()) {
 		return
 	}
+	if t.pl != nil {
+		t.armClose(dl)
+		return
+	}
 	_ = t.client.SetReadDeadline(dl)
 	_ = t.node.SetReadDeadline(dl)
+}
+
+// writeTimeoutOrDefault is the write timeout, also for a Tunnel not made
+// by New, as in benchmarks.
+func (t *Tunnel) writeTimeoutOrDefault() time.Duration {
+	if t.writeTimeout <= 0 {
+		return DefaultWriteTimeout
+	}
+	return t.writeTimeout
 }
 
 // closeDeadline is when the close handshake must be over; zero until the
@@ -351,6 +413,16 @@ func (t *Tunnel) pumpExited() {
 	}
 	t.setReason(EndClosed) // every other cause was recorded where it was seen
 	t.closeConns()
+	if t.pl != nil {
+		// Off the poller: OnEnd may log and take locks.
+		go t.finish()
+		return
+	}
+	t.finish()
+}
+
+// finish releases the lease, calls OnEnd and closes Done.
+func (t *Tunnel) finish() {
 	if t.lease != nil {
 		t.lease.Release()
 	}
@@ -361,6 +433,10 @@ func (t *Tunnel) pumpExited() {
 }
 
 func (t *Tunnel) closeConns() {
+	if t.pl != nil {
+		t.closeFDs()
+		return
+	}
 	t.closeOnce.Do(func() {
 		_ = t.client.Close()
 		_ = t.node.Close()

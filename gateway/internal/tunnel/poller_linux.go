@@ -1,0 +1,296 @@
+package tunnel
+
+import (
+	"container/heap"
+	"runtime"
+	"sync"
+	"sync/atomic"
+	"time"
+	"unsafe"
+
+	"golang.org/x/sys/unix"
+)
+
+// A poller runs the tunnels of the event-driven engine: one goroutine waits
+// in epoll_wait on the sockets of its tunnels and does all of their reads
+// and writes, with one read buffer for all of them. Its tunnels' framing
+// state and unsent tails are touched by no other goroutine; other
+// goroutines reach a tunnel through run, which queues a function for the
+// poller and wakes it.
+type poller struct {
+	epfd   int
+	wakefd int // an eventfd: a write wakes the poller to run its queue
+	buf    []byte
+	events []unix.EpollEvent
+	iov    [4]unix.Iovec // writev's vector, poller-owned so a write allocates nothing
+
+	// byFD maps a socket's descriptor to its tunnel. Only the poller
+	// uses it.
+	byFD []*Tunnel
+
+	timers timerHeap
+
+	mu    sync.Mutex
+	queue []func()
+	spare []func()
+	woken atomic.Bool
+}
+
+// pollerReadSize is the poller's read buffer: a read that fills it is
+// followed by another before the poller waits again.
+const pollerReadSize = bufSize
+
+var (
+	pollersOnce sync.Once
+	pollers     []*poller
+	pollersErr  error
+	pollerNext  atomic.Uint32
+)
+
+// pickPoller returns a poller for a new tunnel, starting one per core on
+// first use; nil when the engine cannot run (epoll or eventfd failed).
+func pickPoller() *poller {
+	pollersOnce.Do(func() {
+		n := runtime.GOMAXPROCS(0)
+		for range n {
+			p, err := newPoller()
+			if err != nil {
+				pollersErr = err
+				return
+			}
+			pollers = append(pollers, p)
+			go p.loop()
+		}
+	})
+	if len(pollers) == 0 {
+		return nil
+	}
+	i := pollerNext.Add(1) % uint32(len(pollers))
+	return pollers[i]
+}
+
+func newPoller() (*poller, error) {
+	epfd, err := unix.EpollCreate1(unix.EPOLL_CLOEXEC)
+	if err != nil {
+		return nil, err
+	}
+	wfd, err := unix.Eventfd(0, unix.EFD_NONBLOCK|unix.EFD_CLOEXEC)
+	if err != nil {
+		_ = unix.Close(epfd)
+		return nil, err
+	}
+	ev := unix.EpollEvent{Events: unix.EPOLLIN, Fd: int32(wfd)}
+	if err := unix.EpollCtl(epfd, unix.EPOLL_CTL_ADD, wfd, &ev); err != nil {
+		_ = unix.Close(epfd)
+		_ = unix.Close(wfd)
+		return nil, err
+	}
+	return &poller{
+		epfd:   epfd,
+		wakefd: wfd,
+		buf:    make([]byte, pollerReadSize),
+		events: make([]unix.EpollEvent, 256),
+	}, nil
+}
+
+// run queues f to run on the poller's goroutine and wakes the poller. It
+// never waits on I/O.
+func (p *poller) run(f func()) {
+	p.mu.Lock()
+	p.queue = append(p.queue, f)
+	p.mu.Unlock()
+	if p.woken.CompareAndSwap(false, true) {
+		var one = [8]byte{1}
+		_, _ = unix.Write(p.wakefd, one[:])
+	}
+}
+
+// loop is the poller's goroutine.
+func (p *poller) loop() {
+	for {
+		timeout := -1
+		if len(p.timers) > 0 {
+			d := time.Until(time.Unix(0, p.timers[0].when))
+			timeout = int((d + time.Millisecond - 1) / time.Millisecond)
+			if timeout < 0 {
+				timeout = 0
+			}
+		}
+		n, err := unix.EpollWait(p.epfd, p.events, timeout)
+		if err != nil && err != unix.EINTR {
+			// epoll_wait fails only on a bad descriptor or
+			// argument: a bug, not a condition to carry on in.
+			panic("tunnel: epoll_wait: " + err.Error())
+		}
+		for i := range n {
+			ev := &p.events[i]
+			fd := int(ev.Fd)
+			if fd == p.wakefd {
+				continue
+			}
+			if fd < len(p.byFD) {
+				if t := p.byFD[fd]; t != nil {
+					t.event(fd, ev.Events)
+				}
+			}
+		}
+		p.runQueue()
+		p.runTimers()
+	}
+}
+
+// runQueue runs what other goroutines queued.
+func (p *poller) runQueue() {
+	if !p.woken.Load() {
+		return
+	}
+	var b [8]byte
+	_, _ = unix.Read(p.wakefd, b[:])
+	p.woken.Store(false)
+	p.mu.Lock()
+	q := p.queue
+	p.queue = p.spare[:0]
+	p.mu.Unlock()
+	for i, f := range q {
+		f()
+		q[i] = nil
+	}
+	p.mu.Lock()
+	p.spare = q[:0]
+	p.mu.Unlock()
+}
+
+// watch registers a socket of t, edge-triggered for reads, writes and the
+// peer's hang-up. A readable or writable socket is reported at once.
+func (p *poller) watch(fd int, t *Tunnel) error {
+	for fd >= len(p.byFD) {
+		p.byFD = append(p.byFD, make([]*Tunnel, len(p.byFD)+64)...)
+	}
+	p.byFD[fd] = t
+	ev := unix.EpollEvent{
+		Events: unix.EPOLLIN | unix.EPOLLOUT | unix.EPOLLRDHUP | unix.EPOLLET,
+		Fd:     int32(fd),
+	}
+	if err := unix.EpollCtl(p.epfd, unix.EPOLL_CTL_ADD, fd, &ev); err != nil {
+		p.byFD[fd] = nil
+		return err
+	}
+	return nil
+}
+
+// forget drops a socket about to be closed; closing it removes it from
+// the epoll set.
+func (p *poller) forget(fd int) {
+	if fd >= 0 && fd < len(p.byFD) {
+		p.byFD[fd] = nil
+	}
+}
+
+// writev writes the segments of out to fd in one system call, without
+// blocking, and returns how many bytes went.
+func (p *poller) writev(fd int, out [][]byte) (int, error) {
+	if len(out) == 1 {
+		return rawWrite(fd, out[0])
+	}
+	n := 0
+	for _, b := range out {
+		if len(b) == 0 {
+			continue
+		}
+		p.iov[n].Base = &b[0]
+		p.iov[n].SetLen(len(b))
+		n++
+	}
+	for {
+		r, _, e := unix.RawSyscall(unix.SYS_WRITEV, uintptr(fd), uintptr(unsafe.Pointer(&p.iov[0])), uintptr(n))
+		if e == unix.EINTR {
+			continue
+		}
+		clear(p.iov[:n])
+		if e != 0 {
+			return 0, e
+		}
+		return int(r), nil
+	}
+}
+
+// rawWrite is a non-blocking write(2); it cannot block, so it skips the
+// scheduler's system-call bookkeeping.
+func rawWrite(fd int, b []byte) (int, error) {
+	if len(b) == 0 {
+		return 0, nil
+	}
+	for {
+		r, _, e := unix.RawSyscall(unix.SYS_WRITE, uintptr(fd), uintptr(unsafe.Pointer(&b[0])), uintptr(len(b)))
+		if e == unix.EINTR {
+			continue
+		}
+		if e != 0 {
+			return 0, e
+		}
+		return int(r), nil
+	}
+}
+
+// rawRead is a non-blocking read(2).
+func rawRead(fd int, b []byte) (int, error) {
+	for {
+		r, _, e := unix.RawSyscall(unix.SYS_READ, uintptr(fd), uintptr(unsafe.Pointer(&b[0])), uintptr(len(b)))
+		if e == unix.EINTR {
+			continue
+		}
+		if e != 0 {
+			return 0, e
+		}
+		return int(r), nil
+	}
+}
+
+// Timers: a tunnel asks to be woken at a time for one reason; stale
+// entries are harmless, since the tunnel looks at its own state when woken.
+
+type timerKind uint8
+
+const (
+	timerClose       timerKind = iota // the close deadline
+	timerStallNode                    // the write to the node may have timed out
+	timerStallClient                  // the write to the client may have timed out
+)
+
+type timer struct {
+	when int64 // Unix ns
+	t    *Tunnel
+	kind timerKind
+}
+
+type timerHeap []timer
+
+func (h timerHeap) Len() int           { return len(h) }
+func (h timerHeap) Less(i, j int) bool { return h[i].when < h[j].when }
+func (h timerHeap) Swap(i, j int)      { h[i], h[j] = h[j], h[i] }
+func (h *timerHeap) Push(x any)        { *h = append(*h, x.(timer)) }
+func (h *timerHeap) Pop() any {
+	old := *h
+	x := old[len(old)-1]
+	old[len(old)-1] = timer{}
+	*h = old[:len(old)-1]
+	return x
+}
+
+// after wakes t for kind at when.
+func (p *poller) after(when time.Time, t *Tunnel, kind timerKind) {
+	heap.Push(&p.timers, timer{when: when.UnixNano(), t: t, kind: kind})
+}
+
+// runTimers fires the timers that are due.
+func (p *poller) runTimers() {
+	if len(p.timers) == 0 {
+		return
+	}
+	now := time.Now()
+	ns := now.UnixNano()
+	for len(p.timers) > 0 && p.timers[0].when <= ns {
+		tm := heap.Pop(&p.timers).(timer)
+		tm.t.fire(tm.kind, now)
+	}
+}
