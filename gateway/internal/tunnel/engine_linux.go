@@ -76,7 +76,9 @@ func dupSocket(c net.Conn) (fd int, sock *net.TCPConn, ok bool) {
 // sockets, and reports whether it did. The runtime's poller lets go of the
 // sockets (their Go connections are closed); the tunnel's own descriptors
 // keep them open. t.client's Close is still called at the end, after the
-// descriptors are closed, so a wrapper frees what it holds as before.
+// descriptors are closed, so a wrapper frees what it holds as before; a
+// wrapper with a DropSocket method is told to forget its socket, so the
+// closed Go connection's memory is freed at once.
 func (t *Tunnel) adopt() bool {
 	p := pickPoller()
 	if p == nil {
@@ -93,6 +95,12 @@ func (t *Tunnel) adopt() bool {
 	}
 	_ = cs.Close()
 	_ = ns.Close()
+	// Nothing of the node's Go connection is needed any more; a wrapper
+	// of the client's socket drops it, keeping what it frees on Close.
+	t.node = nil
+	if d, ok := t.client.(interface{ DropSocket() }); ok {
+		d.DropSocket()
+	}
 	t.pl, t.clientFD, t.nodeFD = p, int32(cfd), int32(nfd)
 	return true
 }
@@ -379,7 +387,6 @@ func (t *Tunnel) closeFDs() {
 		_ = unix.Close(fd)
 	}
 	_ = t.client.Close()
-	_ = t.node.Close()
 	t.toNode.tail, t.toClient.tail = nil, nil
 	t.toNode.endSrc(net.ErrClosed)
 	t.toClient.endSrc(net.ErrClosed)

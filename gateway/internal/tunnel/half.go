@@ -77,10 +77,9 @@ type half struct {
 	outN     int
 	outClose bool // out ends with the gateway's close frame
 	held     [wsframe.MaxHeaderLen]byte
-	closeBuf [wsframe.MaxHeaderLen + 125]byte
-	// armed is the write deadline set on dst, zero if none yet. Only
-	// the holder of the write turn uses it.
-	armed time.Time
+	// armed is the write deadline set on dst in Unix ns, 0 if none yet.
+	// Only the holder of the write turn uses it.
+	armed int64
 
 	// The event-driven engine's state (see engine_linux.go), used by the
 	// poller only. tail holds what dst has not taken yet; while it is
@@ -96,10 +95,11 @@ type half struct {
 }
 
 func (h *half) init(t *Tunnel, src, dst net.Conn, toClient, polled bool) {
-	h.t, h.src, h.dst, h.toClient = t, src, dst, toClient
+	h.t, h.toClient = t, toClient
 	if polled {
-		return
+		return // the poller has the sockets
 	}
+	h.src, h.dst = src, dst
 	h.reader = pollread.NewReader(src, bufPool)
 	if sc, ok := src.(syscall.Conn); ok {
 		if raw, err := sc.SyscallConn(); err == nil {
@@ -278,12 +278,12 @@ func (h *half) takeClose(code uint16, reason string) []byte {
 	h.sentCode.Store(uint32(code))
 	h.t.noteClose(ByGateway)
 	if h.toClient {
-		return wsframe.AppendClose(h.closeBuf[:0], code, reason, nil)
+		return wsframe.AppendClose(nil, code, reason, nil)
 	}
 	var key [4]byte
 	k := rand.Uint32()
 	key[0], key[1], key[2], key[3] = byte(k), byte(k>>8), byte(k>>16), byte(k>>24)
-	return wsframe.AppendClose(h.closeBuf[:0], code, reason, &key)
+	return wsframe.AppendClose(nil, code, reason, &key)
 }
 
 // closable reports whether the gateway's close may go to dst now: dst sits
@@ -386,9 +386,10 @@ func (h *half) send(b []byte, grace bool) error {
 		// A deadline already set no later than wake and at least half a
 		// probe away serves as well: setting one costs about a tenth
 		// of a small write.
-		if h.armed.IsZero() || wake.Before(h.armed) || h.armed.Sub(now) < probe/2 {
+		armed := time.Unix(0, h.armed)
+		if h.armed == 0 || wake.Before(armed) || armed.Sub(now) < probe/2 {
 			_ = h.dst.SetWriteDeadline(wake)
-			h.armed = wake
+			h.armed = wake.UnixNano()
 		}
 		n, err := h.dst.Write(b)
 		if err == nil {

@@ -124,8 +124,8 @@ type Tunnel struct {
 	writeTimeout time.Duration
 	lease        Releaser
 
-	clientPending, nodePending []byte // until Start
-	onEnd                      func(*Tunnel)
+	pending *[2][]byte // the client's and the node's pending bytes, until Start
+	onEnd   func(*Tunnel)
 
 	// clientDone and nodeDone are set when that side has sent its close
 	// frame or its connection has failed; when both are set the close
@@ -167,7 +167,9 @@ func New(p Params) *Tunnel {
 	t.toNode.sc = wsframe.Scanner{MaxPayload: p.MaxFrame, RequireMasked: true}
 	t.toClient.init(t, p.Node, p.Client, true, polled)
 	t.toClient.sc = wsframe.Scanner{RejectMasked: true}
-	t.clientPending, t.nodePending = p.ClientPending, p.NodePending
+	if len(p.ClientPending) > 0 || len(p.NodePending) > 0 {
+		t.pending = &[2][]byte{p.ClientPending, p.NodePending}
+	}
 	return t
 }
 
@@ -176,8 +178,11 @@ func New(p Params) *Tunnel {
 // Start must be called once.
 func (t *Tunnel) Start() {
 	t.pumps.Store(2)
-	cp, np := t.clientPending, t.nodePending
-	t.clientPending, t.nodePending = nil, nil
+	var cp, np []byte
+	if t.pending != nil {
+		cp, np = t.pending[0], t.pending[1]
+		t.pending = nil
+	}
 	if t.pl != nil {
 		t.startPolled(cp, np)
 		return
