@@ -3,7 +3,6 @@ package gateway
 import (
 	"bufio"
 	"bytes"
-	"context"
 	"crypto/tls"
 	"errors"
 	"fmt"
@@ -207,18 +206,7 @@ path_prefix = "/ws/"
 pool = "relay"
 plain_http = "refuse"
 `), "127.0.0.1:0", back.addr())
-	c, err := conf.Parse("test.toml", []byte(cfg))
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv, err := New(c, quietLog())
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := srv.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = srv.Shutdown(context.Background()) })
+	srv := startGateway(t, cfg)
 	hc := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{TLSClientConfig: f.clientConfig("gw.test")}}
 	defer hc.CloseIdleConnections()
 	base := "https://" + srv.TLSAddr().String()
@@ -233,7 +221,7 @@ plain_http = "refuse"
 			t.Errorf("GET %s: %d, want %d", path, resp.StatusCode, want)
 		}
 	}
-	_, _, err = wssDial(srv.TLSAddr().String(), "/ws/x", f.clientConfig("gw.test"))
+	_, _, err := wssDial(srv.TLSAddr().String(), "/ws/x", f.clientConfig("gw.test"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -471,18 +459,7 @@ path = %[3]q
   [plugins.config]
   tag = "mtls"
 `), "127.0.0.1:0", back.addr(), plugin)
-	c, err := conf.Parse("test.toml", []byte(cfg))
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv, err := New(c, quietLog())
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := srv.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = srv.Shutdown(context.Background()) })
+	srv := startGateway(t, cfg)
 	addr := srv.TLSAddr().String()
 
 	for name, certs := range map[string][]tls.Certificate{"no certificate": nil, "untrusted": {mallory.TLS()}} {

@@ -44,17 +44,22 @@ func TestCheckStartsPlugins(t *testing.T) {
 			if err := os.WriteFile(path, []byte(cfg), 0o644); err != nil {
 				t.Fatal(err)
 			}
-			p := testproc.Start(t, "wsgate-check", wsgate, "-check", "-config", path)
-			code, err := p.Wait(60 * time.Second)
-			if err != nil {
-				t.Fatal(err)
-			}
-			out := p.Output()
-			want := strings.NewReplacer("FILE", path, "BIN", jwt).Replace(tc.want)
-			if code != tc.code || !strings.Contains(out, want) {
-				t.Fatalf("exit %d, output:\n%s\nwant exit %d and\n%s", code, out, tc.code, want)
-			}
+			runCheck(t, wsgate, path, tc.code, strings.NewReplacer("FILE", path, "BIN", jwt).Replace(tc.want))
 		})
+	}
+}
+
+// runCheck runs `wsgate -check` (the binary wsgate) on the config at path
+// and wants exit status code and want in its output.
+func runCheck(t *testing.T, wsgate, path string, code int, want string) {
+	t.Helper()
+	p := testproc.Start(t, "wsgate-check", wsgate, "-check", "-config", path)
+	got, err := p.Wait(60 * time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if out := p.Output(); got != code || !strings.Contains(out, want) {
+		t.Fatalf("exit %d, output:\n%s\nwant exit %d and\n%s", got, out, code, want)
 	}
 }
 
@@ -97,16 +102,7 @@ func TestCheckLoadsTLSFiles(t *testing.T) {
 			if err := os.WriteFile(path, []byte(cfg), 0o644); err != nil {
 				t.Fatal(err)
 			}
-			p := testproc.Start(t, "wsgate-check", wsgate, "-check", "-config", path)
-			code, err := p.Wait(60 * time.Second)
-			if err != nil {
-				t.Fatal(err)
-			}
-			out := p.Output()
-			want := strings.ReplaceAll(tc.want, "FILE", path)
-			if code != tc.code || !strings.Contains(out, want) {
-				t.Fatalf("exit %d, output:\n%s\nwant exit %d and\n%s", code, out, tc.code, want)
-			}
+			runCheck(t, wsgate, path, tc.code, strings.ReplaceAll(tc.want, "FILE", path))
 		})
 	}
 }

@@ -6,9 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"net"
-	"net/http"
 	"os"
-	"path/filepath"
 	"strconv"
 	"syscall"
 	"testing"
@@ -103,17 +101,8 @@ func TestTLSReloadAndRestart(t *testing.T) {
 	if err := os.WriteFile(cfg, append(b, "\n"+rs.table...), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	pidfile := filepath.Join(t.TempDir(), "wsgate.pid")
-	old := testproc.Start(t, "wsgate", testproc.Build(t, "./cmd/wsgate"), "-config", cfg, "-pidfile", pidfile)
-	testproc.WaitHTTP(t, "http://"+st.adminAddr+"/readyz", http.StatusOK, 30*time.Second)
+	old, pidfile := startUpgradable(t, st, cfg)
 	oldPid := old.Pid()
-	t.Cleanup(func() {
-		if pid := readPid(t, pidfile); pid != 0 && pid != oldPid {
-			if p, err := os.FindProcess(pid); err == nil {
-				_ = p.Signal(syscall.SIGKILL)
-			}
-		}
-	})
 
 	var tunnels []*client
 	for i := range 8 {
