@@ -149,7 +149,11 @@ func (s *Server) apply(cfg *conf.Config, start time.Time) error {
 	}
 	s.limits.set(cfg.Gateway.MaxConns, cfg.Gateway.MaxConnsPerIP)
 	s.gen.Store(g)
-	s.swapTLS(g.tls) // the next TLS handshakes; tunnels keep theirs
+	if g.tls != nil || s.tlsLn == nil {
+		s.swapTLS(g.tls) // the next TLS handshakes; tunnels keep theirs
+	}
+	// Else the file drops the TLS listener, which needs a restart: until
+	// then it keeps serving the certificates it has.
 	// Nodes removed by earlier reloads whose tunnels have all ended.
 	s.tunnels.pruneRetired(g.holds)
 	s.forgetNodes(g, gone)

@@ -278,7 +278,7 @@ func (s *Server) closeListeners() {
 	}
 }
 
-// Listeners returns the open listeners, client and admin alike, by the
+// Listeners returns the open listeners, client (TLS too) and admin alike, by the
 // configured address Start opened each for, so a restart can hand them to
 // the next process. A reload that changed an address since does not
 // rename its socket: the next process opens the new address itself.

@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -260,34 +261,45 @@ func TestTLSHandshakeTimeout(t *testing.T) {
 }
 
 // TestTLSSharesConnectionLimits checks that a TLS socket counts toward
-// max_conns_per_ip from accept, like a plain one: with one TLS connection
-// open, a plain connection from the same address gets 429, and a second
-// TLS connection is closed before its handshake and counted as refused.
+// max_conns_per_ip and max_conns from accept, like a plain one: with one
+// TLS connection open, a plain connection gets the limit's status (429,
+// 503), and a second TLS connection is closed before its handshake and
+// counted as refused under the limit's name.
 func TestTLSSharesConnectionLimits(t *testing.T) {
 	f := newTLSFiles(t)
-	e := newEnv(t, 1, tlsGatewayConfig(`max_conns_per_ip = 1`, f.table(testproc.FreeAddr(t), ""), catchAll))
-	addr := e.srv.TLSAddr().String()
-	held, err := tls.Dial("tcp", addr, f.clientConfig("gw.test"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer held.Close()
-	e.waitOpen(1)
+	for _, c := range []struct {
+		key, limit string
+		status     int
+	}{
+		{"max_conns_per_ip = 1", "max_conns_per_ip", http.StatusTooManyRequests},
+		{"max_conns = 1", "max_conns", http.StatusServiceUnavailable},
+	} {
+		t.Run(c.limit, func(t *testing.T) {
+			e := newEnv(t, 1, tlsGatewayConfig(c.key, f.table(testproc.FreeAddr(t), ""), catchAll))
+			addr := e.srv.TLSAddr().String()
+			held, err := tls.Dial("tcp", addr, f.clientConfig("gw.test"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer held.Close()
+			e.waitOpen(1)
 
-	plain := rawConn(t, e.gw, "127.0.0.1")
-	if resp := readAnswer(t, plain); resp.StatusCode != http.StatusTooManyRequests {
-		t.Fatalf("plain connection beside a TLS one: %d, want 429", resp.StatusCode)
+			plain := rawConn(t, e.gw, "127.0.0.1")
+			if resp := readAnswer(t, plain); resp.StatusCode != c.status {
+				t.Fatalf("plain connection beside a TLS one: %d, want %d", resp.StatusCode, c.status)
+			}
+			_ = plain.Close()
+			second, err := tls.DialWithDialer(&net.Dialer{Timeout: 10 * time.Second}, "tcp", addr, f.clientConfig("gw.test"))
+			if err == nil {
+				_ = second.Close()
+				t.Fatalf("a second TLS connection over %s finished its handshake", c.limit)
+			}
+			// Counted once the socket is closed.
+			waitUntil(t, func() bool { return counterValue(t, e.srv.metrics.refused.WithLabelValues(c.limit)) == 2 })
+			_ = held.Close()
+			e.waitZero()
+		})
 	}
-	c, err := tls.DialWithDialer(&net.Dialer{Timeout: 10 * time.Second}, "tcp", addr, f.clientConfig("gw.test"))
-	if err == nil {
-		_ = c.Close()
-		t.Fatal("a second TLS connection over max_conns_per_ip finished its handshake")
-	}
-	if v := counterValue(t, e.srv.metrics.refused.WithLabelValues("max_conns_per_ip")); v != 2 {
-		t.Fatalf("refused{max_conns_per_ip} = %v, want 2", v)
-	}
-	_ = held.Close()
-	e.waitZero()
 }
 
 // TestTLSBytesBehindTheRequestKept checks that a frame the client sends
@@ -357,8 +369,10 @@ func (h *heldWrites) flush() error {
 // TestTLSFilesReloadedOnChange checks that a certificate file rewritten in
 // place is served to the next handshakes without a restart, that a live
 // wss tunnel carries on untouched, that a broken file keeps the
-// certificates in force (counted as an error), and that a config reload
-// naming a missing file is refused with its file, line and key.
+// certificates in force (counted as an error), that a config reload
+// naming a missing file is refused with its file, line and key, and that
+// one dropping [gateway.tls] leaves the running listener its certificates
+// (it needs a restart).
 func TestTLSFilesReloadedOnChange(t *testing.T) {
 	f := newTLSFiles(t)
 	tlsAddr := testproc.FreeAddr(t)
@@ -422,6 +436,22 @@ func TestTLSFilesReloadedOnChange(t *testing.T) {
 	}
 	if !bytes.Equal(servedLeaf(t, addr, "a.example.test"), f.leafs[2].Cert.Raw) {
 		t.Fatal("a refused reload changed the certificates")
+	}
+
+	// A file without [gateway.tls] reloads, but the TLS listener stays
+	// until a restart, serving the certificates it has.
+	plain := strings.Replace(fmt.Sprintf(cfgFmt, e.gw, e.addrs[0]), f.table(tlsAddr, ""), "", 1)
+	if err := os.WriteFile(path, []byte(plain), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.srv.ReloadFrom(path); err != nil {
+		t.Fatal(err)
+	}
+	if st := e.srv.LastReload(); !slices.Contains(st.Restart, "gateway.tls.listen") {
+		t.Fatalf("needs restart: %q", st.Restart)
+	}
+	if !bytes.Equal(servedLeaf(t, addr, "a.example.test"), f.leafs[2].Cert.Raw) {
+		t.Fatal("a reload without [gateway.tls] changed what the TLS listener serves")
 	}
 }
 
