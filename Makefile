@@ -2,7 +2,7 @@
 GO ?= go
 PKGS ?= ./...
 
-.PHONY: test demo bench lint fuzz build proto deps
+.PHONY: test demo bench bench-tls lint fuzz build proto deps
 
 # test runs every test with the race detector, in random order. The
 # integration tests start a real redis-server; deps installs it if missing.
@@ -29,6 +29,15 @@ bench:
 			echo "bench: could not install$$pkgs; their columns will read n/a" >&2; \
 		else echo "bench: missing$$missing and not root; their columns will read n/a (sudo apt-get install -y$$pkgs)" >&2; fi; fi
 	$(GO) run ./bench/cmd/benchrun
+
+# bench-tls compares wsgate's TLS termination with nginx's (ssl listener),
+# each on one core in front of one relay: RSS per idle TLS tunnel (2,000
+# wss connections) and full TLS 1.3 handshakes per second with the proxy's
+# CPU per handshake (docs/benchmarks.md). About a minute; needs nginx
+# (nginx-light) for its row. TLSBENCH_FLAGS passes flags (-idle, -workers,
+# -duration, -reps).
+bench-tls:
+	$(GO) run ./bench/cmd/tlsbench $(TLSBENCH_FLAGS)
 
 # lint checks formatting, vets the code and runs staticcheck (pinned;
 # fetched through the Go module proxy on first use). No check is excluded.

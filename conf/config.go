@@ -86,6 +86,37 @@ type Gateway struct {
 	// loaded at start and after every reconnect (default "": revocations
 	// apply to this gateway only).
 	RevokeRedis string `toml:"revoke_redis" json:"revoke_redis"`
+	// TLS is the TLS client listener (default none).
+	TLS TLS `toml:"tls" json:"tls"`
+}
+
+// TLS is the [gateway.tls] table: a client listener that terminates TLS
+// (1.2 and 1.3, ALPN "http/1.1") and serves the same routes as the plain
+// ones, under the same connection limits. Certificate, key and CA files are
+// read at start, at every reload, and whenever one of them changes.
+type TLS struct {
+	// Listen is the TLS client listener address, host:port (default "":
+	// no TLS listener).
+	Listen string `toml:"listen" json:"listen"`
+	// ClientCAFile is a PEM file of the CA certificates client
+	// certificates must chain to; when set, every client must present a
+	// valid certificate, whose verified chain auth plugins get in the
+	// request's TLS info (default "": no client certificates asked for).
+	ClientCAFile string `toml:"client_ca_file" json:"client_ca_file"`
+	// Certificates are the server certificates: the first is served to a
+	// client whose server name (SNI) no certificate names; the others are
+	// chosen by the DNS names in their certificates, exact names before
+	// wildcards (at least one when Listen is set).
+	Certificates []Certificate `toml:"certificates" json:"certificates"`
+}
+
+// Certificate is one [[gateway.tls.certificates]] entry.
+type Certificate struct {
+	// CertFile is a PEM file holding the certificate, then any
+	// intermediates; required.
+	CertFile string `toml:"cert_file" json:"cert_file"`
+	// KeyFile is the PEM file of its private key; required.
+	KeyFile string `toml:"key_file" json:"key_file"`
 }
 
 // Admin is the [admin] section: the admin listener.

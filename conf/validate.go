@@ -67,6 +67,7 @@ func (g *Gateway) validate(e *errorList) {
 		checkListen(e, key, a)
 		unique(e, seen, a, key, "listen address")
 	}
+	g.TLS.validate(e, seen)
 	atLeast(e, "gateway.max_conns", g.MaxConns, 1)
 	atLeast(e, "gateway.max_conns_per_ip", g.MaxConnsPerIP, 0)
 	positive(e, "gateway.handshake_timeout", g.HandshakeTimeout)
@@ -90,6 +91,31 @@ func (g *Gateway) validate(e *errorList) {
 		e.add("gateway.retry_after", "must be >= 1s, got "+r.String())
 	case r%time.Second != 0:
 		e.add("gateway.retry_after", "must be whole seconds (Retry-After has no fractions), got "+r.String())
+	}
+}
+
+// validate checks the TLS listener; seen holds the plain listeners'
+// addresses, which it must not repeat.
+func (t *TLS) validate(e *errorList, seen map[string]string) {
+	if t.Listen == "" {
+		if len(t.Certificates) > 0 || t.ClientCAFile != "" {
+			e.add("gateway.tls.listen", "is empty (no TLS listener) but certificates or client_ca_file are set: set the TLS listener's host:port")
+		}
+		return
+	}
+	checkListen(e, "gateway.tls.listen", t.Listen)
+	unique(e, seen, t.Listen, "gateway.tls.listen", "listen address")
+	if len(t.Certificates) == 0 {
+		e.add("gateway.tls", "at least one [[gateway.tls.certificates]] entry is required with a TLS listener")
+	}
+	for i, c := range t.Certificates {
+		path := indexKey("gateway.tls.certificates", i)
+		if c.CertFile == "" {
+			e.add(path, "cert_file is required")
+		}
+		if c.KeyFile == "" {
+			e.add(path, "key_file is required")
+		}
 	}
 }
 

@@ -34,6 +34,7 @@ func (s *Server) authorize(ctx *fasthttp.RequestCtx, g *generation, rt *route) (
 		RawQuery:   string(ctx.URI().QueryString()),
 		Header:     make(http.Header),
 		ClientAddr: ctx.RemoteAddr().String(),
+		TLS:        tlsInfo(ctx),
 		Route:      rt.name,
 	}
 	for k, v := range h.All() {

@@ -47,3 +47,12 @@ func CheckPlugins(cfg *conf.Config, log *slog.Logger) error {
 func pluginKey(i int, field string) string {
 	return "plugins[" + strconv.Itoa(i) + "]." + field
 }
+
+// CheckTLS reads the certificate, key and CA files of cfg's TLS listener
+// as a start would, so `wsgate -check` fails on a file the start would
+// fail on. It returns nil, or a *conf.Error naming the file, the line and
+// the key (gateway.tls.certificates[i] or gateway.tls.client_ca_file).
+func CheckTLS(cfg *conf.Config) error {
+	_, err := loadTLS(cfg)
+	return err
+}

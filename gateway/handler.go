@@ -282,6 +282,9 @@ func prepareForward(ctx *fasthttp.RequestCtx, rt *route, set map[string]string) 
 	h.SetBytesV("X-Forwarded-For", xff)
 	h.Del("X-Forwarded-Proto")
 	h.Set("X-Forwarded-Proto", scheme(ctx))
+	// Nodes are spoken plain HTTP to: a request read on the TLS listener
+	// parses as https, which the node's client refuses.
+	ctx.Request.URI().SetScheme("http")
 }
 
 // appendForwardedFor appends the one X-Forwarded-For value a node gets:

@@ -293,10 +293,15 @@ func (s *Server) tunnelEnded(t *tunnel.Tunnel) {
 	}
 }
 
-// detach returns the socket under fasthttp's hijacked connection, with any
-// bytes the client sent right behind its request (still in fasthttp's read
-// buffer). The buffer is read out under an expired deadline, which returns
-// buffered bytes and never touches the socket.
+// detach returns the connection under fasthttp's hijacked connection, with
+// any bytes the client sent right behind its request (still in fasthttp's
+// read buffer). The buffer is read out under an expired deadline, which
+// returns buffered bytes and never touches the socket. On the TLS listener
+// the connection is the *tls.Conn, never the socket under it: the tunnel
+// reads and writes plaintext through it, and the records it has already
+// taken off the socket stay in it, to be read there (a read under an
+// expired deadline drains what it has decrypted or can decrypt without the
+// socket, and its timeout leaves the connection usable).
 func detach(c net.Conn) (net.Conn, []byte) {
 	u, ok := c.(interface{ UnsafeConn() net.Conn })
 	if !ok {

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"crypto/tls"
 	"fmt"
 	"io"
 	"net"
@@ -14,6 +15,7 @@ import (
 
 	"github.com/valyala/fasthttp"
 	"github.com/wsgate/wsgate/conf"
+	"github.com/wsgate/wsgate/internal/testproc"
 )
 
 // lingering reports how many goroutines are in lingerClose.
@@ -73,9 +75,12 @@ overflow = "close-1013"
 // fails then. It runs the gateway's own fasthttp server, with a handler
 // that hijacks and detaches, and checks detach returns the socket the
 // listener accepted (a *countedConn around the *net.TCPConn) with the
-// bytes the client sent right behind its request.
+// bytes the client sent right behind its request. On the TLS listener it
+// must return the *tls.Conn over that socket, never the socket itself,
+// whose bytes are ciphertext.
 func TestDetachUnwrapsHijackedConn(t *testing.T) {
-	cfg, err := conf.Parse("detach.toml", []byte(fmt.Sprintf(oneNode, "127.0.0.1:0", "127.0.0.1:1")))
+	f := newTLSFiles(t)
+	cfg, err := conf.Parse("detach.toml", []byte(fmt.Sprintf(tlsGatewayConfig("", f.table(testproc.FreeAddr(t), ""), catchAll), "127.0.0.1:0", "127.0.0.1:1")))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -111,26 +116,42 @@ func TestDetachUnwrapsHijackedConn(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = srv.Shutdown(context.Background()) })
-	c, err := net.Dial("tcp", srv.Addr().String())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	if _, err := io.WriteString(c, "GET / HTTP/1.1\r\nHost: gw\r\n\r\ntail!"); err != nil {
-		t.Fatal(err)
-	}
-	select {
-	case r := <-got:
-		defer r.raw.Close()
-		// The listener's counted socket is what fasthttp wraps: detach
-		// must hand that back, not fasthttp's wrapper.
-		if _, ok := r.raw.(*countedConn); !ok {
-			t.Fatalf("detach returned %T, want the listener's *countedConn: fasthttp's hijacked connection no longer exposes UnsafeConn", r.raw)
+	for _, secure := range []bool{false, true} {
+		var c net.Conn
+		if secure {
+			c, err = tls.Dial("tcp", srv.TLSAddr().String(), f.clientConfig("gw.test"))
+		} else {
+			c, err = net.Dial("tcp", srv.Addr().String())
 		}
-		if string(r.rest) != "tail!" {
-			t.Fatalf("bytes behind the request = %q, want %q", r.rest, "tail!")
+		if err != nil {
+			t.Fatal(err)
 		}
-	case <-time.After(10 * time.Second):
-		t.Fatal("the hijack handler never ran")
+		defer c.Close()
+		if _, err := io.WriteString(c, "GET / HTTP/1.1\r\nHost: gw\r\n\r\ntail!"); err != nil {
+			t.Fatal(err)
+		}
+		select {
+		case r := <-got:
+			defer r.raw.Close()
+			// The listener's counted socket is what fasthttp wraps: detach
+			// must hand that back (or the TLS connection over it), not
+			// fasthttp's wrapper.
+			sock := r.raw
+			if secure {
+				tc, ok := r.raw.(*tls.Conn)
+				if !ok {
+					t.Fatalf("TLS: detach returned %T, want the *tls.Conn", r.raw)
+				}
+				sock = tc.NetConn()
+			}
+			if _, ok := sock.(*countedConn); !ok {
+				t.Fatalf("TLS %t: detach returned %T over %T, want the listener's *countedConn: fasthttp's hijacked connection no longer exposes UnsafeConn", secure, r.raw, sock)
+			}
+			if string(r.rest) != "tail!" {
+				t.Fatalf("TLS %t: bytes behind the request = %q, want %q", secure, r.rest, "tail!")
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatalf("TLS %t: the hijack handler never ran", secure)
+		}
 	}
 }

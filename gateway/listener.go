@@ -1,6 +1,7 @@
 package gateway
 
 import (
+	"crypto/tls"
 	"errors"
 	"log/slog"
 	"net"
@@ -56,6 +57,11 @@ type limitListener struct {
 	retryAfter func() int
 	// linger holds a token per lingering refused socket.
 	linger chan struct{}
+	// tls, when not nil, makes this a TLS listener: an admitted
+	// connection is returned as a *tls.Conn on top of its counted socket,
+	// its handshake bounded by handshakeTimeout from accept.
+	tls              *tls.Config
+	handshakeTimeout func() time.Duration
 
 	closeOnce sync.Once
 	closed    chan struct{}
@@ -112,8 +118,23 @@ func (l *limitListener) Accept() (net.Conn, error) {
 			l.refuse(c, ip, status)
 			continue
 		}
-		return newCountedConn(c, s), nil
+		cc := newCountedConn(c, s)
+		if l.tls == nil {
+			return cc, nil
+		}
+		// The handshake runs on the connection's first read, in its
+		// serving goroutine, never here: a client that never finishes
+		// it is cut at this deadline (the request's own read deadline
+		// follows it; the tunnel clears both).
+		_ = cc.SetDeadline(time.Now().Add(l.handshakeTimeout()))
+		return tls.Server(cc, l.tls), nil
 	}
+}
+
+// withTLS makes l a TLS listener serving config (see limitListener.tls).
+func (l *limitListener) withTLS(config *tls.Config, handshakeTimeout func() time.Duration) *limitListener {
+	l.tls, l.handshakeTimeout = config, handshakeTimeout
+	return l
 }
 
 // Close stops Accept, also while it pauses, and closes the listener.
@@ -248,7 +269,9 @@ func (t *logThrottle) wait(now time.Time, every time.Duration) time.Duration {
 
 // refuse answers a connection over a limit and closes it: 429 over
 // max_conns_per_ip, 503 over max_conns, both with Retry-After and
-// Connection: close. It never blocks the accept loop.
+// Connection: close. It never blocks the accept loop. On a TLS listener
+// the socket is closed before any TLS handshake, without an answer: one
+// would need a handshake, the very work the limits are there to refuse.
 func (l *limitListener) refuse(c net.Conn, ip netip.Addr, status int) {
 	reason := "max_conns"
 	msg := "connection limit reached"
@@ -260,6 +283,10 @@ func (l *limitListener) refuse(c net.Conn, ip netip.Addr, status int) {
 	// count read off the metric never includes a socket still being refused.
 	defer l.metrics.refused.WithLabelValues(reason).Inc()
 	l.access.connection(c, status, reason)
+	if l.tls != nil {
+		closeDrained(c)
+		return
+	}
 	_ = c.SetWriteDeadline(time.Now().Add(refuseWriteTimeout))
 	_, err := c.Write(refusal(status, msg, l.retryAfter()))
 	if err == nil && status == fasthttp.StatusServiceUnavailable {

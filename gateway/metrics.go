@@ -38,6 +38,7 @@ type metrics struct {
 	acceptErrors     *prometheus.CounterVec
 	refused          *prometheus.CounterVec
 	localDialErrors  *prometheus.CounterVec
+	tlsReloads       *prometheus.CounterVec
 }
 
 func newMetrics(s *Server) *metrics {
@@ -115,7 +116,11 @@ func newMetrics(s *Server) *metrics {
 		Name: "wsgate_upstream_local_dial_errors_total",
 		Help: "Dials to nodes that failed on the gateway's side, not the node's, by pool, node and reason: no_source_port (no ephemeral port left from a source address toward the node), no_source_addr (a source_addrs address not on this host), no_descriptors (EMFILE, ENFILE), no_memory (ENOBUFS, ENOMEM). They do not count against the node's health.",
 	}, []string{"pool", "node", "reason"})
-	m.reg.MustRegister(m.acceptErrors, m.refused, m.localDialErrors,
+	m.tlsReloads = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "wsgate_tls_reloads_total",
+		Help: "Loadings of the TLS listener's certificate, key and CA files after one of them changed, by result (ok, error); an error keeps the certificates in force. A config reload loads them too, counted in wsgate_reloads_total.",
+	}, []string{"result"})
+	m.reg.MustRegister(m.acceptErrors, m.refused, m.localDialErrors, m.tlsReloads,
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: "wsgate_client_connections",
 			Help: "Open client connections, counted from accept: handshakes in flight, HTTP keep-alive connections and tunnels.",

@@ -149,6 +149,11 @@ func (s *Server) apply(cfg *conf.Config, start time.Time) error {
 	}
 	s.limits.set(cfg.Gateway.MaxConns, cfg.Gateway.MaxConnsPerIP)
 	s.gen.Store(g)
+	if g.tls != nil || s.tlsLn == nil {
+		s.swapTLS(g.tls) // the next TLS handshakes; tunnels keep theirs
+	}
+	// Else the file drops the TLS listener, which needs a restart: until
+	// then it keeps serving the certificates it has.
 	// Nodes removed by earlier reloads whose tunnels have all ended.
 	s.tunnels.pruneRetired(g.holds)
 	s.forgetNodes(g, gone)
@@ -216,6 +221,10 @@ func (s *Server) build(cfg *conf.Config, old *generation) (*generation, []leavin
 		handshakeTimeout: cfg.Gateway.HandshakeTimeout.Duration,
 		retryAfter:       max(1, int(cfg.Gateway.RetryAfter.Seconds())),
 	}
+	var err error
+	if g.tls, err = loadTLS(cfg); err != nil {
+		return nil, nil, err
+	}
 	if old != nil {
 		g.nodes = old.nodes
 	}
@@ -256,6 +265,9 @@ func needsRestart(old, cfg *conf.Config) []string {
 	if old.Gateway.Listen != cfg.Gateway.Listen || !slices.Equal(old.Gateway.Listeners, cfg.Gateway.Listeners) ||
 		old.Gateway.ReusePort != cfg.Gateway.ReusePort {
 		out = append(out, "gateway.listen/listeners")
+	}
+	if old.Gateway.TLS.Listen != cfg.Gateway.TLS.Listen {
+		out = append(out, "gateway.tls.listen")
 	}
 	if old.Admin.Listen != cfg.Admin.Listen {
 		out = append(out, "admin.listen")

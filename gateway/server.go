@@ -38,7 +38,8 @@ type generation struct {
 	pools            map[string]*pool
 	nodes            *balancer.Registry // every pool's nodes, shared by all generations
 	handshakeTimeout time.Duration
-	retryAfter       int // seconds
+	retryAfter       int     // seconds
+	tls              *tlsSet // the TLS listener's files as loaded; nil without one
 }
 
 // Server is one gateway: its listeners, pools, routes and live tunnels. Create
@@ -53,6 +54,7 @@ type Server struct {
 	reload  reloadState
 	plugins *pluginhost.Host // auth plugins; started by Start
 	access  *accessLog
+	tls     *tlsState // the TLS listener's certificates and their watcher
 
 	revokeBus *redis.Client // revocations shared with other replicas
 	revokeSub *redis.PubSub
@@ -63,7 +65,8 @@ type Server struct {
 	listen    ListenFunc
 	inherited bool // listen hands out inherited sockets
 	listeners []net.Listener
-	opened    []string // the address each of listeners was opened for
+	opened    []string     // the address each of listeners was opened for
+	tlsLn     net.Listener // the TLS client listener, also in listeners; nil without one
 	adminLn   net.Listener
 	adminAt   string // the address adminLn was opened for
 	serving   sync.WaitGroup
@@ -84,11 +87,13 @@ func New(cfg *conf.Config, log *slog.Logger) (*Server, error) {
 		limits: newLimiter(cfg.Gateway.MaxConns, cfg.Gateway.MaxConnsPerIP, fileCeiling(log)),
 		listen: func(addr string) (net.Listener, error) { return net.Listen("tcp", addr) },
 		failed: make(chan error, 1),
+		tls:    newTLSState(),
 	}
 	g, _, err := s.build(cfg, nil)
 	if err != nil {
 		return nil, err
 	}
+	s.tls.set.Store(g.tls)
 	g.n = 1
 	s.gen.Store(g)
 	s.access = &accessLog{log: log, on: func() bool { return s.current().cfg.Log.Access }}
@@ -176,6 +181,9 @@ func (s *Server) Start() error {
 		return err
 	}
 	addrs := append([]string{g.cfg.Gateway.Listen}, g.cfg.Gateway.Listeners...)
+	if a := g.cfg.Gateway.TLS.Listen; a != "" {
+		addrs = append(addrs, a) // the last: see tlsLn below
+	}
 	for _, a := range addrs {
 		listen := s.listen
 		if g.cfg.Gateway.ReusePort && !s.inherited {
@@ -189,6 +197,9 @@ func (s *Server) Start() error {
 		}
 		s.listeners = append(s.listeners, ln)
 		s.opened = append(s.opened, a)
+	}
+	if g.cfg.Gateway.TLS.Listen != "" {
+		s.tlsLn = s.listeners[len(s.listeners)-1]
 	}
 	if a := g.cfg.Admin.Listen; a != "" {
 		ln, err := s.listen(a)
@@ -204,8 +215,13 @@ func (s *Server) Start() error {
 		p.startHealth(probeObserver{m: s.metrics, pool: p.name})
 	}
 	for _, ln := range s.listeners {
-		s.serve(s.http, newLimitListener(ln, s.limits, s.metrics, s.log, s.access, s.retryAfter))
+		l := newLimitListener(ln, s.limits, s.metrics, s.log, s.access, s.retryAfter)
+		if ln == s.tlsLn {
+			l.withTLS(s.tls.config, func() time.Duration { return s.current().handshakeTimeout })
+		}
+		s.serve(s.http, l)
 	}
+	s.startTLSWatch()
 	s.logLimits()
 	s.ready.Store(true)
 	if s.broken.Load() { // an accept loop stopped before the line above
@@ -262,7 +278,7 @@ func (s *Server) closeListeners() {
 	}
 }
 
-// Listeners returns the open listeners, client and admin alike, by the
+// Listeners returns the open listeners, client (TLS too) and admin alike, by the
 // configured address Start opened each for, so a restart can hand them to
 // the next process. A reload that changed an address since does not
 // rename its socket: the next process opens the new address itself.
@@ -285,6 +301,15 @@ func (s *Server) Addr() net.Addr {
 	return s.listeners[0].Addr()
 }
 
+// TLSAddr is the address of the TLS client listener (nil without one, or
+// before Start).
+func (s *Server) TLSAddr() net.Addr {
+	if s.tlsLn == nil {
+		return nil
+	}
+	return s.tlsLn.Addr()
+}
+
 // AdminAddr is the address of the admin listener (nil when disabled).
 func (s *Server) AdminAddr() net.Addr {
 	if s.adminLn == nil {
@@ -305,6 +330,7 @@ func (s *Server) Shutdown(ctx context.Context) error {
 		return errors.New("gateway: already shutting down")
 	}
 	s.ready.Store(false)
+	s.stopTLSWatch()
 	g := s.current()
 	window := g.cfg.Gateway.DrainWindow.Duration
 	ctx, cancel := context.WithTimeout(ctx, g.cfg.Gateway.DrainTimeout.Duration)

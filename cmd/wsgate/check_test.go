@@ -1,12 +1,14 @@
 package main
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/wsgate/wsgate/internal/testca"
 	"github.com/wsgate/wsgate/internal/testproc"
 )
 
@@ -42,16 +44,65 @@ func TestCheckStartsPlugins(t *testing.T) {
 			if err := os.WriteFile(path, []byte(cfg), 0o644); err != nil {
 				t.Fatal(err)
 			}
-			p := testproc.Start(t, "wsgate-check", wsgate, "-check", "-config", path)
-			code, err := p.Wait(60 * time.Second)
-			if err != nil {
+			runCheck(t, wsgate, path, tc.code, strings.NewReplacer("FILE", path, "BIN", jwt).Replace(tc.want))
+		})
+	}
+}
+
+// runCheck runs `wsgate -check` (the binary wsgate) on the config at path
+// and wants exit status code and want in its output.
+func runCheck(t *testing.T, wsgate, path string, code int, want string) {
+	t.Helper()
+	p := testproc.Start(t, "wsgate-check", wsgate, "-check", "-config", path)
+	got, err := p.Wait(60 * time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if out := p.Output(); got != code || !strings.Contains(out, want) {
+		t.Fatalf("exit %d, output:\n%s\nwant exit %d and\n%s", got, out, code, want)
+	}
+}
+
+// TestCheckLoadsTLSFiles runs `wsgate -check` on a config whose second
+// certificate file is missing: the check fails as the start would, naming
+// the file's line and key, rather than passing a config that cannot start.
+func TestCheckLoadsTLSFiles(t *testing.T) {
+	t.Setenv("GORACE", strings.TrimSpace(os.Getenv("GORACE")+" atexit_sleep_ms=0"))
+	wsgate := testproc.Build(t, "./cmd/wsgate")
+	ca, err := testca.New("check CA")
+	if err != nil {
+		t.Fatal(err)
+	}
+	leaf, err := ca.Server("gw.test")
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	certFile, keyFile, err := leaf.WriteFiles(dir, "gw")
+	if err != nil {
+		t.Fatal(err)
+	}
+	missing := filepath.Join(dir, "missing.crt")
+	for _, tc := range []struct {
+		name, second string
+		code         int
+		want         string
+	}{
+		{"files there", certFile, 0, "FILE: ok\n"},
+		{"file missing", missing, 1, "FILE:7: gateway.tls.certificates[1]: load " + missing + " and " + keyFile + ": open " + missing + ": no such file or directory\n"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			path := filepath.Join(t.TempDir(), "wsgate.toml")
+			cfg := fmt.Sprintf("[gateway]\n  [gateway.tls]\n  listen = \"127.0.0.1:8443\"\n"+
+				"  [[gateway.tls.certificates]]\n  cert_file = %q\n  key_file = %q\n"+
+				"  [[gateway.tls.certificates]]\n  # the same name twice: the first wins\n"+
+				"  cert_file = %q\n  key_file = %q\n\n"+
+				"[[pools]]\nname = \"relay\"\n  [[pools.nodes]]\n  addr = \"127.0.0.1:7001\"\n\n[[routes]]\npool = \"relay\"\n",
+				certFile, keyFile, tc.second, keyFile)
+			if err := os.WriteFile(path, []byte(cfg), 0o644); err != nil {
 				t.Fatal(err)
 			}
-			out := p.Output()
-			want := strings.NewReplacer("FILE", path, "BIN", jwt).Replace(tc.want)
-			if code != tc.code || !strings.Contains(out, want) {
-				t.Fatalf("exit %d, output:\n%s\nwant exit %d and\n%s", code, out, tc.code, want)
-			}
+			runCheck(t, wsgate, path, tc.code, strings.ReplaceAll(tc.want, "FILE", path))
 		})
 	}
 }

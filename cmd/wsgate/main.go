@@ -3,8 +3,8 @@
 //	wsgate [-config FILE]            run the gateway (default conf/wsgate.toml)
 //	                                 SIGHUP or a file change: reload the config
 //	                                 SIGUSR2: restart onto a new process, no connection refused
-//	wsgate -check [-config FILE]     validate the config, start and configure each
-//	                                 auth plugin, and exit (1 on error)
+//	wsgate -check [-config FILE]     validate the config, load the TLS files, start
+//	                                 and configure each auth plugin, and exit (1 on error)
 //	wsgate -version                  print the version, VCS revision and Go version
 //	wsgate demo [-listen ADDR]       gateway + two relay replicas in one process
 package main
@@ -42,7 +42,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("wsgate", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	configPath := fs.String("config", "conf/wsgate.toml", "config file")
-	check := fs.Bool("check", false, "validate the config, start each auth plugin with its config, print the problems with file:line, and exit")
+	check := fs.Bool("check", false, "validate the config, load the TLS files, start each auth plugin with its config, print the problems with file:line, and exit")
 	logLevel := fs.String("log-level", "info", "log level: debug, info, warn, error")
 	var o serveOptions
 	fs.StringVar(&o.pidfile, "pidfile", "", "write the process id here once serving (a restarted process rewrites it)")
@@ -79,7 +79,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	if *check {
 		// A plugin's config table is the plugin's to judge: start each
 		// one and let it, as a start or reload would.
-		if err := gateway.CheckPlugins(cfg, log); err != nil {
+		if err := errors.Join(gateway.CheckTLS(cfg), gateway.CheckPlugins(cfg, log)); err != nil {
 			fmt.Fprintln(stderr, err)
 			return 1
 		}

@@ -11,7 +11,7 @@ import (
 func usage(w io.Writer, fs *flag.FlagSet) {
 	fmt.Fprint(w, `Usage:
   wsgate [-config FILE] [flags]   run the gateway (SIGHUP reloads, SIGUSR2 restarts in place, SIGTERM drains)
-  wsgate -check [-config FILE]    validate the config, start each auth plugin with its config, and exit
+  wsgate -check [-config FILE]    validate the config, load the TLS files, start each auth plugin with its config, and exit
   wsgate -version                 print the version, VCS revision and Go version, and exit
   wsgate demo [demo flags]        try it: the gateway and two relay replicas in one process
 

@@ -92,14 +92,11 @@ func readPid(t *testing.T, path string) int {
 	return pid
 }
 
-// TestRestartRefusesNobody upgrades a running gateway with SIGUSR2 while
-// handshakes churn at about 200/s: the new process takes over the same
-// sockets, no handshake fails, every tunnel of the old process is closed
-// with 1001, and the old process exits 0.
-func TestRestartRefusesNobody(t *testing.T) {
-	st := &stack{}
-	startRelays(t, st, 2, "")
-	cfg := gatewayConfig(t, st)
+// startUpgradable starts wsgate on the config file cfg with a pidfile and
+// waits until it is ready. A process it starts on SIGUSR2 is stopped by the
+// PID in the pidfile when the test ends.
+func startUpgradable(t *testing.T, st *stack, cfg string) (*testproc.Proc, string) {
+	t.Helper()
 	pidfile := filepath.Join(t.TempDir(), "wsgate.pid")
 	old := testproc.Start(t, "wsgate", testproc.Build(t, "./cmd/wsgate"), "-config", cfg, "-pidfile", pidfile)
 	testproc.WaitHTTP(t, "http://"+st.adminAddr+"/readyz", http.StatusOK, 30*time.Second)
@@ -112,6 +109,18 @@ func TestRestartRefusesNobody(t *testing.T) {
 			}
 		}
 	})
+	return old, pidfile
+}
+
+// TestRestartRefusesNobody upgrades a running gateway with SIGUSR2 while
+// handshakes churn at about 200/s: the new process takes over the same
+// sockets, no handshake fails, every tunnel of the old process is closed
+// with 1001, and the old process exits 0.
+func TestRestartRefusesNobody(t *testing.T) {
+	st := &stack{}
+	startRelays(t, st, 2, "")
+	old, pidfile := startUpgradable(t, st, gatewayConfig(t, st))
+	oldPid := old.Pid()
 
 	var tunnels []*client
 	for i := range 40 {

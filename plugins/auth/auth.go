@@ -88,7 +88,9 @@ type TLSInfo struct {
 	ServerName string
 	// NegotiatedProtocol is the ALPN protocol, if any.
 	NegotiatedProtocol string
-	// PeerCertificates are the client's certificates, DER, leaf first.
+	// PeerCertificates are the client's certificates, DER, leaf first:
+	// the chain the gateway verified against gateway.tls.client_ca_file,
+	// ending with that CA; empty without client certificates.
 	PeerCertificates [][]byte
 }
 

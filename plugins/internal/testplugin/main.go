@@ -2,7 +2,8 @@
 // picks allow or deny, the request path picks a misbehaviour (/hang,
 // /slow, /crash, /error, /bad-header), and every decision carries the
 // plugin's pid and call count so a test can see which process answered
-// and whether the call reached it.
+// and whether the call reached it. On a TLS listener it also reports the
+// request's TLS info (see tlsHeaders).
 package main
 
 import (
@@ -12,6 +13,7 @@ import (
 	"log"
 	"os"
 	"strconv"
+	"strings"
 	"sync/atomic"
 	"time"
 
@@ -75,6 +77,7 @@ func (a *testAuth) Authenticate(ctx context.Context, req *auth.Request) (*auth.D
 		"X-Pid":          strconv.Itoa(os.Getpid()),
 		"X-Calls":        strconv.FormatInt(n, 10),
 	}
+	tlsHeaders(h, req.TLS)
 	if a.cfg.Deny {
 		d := auth.Deny(a.cfg.Status, "denied by "+a.cfg.Tag)
 		d.CacheTTL = a.cfg.CacheTTL.Duration
@@ -87,3 +90,27 @@ func (a *testAuth) Authenticate(ctx context.Context, req *auth.Request) (*auth.D
 }
 
 func main() { auth.Serve(&testAuth{}) }
+
+// tlsHeaders reports what the plugin learnt of the client's TLS connection
+// in headers to the node: version, server name, ALPN, and the verified
+// client certificate's subject, SANs and chain length.
+func tlsHeaders(h map[string]string, t *auth.TLSInfo) {
+	if t == nil {
+		return
+	}
+	h["X-TLS-Version"] = t.Version
+	h["X-TLS-Server-Name"] = t.ServerName
+	h["X-TLS-ALPN"] = t.NegotiatedProtocol
+	certs, err := t.ParsePeerCertificates()
+	if err != nil || len(certs) == 0 {
+		return
+	}
+	leaf := certs[0]
+	sans := append([]string(nil), leaf.EmailAddresses...)
+	for _, u := range leaf.URIs {
+		sans = append(sans, u.String())
+	}
+	h["X-Client-Subject"] = leaf.Subject.String()
+	h["X-Client-SAN"] = strings.Join(sans, ",")
+	h["X-Client-Chain"] = strconv.Itoa(len(certs))
+}
