@@ -67,6 +67,11 @@ type Gateway struct {
 	// cannot hold the tunnel, its node slot and its buffers forever
 	// (default 30s; > 0).
 	WriteTimeout Duration `toml:"write_timeout" json:"write_timeout"`
+	// TunnelEngine says how tunnels run after the handshake: "epoll", one
+	// event loop per core for every tunnel between two TCP sockets (a TLS
+	// client stays on goroutines), or "goroutines", two goroutines a
+	// tunnel (default "epoll"). A reload applies it to new tunnels.
+	TunnelEngine string `toml:"tunnel_engine" json:"tunnel_engine"`
 	// DrainWindow is the time over which close 1001 frames are spread when
 	// draining (default 10s; >= 0).
 	DrainWindow Duration `toml:"drain_window" json:"drain_window"`

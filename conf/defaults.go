@@ -21,6 +21,7 @@ func (g *Gateway) setDefaults() {
 	g.MaxConnsPerIP = 0                             // unlimited: many users share one NAT address
 	g.HandshakeTimeout = Duration{10 * time.Second} // ample for a slow client; frees slowloris sockets
 	g.WriteTimeout = Duration{30 * time.Second}     // a reader stalled this long is gone, not slow
+	g.TunnelEngine = "epoll"                        // no goroutine or buffer per idle tunnel
 	g.DrainWindow = Duration{10 * time.Second}      // spread reconnects so the remaining nodes are not stampeded
 	g.DrainTimeout = Duration{30 * time.Second}     // window plus time for clients to finish closing
 	g.RetryAfter = Duration{1 * time.Second}        // clients add jitter; a short hint gets them back soon

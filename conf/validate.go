@@ -72,6 +72,11 @@ func (g *Gateway) validate(e *errorList) {
 	atLeast(e, "gateway.max_conns_per_ip", g.MaxConnsPerIP, 0)
 	positive(e, "gateway.handshake_timeout", g.HandshakeTimeout)
 	positive(e, "gateway.write_timeout", g.WriteTimeout)
+	switch g.TunnelEngine {
+	case "epoll", "goroutines":
+	default:
+		e.add("gateway.tunnel_engine", fmt.Sprintf("must be \"epoll\" or \"goroutines\", got %q", g.TunnelEngine))
+	}
 	if g.DrainWindow.Duration < 0 {
 		e.add("gateway.drain_window", "must be >= 0, got "+g.DrainWindow.String())
 	}

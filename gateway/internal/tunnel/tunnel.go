@@ -104,6 +104,11 @@ type Params struct {
 // Engine says how a tunnel runs.
 type Engine uint8
 
+// testEngine, set by this package's tests only, runs every tunnel on the
+// goroutine engine when it is EngineGoroutines, so the one suite covers
+// both engines (see main_test.go).
+var testEngine Engine
+
 // The engines.
 const (
 	// EngineAuto runs a tunnel whose two connections are TCP sockets on
@@ -162,7 +167,7 @@ func New(p Params) *Tunnel {
 	if t.writeTimeout <= 0 {
 		t.writeTimeout = DefaultWriteTimeout
 	}
-	polled := p.Engine == EngineAuto && t.adopt()
+	polled := p.Engine == EngineAuto && testEngine == EngineAuto && t.adopt()
 	t.toNode.init(t, p.Client, p.Node, false, polled)
 	t.toNode.sc = wsframe.Scanner{MaxPayload: p.MaxFrame, RequireMasked: true}
 	t.toClient.init(t, p.Node, p.Client, true, polled)
@@ -189,6 +194,14 @@ func (t *Tunnel) Start() {
 	}
 	go t.pumpClientToNode(cp)
 	go t.pumpNodeToClient(np)
+}
+
+// Engine names the engine the tunnel runs on: "epoll" or "goroutines".
+func (t *Tunnel) Engine() string {
+	if t.pl != nil {
+		return "epoll"
+	}
+	return "goroutines"
 }
 
 // Done is closed when the tunnel has ended and released its lease.
