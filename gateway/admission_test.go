@@ -134,6 +134,7 @@ func TestAdmissionShapes(t *testing.T) {
 listen = "127.0.0.1:0"
 drain_window = "100ms"
 drain_timeout = "5s"
+trusted_proxies = ["127.0.0.0/8"]
 [admin]
 listen = ""
 [[pools]]

@@ -61,6 +61,10 @@ type limitListener struct {
 	closed    chan struct{}
 
 	errLog acceptLog
+
+	// proxy is set when the listener reads a PROXY header on each
+	// connection (proxied.go); nil otherwise.
+	proxy *proxyState
 }
 
 func newLimitListener(ln net.Listener, limits *limiter, m *metrics, log *slog.Logger, access *accessLog, retryAfter func() int) *limitListener {
@@ -79,6 +83,29 @@ func newLimitListener(ln net.Listener, limits *limiter, m *metrics, log *slog.Lo
 
 // Accept waits for the next connection within the limits.
 func (l *limitListener) Accept() (net.Conn, error) {
+	if l.proxy != nil {
+		return l.acceptProxied()
+	}
+	for {
+		c, err := l.acceptRaw()
+		if err != nil {
+			return nil, err
+		}
+		if l.limits == nil {
+			return c, nil
+		}
+		ip := remoteIP(c)
+		s, status := l.limits.admit(ip)
+		if s == nil {
+			l.refuse(c, ip, status)
+			continue
+		}
+		return newCountedConn(c, s), nil
+	}
+}
+
+// acceptRaw accepts the next socket, pausing on transient errors.
+func (l *limitListener) acceptRaw() (net.Conn, error) {
 	var pause time.Duration
 	for {
 		c, err := l.Listener.Accept()
@@ -102,17 +129,7 @@ func (l *limitListener) Accept() (net.Conn, error) {
 		if pause > 0 {
 			l.errLog.resumed()
 		}
-		pause = 0
-		if l.limits == nil {
-			return c, nil
-		}
-		ip := remoteIP(c)
-		s, status := l.limits.admit(ip)
-		if s == nil {
-			l.refuse(c, ip, status)
-			continue
-		}
-		return newCountedConn(c, s), nil
+		return c, nil
 	}
 }
 
@@ -351,13 +368,43 @@ func remoteIP(c net.Conn) netip.Addr {
 }
 
 // countedConn is an admitted client connection: closing it frees its slot,
-// once, after the socket is closed. It embeds the *net.TCPConn so
+// once, after the socket is closed. Behind a PROXY header it reports the
+// client address the header carried, and reads first the bytes read
+// past the header. It embeds the *net.TCPConn so
 // SyscallConn (the tunnel's poller reads), CloseWrite and keep-alive
 // settings work on it as on the socket; fasthttp's hijacked connection
 // unwraps to it, so the slot lives exactly as long as the socket.
 type countedConn struct {
 	*net.TCPConn
 	slot *slot
+	peer
+}
+
+// peer is what a PROXY header changed about a connection: the client
+// address it carried (nil: the socket's own) and the bytes read past it.
+type peer struct {
+	remote net.Addr
+	head   []byte
+}
+
+// RemoteAddr is the client address a PROXY header carried, or the socket's.
+func (c *countedConn) RemoteAddr() net.Addr {
+	if c.remote != nil {
+		return c.remote
+	}
+	return c.TCPConn.RemoteAddr()
+}
+
+// Read returns the bytes read past a PROXY header first.
+func (c *countedConn) Read(b []byte) (int, error) {
+	if len(c.head) > 0 {
+		n := copy(b, c.head)
+		if c.head = c.head[n:]; len(c.head) == 0 {
+			c.head = nil
+		}
+		return n, nil
+	}
+	return c.TCPConn.Read(b)
 }
 
 // Close closes the socket and frees the connection's slot.
@@ -371,6 +418,28 @@ func (c *countedConn) Close() error {
 type countedOther struct {
 	net.Conn
 	slot *slot
+	peer
+}
+
+// RemoteAddr is the client address a PROXY header carried, or the
+// connection's.
+func (c *countedOther) RemoteAddr() net.Addr {
+	if c.remote != nil {
+		return c.remote
+	}
+	return c.Conn.RemoteAddr()
+}
+
+// Read returns the bytes read past a PROXY header first.
+func (c *countedOther) Read(b []byte) (int, error) {
+	if len(c.head) > 0 {
+		n := copy(b, c.head)
+		if c.head = c.head[n:]; len(c.head) == 0 {
+			c.head = nil
+		}
+		return n, nil
+	}
+	return c.Conn.Read(b)
 }
 
 // Close closes the connection and frees its slot.
@@ -381,10 +450,15 @@ func (c *countedOther) Close() error {
 }
 
 func newCountedConn(c net.Conn, s *slot) net.Conn {
+	return newPeerConn(c, s, peer{})
+}
+
+// newPeerConn is newCountedConn for a connection behind a PROXY header.
+func newPeerConn(c net.Conn, s *slot, p peer) net.Conn {
 	if tc, ok := c.(*net.TCPConn); ok {
-		return &countedConn{TCPConn: tc, slot: s}
+		return &countedConn{TCPConn: tc, slot: s, peer: p}
 	}
-	return &countedOther{Conn: c, slot: s}
+	return &countedOther{Conn: c, slot: s, peer: p}
 }
 
 var (

@@ -29,6 +29,10 @@ type pool struct {
 	http           map[*balancer.Node]*fasthttp.HostClient
 	conf           *conf.Pool    // the config it was built from
 	healthConf     health.Config // its checker's settings
+	// admit is [pools.admission], shared with the pool of the same name
+	// in later generations so a reload keeps its tokens; a reload sets
+	// its rate when it commits.
+	admit *rateLimit
 }
 
 // newPool builds the run-time pool for pc. Its nodes come from reg by pool
@@ -61,6 +65,12 @@ func newPool(pc *conf.Pool, old *pool, reg *balancer.Registry, log *slog.Logger,
 		healthConf:     healthConfig(pc),
 	}
 	keep := map[string]*balancer.Node{}
+	if old != nil {
+		p.admit = old.admit
+	} else {
+		p.admit = &rateLimit{}
+		p.admit.set(pc.Admission.Rate, pc.Admission.Burst)
+	}
 	if old != nil {
 		p.health = old.health
 		for _, n := range old.bal.Nodes() {

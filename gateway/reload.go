@@ -129,6 +129,7 @@ func (s *Server) apply(cfg *conf.Config, start time.Time) error {
 	// and is no longer leaving, so its new tunnels stay.
 	for _, p := range g.pools {
 		p.applyNodeSettings()
+		p.admit.set(p.conf.Admission.Rate, p.conf.Admission.Burst)
 		if op := old.pools[p.name]; op != nil {
 			if p.healthConf != op.healthConf {
 				p.health.SetConfig(p.healthConf)
@@ -148,6 +149,7 @@ func (s *Server) apply(cfg *conf.Config, start time.Time) error {
 		}
 	}
 	s.limits.set(cfg.Gateway.MaxConns, cfg.Gateway.MaxConnsPerIP)
+	s.ipRate.set(cfg.Gateway.HandshakeRatePerIP, cfg.Gateway.HandshakeBurstPerIP)
 	s.gen.Store(g)
 	// Nodes removed by earlier reloads whose tunnels have all ended.
 	s.tunnels.pruneRetired(g.holds)
@@ -219,6 +221,13 @@ func (s *Server) build(cfg *conf.Config, old *generation) (*generation, []leavin
 	if old != nil {
 		g.nodes = old.nodes
 	}
+	for _, t := range cfg.Gateway.TrustedProxies {
+		pfx, err := conf.ParsePrefix(t) // validated: never fails
+		if err != nil {
+			return nil, nil, err
+		}
+		g.trusted = append(g.trusted, pfx)
+	}
 	var gone []leaving
 	for i := range cfg.Pools {
 		var op *pool
@@ -249,13 +258,16 @@ func (s *Server) build(cfg *conf.Config, old *generation) (*generation, []leavin
 }
 
 // needsRestart lists the changes from old to cfg that a reload cannot
-// apply: the sockets the gateway listens on, fasthttp's own read timeout
-// for handshakes, and the log's format.
+// apply: the sockets the gateway listens on and whether they read a PROXY
+// header, fasthttp's own read timeout for handshakes, and the log's format.
 func needsRestart(old, cfg *conf.Config) []string {
 	var out []string
 	if old.Gateway.Listen != cfg.Gateway.Listen || !slices.Equal(old.Gateway.Listeners, cfg.Gateway.Listeners) ||
 		old.Gateway.ReusePort != cfg.Gateway.ReusePort {
 		out = append(out, "gateway.listen/listeners")
+	}
+	if old.Gateway.ProxyProtocol != cfg.Gateway.ProxyProtocol {
+		out = append(out, "gateway.proxy_protocol")
 	}
 	if old.Admin.Listen != cfg.Admin.Listen {
 		out = append(out, "admin.listen")

@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"net/netip"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -38,7 +39,8 @@ type generation struct {
 	pools            map[string]*pool
 	nodes            *balancer.Registry // every pool's nodes, shared by all generations
 	handshakeTimeout time.Duration
-	retryAfter       int // seconds
+	retryAfter       int            // seconds
+	trusted          []netip.Prefix // gateway.trusted_proxies
 }
 
 // Server is one gateway: its listeners, pools, routes and live tunnels. Create
@@ -48,6 +50,7 @@ type Server struct {
 	log     *slog.Logger
 	gen     atomic.Pointer[generation]
 	limits  *limiter
+	ipRate  *ipRate // handshake_rate_per_ip
 	tunnels registry
 	metrics *metrics
 	reload  reloadState
@@ -82,6 +85,7 @@ func New(cfg *conf.Config, log *slog.Logger) (*Server, error) {
 	s := &Server{
 		log:    log,
 		limits: newLimiter(cfg.Gateway.MaxConns, cfg.Gateway.MaxConnsPerIP, fileCeiling(log)),
+		ipRate: newIPRate(cfg.Gateway.HandshakeRatePerIP, cfg.Gateway.HandshakeBurstPerIP),
 		listen: func(addr string) (net.Listener, error) { return net.Listen("tcp", addr) },
 		failed: make(chan error, 1),
 	}
@@ -204,7 +208,12 @@ func (s *Server) Start() error {
 		p.startHealth(probeObserver{m: s.metrics, pool: p.name})
 	}
 	for _, ln := range s.listeners {
-		s.serve(s.http, newLimitListener(ln, s.limits, s.metrics, s.log, s.access, s.retryAfter))
+		ll := newLimitListener(ln, s.limits, s.metrics, s.log, s.access, s.retryAfter)
+		if g.cfg.Gateway.ProxyProtocol {
+			ll.proxyProtocol(func(ip netip.Addr) bool { return s.current().trusts(ip) },
+				func() time.Duration { return s.current().handshakeTimeout })
+		}
+		s.serve(s.http, ll)
 	}
 	s.logLimits()
 	s.ready.Store(true)

@@ -1,0 +1,237 @@
+package gateway
+
+import (
+	"bufio"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/netip"
+	"strings"
+	"testing"
+	"time"
+
+	dto "github.com/prometheus/client_model/go"
+	"github.com/wsgate/wsgate/conf"
+	"github.com/wsgate/wsgate/internal/proxyproto"
+	"github.com/wsgate/wsgate/internal/testproc"
+)
+
+// refusedAt reads wsgate_connections_refused_total{limit=limit}.
+func refusedAt(s *Server, limit string) float64 {
+	var d dto.Metric
+	_ = s.metrics.refused.WithLabelValues(limit).Write(&d)
+	return d.GetCounter().GetValue()
+}
+
+// waitRefused waits until limit's refusals reach n.
+func waitRefused(t *testing.T, s *Server, limit string, n float64) {
+	t.Helper()
+	waitUntil(t, func() bool { return refusedAt(s, limit) == n })
+	if got := refusedAt(s, limit); got != n {
+		t.Fatalf("refused{limit=%q} = %v, want %v", limit, got, n)
+	}
+}
+
+// closedWithoutAnswer checks that the gateway closes c without a byte.
+func closedWithoutAnswer(t *testing.T, c net.Conn) {
+	t.Helper()
+	_ = c.SetReadDeadline(time.Now().Add(30 * time.Second)) // a bound, not a speed
+	b, err := io.ReadAll(c)
+	var ne net.Error
+	if len(b) > 0 || (errors.As(err, &ne) && ne.Timeout()) {
+		t.Fatalf("want the connection closed without an answer, got %q, %v", b, err)
+	}
+}
+
+// upgradeReq is a WebSocket handshake for path with extra header lines.
+func upgradeReq(path, extra string) string {
+	return "GET " + path + " HTTP/1.1\r\nHost: gw\r\n" + wsHeaders + extra + "\r\n"
+}
+
+// v1Header is a PROXY v1 header from src to the gateway.
+func v1Header(src string) string {
+	return fmt.Sprintf("PROXY TCP4 %s 127.0.0.1 40000 8080\r\n", src)
+}
+
+// TestProxyProtocol pins issue 11 item 2 on a real gateway and node: with
+// proxy_protocol on, a trusted balancer's version 1 or 2 header names the
+// client for max_conns_per_ip (429 charged to the carried address, not the
+// balancer's), X-Forwarded-For (the client's own replaced, since it is not
+// trusted) and the access log; a LOCAL header keeps the balancer's address
+// (trusted, so its X-Forwarded-For is kept); an untrusted peer, a
+// malformed header, an oversized one and a silent peer are closed without
+// an answer and counted; a silent peer does not hold up the next
+// connection; every slot is free at the end.
+func TestProxyProtocol(t *testing.T) {
+	node := newWireRecorder(t)
+	var logs testproc.Buffer
+	log := slog.New(slog.NewJSONHandler(&logs, nil))
+	c, err := conf.Parse("proxy.toml", []byte(fmt.Sprintf(`
+[gateway]
+listen = "127.0.0.1:0"
+drain_window = "100ms"
+drain_timeout = "5s"
+handshake_timeout = "1s"
+max_conns_per_ip = 1
+proxy_protocol = true
+trusted_proxies = ["127.0.0.2/32", "::1"]
+[admin]
+listen = ""
+[log]
+access = true
+[[pools]]
+name = "back"
+  [[pools.nodes]]
+  addr = %q
+[[routes]]
+pool = "back"
+`, node.srv.Listener.Addr().String())))
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv, err := New(c, log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := srv.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Shutdown(t.Context())
+	gw := srv.Addr().String()
+
+	// A silent trusted peer first: the others must not wait for it.
+	silent := rawConn(t, gw, "127.0.0.2")
+
+	// Version 1, sent in two pieces (the header split across reads).
+	a := rawConn(t, gw, "127.0.0.2")
+	h := v1Header("203.0.113.9")
+	_, _ = a.Write([]byte(h[:10]))
+	time.Sleep(20 * time.Millisecond) // lets the first piece arrive alone; not a timing assertion
+	_, _ = a.Write([]byte(h[10:] + upgradeReq("/a", "X-Forwarded-For: 6.6.6.6\r\n")))
+	if resp := readAnswer(t, a); resp.StatusCode != http.StatusSwitchingProtocols {
+		t.Fatalf("v1: %d, want 101", resp.StatusCode)
+	}
+	if got := node.last().header.Values("X-Forwarded-For"); len(got) != 1 || got[0] != "203.0.113.9" {
+		t.Fatalf("v1: X-Forwarded-For at the node %q, want only the carried client address", got)
+	}
+
+	// Version 2 with the same client address: over max_conns_per_ip = 1
+	// for 203.0.113.9, while the balancer's own address is not at stake.
+	b := rawConn(t, gw, "127.0.0.2")
+	hdr := proxyproto.AppendV2(nil, netip.MustParseAddrPort("203.0.113.9:40001"), netip.MustParseAddrPort("127.0.0.1:8080"))
+	_, _ = b.Write(append(hdr, upgradeReq("/b", "")...))
+	resp := readAnswer(t, b)
+	if resp.StatusCode != http.StatusTooManyRequests || resp.Header.Get("Retry-After") == "" {
+		t.Fatalf("v2, same client: %d %v, want 429 with Retry-After", resp.StatusCode, resp.Header)
+	}
+
+	// Version 2, another client: admitted.
+	d := rawConn(t, gw, "127.0.0.2")
+	hdr = proxyproto.AppendV2(nil, netip.MustParseAddrPort("[2001:db8::7]:40002"), netip.MustParseAddrPort("[2001:db8::1]:8080"))
+	_, _ = d.Write(append(hdr, upgradeReq("/d", "")...))
+	if resp := readAnswer(t, d); resp.StatusCode != http.StatusSwitchingProtocols {
+		t.Fatalf("v2: %d, want 101", resp.StatusCode)
+	}
+	if got := node.last().header.Get("X-Forwarded-For"); got != "2001:db8::7" {
+		t.Fatalf("v2: X-Forwarded-For at the node %q", got)
+	}
+
+	// LOCAL (a balancer's health check): the socket's address stands, and
+	// being trusted, its X-Forwarded-For is kept.
+	l := rawConn(t, gw, "127.0.0.2")
+	local := []byte("\r\n\r\n\x00\r\nQUIT\n\x20\x00\x00\x00")
+	_, _ = l.Write(append(local, upgradeReq("/l", "X-Forwarded-For: 198.51.100.1\r\n")...))
+	if resp := readAnswer(t, l); resp.StatusCode != http.StatusSwitchingProtocols {
+		t.Fatalf("LOCAL: %d, want 101", resp.StatusCode)
+	}
+	if got := node.last().header.Get("X-Forwarded-For"); got != "198.51.100.1, 127.0.0.2" {
+		t.Fatalf("LOCAL: X-Forwarded-For at the node %q, want the balancer's kept and its address added", got)
+	}
+
+	// Refused without an answer.
+	u := rawConn(t, gw, "127.0.0.3") // not trusted
+	_, _ = u.Write([]byte(v1Header("203.0.113.50") + upgradeReq("/u", "")))
+	closedWithoutAnswer(t, u)
+	waitRefused(t, srv, "proxy_untrusted", 1)
+
+	for i, bad := range []string{
+		upgradeReq("/nohdr", ""), // a client that skipped the balancer's header
+		"PROXY TCP4 203.0.113.9 127.0.0.1 0400 80\r\n" + upgradeReq("/x", ""),
+		string(append([]byte("\r\n\r\n\x00\r\nQUIT\n\x21\x11\x07\xd0"), make([]byte, 2000)...)), // 2000 bytes of TLVs
+	} {
+		m := rawConn(t, gw, "127.0.0.2")
+		_, _ = m.Write([]byte(bad))
+		closedWithoutAnswer(t, m)
+		waitRefused(t, srv, "proxy_header", float64(i+1))
+	}
+	// The silent peer is cut at handshake_timeout.
+	closedWithoutAnswer(t, silent)
+	waitRefused(t, srv, "proxy_header", 4)
+	// One line a second at most: the first refusal has its line.
+	if !strings.Contains(logs.String(), `"msg":"connection refused: PROXY protocol","reason":"proxy_untrusted","peer":"127.0.0.3"`) {
+		t.Errorf("no log line for the untrusted peer:\n%s", logs.String())
+	}
+
+	// The access log names the carried client, for tunnels and refusals.
+	a.Close()
+	d.Close()
+	l.Close()
+	waitUntil(t, func() bool { return srv.limits.open() == 0 })
+	if n := srv.limits.open(); n != 0 {
+		t.Fatalf("open slots %d after every client left, want 0", n)
+	}
+	for _, want := range []string{`"client":"203.0.113.9:40000"`, `"client":"203.0.113.9:40001"`, `"client":"[2001:db8::7]:40002"`} {
+		waitUntil(t, func() bool { return strings.Contains(logs.String(), want) })
+		if !strings.Contains(logs.String(), want) {
+			t.Errorf("access log lacks %s:\n%s", want, logs.String())
+		}
+	}
+	if len(srv.limits.byIP) != 0 {
+		t.Errorf("per-IP places left: %v", srv.limits.byIP)
+	}
+}
+
+// TestForwardedForTrust pins the other half of trusted_proxies without
+// PROXY protocol: a client outside it has its X-Forwarded-For replaced by
+// its address; a trusted one keeps its own, with its address added.
+func TestForwardedForTrust(t *testing.T) {
+	node := newWireRecorder(t)
+	srv := startGateway(t, fmt.Sprintf(`
+[gateway]
+listen = "127.0.0.1:0"
+trusted_proxies = ["127.0.0.5"]
+[admin]
+listen = ""
+[[pools]]
+name = "back"
+  [[pools.nodes]]
+  addr = %q
+[[routes]]
+pool = "back"
+`, node.srv.Listener.Addr().String()))
+	gw := srv.Addr().String()
+	for _, tc := range []struct{ from, want string }{
+		{"127.0.0.4", "127.0.0.4"},
+		{"127.0.0.5", "1.1.1.1, 2.2.2.2, 127.0.0.5"},
+	} {
+		for _, req := range []string{
+			upgradeReq("/ws", "X-Forwarded-For: 1.1.1.1\r\nX-Forwarded-For: 2.2.2.2\r\n"),
+			"GET /info HTTP/1.1\r\nHost: gw\r\nX-Forwarded-For: 1.1.1.1, 2.2.2.2\r\nConnection: close\r\n\r\n",
+		} {
+			c := rawConn(t, gw, tc.from)
+			_, _ = c.Write([]byte(req))
+			resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			resp.Body.Close()
+			c.Close()
+			if got := node.last().header.Values("X-Forwarded-For"); len(got) != 1 || got[0] != tc.want {
+				t.Errorf("from %s, %q: X-Forwarded-For at the node %q, want %q", tc.from, strings.Fields(req)[1], got, tc.want)
+			}
+		}
+	}
+}
