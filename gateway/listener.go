@@ -387,21 +387,34 @@ type peer struct {
 	head   []byte
 }
 
-// RemoteAddr is the client address a PROXY header carried, or the socket's.
-func (c *countedConn) RemoteAddr() net.Addr {
-	if c.remote != nil {
-		return c.remote
+// or returns the address the header carried, or, when it carried none,
+// own: the connection's own.
+func (p *peer) or(own net.Addr) net.Addr {
+	if p.remote != nil {
+		return p.remote
 	}
-	return c.TCPConn.RemoteAddr()
+	return own
 }
+
+// readHead copies into b the bytes read past the header, if any are
+// left, and reports whether there were.
+func (p *peer) readHead(b []byte) (int, bool) {
+	if len(p.head) == 0 {
+		return 0, false
+	}
+	n := copy(b, p.head)
+	if p.head = p.head[n:]; len(p.head) == 0 {
+		p.head = nil // not the buffer for the connection's life
+	}
+	return n, true
+}
+
+// RemoteAddr is the client address a PROXY header carried, or the socket's.
+func (c *countedConn) RemoteAddr() net.Addr { return c.or(c.TCPConn.RemoteAddr()) }
 
 // Read returns the bytes read past a PROXY header first.
 func (c *countedConn) Read(b []byte) (int, error) {
-	if len(c.head) > 0 {
-		n := copy(b, c.head)
-		if c.head = c.head[n:]; len(c.head) == 0 {
-			c.head = nil
-		}
+	if n, ok := c.readHead(b); ok {
 		return n, nil
 	}
 	return c.TCPConn.Read(b)
@@ -423,20 +436,11 @@ type countedOther struct {
 
 // RemoteAddr is the client address a PROXY header carried, or the
 // connection's.
-func (c *countedOther) RemoteAddr() net.Addr {
-	if c.remote != nil {
-		return c.remote
-	}
-	return c.Conn.RemoteAddr()
-}
+func (c *countedOther) RemoteAddr() net.Addr { return c.or(c.Conn.RemoteAddr()) }
 
 // Read returns the bytes read past a PROXY header first.
 func (c *countedOther) Read(b []byte) (int, error) {
-	if len(c.head) > 0 {
-		n := copy(b, c.head)
-		if c.head = c.head[n:]; len(c.head) == 0 {
-			c.head = nil
-		}
+	if n, ok := c.readHead(b); ok {
 		return n, nil
 	}
 	return c.Conn.Read(b)

@@ -14,7 +14,6 @@ import (
 	"time"
 
 	dto "github.com/prometheus/client_model/go"
-	"github.com/wsgate/wsgate/conf"
 	"github.com/wsgate/wsgate/internal/proxyproto"
 	"github.com/wsgate/wsgate/internal/testproc"
 )
@@ -46,6 +45,14 @@ func closedWithoutAnswer(t *testing.T, c net.Conn) {
 	}
 }
 
+// recorderConfig is a gateway config with gateway lines (and any sections
+// after them) and one pool, its one node node, behind a catch-all route.
+func recorderConfig(gateway string, node *wireRecorder) string {
+	return fmt.Sprintf("[gateway]\nlisten = \"127.0.0.1:0\"\ndrain_window = \"100ms\"\ndrain_timeout = \"5s\"\n%s\n"+
+		"[admin]\nlisten = \"\"\n[[pools]]\nname = \"back\"\n  [[pools.nodes]]\n  addr = %q\n[[routes]]\npool = \"back\"\n",
+		gateway, node.srv.Listener.Addr().String())
+}
+
 // upgradeReq is a WebSocket handshake for path with extra header lines.
 func upgradeReq(path, extra string) string {
 	return "GET " + path + " HTTP/1.1\r\nHost: gw\r\n" + wsHeaders + extra + "\r\n"
@@ -69,37 +76,13 @@ func TestProxyProtocol(t *testing.T) {
 	node := newWireRecorder(t)
 	var logs testproc.Buffer
 	log := slog.New(slog.NewJSONHandler(&logs, nil))
-	c, err := conf.Parse("proxy.toml", []byte(fmt.Sprintf(`
-[gateway]
-listen = "127.0.0.1:0"
-drain_window = "100ms"
-drain_timeout = "5s"
+	srv := startGatewayLog(t, recorderConfig(`
 handshake_timeout = "1s"
 max_conns_per_ip = 1
 proxy_protocol = true
 trusted_proxies = ["127.0.0.2/32", "::1"]
-[admin]
-listen = ""
 [log]
-access = true
-[[pools]]
-name = "back"
-  [[pools.nodes]]
-  addr = %q
-[[routes]]
-pool = "back"
-`, node.srv.Listener.Addr().String())))
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv, err := New(c, log)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := srv.Start(); err != nil {
-		t.Fatal(err)
-	}
-	defer srv.Shutdown(t.Context())
+access = true`, node), log)
 	gw := srv.Addr().String()
 
 	// A silent trusted peer first: the others must not wait for it.
@@ -199,19 +182,7 @@ pool = "back"
 // its address; a trusted one keeps its own, with its address added.
 func TestForwardedForTrust(t *testing.T) {
 	node := newWireRecorder(t)
-	srv := startGateway(t, fmt.Sprintf(`
-[gateway]
-listen = "127.0.0.1:0"
-trusted_proxies = ["127.0.0.5"]
-[admin]
-listen = ""
-[[pools]]
-name = "back"
-  [[pools.nodes]]
-  addr = %q
-[[routes]]
-pool = "back"
-`, node.srv.Listener.Addr().String()))
+	srv := startGateway(t, recorderConfig(`trusted_proxies = ["127.0.0.5"]`, node))
 	gw := srv.Addr().String()
 	for _, tc := range []struct{ from, want string }{
 		{"127.0.0.4", "127.0.0.4"},

@@ -13,7 +13,6 @@ import (
 	"time"
 
 	"github.com/fasthttp/websocket"
-	"github.com/wsgate/wsgate/conf"
 	"github.com/wsgate/wsgate/internal/testproc"
 )
 
@@ -115,8 +114,12 @@ type rateEnv struct {
 func newRateEnv(t *testing.T, gateway string) *rateEnv {
 	node := newWireRecorder(t)
 	logs := &testproc.Buffer{}
-	addr := node.srv.Listener.Addr().String()
-	c, err := conf.Parse("rate.toml", []byte(fmt.Sprintf(`
+	pools := ""
+	for _, name := range []string{"slow", "slow1013"} {
+		pools += fmt.Sprintf("[[pools]]\nname = %q\n  [pools.admission]\n  rate = 1\n  burst = 3\n  [[pools.nodes]]\n  addr = %q\n",
+			name, node.srv.Listener.Addr().String())
+	}
+	srv := startGatewayLog(t, fmt.Sprintf(`
 [gateway]
 listen = "127.0.0.1:0"
 drain_window = "100ms"
@@ -127,38 +130,14 @@ retry_after = "2s"
 listen = ""
 [log]
 access = true
-[[pools]]
-name = "slow"
-  [pools.admission]
-  rate = 1
-  burst = 3
-  [[pools.nodes]]
-  addr = %q
-[[pools]]
-name = "slow1013"
-  [pools.admission]
-  rate = 1
-  burst = 3
-  [[pools.nodes]]
-  addr = %q
+%s
 [[routes]]
 path_prefix = "/c/"
 pool = "slow1013"
 overflow = "close-1013"
 [[routes]]
 pool = "slow"
-`, gateway, addr, addr)))
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv, err := New(c, slog.New(slog.NewJSONHandler(logs, nil)))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := srv.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = srv.Shutdown(t.Context()) })
+`, gateway, pools), slog.New(slog.NewJSONHandler(logs, nil)))
 	return &rateEnv{srv: srv, gw: srv.Addr().String(), logs: logs}
 }
 

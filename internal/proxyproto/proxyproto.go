@@ -212,27 +212,24 @@ func parseV2(b []byte) (Header, int, error) {
 		// if any, are to be ignored.
 		return h, n, nil
 	}
+	var alen, ipv int // bytes of one address, IP version
 	switch fam {
 	case 1: // AF_INET
-		if len(body) < 12 {
-			return Header{}, 0, invalid("version 2 IPv4 header with %d address bytes, want 12", len(body))
-		}
-		src := netip.AddrFrom4([4]byte(body[0:4]))
-		dst := netip.AddrFrom4([4]byte(body[4:8]))
-		h.Source = netip.AddrPortFrom(src, binary.BigEndian.Uint16(body[8:10]))
-		h.Dest = netip.AddrPortFrom(dst, binary.BigEndian.Uint16(body[10:12]))
-		h.Local = false
+		alen, ipv = 4, 4
 	case 2: // AF_INET6
-		if len(body) < 36 {
-			return Header{}, 0, invalid("version 2 IPv6 header with %d address bytes, want 36", len(body))
-		}
-		src := netip.AddrFrom16([16]byte(body[0:16]))
-		dst := netip.AddrFrom16([16]byte(body[16:32]))
-		h.Source = netip.AddrPortFrom(src, binary.BigEndian.Uint16(body[32:34]))
-		h.Dest = netip.AddrPortFrom(dst, binary.BigEndian.Uint16(body[34:36]))
-		h.Local = false
+		alen, ipv = 16, 6
+	default: // AF_UNSPEC and AF_UNIX carry no IP address: Local stays true.
+		return h, n, nil
 	}
-	// AF_UNSPEC and AF_UNIX carry no IP address: Local stays true.
+	if len(body) < 2*alen+4 {
+		return Header{}, 0, invalid("version 2 IPv%d header with %d address bytes, want %d", ipv, len(body), 2*alen+4)
+	}
+	src, _ := netip.AddrFromSlice(body[:alen])
+	dst, _ := netip.AddrFromSlice(body[alen : 2*alen])
+	ports := body[2*alen:]
+	h.Source = netip.AddrPortFrom(src, binary.BigEndian.Uint16(ports[0:2]))
+	h.Dest = netip.AddrPortFrom(dst, binary.BigEndian.Uint16(ports[2:4]))
+	h.Local = false
 	return h, n, nil
 }
 
