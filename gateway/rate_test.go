@@ -7,12 +7,14 @@ import (
 	"log/slog"
 	"net/http"
 	"net/netip"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/fasthttp/websocket"
+	"github.com/wsgate/wsgate/conf"
 	"github.com/wsgate/wsgate/internal/testproc"
 )
 
@@ -263,4 +265,51 @@ func TestHandshakeRatePerIP(t *testing.T) {
 		t.Errorf("handshakes{result=ip_rate} = %d, want %d", got, refused)
 	}
 	waitUntil(t, func() bool { return strings.Contains(e.logs.String(), `"reason":"ip_rate"`) })
+}
+
+// TestReloadRatesAndProxy pins what a reload does with the new keys:
+// trusted_proxies, handshake_rate_per_ip and [pools.admission] apply to
+// the next request (the pool keeps its bucket), proxy_protocol needs a
+// restart.
+func TestReloadRatesAndProxy(t *testing.T) {
+	node := newWireRecorder(t)
+	srv := startGateway(t, recorderConfig("", node))
+	gw := srv.Addr().String()
+	bucket := srv.current().pools["back"].admit
+	get := "GET /info HTTP/1.1\r\nHost: gw\r\nConnection: close\r\n\r\n"
+	e := &rateEnv{srv: srv, gw: gw}
+	for range 3 {
+		if resp := e.exchange(t, "127.0.0.9", get); resp.StatusCode != http.StatusOK {
+			t.Fatalf("before the reload: %d", resp.StatusCode)
+		}
+	}
+	cfg, err := conf.Parse("t.toml", []byte(strings.Replace(recorderConfig(`handshake_rate_per_ip = 1
+handshake_burst_per_ip = 1
+trusted_proxies = ["127.0.0.9"]`, node), `  [[pools.nodes]]`, "  [pools.admission]\n  rate = 1\n  burst = 2\n  [[pools.nodes]]", 1)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := srv.Apply(cfg); err != nil {
+		t.Fatal(err)
+	}
+	if srv.current().pools["back"].admit != bucket {
+		t.Error("the reload replaced the pool's admission bucket")
+	}
+	if ok, rate, burst := srv.current().pools["back"].admit.allow(); !ok || rate != 1 || burst != 2 {
+		t.Errorf("admission after the reload: %v %d %d, want a token of rate 1, burst 2", ok, rate, burst)
+	}
+	if resp := e.exchange(t, "127.0.0.9", get); resp.StatusCode != http.StatusOK {
+		t.Fatalf("first after the reload: %d", resp.StatusCode)
+	}
+	if resp := e.exchange(t, "127.0.0.9", get); resp.StatusCode != http.StatusTooManyRequests {
+		t.Fatalf("second after the reload at 1/s, burst 1: %d, want 429", resp.StatusCode)
+	}
+	if !srv.current().trusts(netip.MustParseAddr("127.0.0.9")) {
+		t.Error("trusted_proxies not applied by the reload")
+	}
+	on := *cfg
+	on.Gateway.ProxyProtocol = true
+	if got := needsRestart(cfg, &on); !slices.Contains(got, "gateway.proxy_protocol") {
+		t.Errorf("proxy_protocol on: needs restart %v", got)
+	}
 }
