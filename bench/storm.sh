@@ -91,8 +91,10 @@ one() {
 	local handshakes
 	handshakes=$(curl -s "http://$admin/metrics" | awk '/^wsgate_handshakes_total\{result="(ok|admission|no_capacity|upstream_error)"\}/ {printf "%s ", $0}')
 	# From the kill on: the 1 s windows between samples, and the CPU time
-	# over the 20 s after the kill.
+	# over the 20 s after the kill; for reference, the CPU over the 5 s
+	# before it.
 	awk -v tck="$tck" -v name="$name" -v k="$(cat "$d/killed_at")" '
+		$1 >= k - 5000 && $1 < k { if (!b0) { b0 = $1; bu0 = $3 } b1 = $1; bu1 = $3 }
 		$1 >= k - 100 { n++; t[n] = $1; c[n] = $2; u[n] = $3 }
 		END {
 			j = 1; peak = 0; cpu = 0; top = 0; e = 1
@@ -105,7 +107,7 @@ one() {
 					p = (u[i] - u[j]) / tck * 1000 / (t[i] - t[j]) * 100; if (p > cpu) cpu = p
 				}
 			}
-			printf "%s: relay 2 after the kill: peak %.0f handshakes/s (connections gained in 1 s), peak CPU %.0f%% of a core over 1 s, %.2f CPU-s in the 20 s after the kill, %d connections at most\n", name, peak, cpu, (u[e] - u[1]) / tck, top
+			printf "%s: relay 2 after the kill: peak %.0f handshakes/s (connections gained in 1 s), peak CPU %.0f%% of a core over 1 s (%.0f%% before the kill), %.2f CPU-s in the 20 s after the kill, %d connections at most\n", name, peak, cpu, (bu1 - bu0) / tck * 1000 / (b1 - b0) * 100, (u[e] - u[1]) / tck, top
 		}' "$d/relay2.samples"
 	jq -c '{connected, back, not_back, tries, reconnect_ms: (.reconnect_ms | {p50, p99, max}), close_codes, failed_by, lost_writes, passed}' "$d/wsload.json"
 	echo "gateway: $handshakes"

@@ -5,6 +5,7 @@ import (
 	"math/rand/v2"
 	"net/netip"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -40,6 +41,7 @@ func (b *bucket) full(now time.Time, rate, burst int) bool {
 // [pools.admission]); rate 0 admits everything. It keeps its tokens when a
 // reload changes its rate and burst. It is safe for concurrent use.
 type rateLimit struct {
+	on          atomic.Bool // rate > 0: read without the lock
 	mu          sync.Mutex
 	rate, burst int
 	b           bucket
@@ -51,10 +53,14 @@ func (r *rateLimit) set(rate, burst int) {
 	defer r.mu.Unlock()
 	r.rate, r.burst = rate, burst
 	r.b.tokens = min(r.b.tokens, float64(burst))
+	r.on.Store(rate > 0)
 }
 
 // allow takes a token, or reports false with the rate and burst in force.
 func (r *rateLimit) allow() (ok bool, rate, burst int) {
+	if !r.on.Load() {
+		return true, 0, 0
+	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.rate <= 0 {
@@ -68,6 +74,7 @@ func (r *rateLimit) allow() (ok bool, rate, burst int) {
 // swept at most once per refill time, so memory follows the addresses
 // seen within the last refill time. It is safe for concurrent use.
 type ipRate struct {
+	on          atomic.Bool // rate > 0: read without the lock
 	mu          sync.Mutex
 	rate, burst int
 	byIP        map[netip.Addr]*bucket
@@ -89,11 +96,15 @@ func (r *ipRate) set(rate, burst int) {
 	if rate <= 0 {
 		clear(r.byIP)
 	}
+	r.on.Store(rate > 0)
 }
 
 // allow takes a token from ip's bucket, or reports false with the rate
 // and burst in force.
 func (r *ipRate) allow(ip netip.Addr) (ok bool, rate, burst int) {
+	if !r.on.Load() {
+		return true, 0, 0
+	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.rate <= 0 {
