@@ -63,11 +63,11 @@ func v1Header(src string) string {
 	return fmt.Sprintf("PROXY TCP4 %s 127.0.0.1 40000 8080\r\n", src)
 }
 
-// TestProxyProtocol pins issue 11 item 2 on a real gateway and node: with
-// proxy_protocol on, a trusted balancer's version 1 or 2 header names the
-// client for max_conns_per_ip (429 charged to the carried address, not the
-// balancer's), X-Forwarded-For (the client's own replaced, since it is not
-// trusted) and the access log; a LOCAL header keeps the balancer's address
+// TestProxyProtocol pins issue 11 item 2 on a real gateway, node and auth
+// plugin: with proxy_protocol on, a trusted balancer's version 1 or 2
+// header names the client for max_conns_per_ip (429 charged to the carried
+// address, not the balancer's), X-Forwarded-For (the client's own
+// replaced, since it is not trusted), the auth plugin and the access log; a LOCAL header keeps the balancer's address
 // (trusted, so its X-Forwarded-For is kept); an untrusted peer, a
 // malformed header, an oversized one and a silent peer are closed without
 // an answer and counted; a silent peer does not hold up the next
@@ -76,13 +76,21 @@ func TestProxyProtocol(t *testing.T) {
 	node := newWireRecorder(t)
 	var logs testproc.Buffer
 	log := slog.New(slog.NewJSONHandler(&logs, nil))
-	srv := startGatewayLog(t, recorderConfig(`
+	plugin := testproc.Build(t, "./plugins/internal/testplugin")
+	srv := startGatewayLog(t, recorderConfig(fmt.Sprintf(`
 handshake_timeout = "1s"
 max_conns_per_ip = 1
 proxy_protocol = true
 trusted_proxies = ["127.0.0.2/32", "::1"]
 [log]
-access = true`, node), log)
+access = true
+[[routes]]
+path_prefix = "/auth/"
+pool = "back"
+auth = ["t"]
+[[plugins]]
+name = "t"
+path = %q`, plugin), node), log)
 	gw := srv.Addr().String()
 
 	// A silent trusted peer first: the others must not wait for it.
@@ -133,6 +141,17 @@ access = true`, node), log)
 	if got := node.last().header.Get("X-Forwarded-For"); got != "198.51.100.1, 127.0.0.2" {
 		t.Fatalf("LOCAL: X-Forwarded-For at the node %q, want the balancer's kept and its address added", got)
 	}
+
+	// The auth plugin is given the carried address.
+	p := rawConn(t, gw, "127.0.0.2")
+	_, _ = p.Write([]byte(v1Header("203.0.113.77") + upgradeReq("/auth/p", "")))
+	if resp := readAnswer(t, p); resp.StatusCode != http.StatusSwitchingProtocols {
+		t.Fatalf("auth route: %d, want 101", resp.StatusCode)
+	}
+	if got := node.last().header.Get("X-Client-Addr"); got != "203.0.113.77:40000" {
+		t.Fatalf("the plugin was given client address %q, want the carried 203.0.113.77:40000", got)
+	}
+	p.Close()
 
 	// Refused without an answer.
 	u := rawConn(t, gw, "127.0.0.3") // not trusted

@@ -2,7 +2,7 @@
 // picks allow or deny, the request path picks a misbehaviour (/hang,
 // /slow, /crash, /error, /bad-header), and every decision carries the
 // plugin's pid and call count so a test can see which process answered
-// and whether the call reached it.
+// and whether the call reached it, and the client address it was given.
 package main
 
 import (
@@ -74,6 +74,7 @@ func (a *testAuth) Authenticate(ctx context.Context, req *auth.Request) (*auth.D
 		a.cfg.HeaderName: a.cfg.Tag,
 		"X-Pid":          strconv.Itoa(os.Getpid()),
 		"X-Calls":        strconv.FormatInt(n, 10),
+		"X-Client-Addr":  req.ClientAddr,
 	}
 	if a.cfg.Deny {
 		d := auth.Deny(a.cfg.Status, "denied by "+a.cfg.Tag)
