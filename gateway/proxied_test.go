@@ -53,6 +53,17 @@ func recorderConfig(gateway string, node *wireRecorder) string {
 		gateway, node.srv.Listener.Addr().String())
 }
 
+// viaBalancer sends head (a PROXY header) and req on a new connection
+// from the trusted 127.0.0.2 to gw, reads the answer's status and closes
+// the connection.
+func viaBalancer(t *testing.T, gw string, head []byte, req string) int {
+	t.Helper()
+	c := rawConn(t, gw, "127.0.0.2")
+	defer c.Close()
+	_, _ = c.Write(append(head, req...))
+	return readAnswer(t, c).StatusCode
+}
+
 // upgradeReq is a WebSocket handshake for path with extra header lines.
 func upgradeReq(path, extra string) string {
 	return "GET " + path + " HTTP/1.1\r\nHost: gw\r\n" + wsHeaders + extra + "\r\n"
@@ -120,11 +131,9 @@ path = %q`, plugin), node), log)
 	}
 
 	// Version 2, another client: admitted.
-	d := rawConn(t, gw, "127.0.0.2")
 	hdr = proxyproto.AppendV2(nil, netip.MustParseAddrPort("[2001:db8::7]:40002"), netip.MustParseAddrPort("[2001:db8::1]:8080"))
-	_, _ = d.Write(append(hdr, upgradeReq("/d", "")...))
-	if resp := readAnswer(t, d); resp.StatusCode != http.StatusSwitchingProtocols {
-		t.Fatalf("v2: %d, want 101", resp.StatusCode)
+	if code := viaBalancer(t, gw, hdr, upgradeReq("/d", "")); code != http.StatusSwitchingProtocols {
+		t.Fatalf("v2: %d, want 101", code)
 	}
 	if got := node.last().header.Get("X-Forwarded-For"); got != "2001:db8::7" {
 		t.Fatalf("v2: X-Forwarded-For at the node %q", got)
@@ -132,26 +141,21 @@ path = %q`, plugin), node), log)
 
 	// LOCAL (a balancer's health check): the socket's address stands, and
 	// being trusted, its X-Forwarded-For is kept.
-	l := rawConn(t, gw, "127.0.0.2")
 	local := []byte("\r\n\r\n\x00\r\nQUIT\n\x20\x00\x00\x00")
-	_, _ = l.Write(append(local, upgradeReq("/l", "X-Forwarded-For: 198.51.100.1\r\n")...))
-	if resp := readAnswer(t, l); resp.StatusCode != http.StatusSwitchingProtocols {
-		t.Fatalf("LOCAL: %d, want 101", resp.StatusCode)
+	if code := viaBalancer(t, gw, local, upgradeReq("/l", "X-Forwarded-For: 198.51.100.1\r\n")); code != http.StatusSwitchingProtocols {
+		t.Fatalf("LOCAL: %d, want 101", code)
 	}
 	if got := node.last().header.Get("X-Forwarded-For"); got != "198.51.100.1, 127.0.0.2" {
 		t.Fatalf("LOCAL: X-Forwarded-For at the node %q, want the balancer's kept and its address added", got)
 	}
 
 	// The auth plugin is given the carried address.
-	p := rawConn(t, gw, "127.0.0.2")
-	_, _ = p.Write([]byte(v1Header("203.0.113.77") + upgradeReq("/auth/p", "")))
-	if resp := readAnswer(t, p); resp.StatusCode != http.StatusSwitchingProtocols {
-		t.Fatalf("auth route: %d, want 101", resp.StatusCode)
+	if code := viaBalancer(t, gw, []byte(v1Header("203.0.113.77")), upgradeReq("/auth/p", "")); code != http.StatusSwitchingProtocols {
+		t.Fatalf("auth route: %d, want 101", code)
 	}
 	if got := node.last().header.Get("X-Client-Addr"); got != "203.0.113.77:40000" {
 		t.Fatalf("the plugin was given client address %q, want the carried 203.0.113.77:40000", got)
 	}
-	p.Close()
 
 	// Refused without an answer.
 	u := rawConn(t, gw, "127.0.0.3") // not trusted
@@ -179,8 +183,6 @@ path = %q`, plugin), node), log)
 
 	// The access log names the carried client, for tunnels and refusals.
 	a.Close()
-	d.Close()
-	l.Close()
 	waitUntil(t, func() bool { return srv.limits.open() == 0 })
 	if n := srv.limits.open(); n != 0 {
 		t.Fatalf("open slots %d after every client left, want 0", n)

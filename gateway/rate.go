@@ -41,10 +41,30 @@ func (b *bucket) full(now time.Time, rate, burst int) bool {
 // [pools.admission]); rate 0 admits everything. It keeps its tokens when a
 // reload changes its rate and burst. It is safe for concurrent use.
 type rateLimit struct {
-	on          atomic.Bool // rate > 0: read without the lock
+	rateConf
+	b bucket
+}
+
+// rateConf is a limit's rate and burst, which a reload changes, with
+// whether it is on readable without the lock.
+type rateConf struct {
+	on          atomic.Bool // rate > 0
 	mu          sync.Mutex
 	rate, burst int
-	b           bucket
+}
+
+// lock takes the lock and reports true when the limit is on; when it is
+// off it reports false and leaves the lock alone.
+func (c *rateConf) lock() bool {
+	if !c.on.Load() {
+		return false
+	}
+	c.mu.Lock()
+	if c.rate <= 0 {
+		c.mu.Unlock()
+		return false
+	}
+	return true
 }
 
 // set changes the rate and burst for the next requests.
@@ -58,14 +78,10 @@ func (r *rateLimit) set(rate, burst int) {
 
 // allow takes a token, or reports false with the rate and burst in force.
 func (r *rateLimit) allow() (ok bool, rate, burst int) {
-	if !r.on.Load() {
+	if !r.lock() {
 		return true, 0, 0
 	}
-	r.mu.Lock()
 	defer r.mu.Unlock()
-	if r.rate <= 0 {
-		return true, 0, 0
-	}
 	return r.b.take(time.Now(), r.rate, r.burst), r.rate, r.burst
 }
 
@@ -74,11 +90,9 @@ func (r *rateLimit) allow() (ok bool, rate, burst int) {
 // swept at most once per refill time, so memory follows the addresses
 // seen within the last refill time. It is safe for concurrent use.
 type ipRate struct {
-	on          atomic.Bool // rate > 0: read without the lock
-	mu          sync.Mutex
-	rate, burst int
-	byIP        map[netip.Addr]*bucket
-	swept       time.Time
+	rateConf
+	byIP  map[netip.Addr]*bucket
+	swept time.Time
 }
 
 func newIPRate(rate, burst int) *ipRate {
@@ -102,14 +116,10 @@ func (r *ipRate) set(rate, burst int) {
 // allow takes a token from ip's bucket, or reports false with the rate
 // and burst in force.
 func (r *ipRate) allow(ip netip.Addr) (ok bool, rate, burst int) {
-	if !r.on.Load() {
+	if !r.lock() {
 		return true, 0, 0
 	}
-	r.mu.Lock()
 	defer r.mu.Unlock()
-	if r.rate <= 0 {
-		return true, 0, 0
-	}
 	now := time.Now()
 	if now.Sub(r.swept) >= max(time.Second, refill(r.rate, r.burst)) {
 		r.swept = now
