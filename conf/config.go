@@ -169,6 +169,12 @@ type Pool struct {
 	// small share to its full weight, so a recovered replica is not handed
 	// a whole reconnect storm at once (default 0s: off; >= 0).
 	SlowStart Duration `toml:"slow_start" json:"slow_start"`
+	// SendProxyV2 starts every connection the gateway opens to the pool's
+	// nodes with a PROXY protocol version 2 header: the client's address
+	// and the address it connected to for a handshake or plain request, a
+	// LOCAL header for a health probe. A plain request then has a node
+	// connection of its own (default false).
+	SendProxyV2 bool `toml:"send_proxy_v2" json:"send_proxy_v2"`
 	// Health configures the active health check of the pool's nodes.
 	Health Health `toml:"health" json:"health"`
 	// Admission caps the rate at which requests reach the pool's nodes.

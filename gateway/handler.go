@@ -9,6 +9,7 @@ import (
 
 	"github.com/valyala/fasthttp"
 	"github.com/wsgate/wsgate/balancer"
+	"github.com/wsgate/wsgate/internal/proxyproto"
 )
 
 // proxyTimeout bounds one plain HTTP request to a node.
@@ -67,6 +68,19 @@ func (s *Server) handle(ctx *fasthttp.RequestCtx) {
 		return
 	}
 	s.serveHTTP(ctx, g, rt, authz.Headers)
+}
+
+// proxyHeaderFor is the PROXY version 2 header a send_proxy_v2 pool's
+// node gets for ctx's connection: the client's address (the one a client
+// PROXY header carried, if any) and the gateway address it connected to;
+// a LOCAL header when they are not both TCP of one family.
+func proxyHeaderFor(ctx *fasthttp.RequestCtx) []byte {
+	src, _ := ctx.RemoteAddr().(*net.TCPAddr)
+	dst, _ := ctx.LocalAddr().(*net.TCPAddr)
+	if src == nil || dst == nil {
+		return proxyproto.AppendLocalV2(nil)
+	}
+	return proxyproto.AppendV2(nil, src.AddrPort(), dst.AddrPort())
 }
 
 // clientIP is the request's client address, IPv4 unmapped from IPv6: the
@@ -360,7 +374,11 @@ func (s *Server) serveHTTP(ctx *fasthttp.RequestCtx, g *generation, rt *route, s
 			}
 			break
 		}
-		err = p.http[lease.Node()].DoTimeout(req, &ctx.Response, proxyTimeout)
+		if p.sendProxy {
+			err = p.doOwnConn(lease.Node().Addr(), proxyHeaderFor(ctx), req, &ctx.Response, proxyTimeout)
+		} else {
+			err = p.http[lease.Node()].DoTimeout(req, &ctx.Response, proxyTimeout)
+		}
 		lease.Release()
 		if err == nil {
 			return

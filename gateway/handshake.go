@@ -44,6 +44,9 @@ func (s *Server) serveUpgrade(ctx *fasthttp.RequestCtx, g *generation, rt *route
 	accept := acceptKey(key)
 
 	p := rt.pool
+	if p.sendProxy {
+		req = append(proxyHeaderFor(ctx), req...)
+	}
 	var excl [maxTries]*balancer.Node
 	exclude := excl[:0]
 	tries := min(p.tries, maxTries)

@@ -4,12 +4,15 @@ import (
 	"bufio"
 	"errors"
 	"fmt"
+	"github.com/fasthttp/websocket"
 	"io"
 	"log/slog"
 	"net"
 	"net/http"
 	"net/netip"
+	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -225,5 +228,178 @@ func TestForwardedForTrust(t *testing.T) {
 				t.Errorf("from %s, %q: X-Forwarded-For at the node %q, want %q", tc.from, strings.Fields(req)[1], got, tc.want)
 			}
 		}
+	}
+}
+
+// proxyNode is a node that takes a PROXY header on every connection, as
+// HAProxy's accept-proxy does: it records each header and serves HTTP on
+// what follows (/healthz, WebSocket upgrades, and 200 to anything else);
+// a connection without a valid header is counted and closed.
+type proxyNode struct {
+	addr  string
+	mu    sync.Mutex
+	heads []proxyproto.Header
+	bad   int
+}
+
+// headConn is a node-side connection past its PROXY header.
+type headConn struct {
+	net.Conn
+	peer
+}
+
+func (c *headConn) Read(b []byte) (int, error) {
+	if n, ok := c.readHead(b); ok {
+		return n, nil
+	}
+	return c.Conn.Read(b)
+}
+
+// chanListener hands out the connections a proxyNode has read a header on.
+type chanListener struct {
+	net.Listener
+	conns chan net.Conn
+}
+
+func (l *chanListener) Accept() (net.Conn, error) {
+	c, ok := <-l.conns
+	if !ok {
+		return nil, net.ErrClosed
+	}
+	return c, nil
+}
+
+func newProxyNode(t *testing.T) *proxyNode {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := &proxyNode{addr: ln.Addr().String()}
+	cl := &chanListener{Listener: ln, conns: make(chan net.Conn)}
+	go func() {
+		defer close(cl.conns)
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				_ = c.SetReadDeadline(time.Now().Add(5 * time.Second))
+				h, rest, err := readProxyHeader(c)
+				_ = c.SetReadDeadline(time.Time{})
+				n.mu.Lock()
+				if err != nil {
+					n.bad++
+				} else {
+					n.heads = append(n.heads, h)
+				}
+				n.mu.Unlock()
+				if err != nil {
+					c.Close()
+					return
+				}
+				cl.conns <- &headConn{Conn: c, peer: peer{head: rest}}
+			}()
+		}
+	}()
+	up := websocket.Upgrader{}
+	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if websocket.IsWebSocketUpgrade(r) {
+			if c, err := up.Upgrade(w, r, nil); err == nil {
+				c.Close()
+			}
+			return
+		}
+		_, _ = io.WriteString(w, "ok\n")
+	})}
+	go func() { _ = srv.Serve(cl) }()
+	t.Cleanup(func() { _ = srv.Close() })
+	return n
+}
+
+// seen returns the headers recorded so far and the connections refused.
+func (n *proxyNode) seen() ([]proxyproto.Header, int) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return append([]proxyproto.Header(nil), n.heads...), n.bad
+}
+
+// TestSendProxyV2 pins the pool's send_proxy_v2 against a node that
+// expects a header on every connection: health probes send LOCAL (the
+// node comes up), a handshake's connection carries the client's address
+// and port and the gateway address it reached, and each plain request on
+// one keep-alive client connection gets a node connection of its own with
+// that client's header.
+func TestSendProxyV2(t *testing.T) {
+	node := newProxyNode(t)
+	srv := startGateway(t, fmt.Sprintf(`
+[gateway]
+listen = "127.0.0.1:0"
+drain_window = "100ms"
+drain_timeout = "5s"
+[admin]
+listen = ""
+[[pools]]
+name = "back"
+send_proxy_v2 = true
+  [pools.health]
+  interval = "100ms"
+  timeout = "100ms"
+  rise = 1
+  [[pools.nodes]]
+  addr = %q
+[[routes]]
+pool = "back"
+`, node.addr))
+	gw := srv.Addr().String()
+	waitUntil(t, func() bool {
+		heads, _ := node.seen()
+		return slices.ContainsFunc(heads, func(h proxyproto.Header) bool { return h.Local && h.Version == 2 })
+	})
+	count := func() int { h, _ := node.seen(); return len(h) }
+	clientHeads := func(from int) []proxyproto.Header {
+		heads, _ := node.seen()
+		var out []proxyproto.Header
+		for _, h := range heads[from:] {
+			if !h.Local {
+				out = append(out, h)
+			}
+		}
+		return out
+	}
+
+	before := count()
+	c := rawConn(t, gw, "127.0.0.6")
+	_, _ = c.Write([]byte(upgradeReq("/ws", "")))
+	if resp := readAnswer(t, c); resp.StatusCode != http.StatusSwitchingProtocols {
+		t.Fatalf("handshake: %d, want 101", resp.StatusCode)
+	}
+	local := c.LocalAddr().(*net.TCPAddr).AddrPort()
+	got := clientHeads(before)
+	if len(got) != 1 || got[0].Source != local || got[0].Dest.String() != gw {
+		t.Fatalf("handshake: node got %+v, want one header from %v to %s", got, local, gw)
+	}
+	c.Close()
+
+	before = count()
+	p := rawConn(t, gw, "127.0.0.6")
+	br := bufio.NewReader(p)
+	for i := range 2 {
+		_, _ = p.Write([]byte("GET /info HTTP/1.1\r\nHost: gw\r\n\r\n"))
+		_ = p.SetReadDeadline(time.Now().Add(30 * time.Second))
+		resp, err := http.ReadResponse(br, nil)
+		if err != nil || resp.StatusCode != http.StatusOK {
+			t.Fatalf("plain request %d: %v %v", i, resp, err)
+		}
+		_, _ = io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+	}
+	local = p.LocalAddr().(*net.TCPAddr).AddrPort()
+	got = clientHeads(before)
+	if len(got) != 2 || got[0].Source != local || got[1].Source != local {
+		t.Fatalf("two plain requests: node got %+v, want two connections with headers from %v", got, local)
+	}
+	if _, bad := node.seen(); bad != 0 {
+		t.Fatalf("%d node connections without a valid header", bad)
 	}
 }

@@ -237,20 +237,28 @@ func parseV2(b []byte) (Header, int, error) {
 // to dst; both must be of the same family (IPv4, or IPv6), else it
 // appends a LOCAL header.
 func AppendV2(b []byte, src, dst netip.AddrPort) []byte {
-	b = append(b, v2Sig...)
 	s, d := src.Addr().Unmap(), dst.Addr().Unmap()
+	var famLen []byte // family and protocol, address length
 	switch {
 	case s.Is4() && d.Is4():
-		b = append(b, 0x21, 0x11, 0, 12)
-		b = append(b, s.AsSlice()...)
-		b = append(b, d.AsSlice()...)
+		famLen = []byte{0x11, 0, 12}
 	case s.Is6() && d.Is6():
-		b = append(b, 0x21, 0x21, 0, 36)
-		b = append(b, s.AsSlice()...)
-		b = append(b, d.AsSlice()...)
+		famLen = []byte{0x21, 0, 36}
 	default:
-		return append(b, 0x20, 0x00, 0, 0)
+		return AppendLocalV2(b)
 	}
+	b = append(b, v2Sig...)
+	b = append(b, 0x21)
+	b = append(b, famLen...)
+	b = append(b, s.AsSlice()...)
+	b = append(b, d.AsSlice()...)
 	b = binary.BigEndian.AppendUint16(b, src.Port())
 	return binary.BigEndian.AppendUint16(b, dst.Port())
+}
+
+// AppendLocalV2 appends a version 2 LOCAL header: a connection the sender
+// makes for itself (a health check), carrying no client address.
+func AppendLocalV2(b []byte) []byte {
+	b = append(b, v2Sig...)
+	return append(b, 0x20, 0x00, 0, 0)
 }

@@ -107,6 +107,9 @@ func TestAppendV2(t *testing.T) {
 			t.Fatalf("%v: %+v n=%d len=%d err=%v", c, h, n, len(b), err)
 		}
 	}
+	if h, n, err := Parse(AppendLocalV2([]byte("x"))[1:]); err != nil || !h.Local || h.Version != 2 || n != 16 {
+		t.Fatalf("AppendLocalV2: %+v %d %v", h, n, err)
+	}
 	b := AppendV2(nil, netip.MustParseAddrPort("192.0.2.1:1"), netip.MustParseAddrPort("[2001:db8::2]:80"))
 	if h, n, err := Parse(b); err != nil || !h.Local || n != 16 {
 		t.Fatalf("mixed families: %+v %d %v", h, n, err)
