@@ -59,6 +59,25 @@ type Gateway struct {
 	// MaxConnsPerIP caps open connections from one client IP, counted from
 	// accept whatever their state (default 0, meaning unlimited; >= 0).
 	MaxConnsPerIP int `toml:"max_conns_per_ip" json:"max_conns_per_ip"`
+	// HandshakeRatePerIP caps new requests (handshakes, and plain HTTP
+	// requests on a route) from one client IP per second, a token bucket
+	// refilled at this rate; over it the request gets 429 + Retry-After
+	// (default 0, meaning unlimited; >= 0).
+	HandshakeRatePerIP int `toml:"handshake_rate_per_ip" json:"handshake_rate_per_ip"`
+	// HandshakeBurstPerIP is the size of that bucket: how many requests
+	// one IP may make at once after a quiet spell (default 0, meaning
+	// handshake_rate_per_ip, one second's worth; >= 0).
+	HandshakeBurstPerIP int `toml:"handshake_burst_per_ip" json:"handshake_burst_per_ip"`
+	// ProxyProtocol makes every client listener read a PROXY protocol
+	// header (version 1 or 2) at the start of each connection, from a
+	// trusted_proxies address only, and take the client address it
+	// carries as the connection's (default false). Read at start only.
+	ProxyProtocol bool `toml:"proxy_protocol" json:"proxy_protocol"`
+	// TrustedProxies are the addresses, as CIDRs ("10.0.0.0/8") or single
+	// IPs, that may send a PROXY header and whose X-Forwarded-For is kept
+	// (default none: no PROXY header is accepted, and every client's
+	// X-Forwarded-For is replaced by its address).
+	TrustedProxies []string `toml:"trusted_proxies" json:"trusted_proxies"`
 	// HandshakeTimeout bounds reading the client's upgrade request and
 	// completing the handshake (default 10s; > 0).
 	HandshakeTimeout Duration `toml:"handshake_timeout" json:"handshake_timeout"`
@@ -186,8 +205,16 @@ type Pool struct {
 	// small share to its full weight, so a recovered replica is not handed
 	// a whole reconnect storm at once (default 0s: off; >= 0).
 	SlowStart Duration `toml:"slow_start" json:"slow_start"`
+	// SendProxyV2 starts every connection the gateway opens to the pool's
+	// nodes with a PROXY protocol version 2 header: the client's address
+	// and the address it connected to for a handshake or plain request, a
+	// LOCAL header for a health probe. A plain request then has a node
+	// connection of its own (default false).
+	SendProxyV2 bool `toml:"send_proxy_v2" json:"send_proxy_v2"`
 	// Health configures the active health check of the pool's nodes.
 	Health Health `toml:"health" json:"health"`
+	// Admission caps the rate at which requests reach the pool's nodes.
+	Admission Admission `toml:"admission" json:"admission"`
 	// Nodes are the pool's relay nodes; at least one.
 	Nodes []Node `toml:"nodes" json:"nodes"`
 }
@@ -214,6 +241,23 @@ type Health struct {
 	// EjectFor is how long an ejected node rests before probes may bring it
 	// back (default 10s; > 0).
 	EjectFor Duration `toml:"eject_for" json:"eject_for"`
+}
+
+// Admission is a pool's [pools.admission] section: a token bucket every
+// request routed to the pool takes a token from, after the route's other
+// checks and before a node is picked, so a reconnect storm reaches the
+// nodes at a bounded rate. Like all sections it is plain data, read-only
+// once loaded (see Config).
+type Admission struct {
+	// Rate is the number of requests admitted per second, the bucket's
+	// refill rate; over it a request gets 503 with a jittered Retry-After,
+	// or on a close-1013 route an upgrade closed with 1013 (default 0,
+	// meaning no limit; >= 0).
+	Rate int `toml:"rate" json:"rate"`
+	// Burst is the bucket's size: how many requests are admitted at once
+	// after a quiet spell (default 0, meaning rate, one second's worth;
+	// >= 0).
+	Burst int `toml:"burst" json:"burst"`
 }
 
 // Node is one [[pools.nodes]] entry: a relay replica.

@@ -25,6 +25,10 @@ func (g *Gateway) setDefaults() {
 	g.DrainWindow = Duration{10 * time.Second}      // spread reconnects so the remaining nodes are not stampeded
 	g.DrainTimeout = Duration{30 * time.Second}     // window plus time for clients to finish closing
 	g.RetryAfter = Duration{1 * time.Second}        // clients add jitter; a short hint gets them back soon
+	// HandshakeRatePerIP stays 0 (unlimited): many users share one NAT
+	// address, and a fair rate depends on the application. ProxyProtocol
+	// stays false and TrustedProxies empty: no address is trusted unless
+	// the operator says so.
 }
 
 func (a *Admin) setDefaults() {
@@ -44,6 +48,8 @@ func (p *Pool) setDefaults() {
 	p.ConnectTimeout = Duration{2 * time.Second} // loopback/LAN dials take ms; fail over fast
 	p.ConnectTries = 3                           // ride out one or two dead nodes before a 502
 	p.Health.setDefaults()
+	// Admission stays off (rate 0): the rate a pool's nodes absorb
+	// depends on the relay; slow_start and the caps apply meanwhile.
 }
 
 func (h *Health) setDefaults() {
@@ -78,8 +84,14 @@ func (p *Plugin) setDefaults() {
 // derive computes the values that follow from others, once, after
 // validation.
 func (c *Config) derive() {
+	if c.Gateway.HandshakeBurstPerIP == 0 {
+		c.Gateway.HandshakeBurstPerIP = c.Gateway.HandshakeRatePerIP
+	}
 	for i := range c.Pools {
 		p := &c.Pools[i]
+		if p.Admission.Burst == 0 {
+			p.Admission.Burst = p.Admission.Rate
+		}
 		for j := range p.Nodes {
 			if p.Nodes[j].MaxConns == 0 {
 				p.Nodes[j].MaxConns = p.MaxConnsPerNode

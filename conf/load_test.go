@@ -57,6 +57,7 @@ func normalizeEmpty(c *Config) {
 	}
 	nilIfEmpty(&c.Gateway.Listeners)
 	nilIfEmpty(&c.Admin.Hosts)
+	nilIfEmpty(&c.Gateway.TrustedProxies)
 	for i := range c.Pools {
 		nilIfEmpty(&c.Pools[i].SourceAddrs)
 	}
@@ -139,8 +140,14 @@ func TestFullFile(t *testing.T) {
 		{"plugin config as is", cfg.Plugins[0].Config["hs256_secret_env"], "JWT_SECRET"},
 		{"plugin config array", cfg.Plugins[0].Config["token_from"], []any{"header:Authorization", "subprotocol"}},
 		{"plugin nested config", cfg.Plugins[0].Config["claims_to_headers"], map[string]any{"sub": "X-User-Id"}},
-		{"line of a plugin's config table", cfg.Line("plugins[0].config"), 62},
-		{"line of a key inside it", cfg.Line("plugins[0].config.claims_to_headers.sub"), 66},
+		{"line of a plugin's config table", cfg.Line("plugins[0].config"), 70},
+		{"line of a key inside it", cfg.Line("plugins[0].config.claims_to_headers.sub"), 74},
+		{"send_proxy_v2 set", cfg.Pools[0].SendProxyV2, true},
+		{"send_proxy_v2 off by default", cfg.Pools[1].SendProxyV2, false},
+		{"trusted proxies", cfg.Gateway.TrustedProxies, []string{"10.0.0.0/8", "2001:db8::/32", "192.0.2.7", "::ffff:198.51.100.0/120"}},
+		{"per-IP handshake burst set", cfg.Gateway.HandshakeBurstPerIP, 40},
+		{"admission set", cfg.Pools[0].Admission, Admission{Rate: 500, Burst: 1000}},
+		{"admission off by default", cfg.Pools[1].Admission, Admission{}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

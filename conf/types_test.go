@@ -154,3 +154,25 @@ func FuzzDuration(f *testing.F) {
 		}
 	})
 }
+
+func TestParsePrefix(t *testing.T) {
+	for in, want := range map[string]string{
+		"10.0.0.0/8":              "10.0.0.0/8",
+		"10.1.2.3/8":              "10.0.0.0/8",
+		"192.0.2.7":               "192.0.2.7/32",
+		"2001:db8::/32":           "2001:db8::/32",
+		"2001:db8::1":             "2001:db8::1/128",
+		"::ffff:198.51.100.0/120": "198.51.100.0/24",
+		"::ffff:192.0.2.7":        "192.0.2.7/32",
+	} {
+		p, err := ParsePrefix(in)
+		if err != nil || p.String() != want {
+			t.Errorf("ParsePrefix(%q) = %v, %v; want %s", in, p, err, want)
+		}
+	}
+	for _, in := range []string{"", "10.0.0.0/33", "fe80::1%eth0", "lb.example.com", "::ffff:0:0/95", "10.0.0.0/-1"} {
+		if p, err := ParsePrefix(in); err == nil {
+			t.Errorf("ParsePrefix(%q) = %v, want an error", in, p)
+		}
+	}
+}

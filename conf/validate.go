@@ -70,6 +70,16 @@ func (g *Gateway) validate(e *errorList) {
 	g.TLS.validate(e, seen)
 	atLeast(e, "gateway.max_conns", g.MaxConns, 1)
 	atLeast(e, "gateway.max_conns_per_ip", g.MaxConnsPerIP, 0)
+	atLeast(e, "gateway.handshake_rate_per_ip", g.HandshakeRatePerIP, 0)
+	atLeast(e, "gateway.handshake_burst_per_ip", g.HandshakeBurstPerIP, 0)
+	for i, s := range g.TrustedProxies {
+		if _, err := ParsePrefix(s); err != nil {
+			e.add(indexKey("gateway.trusted_proxies", i), err.Error())
+		}
+	}
+	if g.ProxyProtocol && len(g.TrustedProxies) == 0 {
+		e.add("gateway.proxy_protocol", "needs gateway.trusted_proxies: a PROXY header is accepted from those addresses only")
+	}
 	positive(e, "gateway.handshake_timeout", g.HandshakeTimeout)
 	positive(e, "gateway.write_timeout", g.WriteTimeout)
 	switch g.TunnelEngine {
@@ -192,6 +202,8 @@ func (p *Pool) validate(e *errorList, path string) {
 		e.add(joinKey(path, "slow_start"), "must be >= 0, got "+p.SlowStart.String())
 	}
 	p.Health.validate(e, joinKey(path, "health"))
+	atLeast(e, joinKey(joinKey(path, "admission"), "rate"), p.Admission.Rate, 0)
+	atLeast(e, joinKey(joinKey(path, "admission"), "burst"), p.Admission.Burst, 0)
 	if len(p.Nodes) == 0 {
 		e.add(joinKey(path, "nodes"), "at least one [[pools.nodes]] entry is required")
 	}
@@ -403,6 +415,26 @@ func checkHashKey(k string) error {
 		return fmt.Errorf("must be \"path:N\" (N >= 1), \"query:NAME\" or \"header:NAME\", got %q", k)
 	}
 	return nil
+}
+
+// ParsePrefix parses a trusted_proxies entry: a CIDR such as "10.0.0.0/8"
+// or "2001:db8::/32", or a single IP address (a /32 or /128). IPv4-mapped
+// IPv6 forms are unmapped, as client addresses are.
+func ParsePrefix(s string) (netip.Prefix, error) {
+	if p, err := netip.ParsePrefix(s); err == nil && p.Addr().Zone() == "" {
+		if p.Addr().Is4In6() {
+			if p.Bits() < 96 {
+				return netip.Prefix{}, fmt.Errorf("must be a CIDR such as \"10.0.0.0/8\" or an IP address, got %q (an IPv4-mapped prefix shorter than /96)", s)
+			}
+			p = netip.PrefixFrom(p.Addr().Unmap(), p.Bits()-96)
+		}
+		return p.Masked(), nil
+	}
+	if a, err := netip.ParseAddr(s); err == nil && a.Zone() == "" {
+		a = a.Unmap()
+		return netip.PrefixFrom(a, a.BitLen()), nil
+	}
+	return netip.Prefix{}, fmt.Errorf("must be a CIDR such as \"10.0.0.0/8\" or an IP address, got %q", s)
 }
 
 // loopbackListen reports whether a listen address binds only loopback

@@ -5,6 +5,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"log/slog"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -76,11 +77,17 @@ func (r *wireRecorder) last() seenRequest {
 // the test ends.
 func startGateway(t *testing.T, cfg string) *Server {
 	t.Helper()
+	return startGatewayLog(t, cfg, quietLog())
+}
+
+// startGatewayLog is startGateway with the gateway logging to log.
+func startGatewayLog(t *testing.T, cfg string, log *slog.Logger) *Server {
+	t.Helper()
 	c, err := conf.Parse("admission.toml", []byte(cfg))
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv, err := New(c, quietLog())
+	srv, err := New(c, log)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -134,6 +141,7 @@ func TestAdmissionShapes(t *testing.T) {
 listen = "127.0.0.1:0"
 drain_window = "100ms"
 drain_timeout = "5s"
+trusted_proxies = ["127.0.0.0/8"]
 [admin]
 listen = ""
 [[pools]]

@@ -4,18 +4,21 @@ import (
 	"bytes"
 	"errors"
 	"net"
+	"net/netip"
 	"time"
 
 	"github.com/valyala/fasthttp"
 	"github.com/wsgate/wsgate/balancer"
+	"github.com/wsgate/wsgate/internal/proxyproto"
 )
 
 // proxyTimeout bounds one plain HTTP request to a node.
 const proxyTimeout = 30 * time.Second
 
 // handle is the client listener's handler. Every request takes the one
-// admission path, whatever its shape: route, shape, origin, auth chain (the
-// connection limits were taken when it was accepted). Only then does it branch to the WebSocket upgrade or to the plain
+// admission path, whatever its shape: route, the per-IP request rate,
+// shape, origin, auth chain, the pool's admission rate (the connection
+// limits were taken when it was accepted). Only then does it branch to the WebSocket upgrade or to the plain
 // HTTP proxy, each of which forwards the request with the route's
 // auth_headers and hop-by-hop headers removed and the chain's headers set.
 func (s *Server) handle(ctx *fasthttp.RequestCtx) {
@@ -27,6 +30,11 @@ func (s *Server) handle(ctx *fasthttp.RequestCtx) {
 	rt := g.routes.match(ctx.Host(), ctx.Path())
 	if rt == nil {
 		s.reject(ctx, fasthttp.StatusNotFound, "no_route", "no route for this host and path")
+		return
+	}
+	if ok, rate, burst := s.ipRate.allow(clientIP(ctx)); !ok {
+		s.retryLaterAfter(ctx, fasthttp.StatusTooManyRequests, "ip_rate", "too many requests from your address",
+			jitteredRetryAfter(g.retryAfter, rate, burst))
 		return
 	}
 	upgrade, ok := s.checkShape(ctx, rt)
@@ -44,11 +52,44 @@ func (s *Server) handle(ctx *fasthttp.RequestCtx) {
 	if !ok {
 		return
 	}
+	// Last, so only requests that would reach a node take a token: a
+	// flood of bad or unauthorized requests does not use up the pool's.
+	if ok, rate, burst := rt.pool.admit.allow(); !ok {
+		retry := jitteredRetryAfter(g.retryAfter, rate, burst)
+		if upgrade {
+			s.overflow(ctx, g, rt, "admission", "the pool is admitting new clients at a limited rate", retry)
+		} else {
+			s.retryLaterAfter(ctx, fasthttp.StatusServiceUnavailable, "admission", "the pool is admitting new clients at a limited rate", retry)
+		}
+		return
+	}
 	if upgrade {
 		s.serveUpgrade(ctx, g, rt, authz)
 		return
 	}
-	s.serveHTTP(ctx, rt, authz.Headers)
+	s.serveHTTP(ctx, g, rt, authz.Headers)
+}
+
+// proxyHeaderFor is the PROXY version 2 header a send_proxy_v2 pool's
+// node gets for ctx's connection: the client's address (the one a client
+// PROXY header carried, if any) and the gateway address it connected to;
+// a LOCAL header when they are not both TCP of one family.
+func proxyHeaderFor(ctx *fasthttp.RequestCtx) []byte {
+	src, _ := ctx.RemoteAddr().(*net.TCPAddr)
+	dst, _ := ctx.LocalAddr().(*net.TCPAddr)
+	if src == nil || dst == nil {
+		return proxyproto.AppendLocalV2(nil)
+	}
+	return proxyproto.AppendV2(nil, src.AddrPort(), dst.AddrPort())
+}
+
+// clientIP is the request's client address, IPv4 unmapped from IPv6: the
+// socket's peer, or the address its PROXY header carried.
+func clientIP(ctx *fasthttp.RequestCtx) netip.Addr {
+	if a, ok := ctx.RemoteAddr().(*net.TCPAddr); ok {
+		return a.AddrPort().Addr().Unmap()
+	}
+	return netip.Addr{}
 }
 
 // reqShape is what admission reads off the request's headers. Peek is not
@@ -241,7 +282,7 @@ func connectionListed(conn [][]byte, k []byte) bool {
 // chain's headers set (an empty value only removes the client's), the Host
 // and (normalized) path the request was routed by, and X-Forwarded-For and
 // X-Forwarded-Proto.
-func prepareForward(ctx *fasthttp.RequestCtx, rt *route, set map[string]string) {
+func prepareForward(ctx *fasthttp.RequestCtx, g *generation, rt *route, set map[string]string) {
 	h := &ctx.Request.Header
 	for _, v := range h.PeekAll(fasthttp.HeaderConnection) {
 		for len(v) > 0 {
@@ -277,7 +318,7 @@ func prepareForward(ctx *fasthttp.RequestCtx, rt *route, set map[string]string) 
 		ctx.Request.SetRequestURIBytes(ctx.URI().RequestURI())
 	}
 	// Set alone would leave the client's later copies in place.
-	xff := appendForwardedFor(nil, ctx)
+	xff := appendForwardedFor(nil, ctx, g)
 	h.Del("X-Forwarded-For")
 	h.SetBytesV("X-Forwarded-For", xff)
 	h.Del("X-Forwarded-Proto")
@@ -288,14 +329,19 @@ func prepareForward(ctx *fasthttp.RequestCtx, rt *route, set map[string]string) 
 }
 
 // appendForwardedFor appends the one X-Forwarded-For value a node gets:
-// every value the client sent (a node that reads the last header line must
-// not get one the client chose), then the client's address.
-func appendForwardedFor(dst []byte, ctx *fasthttp.RequestCtx) []byte {
-	for _, v := range ctx.Request.Header.PeekAll("X-Forwarded-For") {
-		dst = append(dst, v...)
-		dst = append(dst, ", "...)
+// from a client in trusted_proxies, every value it sent (in one value: a
+// node that reads the last header line must not get one the client
+// chose), then the client's address; from any other client, its address
+// alone.
+func appendForwardedFor(dst []byte, ctx *fasthttp.RequestCtx, g *generation) []byte {
+	ip := clientIP(ctx)
+	if g.trusts(ip) {
+		for _, v := range ctx.Request.Header.PeekAll("X-Forwarded-For") {
+			dst = append(dst, v...)
+			dst = append(dst, ", "...)
+		}
 	}
-	return append(dst, ctx.RemoteIP().String()...)
+	return append(dst, ip.String()...)
 }
 
 // decided reports whether the client's header k is one the auth chain's
@@ -312,8 +358,8 @@ func decided(set map[string]string, k []byte) bool {
 // serveHTTP proxies an admitted plain HTTP request to a node of the route's
 // pool, so a relay's /info or an app's REST API works through the gateway.
 // Idempotent requests move to the next node when one cannot be reached.
-func (s *Server) serveHTTP(ctx *fasthttp.RequestCtx, rt *route, set map[string]string) {
-	prepareForward(ctx, rt, set)
+func (s *Server) serveHTTP(ctx *fasthttp.RequestCtx, g *generation, rt *route, set map[string]string) {
+	prepareForward(ctx, g, rt, set)
 	p := rt.pool
 	req := &ctx.Request
 	var excl [maxTries]*balancer.Node
@@ -331,7 +377,11 @@ func (s *Server) serveHTTP(ctx *fasthttp.RequestCtx, rt *route, set map[string]s
 			}
 			break
 		}
-		err = p.http[lease.Node()].DoTimeout(req, &ctx.Response, proxyTimeout)
+		if p.sendProxy {
+			err = p.doOwnConn(lease.Node().Addr(), proxyHeaderFor(ctx), req, &ctx.Response, proxyTimeout)
+		} else {
+			err = p.http[lease.Node()].DoTimeout(req, &ctx.Response, proxyTimeout)
+		}
 		lease.Release()
 		if err == nil {
 			return

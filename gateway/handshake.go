@@ -40,10 +40,13 @@ var errUpstream = errors.New("upstream handshake failed")
 // tunnel.
 func (s *Server) serveUpgrade(ctx *fasthttp.RequestCtx, g *generation, rt *route, authz pluginhost.Result) {
 	key := ctx.Request.Header.Peek("Sec-WebSocket-Key")
-	req := s.upstreamRequest(ctx, rt, authz.Headers)
+	req := s.upstreamRequest(ctx, g, rt, authz.Headers)
 	accept := acceptKey(key)
 
 	p := rt.pool
+	if p.sendProxy {
+		req = append(proxyHeaderFor(ctx), req...)
+	}
 	var excl [maxTries]*balancer.Node
 	exclude := excl[:0]
 	tries := min(p.tries, maxTries)
@@ -54,7 +57,7 @@ func (s *Server) serveUpgrade(ctx *fasthttp.RequestCtx, g *generation, rt *route
 			if try > 0 {
 				break // nodes were tried and failed: 502 below
 			}
-			s.overflow(ctx, g, rt, accept)
+			s.overflow(ctx, g, rt, "no_capacity", "no node with capacity", g.retryAfter)
 			return
 		}
 		up, answer, err := s.dialNode(p, lease.Node(), req, accept)
@@ -326,18 +329,21 @@ func detach(c net.Conn) (net.Conn, []byte) {
 	return raw, pending
 }
 
-// overflow answers a handshake when no node has room, as the route says:
-// 503 with Retry-After, or an accepted upgrade closed at once with 1013. A
-// 1013 connection lingers at most handshake_timeout, and keeps its
-// connection slot (taken at accept) until it is closed, so lingering sockets
-// count against max_conns and max_conns_per_ip.
-func (s *Server) overflow(ctx *fasthttp.RequestCtx, g *generation, rt *route, accept string) {
+// overflow answers a handshake that cannot have a node now (result says
+// why: no_capacity, no node has room; admission, the pool's admission
+// rate), as the route says: 503 with Retry-After retryAfter, or an
+// accepted upgrade closed at once with 1013. A 1013 connection lingers at
+// most handshake_timeout, and keeps its connection slot (taken at accept)
+// until it is closed, so lingering sockets count against max_conns and
+// max_conns_per_ip.
+func (s *Server) overflow(ctx *fasthttp.RequestCtx, g *generation, rt *route, result, msg string, retryAfter int) {
 	if rt.overflow != "close-1013" {
-		s.retryLater(ctx, fasthttp.StatusServiceUnavailable, "no_capacity", "no node with capacity")
+		s.retryLaterAfter(ctx, fasthttp.StatusServiceUnavailable, result, msg, retryAfter)
 		return
 	}
-	s.metrics.handshake("no_capacity", ctx.Time())
-	s.access.handshake(ctx, fasthttp.StatusSwitchingProtocols, "no_capacity")
+	s.metrics.handshake(result, ctx.Time())
+	s.access.handshake(ctx, fasthttp.StatusSwitchingProtocols, result)
+	accept := acceptKey(ctx.Request.Header.Peek("Sec-WebSocket-Key"))
 	timeout := g.handshakeTimeout
 	ctx.HijackSetNoResponse(true)
 	ctx.Hijack(func(c net.Conn) {
@@ -346,7 +352,7 @@ func (s *Server) overflow(ctx *fasthttp.RequestCtx, g *generation, rt *route, ac
 		b = append(b, "HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Accept: "...)
 		b = append(b, accept...)
 		b = append(b, "\r\n\r\n"...)
-		b = wsframe.AppendClose(b, 1013, "no node with capacity", nil)
+		b = wsframe.AppendClose(b, 1013, msg, nil)
 		until := time.Now().Add(timeout)
 		_ = c.SetDeadline(until)
 		if _, err := c.Write(b); err != nil {
@@ -382,7 +388,7 @@ func lingerClose(c net.Conn, until time.Time) {
 // the auth chain's headers set (replacing the client's own of the same
 // name under any spelling, see sameHeader, so a client cannot forge them;
 // an empty value only removes the client's).
-func (s *Server) upstreamRequest(ctx *fasthttp.RequestCtx, rt *route, set map[string]string) []byte {
+func (s *Server) upstreamRequest(ctx *fasthttp.RequestCtx, g *generation, rt *route, set map[string]string) []byte {
 	h := &ctx.Request.Header
 	b := make([]byte, 0, 512)
 	b = append(b, "GET "...)
@@ -412,7 +418,7 @@ func (s *Server) upstreamRequest(ctx *fasthttp.RequestCtx, rt *route, set map[st
 	// PeekAll (in appendForwardedFor) reuses the buffer conn lives in;
 	// conn is done with.
 	b = append(b, "X-Forwarded-For: "...)
-	b = appendForwardedFor(b, ctx)
+	b = appendForwardedFor(b, ctx, g)
 	b = append(b, "\r\nX-Forwarded-Proto: "...)
 	b = append(b, scheme(ctx)...)
 	b = append(b, "\r\n"...)
@@ -445,8 +451,13 @@ func (s *Server) reject(ctx *fasthttp.RequestCtx, status int, result, msg string
 
 // retryLater rejects with status and a Retry-After header.
 func (s *Server) retryLater(ctx *fasthttp.RequestCtx, status int, result, msg string) {
+	s.retryLaterAfter(ctx, status, result, msg, s.current().retryAfter)
+}
+
+// retryLaterAfter rejects with status and Retry-After: seconds.
+func (s *Server) retryLaterAfter(ctx *fasthttp.RequestCtx, status int, result, msg string, seconds int) {
 	s.reject(ctx, status, result, msg)
-	ctx.Response.Header.Set("Retry-After", strconv.Itoa(s.current().retryAfter))
+	ctx.Response.Header.Set("Retry-After", strconv.Itoa(seconds))
 }
 
 const websocketGUID = "258EAFA5-E914-47DA-95CA-C5AB0DC85B11"

@@ -59,6 +59,7 @@ type slot struct {
 	l        *limiter
 	ip       netip.Addr
 	refused  bool // a place of ip's only: no gateway-wide slot to free
+	noIP     bool // a gateway-wide slot only, until charge (under l.mu)
 	released atomic.Bool
 }
 
@@ -77,6 +78,34 @@ func (l *limiter) admit(ip netip.Addr) (*slot, int) {
 	l.byIP[ip] = n + 1
 	l.total.Add(1)
 	return &slot{l: l, ip: ip}, 0
+}
+
+// admitAny takes a gateway-wide slot for a connection whose client
+// address is not known yet (its PROXY header is still to be read), or
+// returns nil and 503 when the gateway is full. charge then gives it its
+// address's place.
+func (l *limiter) admitAny() (*slot, int) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.total.Load() >= l.max {
+		return nil, fasthttp.StatusServiceUnavailable
+	}
+	l.total.Add(1)
+	return &slot{l: l, noIP: true}, 0
+}
+
+// charge takes a place of ip's for s, a slot from admitAny, and returns
+// 0; or 429 when ip is at max_conns_per_ip, leaving s as it was.
+func (l *limiter) charge(s *slot, ip netip.Addr) int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	n := l.byIP[ip]
+	if l.perIP > 0 && n >= l.perIP {
+		return fasthttp.StatusTooManyRequests
+	}
+	l.byIP[ip] = n + 1
+	s.ip, s.noIP = ip, false
+	return 0
 }
 
 // hold takes a place of ip's own for a refused socket that lingers while
@@ -101,7 +130,9 @@ func (s *slot) release() {
 	}
 	l := s.l
 	l.mu.Lock()
-	if n := l.byIP[s.ip] - 1; n > 0 {
+	if s.noIP {
+		// No place of an address's to give back.
+	} else if n := l.byIP[s.ip] - 1; n > 0 {
 		l.byIP[s.ip] = n
 	} else {
 		delete(l.byIP, s.ip)

@@ -67,6 +67,10 @@ type limitListener struct {
 	closed    chan struct{}
 
 	errLog acceptLog
+
+	// proxy is set when the listener reads a PROXY header on each
+	// connection (proxied.go); nil otherwise.
+	proxy *proxyState
 }
 
 func newLimitListener(ln net.Listener, limits *limiter, m *metrics, log *slog.Logger, access *accessLog, retryAfter func() int) *limitListener {
@@ -83,8 +87,48 @@ func newLimitListener(ln net.Listener, limits *limiter, m *metrics, log *slog.Lo
 	}
 }
 
-// Accept waits for the next connection within the limits.
+// Accept waits for the next connection within the limits. On a TLS
+// listener it is returned as a *tls.Conn on top of the counted socket (and
+// after the PROXY header, if the listener reads one).
 func (l *limitListener) Accept() (net.Conn, error) {
+	c, err := l.accept()
+	if err != nil || l.tls == nil {
+		return c, err
+	}
+	// The handshake runs on the connection's first read, in its serving
+	// goroutine, never here: a client that never finishes it is cut at
+	// this deadline (the request's own read deadline follows it; the
+	// tunnel clears both).
+	_ = c.SetDeadline(time.Now().Add(l.handshakeTimeout()))
+	return tls.Server(c, l.tls), nil
+}
+
+// accept waits for the next connection within the limits, as a counted
+// socket.
+func (l *limitListener) accept() (net.Conn, error) {
+	if l.proxy != nil {
+		return l.acceptProxied()
+	}
+	for {
+		c, err := l.acceptRaw()
+		if err != nil {
+			return nil, err
+		}
+		if l.limits == nil {
+			return c, nil
+		}
+		ip := remoteIP(c)
+		s, status := l.limits.admit(ip)
+		if s == nil {
+			l.refuse(c, ip, status)
+			continue
+		}
+		return newCountedConn(c, s), nil
+	}
+}
+
+// acceptRaw accepts the next socket, pausing on transient errors.
+func (l *limitListener) acceptRaw() (net.Conn, error) {
 	var pause time.Duration
 	for {
 		c, err := l.Listener.Accept()
@@ -108,26 +152,7 @@ func (l *limitListener) Accept() (net.Conn, error) {
 		if pause > 0 {
 			l.errLog.resumed()
 		}
-		pause = 0
-		if l.limits == nil {
-			return c, nil
-		}
-		ip := remoteIP(c)
-		s, status := l.limits.admit(ip)
-		if s == nil {
-			l.refuse(c, ip, status)
-			continue
-		}
-		cc := newCountedConn(c, s)
-		if l.tls == nil {
-			return cc, nil
-		}
-		// The handshake runs on the connection's first read, in its
-		// serving goroutine, never here: a client that never finishes
-		// it is cut at this deadline (the request's own read deadline
-		// follows it; the tunnel clears both).
-		_ = cc.SetDeadline(time.Now().Add(l.handshakeTimeout()))
-		return tls.Server(cc, l.tls), nil
+		return c, nil
 	}
 }
 
@@ -378,13 +403,56 @@ func remoteIP(c net.Conn) netip.Addr {
 }
 
 // countedConn is an admitted client connection: closing it frees its slot,
-// once, after the socket is closed. It embeds the *net.TCPConn so
+// once, after the socket is closed. Behind a PROXY header it reports the
+// client address the header carried, and reads first the bytes read
+// past the header. It embeds the *net.TCPConn so
 // SyscallConn (the tunnel's poller reads), CloseWrite and keep-alive
 // settings work on it as on the socket; fasthttp's hijacked connection
 // unwraps to it, so the slot lives exactly as long as the socket.
 type countedConn struct {
 	*net.TCPConn
 	slot *slot
+	peer
+}
+
+// peer is what a PROXY header changed about a connection: the client
+// address it carried (nil: the socket's own) and the bytes read past it.
+type peer struct {
+	remote net.Addr
+	head   []byte
+}
+
+// or returns the address the header carried, or, when it carried none,
+// own: the connection's own.
+func (p *peer) or(own net.Addr) net.Addr {
+	if p.remote != nil {
+		return p.remote
+	}
+	return own
+}
+
+// readHead copies into b the bytes read past the header, if any are
+// left, and reports whether there were.
+func (p *peer) readHead(b []byte) (int, bool) {
+	if len(p.head) == 0 {
+		return 0, false
+	}
+	n := copy(b, p.head)
+	if p.head = p.head[n:]; len(p.head) == 0 {
+		p.head = nil // not the buffer for the connection's life
+	}
+	return n, true
+}
+
+// RemoteAddr is the client address a PROXY header carried, or the socket's.
+func (c *countedConn) RemoteAddr() net.Addr { return c.or(c.TCPConn.RemoteAddr()) }
+
+// Read returns the bytes read past a PROXY header first.
+func (c *countedConn) Read(b []byte) (int, error) {
+	if n, ok := c.readHead(b); ok {
+		return n, nil
+	}
+	return c.TCPConn.Read(b)
 }
 
 // Close closes the socket and frees the connection's slot.
@@ -411,6 +479,19 @@ func (c *countedConn) DropSocket() { c.TCPConn = nil }
 type countedOther struct {
 	net.Conn
 	slot *slot
+	peer
+}
+
+// RemoteAddr is the client address a PROXY header carried, or the
+// connection's.
+func (c *countedOther) RemoteAddr() net.Addr { return c.or(c.Conn.RemoteAddr()) }
+
+// Read returns the bytes read past a PROXY header first.
+func (c *countedOther) Read(b []byte) (int, error) {
+	if n, ok := c.readHead(b); ok {
+		return n, nil
+	}
+	return c.Conn.Read(b)
 }
 
 // Close closes the connection and frees its slot.
@@ -421,10 +502,15 @@ func (c *countedOther) Close() error {
 }
 
 func newCountedConn(c net.Conn, s *slot) net.Conn {
+	return newPeerConn(c, s, peer{})
+}
+
+// newPeerConn is newCountedConn for a connection behind a PROXY header.
+func newPeerConn(c net.Conn, s *slot, p peer) net.Conn {
 	if tc, ok := c.(*net.TCPConn); ok {
-		return &countedConn{TCPConn: tc, slot: s}
+		return &countedConn{TCPConn: tc, slot: s, peer: p}
 	}
-	return &countedOther{Conn: c, slot: s}
+	return &countedOther{Conn: c, slot: s, peer: p}
 }
 
 var (

@@ -47,7 +47,7 @@ func newMetrics(s *Server) *metrics {
 		reg: prometheus.NewRegistry(),
 		handshakes: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "wsgate_handshakes_total",
-			Help: "WebSocket handshakes by result: ok, bad_request, origin, auth_denied, auth_unavailable, no_capacity, upstream_error, upstream_refused, local_dial_error, client_gone, no_route.",
+			Help: "WebSocket handshakes by result: ok, bad_request, origin, auth_denied, auth_unavailable, no_capacity, upstream_error, upstream_refused, local_dial_error, client_gone, no_route, ip_rate (handshake_rate_per_ip, 429), admission (a pool's admission rate, 503 or 1013).",
 		}, []string{"result"}),
 		handshakeSeconds: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name:    "wsgate_handshake_duration_seconds",
@@ -111,7 +111,7 @@ func newMetrics(s *Server) *metrics {
 	}, []string{"errno"})
 	m.refused = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "wsgate_connections_refused_total",
-		Help: "Client connections refused at accept, by limit: max_conns_per_ip (429), max_conns (503).",
+		Help: "Client connections refused at accept, by limit: max_conns_per_ip (429), max_conns (503), proxy_untrusted (a peer outside trusted_proxies with proxy_protocol on; closed), proxy_header (a malformed, oversized or late PROXY header; closed).",
 	}, []string{"limit"})
 	m.localDialErrors = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "wsgate_upstream_local_dial_errors_total",
@@ -239,7 +239,7 @@ func (o pluginObserver) Observe(plugin string, out pluginhost.Outcome, cached bo
 }
 
 // handshakeResults are the values of the result label.
-var handshakeResults = []string{"ok", "bad_request", "origin", "auth_denied", "auth_unavailable", "no_capacity", "upstream_error", "upstream_refused", "local_dial_error", "client_gone", "no_route"}
+var handshakeResults = []string{"ok", "bad_request", "origin", "auth_denied", "auth_unavailable", "no_capacity", "upstream_error", "upstream_refused", "local_dial_error", "client_gone", "no_route", "ip_rate", "admission"}
 
 // handshakeCounts reads the handshake counters for the admin API.
 func (m *metrics) handshakeCounts() map[string]uint64 {

@@ -1,6 +1,7 @@
 package gateway
 
 import (
+	"bufio"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -29,6 +30,13 @@ type pool struct {
 	http           map[*balancer.Node]*fasthttp.HostClient
 	conf           *conf.Pool    // the config it was built from
 	healthConf     health.Config // its checker's settings
+	// sendProxy is send_proxy_v2: node connections start with a PROXY
+	// header, and plain requests take a connection of their own.
+	sendProxy bool
+	// admit is [pools.admission], shared with the pool of the same name
+	// in later generations so a reload keeps its tokens; a reload sets
+	// its rate when it commits.
+	admit *rateLimit
 }
 
 // newPool builds the run-time pool for pc. Its nodes come from reg by pool
@@ -59,8 +67,15 @@ func newPool(pc *conf.Pool, old *pool, reg *balancer.Registry, log *slog.Logger,
 		http:           make(map[*balancer.Node]*fasthttp.HostClient, len(pc.Nodes)),
 		conf:           pc,
 		healthConf:     healthConfig(pc),
+		sendProxy:      pc.SendProxyV2,
 	}
 	keep := map[string]*balancer.Node{}
+	if old != nil {
+		p.admit = old.admit
+	} else {
+		p.admit = &rateLimit{}
+		p.admit.set(pc.Admission.Rate, pc.Admission.Burst)
+	}
 	if old != nil {
 		p.health = old.health
 		for _, n := range old.bal.Nodes() {
@@ -107,7 +122,45 @@ func healthConfig(pc *conf.Pool) health.Config {
 		SlowStart:  pc.SlowStart.Duration,
 		EjectAfter: h.EjectAfter,
 		EjectFor:   h.EjectFor.Duration,
+		ProxyLocal: pc.SendProxyV2,
 	}
+}
+
+// doOwnConn sends req to the node at addr on a connection of its own that
+// starts with head (a PROXY header), reads the answer into resp and closes
+// the connection, all within timeout: a send_proxy_v2 pool's plain
+// request, which cannot share a pooled connection whose header names
+// another client.
+func (p *pool) doOwnConn(addr string, head []byte, req *fasthttp.Request, resp *fasthttp.Response, timeout time.Duration) error {
+	conn, err := p.dial.dial(addr)
+	if err != nil {
+		return err
+	}
+	defer conn.Close()
+	_ = conn.SetDeadline(time.Now().Add(timeout))
+	bw := bufio.NewWriter(conn)
+	_, _ = bw.Write(head)
+	// Connection: close for the node only: the client's connection stays
+	// as the client asked (the server reads req and resp after this).
+	closing := req.Header.ConnectionClose()
+	req.SetConnectionClose()
+	err = req.Write(bw)
+	if !closing {
+		req.Header.ResetConnectionClose()
+	}
+	if err != nil {
+		return err
+	}
+	if err := bw.Flush(); err != nil {
+		return err
+	}
+	resp.Header.DisableNormalizing() // as the pooled clients read answers
+	resp.SkipBody = req.Header.IsHead()
+	if err := resp.Read(bufio.NewReader(conn)); err != nil {
+		return err
+	}
+	resp.Header.ResetConnectionClose()
+	return nil
 }
 
 // applyNodeSettings gives every node the weight and cap pc sets for it;

@@ -130,6 +130,7 @@ func (s *Server) apply(cfg *conf.Config, start time.Time) error {
 	// and is no longer leaving, so its new tunnels stay.
 	for _, p := range g.pools {
 		p.applyNodeSettings()
+		p.admit.set(p.conf.Admission.Rate, p.conf.Admission.Burst)
 		if op := old.pools[p.name]; op != nil {
 			if p.healthConf != op.healthConf {
 				p.health.SetConfig(p.healthConf)
@@ -149,6 +150,7 @@ func (s *Server) apply(cfg *conf.Config, start time.Time) error {
 		}
 	}
 	s.limits.set(cfg.Gateway.MaxConns, cfg.Gateway.MaxConnsPerIP)
+	s.ipRate.set(cfg.Gateway.HandshakeRatePerIP, cfg.Gateway.HandshakeBurstPerIP)
 	s.gen.Store(g)
 	if g.tls != nil || s.tlsLn == nil {
 		s.swapTLS(g.tls) // the next TLS handshakes; tunnels keep theirs
@@ -232,6 +234,13 @@ func (s *Server) build(cfg *conf.Config, old *generation) (*generation, []leavin
 	if old != nil {
 		g.nodes = old.nodes
 	}
+	for _, t := range cfg.Gateway.TrustedProxies {
+		pfx, err := conf.ParsePrefix(t) // validated: never fails
+		if err != nil {
+			return nil, nil, err
+		}
+		g.trusted = append(g.trusted, pfx)
+	}
 	var gone []leaving
 	for i := range cfg.Pools {
 		var op *pool
@@ -262,8 +271,8 @@ func (s *Server) build(cfg *conf.Config, old *generation) (*generation, []leavin
 }
 
 // needsRestart lists the changes from old to cfg that a reload cannot
-// apply: the sockets the gateway listens on, fasthttp's own read timeout
-// for handshakes, and the log's format.
+// apply: the sockets the gateway listens on and whether they read a PROXY
+// header, fasthttp's own read timeout for handshakes, and the log's format.
 func needsRestart(old, cfg *conf.Config) []string {
 	var out []string
 	if old.Gateway.Listen != cfg.Gateway.Listen || !slices.Equal(old.Gateway.Listeners, cfg.Gateway.Listeners) ||
@@ -272,6 +281,9 @@ func needsRestart(old, cfg *conf.Config) []string {
 	}
 	if old.Gateway.TLS.Listen != cfg.Gateway.TLS.Listen {
 		out = append(out, "gateway.tls.listen")
+	}
+	if old.Gateway.ProxyProtocol != cfg.Gateway.ProxyProtocol {
+		out = append(out, "gateway.proxy_protocol")
 	}
 	if old.Admin.Listen != cfg.Admin.Listen {
 		out = append(out, "admin.listen")

@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"net/netip"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -39,9 +40,10 @@ type generation struct {
 	pools            map[string]*pool
 	nodes            *balancer.Registry // every pool's nodes, shared by all generations
 	handshakeTimeout time.Duration
-	retryAfter       int           // seconds
-	engine           tunnel.Engine // how new tunnels run (gateway.tunnel_engine)
-	tls              *tlsSet       // the TLS listener's files as loaded; nil without one
+	retryAfter       int            // seconds
+	engine           tunnel.Engine  // how new tunnels run (gateway.tunnel_engine)
+	tls              *tlsSet        // the TLS listener's files as loaded; nil without one
+	trusted          []netip.Prefix // gateway.trusted_proxies
 }
 
 // Server is one gateway: its listeners, pools, routes and live tunnels. Create
@@ -51,6 +53,7 @@ type Server struct {
 	log     *slog.Logger
 	gen     atomic.Pointer[generation]
 	limits  *limiter
+	ipRate  *ipRate // handshake_rate_per_ip
 	tunnels registry
 	metrics *metrics
 	reload  reloadState
@@ -87,6 +90,7 @@ func New(cfg *conf.Config, log *slog.Logger) (*Server, error) {
 	s := &Server{
 		log:    log,
 		limits: newLimiter(cfg.Gateway.MaxConns, cfg.Gateway.MaxConnsPerIP, fileCeiling(log)),
+		ipRate: newIPRate(cfg.Gateway.HandshakeRatePerIP, cfg.Gateway.HandshakeBurstPerIP),
 		listen: func(addr string) (net.Listener, error) { return net.Listen("tcp", addr) },
 		failed: make(chan error, 1),
 		tls:    newTLSState(),
@@ -218,6 +222,10 @@ func (s *Server) Start() error {
 	}
 	for _, ln := range s.listeners {
 		l := newLimitListener(ln, s.limits, s.metrics, s.log, s.access, s.retryAfter)
+		if g.cfg.Gateway.ProxyProtocol {
+			l.proxyProtocol(func(ip netip.Addr) bool { return s.current().trusts(ip) },
+				func() time.Duration { return s.current().handshakeTimeout })
+		}
 		if ln == s.tlsLn {
 			l.withTLS(s.tls.config, func() time.Duration { return s.current().handshakeTimeout })
 		}

@@ -54,6 +54,11 @@ type Config struct {
 	// EjectFor is how long an ejected node rests before it is probed again
 	// (default 10s); it then needs Rise passing probes to come up.
 	EjectFor time.Duration
+	// ProxyLocal starts each probe's connection with a PROXY protocol
+	// version 2 LOCAL header (the gateway's own connection, no client's
+	// address), for nodes that expect a header on every connection
+	// (default false).
+	ProxyLocal bool
 }
 
 // withDefaults returns cfg with every unset or invalid field replaced by

@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"github.com/wsgate/wsgate/internal/proxyproto"
 	"io"
 	"net"
 	"net/http"
@@ -43,6 +44,9 @@ type result struct {
 	latency   time.Duration
 	text      string // for NodeStatus.LastResult
 }
+
+// proxyLocal is a PROXY protocol version 2 header with the LOCAL command.
+var proxyLocal = proxyproto.AppendLocalV2(nil)
 
 // probe sends one GET of the configured path to addr over a fresh TCP
 // connection and reads the answer, all within the timeout; ctx cancels it
@@ -85,7 +89,10 @@ func (c *Checker) exchange(ctx context.Context, addr string, start time.Time) re
 	if host == "" {
 		host = addr
 	}
-	req := make([]byte, 0, 128)
+	req := make([]byte, 0, 144)
+	if c.conf().ProxyLocal {
+		req = append(req, proxyLocal...)
+	}
 	req = append(req, "GET "...)
 	req = append(req, c.conf().Path...)
 	req = append(req, " HTTP/1.1\r\nHost: "...)

@@ -2,8 +2,9 @@
 // picks allow or deny, the request path picks a misbehaviour (/hang,
 // /slow, /crash, /error, /bad-header), and every decision carries the
 // plugin's pid and call count so a test can see which process answered
-// and whether the call reached it. On a TLS listener it also reports the
-// request's TLS info (see tlsHeaders).
+// and whether the call reached it, and the client address it was given.
+// On a TLS listener it also reports the request's TLS info (see
+// tlsHeaders).
 package main
 
 import (
@@ -76,6 +77,7 @@ func (a *testAuth) Authenticate(ctx context.Context, req *auth.Request) (*auth.D
 		a.cfg.HeaderName: a.cfg.Tag,
 		"X-Pid":          strconv.Itoa(os.Getpid()),
 		"X-Calls":        strconv.FormatInt(n, 10),
+		"X-Client-Addr":  req.ClientAddr,
 	}
 	tlsHeaders(h, req.TLS)
 	if a.cfg.Deny {
