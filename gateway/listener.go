@@ -468,8 +468,15 @@ func (c *countedConn) Close() error {
 // Socket returns the TCP socket itself. The tunnel's event-driven engine
 // takes the socket over (a descriptor of its own), closes the Go socket
 // and calls DropSocket, and calls Close at the tunnel's end, after closing
-// its descriptor: the slot is freed then.
-func (c *countedConn) Socket() *net.TCPConn { return c.TCPConn }
+// its descriptor: the slot is freed then. While bytes read past a PROXY
+// header are still unread it returns nil, so the tunnel reads through Read
+// (on goroutines) and loses none of them.
+func (c *countedConn) Socket() *net.TCPConn {
+	if len(c.head) > 0 {
+		return nil
+	}
+	return c.TCPConn
+}
 
 // DropSocket forgets the socket, which its new owner has closed: only
 // Close may be called afterwards, and it only frees the slot.
