@@ -109,6 +109,11 @@ func (t *Tunnel) adopt() bool {
 // read before the tunnel began.
 func (t *Tunnel) startPolled(cp, np []byte) {
 	t.pl.run(func() {
+		if t.fdsClosed {
+			// Aborted before Start: the descriptors are closed, and their
+			// numbers may be another socket's by now.
+			return
+		}
 		if err := t.pl.watch(int(t.clientFD), t); err != nil {
 			t.setReason(EndAborted)
 			t.closeConns()

@@ -56,3 +56,26 @@ func engineOf(t *testing.T, p Params) string {
 	}
 	return tun.Engine()
 }
+
+// TestAbortBeforeStart pins a tunnel aborted before it started (a drain
+// that had cut every tunnel when a late handshake registered this one):
+// it ends, releases its lease once, and Start afterwards touches nothing.
+func TestAbortBeforeStart(t *testing.T) {
+	_, gwClient := tcpPair(t)
+	gwNode, _ := tcpPair(t)
+	lease := &countingLease{}
+	tun := New(Params{Client: gwClient, Node: gwNode, Lease: lease, CloseTimeout: time.Hour})
+	tun.Abort()
+	tun.Start()
+	select {
+	case <-tun.Done():
+	case <-time.After(10 * time.Second):
+		t.Fatal("a tunnel aborted before Start never ended")
+	}
+	if got := tun.EndReason(); got != EndAborted {
+		t.Errorf("end reason %v, want %v", got, EndAborted)
+	}
+	if n := lease.n.Load(); n != 1 {
+		t.Errorf("lease released %d times, want 1", n)
+	}
+}

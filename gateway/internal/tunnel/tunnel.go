@@ -167,6 +167,10 @@ func New(p Params) *Tunnel {
 	if t.writeTimeout <= 0 {
 		t.writeTimeout = DefaultWriteTimeout
 	}
+	// Both sides count as running from here: a tunnel aborted before
+	// Start still ends (on the poller at once, on goroutines once Start
+	// finds its connections closed).
+	t.pumps.Store(2)
 	polled := p.Engine == EngineAuto && testEngine == EngineAuto && t.adopt()
 	t.toNode.init(t, p.Client, p.Node, false, polled)
 	t.toNode.sc = wsframe.Scanner{MaxPayload: p.MaxFrame, RequireMasked: true}
@@ -182,7 +186,6 @@ func New(p Params) *Tunnel {
 // the close handshake finishes, a side fails, or the close timeout passes.
 // Start must be called once.
 func (t *Tunnel) Start() {
-	t.pumps.Store(2)
 	var cp, np []byte
 	if t.pending != nil {
 		cp, np = t.pending[0], t.pending[1]
