@@ -72,6 +72,9 @@ func (r *Route) setDefaults() {
 	r.PathPrefix = "/"
 	r.Overflow = "http-503" // a status every client library understands
 	r.MaxFrame = 1 << 20    // 1MiB: room for a document snapshot, a bound on memory
+	// Pings are opt-in: a relay with its own heartbeat needs none. Once on,
+	// a client gets 10s to answer, room for a phone waking its radio.
+	r.PongTimeout = Duration{10 * time.Second}
 	// A relay's /info or an app's REST API keeps working through the
 	// gateway; plain requests pass the same checks as handshakes.
 	r.PlainHTTP = "proxy"

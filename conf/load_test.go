@@ -107,6 +107,10 @@ func TestDefaults(t *testing.T) {
 		{"routes[0].overflow", r.Overflow, "http-503"},
 		{"routes[0].max_frame", r.MaxFrame, Size(1 << 20)},
 		{"routes[0].plain_http", r.PlainHTTP, "proxy"},
+		{"routes[0].ping_interval", r.PingInterval.Duration, time.Duration(0)},
+		{"routes[0].pong_timeout", r.PongTimeout.Duration, 10 * time.Second},
+		{"routes[0].frame_rate", r.FrameRate, 0},
+		{"routes[0].byte_rate", r.ByteRate, Size(0)},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -124,6 +124,9 @@ func (t *Tunnel) startPolled(cp, np []byte) {
 			t.closeConns()
 			return
 		}
+		if t.ka != nil {
+			t.pl.after(time.Now().Add(t.ka.interval), t, timerKeepalive)
+		}
 		if len(np) > 0 {
 			t.toClient.forward(np)
 		}
@@ -236,7 +239,7 @@ func (h *half) writeNB(out [][]byte, lastIsClose bool) {
 			h.keepTail(out, n, lastIsClose)
 			return
 		}
-		next := h.afterWrite(err)
+		next, isClose := h.afterWrite(err)
 		if err != nil {
 			h.failDst(err)
 			return
@@ -244,7 +247,7 @@ func (h *half) writeNB(out [][]byte, lastIsClose bool) {
 		if next == nil {
 			return
 		}
-		out, lastIsClose = next, true
+		out, lastIsClose = next, isClose
 	}
 }
 
@@ -299,11 +302,11 @@ func (h *half) flushTail() {
 		return
 	}
 	h.tail = nil
-	next := h.afterWrite(err)
+	next, isClose := h.afterWrite(err)
 	if err != nil {
 		h.failDst(err)
 	} else if next != nil {
-		h.writeNB(next, true)
+		h.writeNB(next, isClose)
 	}
 	if !h.writing && !t.fdsClosed {
 		h.readSrc()
@@ -336,6 +339,10 @@ func (t *Tunnel) fire(kind timerKind, now time.Time) {
 		t.toClient.checkStall(now)
 	case timerClose:
 		t.closeDeadlinePassed(now)
+	case timerKeepalive:
+		if next := t.keepaliveTick(); next > 0 {
+			t.pl.after(now.Add(next), t, timerKeepalive)
+		}
 	}
 }
 

@@ -16,3 +16,4 @@ func (t *Tunnel) armClose(time.Time)       {}
 func (t *Tunnel) closeFDs()                {}
 func (h *half) writeNB(_ [][]byte, _ bool) {}
 func (h *half) shutdownDst()               {}
+func (h *half) endSrc(error)               {}

@@ -27,6 +27,7 @@ var bufPool = pollread.NewPool(bufSize)
 const stallProbe = 250 * time.Millisecond
 
 var (
+	errRateLimited  = errors.New("client over the route's frame or byte rate")
 	errWriteTimeout = errors.New("destination accepted no byte within the write timeout")
 	errCloseTimeout = errors.New("close handshake did not finish within the close timeout")
 )
@@ -62,13 +63,16 @@ type half struct {
 	// when src ends without one (0 = none): set on the node→client half
 	// when the client broke the framing rules, so the node's replies to
 	// the client's earlier frames still reach it first.
-	owedCode  uint16
-	owedWhy   string
-	writing   bool // the write turn is taken: someone is writing to dst
-	sentClose bool // the gateway's own close frame to dst is queued or written
-	srcClosed bool // src sent a close frame
-	broken    bool // framing lost: everything from src is dropped
-	dstFailed bool
+	owedCode uint16
+	owedWhy  string
+	writing  bool // the write turn is taken: someone is writing to dst
+	// pendingPing asks for the gateway's keepalive ping to dst at the
+	// next frame boundary (node→client half only).
+	pendingPing bool
+	sentClose   bool // the gateway's own close frame to dst is queued or written
+	srcClosed   bool // src sent a close frame
+	broken      bool // framing lost: everything from src is dropped
+	dstFailed   bool
 
 	// What one forward queues for dst, written once mu is released: at
 	// most the carried header bytes, one run of the read, and the
@@ -77,6 +81,10 @@ type half struct {
 	outN     int
 	outClose bool // out ends with the gateway's close frame
 	held     [wsframe.MaxHeaderLen]byte
+	// rate is the client's frame and byte rate limit, on the
+	// client→node half of a route with one; nil otherwise.
+	rate *rateLimit
+
 	// armed is the write deadline set on dst in Unix ns, 0 if none yet.
 	// Only the holder of the write turn uses it.
 	armed int64
@@ -198,6 +206,18 @@ func (h *half) forward(p []byte) {
 	}
 	if ferr == nil {
 		h.flush(p[start:])
+		if h.pendingPing && h.outN < len(h.out) && !h.sentClose && !h.dstFailed && h.sc.AtBoundary() && h.carryN == 0 {
+			h.pendingPing = false
+			h.out[h.outN] = pingFrame
+			h.outN++
+		}
+	}
+	if ferr == nil && h.rate != nil && !h.rate.take(frames, len(p), time.Now().UnixNano()) {
+		// Over the route's rate: what this read brought still goes
+		// out; the client then gets 1008 as for a frame over the
+		// limit, and nothing it sends from now on goes on.
+		ferr = errRateLimited
+		h.broken = true
 	}
 	h.frames.Add(frames)
 	// Bytes after src's own close frame are no one's business: a peer
@@ -316,7 +336,7 @@ func (h *half) writeOut(out [][]byte, lastIsClose bool) {
 				break
 			}
 		}
-		out = h.afterWrite(err)
+		out, lastIsClose = h.afterWrite(err)
 		if err != nil {
 			h.failDst(err)
 			return
@@ -324,24 +344,57 @@ func (h *half) writeOut(out [][]byte, lastIsClose bool) {
 		if out == nil {
 			return
 		}
-		lastIsClose = true
 	}
 }
 
 // afterWrite ends a write of everything queued, which failed with err or
-// went out whole. It returns the gateway's close frame to write next, when
-// one was asked for meanwhile and dst now sits at a frame boundary, with
-// the write turn still taken; otherwise nil, with the turn given back.
-func (h *half) afterWrite(err error) [][]byte {
+// went out whole. It returns the gateway's close frame (isClose) or
+// keepalive ping to write next, when one was asked for meanwhile and dst
+// now sits at a frame boundary, with the write turn still taken; otherwise
+// nil, with the turn given back.
+func (h *half) afterWrite(err error) (next [][]byte, isClose bool) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	if err != nil {
+	switch {
+	case err != nil:
 		h.dstFailed = true
-	} else if h.pendingCode != 0 && !h.sentClose && h.closable() {
-		return [][]byte{h.takeClose(h.pendingCode, h.pendingWhy)}
+	case h.pendingCode != 0 && !h.sentClose && h.closable():
+		return [][]byte{h.takeClose(h.pendingCode, h.pendingWhy)}, true
+	case h.pendingPing && !h.sentClose && !h.broken && h.closable():
+		h.pendingPing = false
+		return [][]byte{pingFrame}, false
 	}
 	h.writing = false
-	return nil
+	return nil, false
+}
+
+// pingFrame is the gateway's keepalive ping to a client: unmasked, no
+// payload (RFC 6455 section 5.5.2).
+var pingFrame = []byte{0x89, 0x00}
+
+// injectPing sends the gateway's keepalive ping to dst now if dst sits at
+// a frame boundary, or at the end of the frame in flight. It does nothing
+// once a close has gone to dst or is due. Like injectClose it never waits:
+// on the goroutine engine a ping due now is written by a goroutine of its
+// own.
+func (h *half) injectPing() {
+	h.mu.Lock()
+	if h.sentClose || h.srcClosed || h.dstFailed || h.broken || h.pendingCode != 0 || h.pendingPing {
+		h.mu.Unlock()
+		return
+	}
+	if h.writing || !h.closable() {
+		h.pendingPing = true
+		h.mu.Unlock()
+		return
+	}
+	h.writing = true
+	h.mu.Unlock()
+	if h.t.pl != nil {
+		h.writeNB([][]byte{pingFrame}, false)
+		return
+	}
+	go h.writeOut([][]byte{pingFrame}, false)
 }
 
 // send writes all of b to dst. It fails when dst accepts no byte for the
@@ -515,8 +568,11 @@ func (h *half) framingError(err error) {
 		return
 	}
 	code, why := CodeProtocolError, "protocol error"
-	if errors.Is(err, wsframe.ErrTooLarge) {
+	switch {
+	case errors.Is(err, wsframe.ErrTooLarge):
 		code, why = CodeTooBig, "frame too large"
+	case errors.Is(err, errRateLimited):
+		code, why = CodePolicy, "rate limit exceeded"
 	}
 	t.toClient.owe(code, why)
 	t.toNode.injectClose(CodeGoingAway, "client closed")

@@ -332,6 +332,7 @@ const (
 	timerClose       timerKind = iota // the close deadline
 	timerStallNode                    // the write to the node may have timed out
 	timerStallClient                  // the write to the client may have timed out
+	timerKeepalive                    // the keepalive's next look at the client
 )
 
 type timer struct {

@@ -99,7 +99,28 @@ type Params struct {
 
 	// Engine chooses how the tunnel runs (default EngineAuto).
 	Engine Engine
+
+	// PingInterval, when > 0, turns keepalive on: a client that has sent
+	// nothing since the last look, once an interval, gets a ping between
+	// two frames; one that then sends nothing for PongTimeout is cut
+	// (EndPongTimeout) and the node gets close 1001. Any byte from the
+	// client answers (its pong goes on to the node: RFC 6455 allows an
+	// unsolicited pong).
+	PingInterval time.Duration
+	// PongTimeout is the keepalive's answer deadline (default
+	// DefaultPongTimeout).
+	PongTimeout time.Duration
+
+	// FrameRate and ByteRate cap the frames and bytes the client may send
+	// per second (0 = no cap), each a token bucket holding one second's
+	// worth. A client over either gets 1008 after the node's replies to
+	// its earlier frames, as for a frame over MaxFrame.
+	FrameRate, ByteRate uint64
 }
+
+// DefaultPongTimeout is the keepalive's answer deadline when
+// Params.PongTimeout is 0.
+const DefaultPongTimeout = 10 * time.Second
 
 // Engine says how a tunnel runs.
 type Engine uint8
@@ -145,6 +166,7 @@ type Tunnel struct {
 
 	// The event-driven engine's state (see engine_linux.go); pl is nil on
 	// the goroutine engine. Only the poller uses the rest.
+	ka               *keepalive // nil: no keepalive pings
 	pl               *poller
 	clientFD, nodeFD int32
 	fdsClosed        bool
@@ -176,6 +198,15 @@ func New(p Params) *Tunnel {
 	t.toNode.sc = wsframe.Scanner{MaxPayload: p.MaxFrame, RequireMasked: true}
 	t.toClient.init(t, p.Node, p.Client, true, polled)
 	t.toClient.sc = wsframe.Scanner{RejectMasked: true}
+	if p.FrameRate > 0 || p.ByteRate > 0 {
+		t.toNode.rate = newRateLimit(p.FrameRate, p.ByteRate)
+	}
+	if p.PingInterval > 0 {
+		t.ka = &keepalive{interval: p.PingInterval, timeout: p.PongTimeout}
+		if t.ka.timeout <= 0 {
+			t.ka.timeout = DefaultPongTimeout
+		}
+	}
 	if len(p.ClientPending) > 0 || len(p.NodePending) > 0 {
 		t.pending = &[2][]byte{p.ClientPending, p.NodePending}
 	}
@@ -195,6 +226,7 @@ func (t *Tunnel) Start() {
 		t.startPolled(cp, np)
 		return
 	}
+	t.startKeepalive()
 	go t.pumpClientToNode(cp)
 	go t.pumpNodeToClient(np)
 }
@@ -252,13 +284,14 @@ const (
 	EndWriteTimeout                      // the client or node accepted no byte for the write timeout
 	EndCloseTimeout                      // the close handshake did not finish within the close timeout
 	EndAborted                           // cut by Abort (a drain past its timeout)
+	EndPongTimeout                       // the client sent nothing for the pong timeout after a keepalive ping
 )
 
 // EndReasons lists every reason, in order.
-var EndReasons = []EndReason{EndClosed, EndClientGone, EndNodeGone, EndWriteTimeout, EndCloseTimeout, EndAborted}
+var EndReasons = []EndReason{EndClosed, EndClientGone, EndNodeGone, EndWriteTimeout, EndCloseTimeout, EndAborted, EndPongTimeout}
 
 // String is the reason's label: closed, client_gone, node_gone,
-// write_timeout, close_timeout, aborted ("" for none).
+// write_timeout, close_timeout, aborted, pong_timeout ("" for none).
 func (r EndReason) String() string {
 	switch r {
 	case EndClosed:
@@ -273,6 +306,8 @@ func (r EndReason) String() string {
 		return "close_timeout"
 	case EndAborted:
 		return "aborted"
+	case EndPongTimeout:
+		return "pong_timeout"
 	}
 	return ""
 }
@@ -444,6 +479,7 @@ func (t *Tunnel) pumpExited() {
 
 // finish releases the lease, calls OnEnd and closes Done.
 func (t *Tunnel) finish() {
+	t.stopKeepalive()
 	if t.lease != nil {
 		t.lease.Release()
 	}
