@@ -177,13 +177,24 @@ func (t *Tunnel) event(fd int, ev uint32) {
 	in.readSrc()
 }
 
+// readBudget is how many full reads one half gets before the poller turns
+// to its other tunnels: a source that always has a buffer's worth waiting
+// (a client flooding a fast node) must not starve the tunnels that share
+// its poller.
+const readBudget = 16
+
 // readSrc reads the half's source while it is readable and its
 // destination has no tail, forwarding what it reads; it ends the side at
-// the end of the stream or a failure.
+// the end of the stream or a failure. After readBudget reads it queues
+// the half to go on once the poller has seen to the others.
 func (h *half) readSrc() {
 	t := h.t
 	buf := t.pl.buf
-	for h.readable && !h.ended && !h.writing && !t.fdsClosed {
+	for budget := readBudget; h.readable && !h.ended && !h.writing && !t.fdsClosed; budget-- {
+		if budget == 0 {
+			t.pl.later(h)
+			return
+		}
 		n, err := rawRead(h.srcFD(), buf)
 		if n > 0 {
 			if n < len(buf) && !h.hup {

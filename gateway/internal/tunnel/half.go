@@ -100,6 +100,7 @@ type half struct {
 	hup          bool  // src's peer hung up or the socket failed
 	ended        bool  // reading src has ended
 	stallArmed   bool  // a write-timeout timer is pending
+	queued       bool  // in the poller's list of halves to read on
 }
 
 func (h *half) init(t *Tunnel, src, dst net.Conn, toClient, polled bool) {

@@ -45,6 +45,10 @@ type poller struct {
 
 	timers timerHeap
 
+	// again holds halves that used up their read budget with bytes still
+	// waiting; they are read on after the events at hand.
+	again, spareAgain []*half
+
 	mu    sync.Mutex
 	queue []func()
 	spare []func()
@@ -174,14 +178,40 @@ func (p *poller) ready(uintptr) bool {
 		}
 		p.runQueue()
 		p.runTimers()
+		p.readAgain()
 		// Every registration is edge-triggered, so a wait that did not
-		// fill the events left nothing ready behind: the next edge
-		// makes the descriptor readable for the runtime's poller.
-		if n < len(p.events) {
+		// fill the events left nothing ready behind (but the halves to
+		// read on): the next edge makes the descriptor readable for the
+		// runtime's poller.
+		if n < len(p.events) && len(p.again) == 0 {
 			break
 		}
 	}
 	return len(p.timers) > 0 && (p.armed == 0 || p.timers[0].when < p.armed)
+}
+
+// later queues h to be read on after the events at hand.
+func (p *poller) later(h *half) {
+	if !h.queued {
+		h.queued = true
+		p.again = append(p.again, h)
+	}
+}
+
+// readAgain reads on the halves queued by later, each once more within
+// its budget.
+func (p *poller) readAgain() {
+	if len(p.again) == 0 {
+		return
+	}
+	list := p.again
+	p.again = p.spareAgain[:0]
+	for i, h := range list {
+		h.queued = false
+		h.readSrc()
+		list[i] = nil
+	}
+	p.spareAgain = list[:0]
 }
 
 // armTimer sets the epoll descriptor's read deadline to the next timer.
