@@ -24,13 +24,21 @@
 // 1012 goes to the client only when the node's stream ends without a close
 // frame. Only a side that accepts nothing in time is closed at once.
 //
-// The engine is a goroutine pair per tunnel that reads through the runtime
-// poller without holding a buffer while idle; buffers come from a shared pool
-// only while bytes are in flight. No lock is held across I/O: every write
-// has a deadline (the write timeout, bounded by the close deadline once the
-// close has started), the gateway's own close frames never wait behind a
-// stalled write, and the counters are atomics, so Stats, GoAway and Abort
-// never wait on a peer.
+// Two engines run tunnels; they share the framing code and behave the
+// same. A tunnel between two TCP sockets runs on the event-driven engine
+// (Linux; see engine_linux.go): a few pollers, one per core, each carrying
+// many tunnels with no goroutine and no buffer per idle tunnel. Any other
+// (a TLS client) runs as a goroutine pair that reads through the runtime
+// poller without holding a buffer while idle; buffers come from a shared
+// pool only while bytes are in flight. On both, no lock is held across
+// I/O: every write has a deadline or is non-blocking (the write timeout,
+// bounded by the close deadline once the close has started), the gateway's
+// own close frames never wait behind a stalled write, and the counters are
+// atomics, so Stats, GoAway and Abort never wait on a peer.
+//
+// Optional per route: keepalive pings to a silent client, with a pong
+// deadline (Params.PingInterval), and token buckets on the frames and
+// bytes a client sends (Params.FrameRate, ByteRate; over them, 1008).
 package tunnel
 
 import (
