@@ -6,8 +6,11 @@ PKGS ?= ./...
 
 # test runs every test with the race detector, in random order. The
 # integration tests start a real redis-server; deps installs it if missing.
+# The tunnel package runs a second time on its goroutine engine (TLS
+# clients use it).
 test: deps
 	$(GO) test -race -shuffle=on -count=1 -timeout 12m $(PKGS)
+	WSGATE_TUNNEL_ENGINE=goroutines $(GO) test -race -shuffle=on -count=1 ./gateway/internal/tunnel
 
 # demo runs the gateway in front of two in-process relay replicas.
 demo:

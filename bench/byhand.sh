@@ -14,6 +14,8 @@
 # stopped by benchrun's PID at the end), runs wsload against it and prints
 # wsload's table, the gateway's RSS per connection where it applies, and
 # where the raw reports are. Exit status 1 when a wsload threshold failed.
+# BENCH_ENGINE=goroutines runs the gateways on the goroutine tunnel engine
+# (gateway.tunnel_engine), to compare with the default, epoll.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -31,7 +33,7 @@ esac
 
 dir=$(mktemp -d /tmp/wsgate-byhand-XXXXXX)
 go build -o "$dir/benchrun" ./bench/cmd/benchrun
-"$dir/benchrun" -up -relays "$relays" -gateways "$gateways" -dir "$dir" >"$dir/up.out" 2>"$dir/up.err" &
+"$dir/benchrun" -up -relays "$relays" -gateways "$gateways" -engine "${BENCH_ENGINE:-}" -dir "$dir" >"$dir/up.out" 2>"$dir/up.err" &
 up=$!
 load="" perfpid=""
 stop() {
@@ -190,6 +192,9 @@ groups() {
 			g = ""
 			if ($0 ~ /runtime\.(gcBgMarkWorker|gcDrain|gcAssistAlloc|bgsweep|bgscavenge|sweepone|markroot|scanobject|gcStart|gcMarkDone|wbBufFlush)/) g = "GC (mark workers, assists, sweep, write barriers)"
 			else if ($0 ~ /prometheus|promhttp|expfmt/) g = "metrics (the /metrics scrapes of this window)"
+			else if ($0 ~ /do_syscall_64/ && $0 ~ /tunnel\.\(\*half\)\.(writeNB|flushTail)|tunnel\.rawWrite|tunnel\.\(\*poller\)\.writev/) g = "write(2): Go wrapper + kernel"
+			else if ($0 ~ /do_syscall_64/ && $0 ~ /tunnel\.\(\*half\)\.readSrc|tunnel\.rawRead/) g = "read(2): Go wrapper + kernel"
+			else if ($0 ~ /do_syscall_64/ && $0 ~ /tunnel\.epollWaitNow|tunnel\.\(\*poller\)\.ready/) g = "the pollers' own epoll_pwait (never blocks)"
 			else if ($0 ~ /syscall\.read/) g = "read(2): Go wrapper + kernel"
 			else if ($0 ~ /syscall\.write|poll\.\(\*FD\)\.Write/) g = "write(2): Go wrapper + kernel"
 			else if ($0 ~ /runtime\.netpoll/) g = "netpoll: epoll_pwait"

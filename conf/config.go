@@ -86,6 +86,11 @@ type Gateway struct {
 	// cannot hold the tunnel, its node slot and its buffers forever
 	// (default 30s; > 0).
 	WriteTimeout Duration `toml:"write_timeout" json:"write_timeout"`
+	// TunnelEngine says how tunnels run after the handshake: "epoll", one
+	// event loop per core for every tunnel between two TCP sockets (a TLS
+	// client stays on goroutines), or "goroutines", two goroutines a
+	// tunnel (default "epoll"). A reload applies it to new tunnels.
+	TunnelEngine string `toml:"tunnel_engine" json:"tunnel_engine"`
 	// DrainWindow is the time over which close 1001 frames are spread when
 	// draining (default 10s; >= 0).
 	DrainWindow Duration `toml:"drain_window" json:"drain_window"`
@@ -292,6 +297,22 @@ type Route struct {
 	// MaxFrame is the largest frame accepted from a client before closing
 	// with 1009 (default 1MiB; > 0).
 	MaxFrame Size `toml:"max_frame" json:"max_frame"`
+	// PingInterval makes the gateway ping a client that has sent nothing
+	// for this long, between two frames, so a client whose network is
+	// gone is found (default "0s": no pings; >= 0).
+	PingInterval Duration `toml:"ping_interval" json:"ping_interval"`
+	// PongTimeout ends the tunnel of a client that sends nothing for this
+	// long after a ping: the node is told 1001 and its slot freed
+	// (default 10s; > 0; used only with ping_interval).
+	PongTimeout Duration `toml:"pong_timeout" json:"pong_timeout"`
+	// FrameRate caps the frames one client may send per second, with a
+	// burst of one second's worth; over it the client is closed with 1008
+	// (default 0: no cap; >= 0).
+	FrameRate int `toml:"frame_rate" json:"frame_rate"`
+	// ByteRate caps the bytes one client may send per second, framing
+	// included, with a burst of one second's worth; over it the client is
+	// closed with 1008 (default 0: no cap; >= 0).
+	ByteRate Size `toml:"byte_rate" json:"byte_rate"`
 	// PlainHTTP says what a request that is not a WebSocket upgrade gets:
 	// "proxy" (default: it passes the same checks as a handshake, origins,
 	// limits and the auth chain, then goes to a node as plain HTTP) or

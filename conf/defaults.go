@@ -21,6 +21,7 @@ func (g *Gateway) setDefaults() {
 	g.MaxConnsPerIP = 0                             // unlimited: many users share one NAT address
 	g.HandshakeTimeout = Duration{10 * time.Second} // ample for a slow client; frees slowloris sockets
 	g.WriteTimeout = Duration{30 * time.Second}     // a reader stalled this long is gone, not slow
+	g.TunnelEngine = "epoll"                        // no goroutine or buffer per idle tunnel
 	g.DrainWindow = Duration{10 * time.Second}      // spread reconnects so the remaining nodes are not stampeded
 	g.DrainTimeout = Duration{30 * time.Second}     // window plus time for clients to finish closing
 	g.RetryAfter = Duration{1 * time.Second}        // clients add jitter; a short hint gets them back soon
@@ -71,6 +72,9 @@ func (r *Route) setDefaults() {
 	r.PathPrefix = "/"
 	r.Overflow = "http-503" // a status every client library understands
 	r.MaxFrame = 1 << 20    // 1MiB: room for a document snapshot, a bound on memory
+	// Pings are opt-in: a relay with its own heartbeat needs none. Once on,
+	// a client gets 10s to answer, room for a phone waking its radio.
+	r.PongTimeout = Duration{10 * time.Second}
 	// A relay's /info or an app's REST API keeps working through the
 	// gateway; plain requests pass the same checks as handshakes.
 	r.PlainHTTP = "proxy"

@@ -84,6 +84,7 @@ func TestDefaults(t *testing.T) {
 		{"gateway.max_conns_per_ip", cfg.Gateway.MaxConnsPerIP, 0},
 		{"gateway.handshake_timeout", cfg.Gateway.HandshakeTimeout.Duration, 10 * time.Second},
 		{"gateway.write_timeout", cfg.Gateway.WriteTimeout.Duration, 30 * time.Second},
+		{"gateway.tunnel_engine", cfg.Gateway.TunnelEngine, "epoll"},
 		{"gateway.drain_window", cfg.Gateway.DrainWindow.Duration, 10 * time.Second},
 		{"gateway.drain_timeout", cfg.Gateway.DrainTimeout.Duration, 30 * time.Second},
 		{"gateway.retry_after", cfg.Gateway.RetryAfter.Duration, time.Second},
@@ -106,6 +107,10 @@ func TestDefaults(t *testing.T) {
 		{"routes[0].overflow", r.Overflow, "http-503"},
 		{"routes[0].max_frame", r.MaxFrame, Size(1 << 20)},
 		{"routes[0].plain_http", r.PlainHTTP, "proxy"},
+		{"routes[0].ping_interval", r.PingInterval.Duration, time.Duration(0)},
+		{"routes[0].pong_timeout", r.PongTimeout.Duration, 10 * time.Second},
+		{"routes[0].frame_rate", r.FrameRate, 0},
+		{"routes[0].byte_rate", r.ByteRate, Size(0)},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

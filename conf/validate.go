@@ -82,6 +82,11 @@ func (g *Gateway) validate(e *errorList) {
 	}
 	positive(e, "gateway.handshake_timeout", g.HandshakeTimeout)
 	positive(e, "gateway.write_timeout", g.WriteTimeout)
+	switch g.TunnelEngine {
+	case "epoll", "goroutines":
+	default:
+		e.add("gateway.tunnel_engine", fmt.Sprintf("must be \"epoll\" or \"goroutines\", got %q", g.TunnelEngine))
+	}
 	if g.DrainWindow.Duration < 0 {
 		e.add("gateway.drain_window", "must be >= 0, got "+g.DrainWindow.String())
 	}
@@ -268,6 +273,14 @@ func (r *Route) validate(e *errorList, path string, pools, plugins map[string]st
 	}
 	if r.MaxFrame <= 0 {
 		e.add(joinKey(path, "max_frame"), "must be > 0, got "+r.MaxFrame.String())
+	}
+	if r.PingInterval.Duration < 0 {
+		e.add(joinKey(path, "ping_interval"), "must be >= 0 (0s: no pings), got "+r.PingInterval.String())
+	}
+	positive(e, joinKey(path, "pong_timeout"), r.PongTimeout)
+	atLeast(e, joinKey(path, "frame_rate"), r.FrameRate, 0)
+	if r.ByteRate < 0 {
+		e.add(joinKey(path, "byte_rate"), "must be >= 0 (0: no cap), got "+r.ByteRate.String())
 	}
 	switch r.PlainHTTP {
 	case "proxy", "refuse":

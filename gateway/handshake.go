@@ -262,11 +262,17 @@ func (s *Server) startTunnel(c net.Conn, g *generation, up *upstream, hd *hold, 
 		ClientPending: pending,
 		NodePending:   up.pending,
 		MaxFrame:      rt.maxFrame,
+		PingInterval:  rt.pingInterval,
+		PongTimeout:   rt.pongTimeout,
+		FrameRate:     rt.frameRate,
+		ByteRate:      rt.byteRate,
 		WriteTimeout:  g.cfg.Gateway.WriteTimeout.Duration,
 		Lease:         hd,
 		OnEnd:         s.tunnelEnded,
+		Engine:        g.engine,
 	})
 	s.metrics.handshake("ok", start)
+	s.metrics.tunnelStarts.WithLabelValues(t.Engine()).Inc()
 	e := entry{node: hd.lease.Node(), subject: hd.subject, key: hd.key,
 		client: hd.client, path: hd.path, route: rt.name, start: start}
 	if !hd.expires.IsZero() {

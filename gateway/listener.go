@@ -457,10 +457,30 @@ func (c *countedConn) Read(b []byte) (int, error) {
 
 // Close closes the socket and frees the connection's slot.
 func (c *countedConn) Close() error {
-	err := c.TCPConn.Close()
+	var err error
+	if c.TCPConn != nil {
+		err = c.TCPConn.Close()
+	}
 	c.slot.release()
 	return err
 }
+
+// Socket returns the TCP socket itself. The tunnel's event-driven engine
+// takes the socket over (a descriptor of its own), closes the Go socket
+// and calls DropSocket, and calls Close at the tunnel's end, after closing
+// its descriptor: the slot is freed then. While bytes read past a PROXY
+// header are still unread it returns nil, so the tunnel reads through Read
+// (on goroutines) and loses none of them.
+func (c *countedConn) Socket() *net.TCPConn {
+	if len(c.head) > 0 {
+		return nil
+	}
+	return c.TCPConn
+}
+
+// DropSocket forgets the socket, which its new owner has closed: only
+// Close may be called afterwards, and it only frees the slot.
+func (c *countedConn) DropSocket() { c.TCPConn = nil }
 
 // countedOther is countedConn for a connection that is not TCP.
 type countedOther struct {

@@ -39,6 +39,7 @@ type metrics struct {
 	refused          *prometheus.CounterVec
 	localDialErrors  *prometheus.CounterVec
 	tlsReloads       *prometheus.CounterVec
+	tunnelStarts     *prometheus.CounterVec
 }
 
 func newMetrics(s *Server) *metrics {
@@ -59,7 +60,7 @@ func newMetrics(s *Server) *metrics {
 		}, []string{"code", "side"}),
 		tunnelEnds: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "wsgate_tunnels_closed_total",
-			Help: "Tunnels ended, by the first cause seen: closed (close handshake finished), client_gone and node_gone (that side's connection ended without a close frame), write_timeout (the client or node accepted no byte for gateway.write_timeout), close_timeout (the close handshake did not finish in time), aborted (cut at the end of a drain).",
+			Help: "Tunnels ended, by the first cause seen: closed (close handshake finished), client_gone and node_gone (that side's connection ended without a close frame), write_timeout (the client or node accepted no byte for gateway.write_timeout), close_timeout (the close handshake did not finish in time), aborted (cut at the end of a drain), pong_timeout (the client did not answer a keepalive ping within the route's pong_timeout).",
 		}, []string{"reason"}),
 		drains: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "wsgate_drains_total",
@@ -120,7 +121,13 @@ func newMetrics(s *Server) *metrics {
 		Name: "wsgate_tls_reloads_total",
 		Help: "Loadings of the TLS listener's certificate, key and CA files after one of them changed, by result (ok, error); an error keeps the certificates in force. A config reload loads them too, counted in wsgate_reloads_total.",
 	}, []string{"result"})
-	m.reg.MustRegister(m.acceptErrors, m.refused, m.localDialErrors, m.tlsReloads,
+	m.tunnelStarts = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "wsgate_tunnels_started_total",
+		Help: "Tunnels started, by the engine that runs them: epoll (an event loop per core) or goroutines (a TLS client's tunnel, or every tunnel with gateway.tunnel_engine = \"goroutines\").",
+	}, []string{"engine"})
+	m.tunnelStarts.WithLabelValues("epoll")
+	m.tunnelStarts.WithLabelValues("goroutines")
+	m.reg.MustRegister(m.acceptErrors, m.refused, m.localDialErrors, m.tlsReloads, m.tunnelStarts,
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: "wsgate_client_connections",
 			Help: "Open client connections, counted from accept: handshakes in flight, HTTP keep-alive connections and tunnels.",

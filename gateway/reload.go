@@ -11,6 +11,7 @@ import (
 
 	"github.com/wsgate/wsgate/balancer"
 	"github.com/wsgate/wsgate/conf"
+	"github.com/wsgate/wsgate/gateway/internal/tunnel"
 )
 
 // reloadState serializes reloads and remembers how the last one went.
@@ -222,6 +223,9 @@ func (s *Server) build(cfg *conf.Config, old *generation) (*generation, []leavin
 		nodes:            balancer.NewRegistry(),
 		handshakeTimeout: cfg.Gateway.HandshakeTimeout.Duration,
 		retryAfter:       max(1, int(cfg.Gateway.RetryAfter.Seconds())),
+	}
+	if cfg.Gateway.TunnelEngine == "goroutines" {
+		g.engine = tunnel.EngineGoroutines
 	}
 	var err error
 	if g.tls, err = loadTLS(cfg); err != nil {

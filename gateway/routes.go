@@ -3,6 +3,7 @@ package gateway
 import (
 	"bytes"
 	"strings"
+	"time"
 
 	"github.com/wsgate/wsgate/conf"
 )
@@ -19,8 +20,11 @@ type route struct {
 	origins    map[string]struct{} // nil: any origin
 	overflow   string
 	maxFrame   uint64
-	plainHTTP  bool     // plain requests are proxied; false: refused with 426
-	strip      []string // auth_headers, lowercase: removed from client input
+	// Keepalive pings and the client's rate caps (0 = off).
+	pingInterval, pongTimeout time.Duration
+	frameRate, byteRate       uint64
+	plainHTTP                 bool     // plain requests are proxied; false: refused with 426
+	strip                     []string // auth_headers, lowercase: removed from client input
 }
 
 // routeTable is an ordered list of routes; the first match wins.
@@ -30,13 +34,17 @@ func compileRoutes(cfg *conf.Config, pools map[string]*pool) routeTable {
 	rt := make(routeTable, 0, len(cfg.Routes))
 	for _, r := range cfg.Routes {
 		cr := &route{
-			name:       r.Host + r.PathPrefix,
-			auth:       r.Auth,
-			pathPrefix: []byte(r.PathPrefix),
-			pool:       pools[r.Pool],
-			overflow:   r.Overflow,
-			maxFrame:   uint64(r.MaxFrame),
-			plainHTTP:  r.PlainHTTP != "refuse",
+			name:         r.Host + r.PathPrefix,
+			auth:         r.Auth,
+			pathPrefix:   []byte(r.PathPrefix),
+			pool:         pools[r.Pool],
+			overflow:     r.Overflow,
+			maxFrame:     uint64(r.MaxFrame),
+			pingInterval: r.PingInterval.Duration,
+			pongTimeout:  r.PongTimeout.Duration,
+			frameRate:    uint64(r.FrameRate),
+			byteRate:     uint64(r.ByteRate),
+			plainHTTP:    r.PlainHTTP != "refuse",
 		}
 		for _, h := range r.AuthHeaders {
 			cr.strip = append(cr.strip, strings.ToLower(h))

@@ -20,6 +20,7 @@ import (
 	"github.com/wsgate/wsgate/balancer"
 	"github.com/wsgate/wsgate/conf"
 	"github.com/wsgate/wsgate/gateway/internal/pluginhost"
+	"github.com/wsgate/wsgate/gateway/internal/tunnel"
 	"github.com/wsgate/wsgate/internal/fastlog"
 	"github.com/wsgate/wsgate/internal/rlimit"
 	"github.com/wsgate/wsgate/internal/sockopt"
@@ -40,6 +41,7 @@ type generation struct {
 	nodes            *balancer.Registry // every pool's nodes, shared by all generations
 	handshakeTimeout time.Duration
 	retryAfter       int            // seconds
+	engine           tunnel.Engine  // how new tunnels run (gateway.tunnel_engine)
 	tls              *tlsSet        // the TLS listener's files as loaded; nil without one
 	trusted          []netip.Prefix // gateway.trusted_proxies
 }

@@ -10,7 +10,7 @@
 //
 //	benchrun [-quick] [-dir DIR]     the benchmark (BENCH_QUICK=1 = -quick)
 //	benchrun -smoke                  CI smoke: generous thresholds, exit 1 on a violation
-//	benchrun -up [-relays N] [-gateways N]
+//	benchrun -up [-relays N] [-gateways N] [-engine epoll|goroutines]
 //	                                 start a stack, print its addresses, wait for Ctrl-C
 package main
 
@@ -92,6 +92,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	up := fs.Bool("up", false, "start redis, relays and gateways, print them, wait for Ctrl-C")
 	relays := fs.Int("relays", 2, "relay-backend processes (-up)")
 	gateways := fs.Int("gateways", 1, "wsgate processes, one port each (-up)")
+	engine := fs.String("engine", "", `the gateways' gateway.tunnel_engine, "epoll" or "goroutines" (default: wsgate's own)`)
 	dir := fs.String("dir", "", "directory for logs, configs and raw reports (default: a new one in $TMPDIR)")
 	if err := fs.Parse(args); err != nil {
 		return 2
@@ -100,14 +101,16 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "benchrun: -relays and -gateways must be 1-16")
 		return 2
 	}
-	if err := execute(ctx, *dir, *quick, *smoke, *up, *relays, *gateways, stdout, stderr); err != nil {
+	if err := execute(ctx, *dir, *quick, *smoke, *up, stack.Options{Relays: *relays, Gateways: *gateways, TunnelEngine: *engine}, stdout, stderr); err != nil {
 		fmt.Fprintln(stderr, "benchrun:", err)
 		return 1
 	}
 	return 0
 }
 
-func execute(ctx context.Context, dir string, quick, smoke, up bool, relays, gateways int, stdout, stderr io.Writer) error {
+// execute runs what the flags asked for; opt carries the stack's relay
+// and gateway counts (-up only) and the gateways' tunnel engine.
+func execute(ctx context.Context, dir string, quick, smoke, up bool, opt stack.Options, stdout, stderr io.Writer) error {
 	if dir == "" {
 		d, err := os.MkdirTemp("", "wsgate-bench-")
 		if err != nil {
@@ -130,9 +133,10 @@ func execute(ctx context.Context, dir string, quick, smoke, up bool, relays, gat
 		return err
 	}
 	if !up {
-		relays, gateways = 2, 1
+		opt.Relays, opt.Gateways = 2, 1
 	}
-	st, err := stack.Up(stack.Options{Dir: dir, Bins: bins, Relays: relays, Gateways: gateways})
+	opt.Dir, opt.Bins = dir, bins
+	st, err := stack.Up(opt)
 	if st != nil {
 		defer st.Close()
 	}

@@ -59,6 +59,9 @@ type Options struct {
 	Gateways int
 	// DrainWindow is the gateway's and the relays' drain window (default 2s).
 	DrainWindow time.Duration
+	// TunnelEngine is the gateways' gateway.tunnel_engine ("" = their
+	// default).
+	TunnelEngine string
 }
 
 // Relay is one running relay-backend.
@@ -217,7 +220,11 @@ func (s *Stack) startGateway(i int) error {
 // elsewhere.
 func (s *Stack) GatewayConfig(addr, admin string) string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "[gateway]\nlisten = %q\ndrain_window = %q\ndrain_timeout = \"30s\"\n\n", addr, s.opt.DrainWindow.String())
+	fmt.Fprintf(&b, "[gateway]\nlisten = %q\ndrain_window = %q\ndrain_timeout = \"30s\"\n", addr, s.opt.DrainWindow.String())
+	if s.opt.TunnelEngine != "" {
+		fmt.Fprintf(&b, "tunnel_engine = %q\n", s.opt.TunnelEngine)
+	}
+	b.WriteString("\n")
 	fmt.Fprintf(&b, "[admin]\nlisten = %q\n\n", admin)
 	b.WriteString("[[pools]]\nname = \"relay\"\nbalance = \"least_conn\"\n")
 	b.WriteString("  [pools.health]\n  interval = \"1s\"\n  timeout = \"500ms\"\n")

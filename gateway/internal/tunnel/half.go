@@ -27,6 +27,7 @@ var bufPool = pollread.NewPool(bufSize)
 const stallProbe = 250 * time.Millisecond
 
 var (
+	errRateLimited  = errors.New("client over the route's frame or byte rate")
 	errWriteTimeout = errors.New("destination accepted no byte within the write timeout")
 	errCloseTimeout = errors.New("close handshake did not finish within the close timeout")
 )
@@ -62,13 +63,16 @@ type half struct {
 	// when src ends without one (0 = none): set on the node→client half
 	// when the client broke the framing rules, so the node's replies to
 	// the client's earlier frames still reach it first.
-	owedCode  uint16
-	owedWhy   string
-	writing   bool // the write turn is taken: someone is writing to dst
-	sentClose bool // the gateway's own close frame to dst is queued or written
-	srcClosed bool // src sent a close frame
-	broken    bool // framing lost: everything from src is dropped
-	dstFailed bool
+	owedCode uint16
+	owedWhy  string
+	writing  bool // the write turn is taken: someone is writing to dst
+	// pendingPing asks for the gateway's keepalive ping to dst at the
+	// next frame boundary (node→client half only).
+	pendingPing bool
+	sentClose   bool // the gateway's own close frame to dst is queued or written
+	srcClosed   bool // src sent a close frame
+	broken      bool // framing lost: everything from src is dropped
+	dstFailed   bool
 
 	// What one forward queues for dst, written once mu is released: at
 	// most the carried header bytes, one run of the read, and the
@@ -77,14 +81,34 @@ type half struct {
 	outN     int
 	outClose bool // out ends with the gateway's close frame
 	held     [wsframe.MaxHeaderLen]byte
-	closeBuf [wsframe.MaxHeaderLen + 125]byte
-	// armed is the write deadline set on dst, zero if none yet. Only
-	// the holder of the write turn uses it.
-	armed time.Time
+	// rate is the client's frame and byte rate limit, on the
+	// client→node half of a route with one; nil otherwise.
+	rate *rateLimit
+
+	// armed is the write deadline set on dst in Unix ns, 0 if none yet.
+	// Only the holder of the write turn uses it.
+	armed int64
+
+	// The event-driven engine's state (see engine_linux.go), used by the
+	// poller only. tail holds what dst has not taken yet; while it is
+	// there the write turn stays taken and src is not read.
+	tail         []byte
+	lastProgress int64 // Unix ns: when dst last took a byte of the tail
+	graceUntil   int64 // Unix ns: how long a tail ending in the gateway's close may wait past the close deadline
+	tailClose    bool  // tail ends with the gateway's close frame
+	readable     bool  // src had an event since it last read short
+	hup          bool  // src's peer hung up or the socket failed
+	ended        bool  // reading src has ended
+	stallArmed   bool  // a write-timeout timer is pending
+	queued       bool  // in the poller's list of halves to read on
 }
 
-func (h *half) init(t *Tunnel, src, dst net.Conn, toClient bool) {
-	h.t, h.src, h.dst, h.toClient = t, src, dst, toClient
+func (h *half) init(t *Tunnel, src, dst net.Conn, toClient, polled bool) {
+	h.t, h.toClient = t, toClient
+	if polled {
+		return // the poller has the sockets
+	}
+	h.src, h.dst = src, dst
 	h.reader = pollread.NewReader(src, bufPool)
 	if sc, ok := src.(syscall.Conn); ok {
 		if raw, err := sc.SyscallConn(); err == nil {
@@ -183,6 +207,18 @@ func (h *half) forward(p []byte) {
 	}
 	if ferr == nil {
 		h.flush(p[start:])
+		if h.pendingPing && h.outN < len(h.out) && !h.sentClose && !h.dstFailed && h.sc.AtBoundary() && h.carryN == 0 {
+			h.pendingPing = false
+			h.out[h.outN] = pingFrame
+			h.outN++
+		}
+	}
+	if ferr == nil && h.rate != nil && !h.rate.take(frames, len(p), time.Now().UnixNano()) {
+		// Over the route's rate: what this read brought still goes
+		// out; the client then gets 1008 as for a frame over the
+		// limit, and nothing it sends from now on goes on.
+		ferr = errRateLimited
+		h.broken = true
 	}
 	h.frames.Add(frames)
 	// Bytes after src's own close frame are no one's business: a peer
@@ -199,7 +235,7 @@ func (h *half) forward(p []byte) {
 		h.t.startClosing()
 	}
 	if len(out) > 0 {
-		h.writeOut(out, outClose)
+		h.write(out, outClose)
 	}
 	if ferr != nil && !ignoreErr {
 		h.framingError(ferr)
@@ -263,12 +299,12 @@ func (h *half) takeClose(code uint16, reason string) []byte {
 	h.sentCode.Store(uint32(code))
 	h.t.noteClose(ByGateway)
 	if h.toClient {
-		return wsframe.AppendClose(h.closeBuf[:0], code, reason, nil)
+		return wsframe.AppendClose(nil, code, reason, nil)
 	}
 	var key [4]byte
 	k := rand.Uint32()
 	key[0], key[1], key[2], key[3] = byte(k), byte(k>>8), byte(k>>16), byte(k>>24)
-	return wsframe.AppendClose(h.closeBuf[:0], code, reason, &key)
+	return wsframe.AppendClose(nil, code, reason, &key)
 }
 
 // closable reports whether the gateway's close may go to dst now: dst sits
@@ -276,6 +312,17 @@ func (h *half) takeClose(code uint16, reason string) []byte {
 // Called with mu held.
 func (h *half) closable() bool {
 	return h.broken || h.sc.AtBoundary() || h.sc.PartialHeader() > 0
+}
+
+// write writes out to dst on the tunnel's engine, the last segment being
+// the gateway's close frame when lastIsClose. The caller holds the write
+// turn.
+func (h *half) write(out [][]byte, lastIsClose bool) {
+	if h.t.pl != nil {
+		h.writeNB(out, lastIsClose)
+		return
+	}
+	h.writeOut(out, lastIsClose)
 }
 
 // writeOut writes out to dst, the last segment being the gateway's close
@@ -290,17 +337,7 @@ func (h *half) writeOut(out [][]byte, lastIsClose bool) {
 				break
 			}
 		}
-		h.mu.Lock()
-		out = nil
-		if err != nil {
-			h.dstFailed = true
-		} else if h.pendingCode != 0 && !h.sentClose && h.closable() {
-			out = [][]byte{h.takeClose(h.pendingCode, h.pendingWhy)}
-		}
-		if out == nil {
-			h.writing = false
-		}
-		h.mu.Unlock()
+		out, lastIsClose = h.afterWrite(err)
 		if err != nil {
 			h.failDst(err)
 			return
@@ -308,8 +345,57 @@ func (h *half) writeOut(out [][]byte, lastIsClose bool) {
 		if out == nil {
 			return
 		}
-		lastIsClose = true
 	}
+}
+
+// afterWrite ends a write of everything queued, which failed with err or
+// went out whole. It returns the gateway's close frame (isClose) or
+// keepalive ping to write next, when one was asked for meanwhile and dst
+// now sits at a frame boundary, with the write turn still taken; otherwise
+// nil, with the turn given back.
+func (h *half) afterWrite(err error) (next [][]byte, isClose bool) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	switch {
+	case err != nil:
+		h.dstFailed = true
+	case h.pendingCode != 0 && !h.sentClose && h.closable():
+		return [][]byte{h.takeClose(h.pendingCode, h.pendingWhy)}, true
+	case h.pendingPing && !h.sentClose && !h.broken && h.closable():
+		h.pendingPing = false
+		return [][]byte{pingFrame}, false
+	}
+	h.writing = false
+	return nil, false
+}
+
+// pingFrame is the gateway's keepalive ping to a client: unmasked, no
+// payload (RFC 6455 section 5.5.2).
+var pingFrame = []byte{0x89, 0x00}
+
+// injectPing sends the gateway's keepalive ping to dst now if dst sits at
+// a frame boundary, or at the end of the frame in flight. It does nothing
+// once a close has gone to dst or is due. Like injectClose it never waits:
+// on the goroutine engine a ping due now is written by a goroutine of its
+// own.
+func (h *half) injectPing() {
+	h.mu.Lock()
+	if h.sentClose || h.srcClosed || h.dstFailed || h.broken || h.pendingCode != 0 || h.pendingPing {
+		h.mu.Unlock()
+		return
+	}
+	if h.writing || !h.closable() {
+		h.pendingPing = true
+		h.mu.Unlock()
+		return
+	}
+	h.writing = true
+	h.mu.Unlock()
+	if h.t.pl != nil {
+		h.writeNB([][]byte{pingFrame}, false)
+		return
+	}
+	go h.writeOut([][]byte{pingFrame}, false)
 }
 
 // send writes all of b to dst. It fails when dst accepts no byte for the
@@ -354,9 +440,10 @@ func (h *half) send(b []byte, grace bool) error {
 		// A deadline already set no later than wake and at least half a
 		// probe away serves as well: setting one costs about a tenth
 		// of a small write.
-		if h.armed.IsZero() || wake.Before(h.armed) || h.armed.Sub(now) < probe/2 {
+		armed := time.Unix(0, h.armed)
+		if h.armed == 0 || wake.Before(armed) || armed.Sub(now) < probe/2 {
 			_ = h.dst.SetWriteDeadline(wake)
-			h.armed = wake
+			h.armed = wake.UnixNano()
 		}
 		n, err := h.dst.Write(b)
 		if err == nil {
@@ -393,6 +480,10 @@ func (h *half) failDst(err error) {
 	default:
 		// Closed by the tunnel, which said why, or failed.
 		h.t.startClosing()
+		return
+	}
+	if h.t.pl != nil {
+		h.shutdownDst()
 		return
 	}
 	_ = h.dst.Close()
@@ -432,6 +523,10 @@ func (h *half) injectClose(code uint16, reason string) {
 	frame := h.takeClose(code, reason)
 	h.writing = true
 	h.mu.Unlock()
+	if h.t.pl != nil {
+		h.writeNB([][]byte{frame}, true) // on the poller; never blocks
+		return
+	}
 	go h.sendClose(frame)
 }
 
@@ -454,7 +549,7 @@ func (h *half) lastWord(code uint16, reason string) {
 	frame := h.takeClose(code, reason)
 	h.writing = true
 	h.mu.Unlock()
-	h.writeOut([][]byte{frame}, true)
+	h.write([][]byte{frame}, true)
 }
 
 // framingError answers a frame that broke the rules or the route's limit.
@@ -474,8 +569,11 @@ func (h *half) framingError(err error) {
 		return
 	}
 	code, why := CodeProtocolError, "protocol error"
-	if errors.Is(err, wsframe.ErrTooLarge) {
+	switch {
+	case errors.Is(err, wsframe.ErrTooLarge):
 		code, why = CodeTooBig, "frame too large"
+	case errors.Is(err, errRateLimited):
+		code, why = CodePolicy, "rate limit exceeded"
 	}
 	t.toClient.owe(code, why)
 	t.toNode.injectClose(CodeGoingAway, "client closed")

@@ -24,13 +24,21 @@
 // 1012 goes to the client only when the node's stream ends without a close
 // frame. Only a side that accepts nothing in time is closed at once.
 //
-// The engine is a goroutine pair per tunnel that reads through the runtime
-// poller without holding a buffer while idle; buffers come from a shared pool
-// only while bytes are in flight. No lock is held across I/O: every write
-// has a deadline (the write timeout, bounded by the close deadline once the
-// close has started), the gateway's own close frames never wait behind a
-// stalled write, and the counters are atomics, so Stats, GoAway and Abort
-// never wait on a peer.
+// Two engines run tunnels; they share the framing code and behave the
+// same. A tunnel between two TCP sockets runs on the event-driven engine
+// (Linux; see engine_linux.go): a few pollers, one per core, each carrying
+// many tunnels with no goroutine and no buffer per idle tunnel. Any other
+// (a TLS client) runs as a goroutine pair that reads through the runtime
+// poller without holding a buffer while idle; buffers come from a shared
+// pool only while bytes are in flight. On both, no lock is held across
+// I/O: every write has a deadline or is non-blocking (the write timeout,
+// bounded by the close deadline once the close has started), the gateway's
+// own close frames never wait behind a stalled write, and the counters are
+// atomics, so Stats, GoAway and Abort never wait on a peer.
+//
+// Optional per route: keepalive pings to a silent client, with a pong
+// deadline (Params.PingInterval), and token buckets on the frames and
+// bytes a client sends (Params.FrameRate, ByteRate; over them, 1008).
 package tunnel
 
 import (
@@ -96,7 +104,48 @@ type Params struct {
 
 	// OnEnd, when set, is called once at the very end, after Lease.
 	OnEnd func(*Tunnel)
+
+	// Engine chooses how the tunnel runs (default EngineAuto).
+	Engine Engine
+
+	// PingInterval, when > 0, turns keepalive on: a client that has sent
+	// nothing since the last look, once an interval, gets a ping between
+	// two frames; one that then sends nothing for PongTimeout is cut
+	// (EndPongTimeout) and the node gets close 1001. Any byte from the
+	// client answers (its pong goes on to the node: RFC 6455 allows an
+	// unsolicited pong).
+	PingInterval time.Duration
+	// PongTimeout is the keepalive's answer deadline (default
+	// DefaultPongTimeout).
+	PongTimeout time.Duration
+
+	// FrameRate and ByteRate cap the frames and bytes the client may send
+	// per second (0 = no cap), each a token bucket holding one second's
+	// worth. A client over either gets 1008 after the node's replies to
+	// its earlier frames, as for a frame over MaxFrame.
+	FrameRate, ByteRate uint64
 }
+
+// DefaultPongTimeout is the keepalive's answer deadline when
+// Params.PongTimeout is 0.
+const DefaultPongTimeout = 10 * time.Second
+
+// Engine says how a tunnel runs.
+type Engine uint8
+
+// testEngine, set by this package's tests only, runs every tunnel on the
+// goroutine engine when it is EngineGoroutines, so the one suite covers
+// both engines (see main_test.go).
+var testEngine Engine
+
+// The engines.
+const (
+	// EngineAuto runs a tunnel whose two connections are TCP sockets on
+	// the event-driven engine (Linux), any other on goroutines.
+	EngineAuto Engine = iota
+	// EngineGoroutines runs every tunnel as a goroutine pair.
+	EngineGoroutines
+)
 
 // Tunnel is one live WebSocket tunnel. Its methods are safe for concurrent
 // use. A Tunnel must not be copied.
@@ -109,8 +158,8 @@ type Tunnel struct {
 	writeTimeout time.Duration
 	lease        Releaser
 
-	clientPending, nodePending []byte // until Start
-	onEnd                      func(*Tunnel)
+	pending *[2][]byte // the client's and the node's pending bytes, until Start
+	onEnd   func(*Tunnel)
 
 	// clientDone and nodeDone are set when that side has sent its close
 	// frame or its connection has failed; when both are set the close
@@ -122,6 +171,13 @@ type Tunnel struct {
 	closeOnce            sync.Once
 	pumps                atomic.Int32
 	done                 chan struct{}
+
+	// The event-driven engine's state (see engine_linux.go); pl is nil on
+	// the goroutine engine. Only the poller uses the rest.
+	ka               *keepalive // nil: no keepalive pings
+	pl               *poller
+	clientFD, nodeFD int32
+	fdsClosed        bool
 }
 
 // New prepares a tunnel; nothing moves until Start.
@@ -141,11 +197,27 @@ func New(p Params) *Tunnel {
 	if t.writeTimeout <= 0 {
 		t.writeTimeout = DefaultWriteTimeout
 	}
-	t.toNode.init(t, p.Client, p.Node, false)
+	// Both sides count as running from here: a tunnel aborted before
+	// Start still ends (on the poller at once, on goroutines once Start
+	// finds its connections closed).
+	t.pumps.Store(2)
+	polled := p.Engine == EngineAuto && testEngine == EngineAuto && t.adopt()
+	t.toNode.init(t, p.Client, p.Node, false, polled)
 	t.toNode.sc = wsframe.Scanner{MaxPayload: p.MaxFrame, RequireMasked: true}
-	t.toClient.init(t, p.Node, p.Client, true)
+	t.toClient.init(t, p.Node, p.Client, true, polled)
 	t.toClient.sc = wsframe.Scanner{RejectMasked: true}
-	t.clientPending, t.nodePending = p.ClientPending, p.NodePending
+	if p.FrameRate > 0 || p.ByteRate > 0 {
+		t.toNode.rate = newRateLimit(p.FrameRate, p.ByteRate)
+	}
+	if p.PingInterval > 0 {
+		t.ka = &keepalive{interval: p.PingInterval, timeout: p.PongTimeout}
+		if t.ka.timeout <= 0 {
+			t.ka.timeout = DefaultPongTimeout
+		}
+	}
+	if len(p.ClientPending) > 0 || len(p.NodePending) > 0 {
+		t.pending = &[2][]byte{p.ClientPending, p.NodePending}
+	}
 	return t
 }
 
@@ -153,11 +225,26 @@ func New(p Params) *Tunnel {
 // the close handshake finishes, a side fails, or the close timeout passes.
 // Start must be called once.
 func (t *Tunnel) Start() {
-	t.pumps.Store(2)
-	cp, np := t.clientPending, t.nodePending
-	t.clientPending, t.nodePending = nil, nil
+	var cp, np []byte
+	if t.pending != nil {
+		cp, np = t.pending[0], t.pending[1]
+		t.pending = nil
+	}
+	if t.pl != nil {
+		t.startPolled(cp, np)
+		return
+	}
+	t.startKeepalive()
 	go t.pumpClientToNode(cp)
 	go t.pumpNodeToClient(np)
+}
+
+// Engine names the engine the tunnel runs on: "epoll" or "goroutines".
+func (t *Tunnel) Engine() string {
+	if t.pl != nil {
+		return "epoll"
+	}
+	return "goroutines"
 }
 
 // Done is closed when the tunnel has ended and released its lease.
@@ -172,6 +259,13 @@ func (t *Tunnel) Done() <-chan struct{} { return t.done }
 // 1001 of the gateway's own. GoAway returns at once, even while a write to
 // the client is stalled: the close then follows that write.
 func (t *Tunnel) GoAway(code uint16, reason string) {
+	if t.pl != nil {
+		t.pl.run(func() {
+			t.startClosing()
+			t.toClient.injectClose(code, reason)
+		})
+		return
+	}
 	t.startClosing()
 	t.toClient.injectClose(code, reason)
 }
@@ -180,6 +274,10 @@ func (t *Tunnel) GoAway(code uint16, reason string) {
 // and writes in progress fail at once, so the tunnel ends promptly.
 func (t *Tunnel) Abort() {
 	t.setReason(EndAborted)
+	if t.pl != nil {
+		t.pl.run(t.closeConns)
+		return
+	}
 	t.closeConns()
 }
 
@@ -194,13 +292,14 @@ const (
 	EndWriteTimeout                      // the client or node accepted no byte for the write timeout
 	EndCloseTimeout                      // the close handshake did not finish within the close timeout
 	EndAborted                           // cut by Abort (a drain past its timeout)
+	EndPongTimeout                       // the client sent nothing for the pong timeout after a keepalive ping
 )
 
 // EndReasons lists every reason, in order.
-var EndReasons = []EndReason{EndClosed, EndClientGone, EndNodeGone, EndWriteTimeout, EndCloseTimeout, EndAborted}
+var EndReasons = []EndReason{EndClosed, EndClientGone, EndNodeGone, EndWriteTimeout, EndCloseTimeout, EndAborted, EndPongTimeout}
 
 // String is the reason's label: closed, client_gone, node_gone,
-// write_timeout, close_timeout, aborted ("" for none).
+// write_timeout, close_timeout, aborted, pong_timeout ("" for none).
 func (r EndReason) String() string {
 	switch r {
 	case EndClosed:
@@ -215,6 +314,8 @@ func (r EndReason) String() string {
 		return "close_timeout"
 	case EndAborted:
 		return "aborted"
+	case EndPongTimeout:
+		return "pong_timeout"
 	}
 	return ""
 }
@@ -279,7 +380,13 @@ func (t *Tunnel) Stats() Stats {
 // pumpClientToNode forwards the client's frames to the node until the client
 // side ends.
 func (t *Tunnel) pumpClientToNode(pending []byte) {
-	t.toNode.srcEnded(t.toNode.pump(pending))
+	t.clientEnded(t.toNode.pump(pending))
+}
+
+// clientEnded ends the client side once reading the client stopped with
+// err.
+func (t *Tunnel) clientEnded(err error) {
+	t.toNode.srcEnded(err)
 	// The client is gone or has closed: the node learns it with a close
 	// frame unless the client's own close was already passed on. The
 	// client counts as done only once that is written, so the other pump
@@ -295,7 +402,12 @@ func (t *Tunnel) pumpClientToNode(pending []byte) {
 // pumpNodeToClient forwards the node's frames to the client until the node
 // side ends.
 func (t *Tunnel) pumpNodeToClient(pending []byte) {
-	t.toClient.srcEnded(t.toClient.pump(pending))
+	t.nodeEnded(t.toClient.pump(pending))
+}
+
+// nodeEnded ends the node side once reading the node stopped with err.
+func (t *Tunnel) nodeEnded(err error) {
+	t.toClient.srcEnded(err)
 	t.startClosing()
 	if !t.toClient.sawClose() {
 		t.toClient.lastWord(CodeServiceRestart, "upstream went away")
@@ -322,14 +434,28 @@ func (t *Tunnel) sideClosed(fromClient bool) {
 
 // startClosing bounds the rest of the tunnel's life by the close timeout:
 // reads by a deadline on both connections, writes by closeDeadline, which
-// every write looks at (see half.send). It never waits.
+// every write looks at (see half.send); on the event-driven engine, by a
+// timer. It never waits.
 func (t *Tunnel) startClosing() {
 	dl := time.Now().Add(t.closeTimeout)
 	if !t.closeBy.CompareAndSwap(0, dl.UnixNano()) {
 		return
 	}
+	if t.pl != nil {
+		t.armClose(dl)
+		return
+	}
 	_ = t.client.SetReadDeadline(dl)
 	_ = t.node.SetReadDeadline(dl)
+}
+
+// writeTimeoutOrDefault is the write timeout, also for a Tunnel not made
+// by New, as in benchmarks.
+func (t *Tunnel) writeTimeoutOrDefault() time.Duration {
+	if t.writeTimeout <= 0 {
+		return DefaultWriteTimeout
+	}
+	return t.writeTimeout
 }
 
 // closeDeadline is when the close handshake must be over; zero until the
@@ -351,6 +477,17 @@ func (t *Tunnel) pumpExited() {
 	}
 	t.setReason(EndClosed) // every other cause was recorded where it was seen
 	t.closeConns()
+	if t.pl != nil {
+		// Off the poller: OnEnd may log and take locks.
+		go t.finish()
+		return
+	}
+	t.finish()
+}
+
+// finish releases the lease, calls OnEnd and closes Done.
+func (t *Tunnel) finish() {
+	t.stopKeepalive()
 	if t.lease != nil {
 		t.lease.Release()
 	}
@@ -361,6 +498,10 @@ func (t *Tunnel) pumpExited() {
 }
 
 func (t *Tunnel) closeConns() {
+	if t.pl != nil {
+		t.closeFDs()
+		return
+	}
 	t.closeOnce.Do(func() {
 		_ = t.client.Close()
 		_ = t.node.Close()

@@ -1,0 +1,416 @@
+package tunnel
+
+import (
+	"io"
+	"net"
+	"os"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// The event-driven engine. A tunnel whose two connections are TCP sockets
+// is taken off the runtime's poller and run by one of the package's
+// pollers (see poller): both sockets are registered edge-triggered, the
+// poller reads a readable source into its own buffer, scans it with the
+// same framing code as the goroutine engine (half.forward) and writes what
+// goes on with one non-blocking write (writev when a held-back header, a
+// payload and a close frame go together). An idle tunnel holds no
+// goroutine and no buffer.
+//
+// Backpressure: what a destination does not take is kept as the half's
+// tail, the half keeps its write turn (writing) and its source is not read
+// until EPOLLOUT drains the tail, so at most one read's worth of bytes
+// (plus a close frame) waits per direction. A source that cannot be read
+// is not dropped from the epoll set: registration is edge-triggered, so
+// the bytes it keeps receiving cost at most one wake-up per arrival, and
+// they stop when its receive window is full.
+//
+// The short-read rule: a read that fills less than the buffer drained the
+// socket at that moment, and any byte arriving after it raises a new edge,
+// so the source is not read again before its next event. A source whose
+// peer has hung up raises no new edge for its end of stream, so after a
+// hang-up event it is read until EAGAIN or end of stream.
+//
+// Timeouts are poller timers, not blocked goroutines: a tail that gains no
+// byte for the write timeout ends the tunnel; the close deadline ends the
+// reads and the writes still pending, as a read deadline does on the
+// goroutine engine.
+
+// socketOf returns the TCP socket under c: c itself, or the socket of a
+// connection that wraps one and frees something of its own when closed
+// (the gateway's accept slots).
+func socketOf(c net.Conn) *net.TCPConn {
+	switch v := c.(type) {
+	case *net.TCPConn:
+		return v
+	case interface{ Socket() *net.TCPConn }:
+		return v.Socket()
+	}
+	return nil
+}
+
+// dupSocket returns a close-on-exec duplicate of c's socket descriptor
+// (non-blocking, as Go's sockets are) and the socket itself, or ok false
+// when c has no socket or the duplicate fails (out of descriptors).
+func dupSocket(c net.Conn) (fd int, sock *net.TCPConn, ok bool) {
+	sock = socketOf(c)
+	if sock == nil {
+		return -1, nil, false
+	}
+	raw, err := sock.SyscallConn()
+	if err != nil {
+		return -1, nil, false
+	}
+	fd = -1
+	var derr error
+	if err := raw.Control(func(s uintptr) {
+		fd, derr = unix.FcntlInt(s, unix.F_DUPFD_CLOEXEC, 0)
+	}); err != nil || derr != nil {
+		return -1, nil, false
+	}
+	return fd, sock, true
+}
+
+// adopt moves t onto a poller when both of its connections are TCP
+// sockets, and reports whether it did. The runtime's poller lets go of the
+// sockets (their Go connections are closed); the tunnel's own descriptors
+// keep them open. t.client's Close is still called at the end, after the
+// descriptors are closed, so a wrapper frees what it holds as before; a
+// wrapper with a DropSocket method is told to forget its socket, so the
+// closed Go connection's memory is freed at once.
+func (t *Tunnel) adopt() bool {
+	p := pickPoller()
+	if p == nil {
+		return false
+	}
+	cfd, cs, ok := dupSocket(t.client)
+	if !ok {
+		return false
+	}
+	nfd, ns, ok := dupSocket(t.node)
+	if !ok {
+		_ = unix.Close(cfd)
+		return false
+	}
+	_ = cs.Close()
+	_ = ns.Close()
+	// Nothing of the node's Go connection is needed any more; a wrapper
+	// of the client's socket drops it, keeping what it frees on Close.
+	t.node = nil
+	if d, ok := t.client.(interface{ DropSocket() }); ok {
+		d.DropSocket()
+	}
+	t.pl, t.clientFD, t.nodeFD = p, int32(cfd), int32(nfd)
+	return true
+}
+
+// startPolled registers t's sockets with its poller and forwards the bytes
+// read before the tunnel began.
+func (t *Tunnel) startPolled(cp, np []byte) {
+	t.pl.run(func() {
+		if t.fdsClosed {
+			// Aborted before Start: the descriptors are closed, and their
+			// numbers may be another socket's by now.
+			return
+		}
+		if err := t.pl.watch(int(t.clientFD), t); err != nil {
+			t.setReason(EndAborted)
+			t.closeConns()
+			return
+		}
+		if err := t.pl.watch(int(t.nodeFD), t); err != nil {
+			t.setReason(EndAborted)
+			t.closeConns()
+			return
+		}
+		if t.ka != nil {
+			t.pl.after(time.Now().Add(t.ka.interval), t, timerKeepalive)
+		}
+		if len(np) > 0 {
+			t.toClient.forward(np)
+		}
+		if len(cp) > 0 && !t.fdsClosed {
+			t.toNode.forward(cp)
+		}
+	})
+}
+
+// srcFD and dstFD are the half's sockets on the poller engine.
+func (h *half) srcFD() int {
+	if h.toClient {
+		return int(h.t.nodeFD)
+	}
+	return int(h.t.clientFD)
+}
+
+func (h *half) dstFD() int {
+	if h.toClient {
+		return int(h.t.clientFD)
+	}
+	return int(h.t.nodeFD)
+}
+
+// event handles what epoll reported for one of t's sockets: first the
+// writes waiting on it, then its reads.
+func (t *Tunnel) event(fd int, ev uint32) {
+	in, out := &t.toNode, &t.toClient // fd is the client's socket
+	if fd != int(t.clientFD) {
+		in, out = &t.toClient, &t.toNode
+	}
+	if ev&(unix.EPOLLOUT|unix.EPOLLERR|unix.EPOLLHUP) != 0 && out.tail != nil {
+		out.flushTail()
+	}
+	if t.fdsClosed || ev&(unix.EPOLLIN|unix.EPOLLRDHUP|unix.EPOLLHUP|unix.EPOLLERR) == 0 {
+		return
+	}
+	in.readable = true
+	if ev&(unix.EPOLLRDHUP|unix.EPOLLHUP|unix.EPOLLERR) != 0 {
+		in.hup = true
+		if in.tail != nil {
+			// The source hung up while its destination accepts
+			// nothing: the close starts, so the tunnel ends within the
+			// close timeout even if the destination never reads again.
+			t.startClosing()
+		}
+	}
+	in.readSrc()
+}
+
+// readBudget is how many full reads one half gets before the poller turns
+// to its other tunnels: a source that always has a buffer's worth waiting
+// (a client flooding a fast node) must not starve the tunnels that share
+// its poller.
+const readBudget = 16
+
+// readSrc reads the half's source while it is readable and its
+// destination has no tail, forwarding what it reads; it ends the side at
+// the end of the stream or a failure. After readBudget reads it queues
+// the half to go on once the poller has seen to the others.
+func (h *half) readSrc() {
+	t := h.t
+	buf := t.pl.buf
+	for budget := readBudget; h.readable && !h.ended && !h.writing && !t.fdsClosed; budget-- {
+		if budget == 0 {
+			t.pl.later(h)
+			return
+		}
+		n, err := rawRead(h.srcFD(), buf)
+		if n > 0 {
+			if n < len(buf) && !h.hup {
+				h.readable = false // the short-read rule
+			}
+			h.forward(buf[:n])
+			continue
+		}
+		if err == unix.EAGAIN {
+			h.readable = false
+			return
+		}
+		if err == nil {
+			err = io.EOF
+		}
+		h.endSrc(err)
+		return
+	}
+}
+
+// endSrc ends the reading of the half's source with err, as the goroutine
+// engine's pump returning err does; once only.
+func (h *half) endSrc(err error) {
+	if h.ended {
+		return
+	}
+	h.ended = true
+	if h.toClient {
+		h.t.nodeEnded(err)
+	} else {
+		h.t.clientEnded(err)
+	}
+}
+
+// writeNB is writeOut for the poller engine: it writes without blocking
+// and keeps what dst did not take as the half's tail, with the write turn
+// still taken; flushTail goes on from there.
+func (h *half) writeNB(out [][]byte, lastIsClose bool) {
+	t := h.t
+	for {
+		total := 0
+		for _, b := range out {
+			total += len(b)
+		}
+		n, err := 0, error(net.ErrClosed)
+		if !t.fdsClosed {
+			n, err = t.pl.writev(h.dstFD(), out)
+		}
+		if err == unix.EAGAIN {
+			n, err = 0, nil
+		}
+		if err == nil && n < total {
+			h.keepTail(out, n, lastIsClose)
+			return
+		}
+		next, isClose := h.afterWrite(err)
+		if err != nil {
+			h.failDst(err)
+			return
+		}
+		if next == nil {
+			return
+		}
+		out, lastIsClose = next, isClose
+	}
+}
+
+// keepTail keeps the bytes of out after the first n as the tail and arms
+// the write timeout.
+func (h *half) keepTail(out [][]byte, n int, lastIsClose bool) {
+	size := -n
+	for _, b := range out {
+		size += len(b)
+	}
+	tail := make([]byte, 0, size)
+	for _, b := range out {
+		if n >= len(b) {
+			n -= len(b)
+			continue
+		}
+		tail = append(tail, b[n:]...)
+		n = 0
+	}
+	h.tail, h.tailClose = tail, lastIsClose
+	now := time.Now()
+	h.lastProgress = now.UnixNano()
+	if lastIsClose {
+		h.graceUntil = now.Add(lastWordTimeout).UnixNano()
+	}
+	if !h.stallArmed {
+		h.stallArmed = true
+		h.t.pl.after(now.Add(h.t.writeTimeoutOrDefault()), h.t, h.stallTimer())
+	}
+}
+
+func (h *half) stallTimer() timerKind {
+	if h.toClient {
+		return timerStallClient
+	}
+	return timerStallNode
+}
+
+// flushTail writes the tail once dst is writable again; when it is gone,
+// a close asked for meanwhile goes out and the source is read again.
+func (h *half) flushTail() {
+	t := h.t
+	n, err := rawWrite(h.dstFD(), h.tail)
+	if err == unix.EAGAIN {
+		return
+	}
+	if err == nil && n < len(h.tail) {
+		if n > 0 {
+			h.tail = h.tail[n:]
+			h.lastProgress = time.Now().UnixNano()
+		}
+		return
+	}
+	h.tail = nil
+	next, isClose := h.afterWrite(err)
+	if err != nil {
+		h.failDst(err)
+	} else if next != nil {
+		h.writeNB(next, isClose)
+	}
+	if !h.writing && !t.fdsClosed {
+		h.readSrc()
+	}
+}
+
+// dropTail gives up the tail after a timeout, as a failed write does.
+func (h *half) dropTail(err error) {
+	h.tail = nil
+	h.afterWrite(err)
+	h.failDst(err)
+	if !h.t.fdsClosed {
+		h.readSrc() // src is read on (and dropped) until it ends
+	}
+}
+
+// shutdownDst ends the connection to dst on the poller engine: the other
+// direction's read of it then sees the end of the stream.
+func (h *half) shutdownDst() { _ = unix.Shutdown(h.dstFD(), unix.SHUT_RDWR) }
+
+// fire handles a timer of t's.
+func (t *Tunnel) fire(kind timerKind, now time.Time) {
+	if t.fdsClosed {
+		return
+	}
+	switch kind {
+	case timerStallNode:
+		t.toNode.checkStall(now)
+	case timerStallClient:
+		t.toClient.checkStall(now)
+	case timerClose:
+		t.closeDeadlinePassed(now)
+	case timerKeepalive:
+		if next := t.keepaliveTick(); next > 0 {
+			t.pl.after(now.Add(next), t, timerKeepalive)
+		}
+	}
+}
+
+// checkStall ends the tunnel when the tail has gained no byte for the
+// write timeout, or looks again later.
+func (h *half) checkStall(now time.Time) {
+	h.stallArmed = false
+	if h.tail == nil {
+		return
+	}
+	due := time.Unix(0, h.lastProgress).Add(h.t.writeTimeoutOrDefault())
+	if now.Before(due) {
+		h.stallArmed = true
+		h.t.pl.after(due, h.t, h.stallTimer())
+		return
+	}
+	h.dropTail(errWriteTimeout)
+}
+
+// closeDeadlinePassed ends what is left of the tunnel once the close
+// timeout has passed: pending writes fail (the gateway's own close frame
+// gets lastWordTimeout from its start first), then the sides still being
+// read end as on a read deadline.
+func (t *Tunnel) closeDeadlinePassed(now time.Time) {
+	for _, h := range []*half{&t.toNode, &t.toClient} {
+		if h.tail != nil && h.tailClose && now.UnixNano() < h.graceUntil {
+			t.pl.after(time.Unix(0, h.graceUntil), t, timerClose)
+			return
+		}
+	}
+	for _, h := range []*half{&t.toNode, &t.toClient} {
+		if h.tail != nil {
+			h.dropTail(errCloseTimeout)
+		}
+	}
+	t.toNode.endSrc(os.ErrDeadlineExceeded)
+	t.toClient.endSrc(os.ErrDeadlineExceeded)
+}
+
+// armClose starts the close-deadline timer on the poller engine.
+func (t *Tunnel) armClose(dl time.Time) { t.pl.after(dl, t, timerClose) }
+
+// closeFDs closes both sockets on the poller engine, then the Go
+// connections (freeing what a wrapper holds), and ends the sides still
+// being read, as a read of a closed connection fails on the goroutine
+// engine.
+func (t *Tunnel) closeFDs() {
+	if t.fdsClosed {
+		return
+	}
+	t.fdsClosed = true
+	for _, fd := range []int{int(t.clientFD), int(t.nodeFD)} {
+		t.pl.forget(fd)
+		_ = unix.Close(fd)
+	}
+	_ = t.client.Close()
+	t.toNode.tail, t.toClient.tail = nil, nil
+	t.toNode.endSrc(net.ErrClosed)
+	t.toClient.endSrc(net.ErrClosed)
+}

@@ -1,0 +1,19 @@
+//go:build !linux
+
+package tunnel
+
+import "time"
+
+// poller is the event-driven engine's poller, which exists on Linux only;
+// elsewhere every tunnel runs on goroutines.
+type poller struct{}
+
+func (*poller) run(func()) {}
+
+func (t *Tunnel) adopt() bool              { return false }
+func (t *Tunnel) startPolled(_, _ []byte)  {}
+func (t *Tunnel) armClose(time.Time)       {}
+func (t *Tunnel) closeFDs()                {}
+func (h *half) writeNB(_ [][]byte, _ bool) {}
+func (h *half) shutdownDst()               {}
+func (h *half) endSrc(error)               {}

@@ -1,0 +1,404 @@
+package tunnel
+
+import (
+	"container/heap"
+	"errors"
+	"os"
+	"runtime"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+	"unsafe"
+
+	"golang.org/x/sys/unix"
+)
+
+// A poller runs the tunnels of the event-driven engine: one goroutine does
+// all the reads and writes of its tunnels' sockets, with one read buffer
+// for all of them. Its tunnels' framing state and unsent tails are touched
+// by no other goroutine; other goroutines reach a tunnel through run, which
+// queues a function for the poller and wakes it.
+//
+// The poller's epoll descriptor is itself registered with the runtime's
+// network poller, and the goroutine parks there while nothing is ready:
+// the poller's own epoll_wait never blocks. A goroutine blocked in a
+// system call would have its P taken away by the runtime's monitor every
+// 20µs, which wakes that thread and another each time; measured on the
+// bench's fanout, that cost more CPU than the forwarding itself (see
+// docs/architecture.md). Timers are the runtime poller's read deadline on
+// the epoll descriptor.
+type poller struct {
+	epfd   int
+	epfile *os.File        // epfd, registered with the runtime's poller
+	rc     syscall.RawConn // epfile's, to park on it
+	wait   func(uintptr) bool
+	armed  int64 // the read deadline set on epfile, Unix ns; 0 = none
+	wakefd int   // an eventfd: a write wakes the poller to run its queue
+	buf    []byte
+	events []unix.EpollEvent
+	iov    [4]unix.Iovec // writev's vector, poller-owned so a write allocates nothing
+
+	// byFD maps a socket's descriptor to its tunnel. Only the poller
+	// uses it.
+	byFD []*Tunnel
+
+	timers timerHeap
+
+	// again holds halves that used up their read budget with bytes still
+	// waiting; they are read on after the events at hand.
+	again, spareAgain []*half
+
+	mu    sync.Mutex
+	queue []func()
+	spare []func()
+	woken atomic.Bool
+}
+
+// pollerReadSize is the poller's read buffer: a read that fills it is
+// followed by another before the poller waits again.
+const pollerReadSize = bufSize
+
+var (
+	pollersOnce sync.Once
+	pollers     []*poller
+	pollersErr  error
+	pollerNext  atomic.Uint32
+)
+
+// pickPoller returns a poller for a new tunnel, starting one per core on
+// first use; nil when the engine cannot run (epoll or eventfd failed).
+func pickPoller() *poller {
+	pollersOnce.Do(func() {
+		n := runtime.GOMAXPROCS(0)
+		for range n {
+			p, err := newPoller()
+			if err != nil {
+				pollersErr = err
+				return
+			}
+			pollers = append(pollers, p)
+			go p.loop()
+		}
+	})
+	if len(pollers) == 0 {
+		return nil
+	}
+	i := pollerNext.Add(1) % uint32(len(pollers))
+	return pollers[i]
+}
+
+func newPoller() (*poller, error) {
+	epfd, err := unix.EpollCreate1(unix.EPOLL_CLOEXEC)
+	if err != nil {
+		return nil, err
+	}
+	wfd, err := unix.Eventfd(0, unix.EFD_NONBLOCK|unix.EFD_CLOEXEC)
+	if err != nil {
+		_ = unix.Close(epfd)
+		return nil, err
+	}
+	fail := func(err error) (*poller, error) {
+		_ = unix.Close(epfd)
+		_ = unix.Close(wfd)
+		return nil, err
+	}
+	ev := unix.EpollEvent{Events: unix.EPOLLIN | unix.EPOLLET, Fd: int32(wfd)}
+	if err := unix.EpollCtl(epfd, unix.EPOLL_CTL_ADD, wfd, &ev); err != nil {
+		return fail(err)
+	}
+	// A non-blocking descriptor given to os.NewFile is registered with
+	// the runtime's poller, as a socket is.
+	if err := unix.SetNonblock(epfd, true); err != nil {
+		return fail(err)
+	}
+	p := &poller{
+		epfd:   epfd,
+		wakefd: wfd,
+		buf:    make([]byte, pollerReadSize),
+		events: make([]unix.EpollEvent, 256),
+	}
+	p.epfile = os.NewFile(uintptr(epfd), "tunnel-poller")
+	rc, err := p.epfile.SyscallConn()
+	if err != nil {
+		_ = p.epfile.Close()
+		_ = unix.Close(wfd)
+		return nil, err
+	}
+	p.rc = rc
+	p.wait = p.ready
+	return p, nil
+}
+
+// run queues f to run on the poller's goroutine and wakes the poller. It
+// never waits on I/O.
+func (p *poller) run(f func()) {
+	p.mu.Lock()
+	p.queue = append(p.queue, f)
+	p.mu.Unlock()
+	if p.woken.CompareAndSwap(false, true) {
+		var one = [8]byte{1}
+		_, _ = rawWrite(p.wakefd, one[:])
+	}
+}
+
+// loop is the poller's goroutine: it parks on the epoll descriptor in the
+// runtime's poller until it is readable or the next timer is due.
+func (p *poller) loop() {
+	for {
+		p.runTimers()
+		p.armTimer()
+		// Read returns when ready asks to re-arm the timer, or at the
+		// deadline; any other error would be a bug.
+		if err := p.rc.Read(p.wait); err != nil && !errors.Is(err, os.ErrDeadlineExceeded) {
+			panic("tunnel: poller: " + err.Error())
+		}
+	}
+}
+
+// ready handles everything ready now, without blocking; it returns false
+// to park until the epoll descriptor is readable again, true when the
+// next timer moved earlier than the deadline armed for it.
+func (p *poller) ready(uintptr) bool {
+	for {
+		n, err := epollWaitNow(p.epfd, p.events)
+		if err != nil {
+			// epoll_wait fails only on a bad descriptor or
+			// argument: a bug, not a condition to carry on in.
+			panic("tunnel: epoll_wait: " + err.Error())
+		}
+		for i := range n {
+			ev := &p.events[i]
+			fd := int(ev.Fd)
+			if fd < len(p.byFD) {
+				if t := p.byFD[fd]; t != nil {
+					t.event(fd, ev.Events)
+				}
+			}
+		}
+		p.runQueue()
+		p.runTimers()
+		p.readAgain()
+		// Every registration is edge-triggered, so a wait that did not
+		// fill the events left nothing ready behind (but the halves to
+		// read on): the next edge makes the descriptor readable for the
+		// runtime's poller.
+		if n < len(p.events) && len(p.again) == 0 {
+			break
+		}
+	}
+	return len(p.timers) > 0 && (p.armed == 0 || p.timers[0].when < p.armed)
+}
+
+// later queues h to be read on after the events at hand.
+func (p *poller) later(h *half) {
+	if !h.queued {
+		h.queued = true
+		p.again = append(p.again, h)
+	}
+}
+
+// readAgain reads on the halves queued by later, each once more within
+// its budget.
+func (p *poller) readAgain() {
+	if len(p.again) == 0 {
+		return
+	}
+	list := p.again
+	p.again = p.spareAgain[:0]
+	for i, h := range list {
+		h.queued = false
+		h.readSrc()
+		list[i] = nil
+	}
+	p.spareAgain = list[:0]
+}
+
+// armTimer sets the epoll descriptor's read deadline to the next timer.
+func (p *poller) armTimer() {
+	var next int64
+	if len(p.timers) > 0 {
+		next = p.timers[0].when
+	}
+	if next == p.armed {
+		return
+	}
+	p.armed = next
+	dl := time.Time{}
+	if next != 0 {
+		dl = time.Unix(0, next)
+	}
+	_ = p.epfile.SetReadDeadline(dl)
+}
+
+// epollWaitNow is epoll_wait with a zero timeout: it cannot block, so it
+// skips the scheduler's system-call bookkeeping.
+func epollWaitNow(epfd int, events []unix.EpollEvent) (int, error) {
+	for {
+		r, _, e := unix.RawSyscall6(unix.SYS_EPOLL_PWAIT, uintptr(epfd), uintptr(unsafe.Pointer(&events[0])), uintptr(len(events)), 0, 0, 0)
+		if e == unix.EINTR {
+			continue
+		}
+		if e != 0 {
+			return 0, e
+		}
+		return int(r), nil
+	}
+}
+
+// runQueue runs what other goroutines queued.
+func (p *poller) runQueue() {
+	if !p.woken.Load() {
+		return
+	}
+	var b [8]byte
+	_, _ = rawRead(p.wakefd, b[:])
+	p.woken.Store(false)
+	p.mu.Lock()
+	q := p.queue
+	p.queue = p.spare[:0]
+	p.mu.Unlock()
+	for i, f := range q {
+		f()
+		q[i] = nil
+	}
+	p.mu.Lock()
+	p.spare = q[:0]
+	p.mu.Unlock()
+}
+
+// watch registers a socket of t, edge-triggered for reads, writes and the
+// peer's hang-up. A readable or writable socket is reported at once.
+func (p *poller) watch(fd int, t *Tunnel) error {
+	for fd >= len(p.byFD) {
+		p.byFD = append(p.byFD, make([]*Tunnel, len(p.byFD)+64)...)
+	}
+	p.byFD[fd] = t
+	ev := unix.EpollEvent{
+		Events: unix.EPOLLIN | unix.EPOLLOUT | unix.EPOLLRDHUP | unix.EPOLLET,
+		Fd:     int32(fd),
+	}
+	if err := unix.EpollCtl(p.epfd, unix.EPOLL_CTL_ADD, fd, &ev); err != nil {
+		p.byFD[fd] = nil
+		return err
+	}
+	return nil
+}
+
+// forget drops a socket about to be closed; closing it removes it from
+// the epoll set.
+func (p *poller) forget(fd int) {
+	if fd >= 0 && fd < len(p.byFD) {
+		p.byFD[fd] = nil
+	}
+}
+
+// writev writes the segments of out to fd in one system call, without
+// blocking, and returns how many bytes went.
+func (p *poller) writev(fd int, out [][]byte) (int, error) {
+	if len(out) == 1 {
+		return rawWrite(fd, out[0])
+	}
+	n := 0
+	for _, b := range out {
+		if len(b) == 0 {
+			continue
+		}
+		p.iov[n].Base = &b[0]
+		p.iov[n].SetLen(len(b))
+		n++
+	}
+	for {
+		r, _, e := unix.RawSyscall(unix.SYS_WRITEV, uintptr(fd), uintptr(unsafe.Pointer(&p.iov[0])), uintptr(n))
+		if e == unix.EINTR {
+			continue
+		}
+		clear(p.iov[:n])
+		if e != 0 {
+			return 0, e
+		}
+		return int(r), nil
+	}
+}
+
+// rawWrite is a non-blocking write(2); it cannot block, so it skips the
+// scheduler's system-call bookkeeping.
+func rawWrite(fd int, b []byte) (int, error) {
+	if len(b) == 0 {
+		return 0, nil
+	}
+	for {
+		r, _, e := unix.RawSyscall(unix.SYS_WRITE, uintptr(fd), uintptr(unsafe.Pointer(&b[0])), uintptr(len(b)))
+		if e == unix.EINTR {
+			continue
+		}
+		if e != 0 {
+			return 0, e
+		}
+		return int(r), nil
+	}
+}
+
+// rawRead is a non-blocking read(2).
+func rawRead(fd int, b []byte) (int, error) {
+	for {
+		r, _, e := unix.RawSyscall(unix.SYS_READ, uintptr(fd), uintptr(unsafe.Pointer(&b[0])), uintptr(len(b)))
+		if e == unix.EINTR {
+			continue
+		}
+		if e != 0 {
+			return 0, e
+		}
+		return int(r), nil
+	}
+}
+
+// Timers: a tunnel asks to be woken at a time for one reason; stale
+// entries are harmless, since the tunnel looks at its own state when woken.
+
+type timerKind uint8
+
+const (
+	timerClose       timerKind = iota // the close deadline
+	timerStallNode                    // the write to the node may have timed out
+	timerStallClient                  // the write to the client may have timed out
+	timerKeepalive                    // the keepalive's next look at the client
+)
+
+type timer struct {
+	when int64 // Unix ns
+	t    *Tunnel
+	kind timerKind
+}
+
+type timerHeap []timer
+
+func (h timerHeap) Len() int           { return len(h) }
+func (h timerHeap) Less(i, j int) bool { return h[i].when < h[j].when }
+func (h timerHeap) Swap(i, j int)      { h[i], h[j] = h[j], h[i] }
+func (h *timerHeap) Push(x any)        { *h = append(*h, x.(timer)) }
+func (h *timerHeap) Pop() any {
+	old := *h
+	x := old[len(old)-1]
+	old[len(old)-1] = timer{}
+	*h = old[:len(old)-1]
+	return x
+}
+
+// after wakes t for kind at when.
+func (p *poller) after(when time.Time, t *Tunnel, kind timerKind) {
+	heap.Push(&p.timers, timer{when: when.UnixNano(), t: t, kind: kind})
+}
+
+// runTimers fires the timers that are due.
+func (p *poller) runTimers() {
+	if len(p.timers) == 0 {
+		return
+	}
+	now := time.Now()
+	ns := now.UnixNano()
+	for len(p.timers) > 0 && p.timers[0].when <= ns {
+		tm := heap.Pop(&p.timers).(timer)
+		tm.t.fire(tm.kind, now)
+	}
+}
