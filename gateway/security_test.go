@@ -22,7 +22,9 @@ import (
 // The tests in this file pin statements of docs/security.md that no other
 // test showed: what a misbehaving node gets its clients, that max_frame
 // bounds frames and not messages, the request size bounds, what a per-IP
-// limit is keyed by, and that rate limits belong to one gateway process.
+// limit is keyed by, that rate limits belong to one gateway process, that
+// a PROXY header counts only with proxy_protocol, and that the admin
+// listener has no connection limits.
 
 // rawNode is a node that answers health probes 200 and completes each
 // WebSocket handshake itself, then hands the upgraded connection to
@@ -349,5 +351,37 @@ func TestRateLimitsPerProcess(t *testing.T) {
 				t.Fatalf("the second gateway answered %d with the first one's bucket empty, want 200", got)
 			}
 		})
+	}
+}
+
+// TestProxyHeaderWithoutProxyProtocol pins that a listener without
+// proxy_protocol takes a PROXY header for a malformed request, even from
+// an address in trusted_proxies: 400, and nothing reaches the node, so a
+// client cannot name its own address that way.
+func TestProxyHeaderWithoutProxyProtocol(t *testing.T) {
+	node := newWireRecorder(t)
+	srv := startGateway(t, recorderConfig(`trusted_proxies = ["127.0.0.0/8"]`, node))
+	before := node.count()
+	if got := rawExchange(t, srv.Addr().String(), v1Header("203.0.113.9")+upgradeReq("/room/x", "")); got != http.StatusBadRequest {
+		t.Fatalf("PROXY header without proxy_protocol: %d, want 400", got)
+	}
+	if n := node.count() - before; n != 0 {
+		t.Fatalf("%d requests reached the node", n)
+	}
+}
+
+// TestAdminListenerHasNoConnectionLimits pins that the admin listener
+// shares none of the client listeners' connection limits and has none of
+// its own: with max_conns = 1 taken by a client, silent connections to
+// the admin listener are held and it still answers.
+func TestAdminListenerHasNoConnectionLimits(t *testing.T) {
+	e := newEnv(t, 1, withAdminListen(oneNodeWith("max_conns = 1\nmax_conns_per_ip = 1", "", "")))
+	rawConn(t, e.gw, "127.0.0.1")
+	e.waitOpen(1)
+	for range 3 {
+		rawConn(t, e.srv.AdminAddr().String(), "127.0.0.1")
+	}
+	if code, body := e.admin(http.MethodGet, "/healthz", ""); code != http.StatusOK {
+		t.Fatalf("admin /healthz beside 3 silent admin connections: %d %s", code, body)
 	}
 }
