@@ -66,29 +66,30 @@ func rawNodeEnv(t *testing.T, node, gateway string) *env {
 // nodeFrame reads one whole frame the gateway sent (to a node or a raw
 // client) and returns its header and unmasked payload.
 func nodeFrame(br *bufio.Reader) (wsframe.Header, []byte, error) {
-	var hb []byte
-	for {
-		b, err := br.ReadByte()
-		if err != nil {
-			return wsframe.Header{}, nil, err
-		}
-		hb = append(hb, b)
-		h, _, err := wsframe.ParseHeader(hb)
-		if errors.Is(err, wsframe.ErrShortHeader) {
-			continue
-		}
-		if err != nil {
-			return h, nil, err
-		}
-		p := make([]byte, h.Length)
-		if _, err := io.ReadFull(br, p); err != nil {
-			return h, nil, err
-		}
-		if h.Masked {
-			wsframe.Mask(h.Mask, 0, p)
-		}
-		return h, p, nil
+	// The second byte says how long the header is: a 2- or 8-byte
+	// extended length, and a 4-byte mask.
+	b, err := br.Peek(2)
+	if err != nil {
+		return wsframe.Header{}, nil, err
 	}
+	n := 2 + map[byte]int{126: 2, 127: 8}[b[1]&0x7f]
+	if b[1]&0x80 != 0 {
+		n += 4
+	}
+	if b, err = br.Peek(n); err != nil {
+		return wsframe.Header{}, nil, err
+	}
+	h, _, err := wsframe.ParseHeader(b)
+	if err != nil {
+		return h, nil, err
+	}
+	_, _ = br.Discard(n)
+	p := make([]byte, h.Length)
+	_, err = io.ReadFull(br, p)
+	if h.Masked {
+		wsframe.Mask(h.Mask, 0, p)
+	}
+	return h, p, err
 }
 
 // readClose reads messages off c until its close frame and returns the
