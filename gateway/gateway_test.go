@@ -213,6 +213,7 @@ pool = "relay"
 		{"bad key", "/room/a", with("Sec-WebSocket-Key", "short"), http.StatusBadRequest},
 		{"old version", "/room/a", with("Sec-WebSocket-Version", "8"), http.StatusUpgradeRequired},
 		{"origin not allowed", "/room/locked-1", with("Origin", "https://evil.example"), http.StatusForbidden},
+		{"no origin on a route with origins", "/room/locked-1", ws, http.StatusForbidden},
 		{"node refuses bad room id", "/room/bad%20id", ws, http.StatusBadRequest},
 		{"plain request off every route", "/info", nil, http.StatusNotFound},
 	}

@@ -11,6 +11,7 @@ import (
 	"github.com/fasthttp/websocket"
 
 	"github.com/wsgate/wsgate/internal/redistest"
+	"github.com/wsgate/wsgate/internal/wsframe"
 	"github.com/wsgate/wsgate/relay-backend/bus"
 	"github.com/wsgate/wsgate/relay-backend/relay"
 	"github.com/wsgate/wsgate/relay-backend/roomlog"
@@ -195,6 +196,15 @@ func TestOversizeMessage(t *testing.T) {
 	send(t, big, websocket.BinaryMessage, make([]byte, 1025))
 	if code, _ := closeCode(t, big); code != websocket.CloseMessageTooBig {
 		t.Fatalf("oversize sender closed with %d, want 1009", code)
+	}
+	waitFor(t, "one connection", func() bool { return s.Info().Connections == 1 })
+	// The limit is on the message, not the frame: two fragments of 600
+	// bytes, each under it, make one message over it.
+	frag, _ := dial(t, s, "r", true)
+	rawFrame(t, frag, false, wsframe.OpBinary, make([]byte, 600))
+	rawFrame(t, frag, true, wsframe.OpContinuation, make([]byte, 600))
+	if code, _ := closeCode(t, frag); code != websocket.CloseMessageTooBig {
+		t.Fatalf("sender of an oversize message in fragments closed with %d, want 1009", code)
 	}
 	waitFor(t, "one connection", func() bool { return s.Info().Connections == 1 })
 	_ = peer.Close()
