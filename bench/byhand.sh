@@ -194,7 +194,7 @@ groups() {
 			else if ($0 ~ /prometheus|promhttp|expfmt/) g = "metrics (the /metrics scrapes of this window)"
 			else if ($0 ~ /do_syscall_64/ && $0 ~ /tunnel\.\(\*half\)\.(writeNB|flushTail)|tunnel\.rawWrite|tunnel\.\(\*poller\)\.writev/) g = "write(2): Go wrapper + kernel"
 			else if ($0 ~ /do_syscall_64/ && $0 ~ /tunnel\.\(\*half\)\.readSrc|tunnel\.rawRead/) g = "read(2): Go wrapper + kernel"
-			else if ($0 ~ /do_syscall_64/ && $0 ~ /tunnel\.epollWaitNow|tunnel\.\(\*poller\)\.ready/) g = "the pollers' own epoll_pwait (never blocks)"
+			else if ($0 ~ /do_syscall_64/ && $0 ~ /tunnel\.epollWaitNow|tunnel\.\(\*poller\)\.ready/) g = "epoll_pwait of the tunnel pollers (never blocks)"
 			else if ($0 ~ /syscall\.read/) g = "read(2): Go wrapper + kernel"
 			else if ($0 ~ /syscall\.write|poll\.\(\*FD\)\.Write/) g = "write(2): Go wrapper + kernel"
 			else if ($0 ~ /runtime\.netpoll/) g = "netpoll: epoll_pwait"
