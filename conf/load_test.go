@@ -85,6 +85,7 @@ func TestDefaults(t *testing.T) {
 		{"gateway.handshake_timeout", cfg.Gateway.HandshakeTimeout.Duration, 10 * time.Second},
 		{"gateway.write_timeout", cfg.Gateway.WriteTimeout.Duration, 30 * time.Second},
 		{"gateway.tunnel_engine", cfg.Gateway.TunnelEngine, "epoll"},
+		{"gateway.pollers", cfg.Gateway.Pollers, 0},
 		{"gateway.drain_window", cfg.Gateway.DrainWindow.Duration, 10 * time.Second},
 		{"gateway.drain_timeout", cfg.Gateway.DrainTimeout.Duration, 30 * time.Second},
 		{"gateway.retry_after", cfg.Gateway.RetryAfter.Duration, time.Second},

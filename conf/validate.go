@@ -82,6 +82,7 @@ func (g *Gateway) validate(e *errorList) {
 	}
 	positive(e, "gateway.handshake_timeout", g.HandshakeTimeout)
 	positive(e, "gateway.write_timeout", g.WriteTimeout)
+	atLeast(e, "gateway.pollers", g.Pollers, 0)
 	switch g.TunnelEngine {
 	case "epoll", "goroutines":
 	default:

@@ -129,6 +129,10 @@ func newMetrics(s *Server) *metrics {
 	m.tunnelStarts.WithLabelValues("goroutines")
 	m.reg.MustRegister(m.acceptErrors, m.refused, m.localDialErrors, m.tlsReloads, m.tunnelStarts,
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "wsgate_tunnel_pollers",
+			Help: "Event loops of the epoll tunnel engine running (gateway.pollers); 0 until the first tunnel on it.",
+		}, func() float64 { return float64(tunnel.Pollers()) }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: "wsgate_client_connections",
 			Help: "Open client connections, counted from accept: handshakes in flight, HTTP keep-alive connections and tunnels.",
 		}, func() float64 { return float64(s.limits.open()) }),

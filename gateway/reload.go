@@ -279,6 +279,9 @@ func needsRestart(old, cfg *conf.Config) []string {
 		old.Gateway.ReusePort != cfg.Gateway.ReusePort {
 		out = append(out, "gateway.listen/listeners")
 	}
+	if old.Gateway.Pollers != cfg.Gateway.Pollers {
+		out = append(out, "gateway.pollers")
+	}
 	if old.Gateway.TLS.Listen != cfg.Gateway.TLS.Listen {
 		out = append(out, "gateway.tls.listen")
 	}

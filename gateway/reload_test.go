@@ -612,10 +612,11 @@ func releaseAll(ls []*balancer.Lease) {
 	}
 }
 
-// TestReloadLogFormatNeedsRestart pins that a reload reports a change of
-// [log] format as needing a restart (the logger is built once, at start)
-// and applies [log] access without one.
-func TestReloadLogFormatNeedsRestart(t *testing.T) {
+// TestReloadSaysWhatNeedsRestart pins that a reload reports a change of
+// [log] format and gateway.pollers as needing a restart (the logger and
+// the pollers are made once, at start) and applies [log] access and
+// gateway.tunnel_engine (next tunnel) without one.
+func TestReloadSaysWhatNeedsRestart(t *testing.T) {
 	parse := func(log string) *conf.Config {
 		t.Helper()
 		cfg, err := conf.Parse("t.toml", []byte(log+`
@@ -637,5 +638,11 @@ pool = "relay"
 	}
 	if got := needsRestart(old, parse("[log]\naccess = true\n")); len(got) != 0 {
 		t.Errorf("access on: needs restart %v, want nothing", got)
+	}
+	if got := needsRestart(old, parse("[gateway]\npollers = 1\n[log]\nformat = \"text\"\n")); !slices.Contains(got, "gateway.pollers") {
+		t.Errorf("pollers 0 to 1: needs restart %v, want gateway.pollers", got)
+	}
+	if got := needsRestart(old, parse("[gateway]\ntunnel_engine = \"goroutines\"\n[log]\nformat = \"text\"\n")); len(got) != 0 {
+		t.Errorf("tunnel_engine: needs restart %v, want nothing (it applies to new tunnels)", got)
 	}
 }

@@ -87,6 +87,8 @@ type ListenFunc func(addr string) (net.Listener, error)
 
 // New builds a gateway from a loaded, validated config. It opens no socket.
 func New(cfg *conf.Config, log *slog.Logger) (*Server, error) {
+	// The first gateway of the process decides (a restart changes it).
+	tunnel.SetPollers(cfg.Gateway.Pollers)
 	s := &Server{
 		log:    log,
 		limits: newLimiter(cfg.Gateway.MaxConns, cfg.Gateway.MaxConnsPerIP, fileCeiling(log)),

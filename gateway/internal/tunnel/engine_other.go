@@ -17,3 +17,9 @@ func (t *Tunnel) closeFDs()                {}
 func (h *half) writeNB(_ [][]byte, _ bool) {}
 func (h *half) shutdownDst()               {}
 func (h *half) endSrc(error)               {}
+
+// SetPollers does nothing where there is no event-driven engine.
+func SetPollers(int) bool { return false }
+
+// Pollers is 0 where there is no event-driven engine.
+func Pollers() int { return 0 }

@@ -64,13 +64,34 @@ var (
 	pollers     []*poller
 	pollersErr  error
 	pollerNext  atomic.Uint32
+	pollersWant atomic.Int32 // SetPollers; 0 = one per core
+	pollersUp   atomic.Int32 // pollers started
 )
 
-// pickPoller returns a poller for a new tunnel, starting one per core on
+// SetPollers sets how many pollers the event-driven engine starts with its
+// first tunnel: n > 0, or 0 for one per core (GOMAXPROCS). It reports false,
+// changing nothing, once the pollers have started.
+func SetPollers(n int) bool {
+	if pollersUp.Load() != 0 {
+		return false
+	}
+	pollersWant.Store(int32(max(n, 0)))
+	return true
+}
+
+// Pollers is the number of pollers running: 0 until the first tunnel on
+// the event-driven engine.
+func Pollers() int { return int(pollersUp.Load()) }
+
+// pickPoller returns a poller for a new tunnel, starting the pollers on
 // first use; nil when the engine cannot run (epoll or eventfd failed).
 func pickPoller() *poller {
 	pollersOnce.Do(func() {
 		n := runtime.GOMAXPROCS(0)
+		if w := int(pollersWant.Load()); w > 0 {
+			n = w
+		}
+		defer func() { pollersUp.Store(int32(len(pollers))) }()
 		for range n {
 			p, err := newPoller()
 			if err != nil {
