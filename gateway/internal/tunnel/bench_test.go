@@ -89,8 +89,8 @@ func BenchmarkForwardTCP(b *testing.B) {
 // forwarded frame, the test's own client and node included (they allocate
 // nothing per frame). ns/op is per frame, syscalls and scheduling included.
 func BenchmarkTunnelFrames(b *testing.B) {
-	client, gwClient := benchPair(b)
-	gwNode, node := benchPair(b)
+	client, gwClient := tcpPair(b)
+	gwNode, node := tcpPair(b)
 	tun := New(Params{Client: gwClient, Node: gwNode})
 	tun.Start()
 	defer tun.Abort()
@@ -124,28 +124,4 @@ func BenchmarkTunnelFrames(b *testing.B) {
 		time.Sleep(100 * time.Microsecond)
 	}
 	b.StopTimer()
-}
-
-// benchPair is tcpPair for benchmarks.
-func benchPair(b *testing.B) (net.Conn, net.Conn) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer ln.Close()
-	acc := make(chan net.Conn, 1)
-	go func() {
-		c, _ := ln.Accept()
-		acc <- c
-	}()
-	a, err := net.Dial("tcp", ln.Addr().String())
-	if err != nil {
-		b.Fatal(err)
-	}
-	c := <-acc
-	if c == nil {
-		b.Fatal("accept failed")
-	}
-	b.Cleanup(func() { a.Close(); c.Close() })
-	return a, c
 }

@@ -61,11 +61,7 @@ func TestKeepaliveQuietWhileClientTalks(t *testing.T) {
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
-	r.write(r.client, wsframe.AppendClose(nil, 1000, "", &testMask))
-	expectClose(t, r.node, r.nr, 1000, true)
-	r.write(r.node, wsframe.AppendClose(nil, 1000, "", nil))
-	expectClose(t, r.client, r.cr, 1000, false)
-	r.waitEnd()
+	r.closeNormally()
 }
 
 // TestPingWaitsForFrameEnd: a ping due while a node frame is half sent goes
@@ -124,11 +120,7 @@ func TestRateLimitAllowsSteadySender(t *testing.T) {
 			t.Fatalf("frame %d: node got %v", i, h.Op)
 		}
 	}
-	r.write(r.client, wsframe.AppendClose(nil, 1000, "", &testMask))
-	expectClose(t, r.node, r.nr, 1000, true)
-	r.write(r.node, wsframe.AppendClose(nil, 1000, "", nil))
-	expectClose(t, r.client, r.cr, 1000, false)
-	r.waitEnd()
+	r.closeNormally()
 }
 
 // TestRateLimitBucket is the token bucket's arithmetic: a second's worth of
@@ -153,4 +145,15 @@ func TestRateLimitBucket(t *testing.T) {
 			t.Fatalf("take(%d) at %v: %v, want %v", c.frames, time.Duration(c.at), got, c.ok)
 		}
 	}
+}
+
+// closeNormally runs a 1000 close handshake started by the client and
+// waits for the tunnel's end.
+func (r *rig) closeNormally() {
+	r.t.Helper()
+	r.write(r.client, wsframe.AppendClose(nil, 1000, "", &testMask))
+	expectClose(r.t, r.node, r.nr, 1000, true)
+	r.write(r.node, wsframe.AppendClose(nil, 1000, "", nil))
+	expectClose(r.t, r.client, r.cr, 1000, false)
+	r.waitEnd()
 }
