@@ -57,8 +57,7 @@ func (t *Tunnel) startKeepalive() {
 	if k == nil {
 		return
 	}
-	var tick func()
-	tick = func() {
+	tick := func() {
 		if next := t.keepaliveTick(); next > 0 {
 			k.timer.Load().Reset(next)
 		}

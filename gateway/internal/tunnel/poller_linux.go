@@ -62,7 +62,6 @@ const pollerReadSize = bufSize
 var (
 	pollersOnce sync.Once
 	pollers     []*poller
-	pollersErr  error
 	pollerNext  atomic.Uint32
 	pollersWant atomic.Int32 // SetPollers; 0 = one per core
 	pollersUp   atomic.Int32 // pollers started
@@ -95,8 +94,7 @@ func pickPoller() *poller {
 		for range n {
 			p, err := newPoller()
 			if err != nil {
-				pollersErr = err
-				return
+				return // the engine cannot run: tunnels go on goroutines
 			}
 			pollers = append(pollers, p)
 			go p.loop()
