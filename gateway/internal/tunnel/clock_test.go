@@ -7,15 +7,15 @@ import (
 	"time"
 )
 
-// TestPollerRunsAfterClockStepBack: the poller's timers are wall-clock
+// TestPollerRunsAfterClockStepBack: the poller's timers were wall-clock
 // Unix ns, its wake-up the runtime's (monotonic) read deadline on the
-// epoll descriptor. When the wall clock steps back after a deadline was
-// armed, the deadline passes while the next timer is not due yet by the
-// wall clock; armTimer sees the same next timer and does not re-arm, so
-// every Read fails at once with the deadline exceeded and ready (events,
-// the queue) never runs until the wall clock catches up: the poller spins
-// and its tunnels stall. The state is set up here as it is right after
-// such a step of 8s.
+// epoll descriptor. When the wall clock stepped back after a deadline was
+// armed, the deadline passed while the next timer was not due by the wall
+// clock; armTimer saw the same next timer and did not re-arm, so every
+// Read failed at once and ready (events, the queue) never ran until the
+// wall clock caught up: the poller spun and its tunnels stalled. Timers
+// are monotonic now, and an expired deadline is always armed again; the
+// state is set up here as it was right after such a step of 8s.
 func TestPollerRunsAfterClockStepBack(t *testing.T) {
 	p, err := newPoller()
 	if err != nil {

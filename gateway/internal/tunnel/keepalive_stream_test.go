@@ -11,10 +11,10 @@ import (
 // TestKeepaliveStreamingClientNotCut: a node streams frames larger than one
 // read, back to back, to a client that reads them all and answers every
 // ping at once but sends nothing else (a download). The keepalive must
-// ping it between two frames and keep it; today the ping waits for a read
-// that ends on a frame boundary, which a saturated stream of large frames
-// almost never gives, so the client is cut with pong_timeout while it
-// reads.
+// ping it between two frames and keep it. The ping used to wait for a read
+// that ended on a frame boundary, which a saturated stream of large frames
+// almost never gives, so the client was cut with pong_timeout while it
+// read.
 func TestKeepaliveStreamingClientNotCut(t *testing.T) {
 	r := newRigWith(t, Params{PingInterval: 50 * time.Millisecond, PongTimeout: 300 * time.Millisecond})
 	const size = 100000

@@ -17,10 +17,10 @@ import (
 // pong_timeout. The node must still get its close 1001 once it has read
 // the frames in flight, as it does on the goroutine engine (the pump ends
 // the client side once its write is done). On the event-driven engine the
-// client side ends while the client→node half holds a tail, lastWord finds
-// the write turn taken and sends nothing, and nothing sends the 1001 once
-// the tail is written: the node reads its frames, then nothing until the
-// close timeout cuts it without a close frame.
+// client side ends while the client→node half holds a tail; lastWord used
+// to find the write turn taken and send nothing, so the node read its
+// frames, then nothing until the close timeout cut it without a close
+// frame. The close now follows the tail.
 func TestPongTimeoutBehindStalledNodeTellsNode(t *testing.T) {
 	client, gwClient := tcpPair(t)
 	gwNode, node := tcpPair(t)
