@@ -280,9 +280,9 @@ func (h *half) keepTail(out [][]byte, n int, lastIsClose bool) {
 	}
 	h.tail, h.tailClose = tail, lastIsClose
 	now := time.Now()
-	h.lastProgress = now.UnixNano()
+	h.lastProgress = mono(now)
 	if lastIsClose {
-		h.graceUntil = now.Add(lastWordTimeout).UnixNano()
+		h.graceUntil = mono(now.Add(lastWordTimeout))
 	}
 	if !h.stallArmed {
 		h.stallArmed = true
@@ -308,7 +308,7 @@ func (h *half) flushTail() {
 	if err == nil && n < len(h.tail) {
 		if n > 0 {
 			h.tail = h.tail[n:]
-			h.lastProgress = time.Now().UnixNano()
+			h.lastProgress = mono(time.Now())
 		}
 		return
 	}
@@ -364,7 +364,7 @@ func (h *half) checkStall(now time.Time) {
 	if h.tail == nil {
 		return
 	}
-	due := time.Unix(0, h.lastProgress).Add(h.t.writeTimeoutOrDefault())
+	due := monoTime(h.lastProgress).Add(h.t.writeTimeoutOrDefault())
 	if now.Before(due) {
 		h.stallArmed = true
 		h.t.pl.after(due, h.t, h.stallTimer())
@@ -379,8 +379,8 @@ func (h *half) checkStall(now time.Time) {
 // read end as on a read deadline.
 func (t *Tunnel) closeDeadlinePassed(now time.Time) {
 	for _, h := range []*half{&t.toNode, &t.toClient} {
-		if h.tail != nil && h.tailClose && now.UnixNano() < h.graceUntil {
-			t.pl.after(time.Unix(0, h.graceUntil), t, timerClose)
+		if h.tail != nil && h.tailClose && mono(now) < h.graceUntil {
+			t.pl.after(monoTime(h.graceUntil), t, timerClose)
 			return
 		}
 	}

@@ -75,12 +75,17 @@ type half struct {
 	dstFailed   bool
 
 	// What one forward queues for dst, written once mu is released: at
-	// most the carried header bytes, one run of the read, and the
-	// gateway's close frame. Only the holder of the write turn uses them.
-	out      [3][]byte
+	// most the carried header bytes, a run of the read, the keepalive
+	// ping, the rest of the read, and the gateway's close frame. Only the
+	// holder of the write turn uses them.
+	out      [5][]byte
 	outN     int
 	outClose bool // out ends with the gateway's close frame
 	held     [wsframe.MaxHeaderLen]byte
+	// turn signals the write turn given back, on the goroutine engine
+	// (nil on the poller, where one goroutine does every write).
+	turn *sync.Cond
+
 	// rate is the client's frame and byte rate limit, on the
 	// client→node half of a route with one; nil otherwise.
 	rate *rateLimit
@@ -93,8 +98,8 @@ type half struct {
 	// poller only. tail holds what dst has not taken yet; while it is
 	// there the write turn stays taken and src is not read.
 	tail         []byte
-	lastProgress int64 // Unix ns: when dst last took a byte of the tail
-	graceUntil   int64 // Unix ns: how long a tail ending in the gateway's close may wait past the close deadline
+	lastProgress int64 // mono ns: when dst last took a byte of the tail
+	graceUntil   int64 // mono ns: how long a tail ending in the gateway's close may wait past the close deadline
 	tailClose    bool  // tail ends with the gateway's close frame
 	readable     bool  // src had an event since it last read short
 	hup          bool  // src's peer hung up or the socket failed
@@ -109,6 +114,7 @@ func (h *half) init(t *Tunnel, src, dst net.Conn, toClient, polled bool) {
 		return // the poller has the sockets
 	}
 	h.src, h.dst = src, dst
+	h.turn = sync.NewCond(&h.mu)
 	h.reader = pollread.NewReader(src, bufPool)
 	if sc, ok := src.(syscall.Conn); ok {
 		if raw, err := sc.SyscallConn(); err == nil {
@@ -203,17 +209,21 @@ func (h *half) forward(p []byte) {
 			h.queue(p[start:i])
 			start = i
 			h.queueClose(h.pendingCode, h.pendingWhy)
-		}
-	}
-	if ferr == nil {
-		h.flush(p[start:])
-		if h.pendingPing && h.outN < len(h.out) && !h.sentClose && !h.dstFailed && h.sc.AtBoundary() && h.carryN == 0 {
+		} else if h.pendingPing && !h.sentClose && !h.dstFailed {
+			// The keepalive ping goes at the first frame end, also in
+			// the middle of a read: a client reading a stream of large
+			// frames gets it as soon as one ends.
+			h.queue(p[start:i])
+			start = i
 			h.pendingPing = false
 			h.out[h.outN] = pingFrame
 			h.outN++
 		}
 	}
-	if ferr == nil && h.rate != nil && !h.rate.take(frames, len(p), time.Now().UnixNano()) {
+	if ferr == nil {
+		h.flush(p[start:])
+	}
+	if ferr == nil && h.rate != nil && !h.rate.take(frames, len(p), mono(time.Now())) {
 		// Over the route's rate: what this read brought still goes
 		// out; the client then gets 1008 as for a frame over the
 		// limit, and nothing it sends from now on goes on.
@@ -225,6 +235,18 @@ func (h *half) forward(p []byte) {
 	// stops reading at a close frame, so nothing after it is an error.
 	ignoreErr := ferr != nil && h.srcClosed
 	out, outClose := h.out[:h.outN], h.outClose
+	if len(out) > 0 && h.writing && h.turn != nil {
+		// On goroutines, only the gateway's keepalive ping can hold the
+		// turn here (its close sets sentClose, and queue then drops
+		// everything): wait for it, so no frame is split. A close that
+		// went out meanwhile, or a failed dst, ends what may follow.
+		for h.writing {
+			h.turn.Wait()
+		}
+		if h.dstFailed || (h.sentClose && !outClose) {
+			out = nil
+		}
+	}
 	if len(out) > 0 {
 		h.writing = true
 	}
@@ -366,6 +388,9 @@ func (h *half) afterWrite(err error) (next [][]byte, isClose bool) {
 		return [][]byte{pingFrame}, false
 	}
 	h.writing = false
+	if h.turn != nil {
+		h.turn.Broadcast()
+	}
 	return nil, false
 }
 
@@ -535,16 +560,26 @@ func (h *half) sendClose(frame []byte) { h.writeOut([][]byte{frame}, true) }
 
 // lastWord writes the gateway's close frame to dst from the pump that has
 // just stopped reading src, so it goes out before the tunnel closes its
-// connections: the close dst is owed if any, else code. It does nothing
-// when a close already went to dst or dst sits inside a frame.
+// connections: the close dst is owed if any, else code. With a write to
+// dst in flight it is left to follow that write. It does nothing when a
+// close already went to dst or dst sits inside a frame.
 func (h *half) lastWord(code uint16, reason string) {
 	h.mu.Lock()
-	if h.sentClose || h.srcClosed || h.dstFailed || h.writing || !h.closable() {
+	if h.sentClose || h.srcClosed || h.dstFailed || !h.closable() {
 		h.mu.Unlock()
 		return
 	}
 	if h.owedCode != 0 {
 		code, reason = h.owedCode, h.owedWhy
+	}
+	if h.writing {
+		// A write to dst is in flight (a tail on the poller, the
+		// gateway's own frame on goroutines): the close follows it.
+		if h.pendingCode == 0 {
+			h.pendingCode, h.pendingWhy = code, reason
+		}
+		h.mu.Unlock()
+		return
 	}
 	frame := h.takeClose(code, reason)
 	h.writing = true

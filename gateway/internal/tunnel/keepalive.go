@@ -29,6 +29,10 @@ func (t *Tunnel) keepaliveTick() time.Duration {
 	case heard != k.heard:
 		k.heard, k.pinged = heard, false
 		return k.interval
+	case k.pinged && t.toClient.pingPending():
+		// The ping waits for the end of a frame in flight: the client
+		// cannot have answered it yet.
+		return k.timeout
 	case k.pinged:
 		t.pongTimedOut()
 		return 0
@@ -37,6 +41,14 @@ func (t *Tunnel) keepaliveTick() time.Duration {
 		t.toClient.injectPing()
 		return k.timeout
 	}
+}
+
+// pingPending reports whether a keepalive ping is waiting for a frame
+// boundary to dst.
+func (h *half) pingPending() bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.pendingPing
 }
 
 // pongTimedOut cuts a client that did not answer a ping: reading it stops

@@ -118,6 +118,12 @@ func TestFloodDoesNotStarvePoller(t *testing.T) {
 		_, _ = io.Copy(io.Discard, flood.node)
 	}()
 	t.Cleanup(func() { close(stop); flood.client.Close(); flood.node.Close(); wg.Wait() })
+	for deadline := time.Now().Add(10 * time.Second); flood.tun.Stats().BytesToNode == 0; {
+		if time.Now().After(deadline) {
+			t.Fatal("the flood never went through")
+		}
+		time.Sleep(time.Millisecond)
+	}
 
 	for i := range runtime.GOMAXPROCS(0) + 1 {
 		r := newRig(t, 0)
@@ -131,8 +137,5 @@ func TestFloodDoesNotStarvePoller(t *testing.T) {
 				t.Fatalf("tunnel %d, exchange %d: client got %v", i, j, h.Op)
 			}
 		}
-	}
-	if flood.tun.Stats().BytesToNode == 0 {
-		t.Fatal("the flood never went through")
 	}
 }

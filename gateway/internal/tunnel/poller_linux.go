@@ -33,7 +33,7 @@ type poller struct {
 	epfile *os.File        // epfd, registered with the runtime's poller
 	rc     syscall.RawConn // epfile's, to park on it
 	wait   func(uintptr) bool
-	armed  int64 // the read deadline set on epfile, Unix ns; 0 = none
+	armed  int64 // the read deadline set on epfile, mono ns; 0 = none
 	wakefd int   // an eventfd: a write wakes the poller to run its queue
 	buf    []byte
 	events []unix.EpollEvent
@@ -169,7 +169,14 @@ func (p *poller) loop() {
 		p.armTimer()
 		// Read returns when ready asks to re-arm the timer, or at the
 		// deadline; any other error would be a bug.
-		if err := p.rc.Read(p.wait); err != nil && !errors.Is(err, os.ErrDeadlineExceeded) {
+		err := p.rc.Read(p.wait)
+		switch {
+		case errors.Is(err, os.ErrDeadlineExceeded):
+			// Arm again even for the same timer: a deadline that passed
+			// before its timer is due must not leave the poller
+			// spinning on an expired deadline.
+			p.armed = 0
+		case err != nil:
 			panic("tunnel: poller: " + err.Error())
 		}
 	}
@@ -245,7 +252,7 @@ func (p *poller) armTimer() {
 	p.armed = next
 	dl := time.Time{}
 	if next != 0 {
-		dl = time.Unix(0, next)
+		dl = monoTime(next)
 	}
 	_ = p.epfile.SetReadDeadline(dl)
 }
@@ -374,6 +381,7 @@ func rawRead(fd int, b []byte) (int, error) {
 
 // Timers: a tunnel asks to be woken at a time for one reason; stale
 // entries are harmless, since the tunnel looks at its own state when woken.
+// Times are on the package's monotonic clock (mono).
 
 type timerKind uint8
 
@@ -385,7 +393,7 @@ const (
 )
 
 type timer struct {
-	when int64 // Unix ns
+	when int64 // mono ns
 	t    *Tunnel
 	kind timerKind
 }
@@ -406,7 +414,7 @@ func (h *timerHeap) Pop() any {
 
 // after wakes t for kind at when.
 func (p *poller) after(when time.Time, t *Tunnel, kind timerKind) {
-	heap.Push(&p.timers, timer{when: when.UnixNano(), t: t, kind: kind})
+	heap.Push(&p.timers, timer{when: mono(when), t: t, kind: kind})
 }
 
 // runTimers fires the timers that are due.
@@ -415,7 +423,7 @@ func (p *poller) runTimers() {
 		return
 	}
 	now := time.Now()
-	ns := now.UnixNano()
+	ns := mono(now)
 	for len(p.timers) > 0 && p.timers[0].when <= ns {
 		tm := heap.Pop(&p.timers).(timer)
 		tm.t.fire(tm.kind, now)
