@@ -312,7 +312,7 @@ func FuzzHashPick(f *testing.F) {
 		for i, k := range []uint8{a, b, c} {
 			held = append(held, hold(t, nodes[i], int(k))...)
 		}
-		defer releaseAll(held)
+		defer func() { releaseAll(held) }()
 		h := NewHash(0.25)
 		n := h.PickKey(nodes, key)
 		if !slices.Contains(nodes, n) {
@@ -363,5 +363,36 @@ func TestAcquireAllocsNewPolicies(t *testing.T) {
 				t.Fatalf("AcquireKey+Release allocates %.1f times, want at most 1", allocs)
 			}
 		})
+	}
+}
+
+// TestHashBoundTightWhenFew pins the example in docs/config.md: over three
+// equal nodes at 0.25, a room's second lease is past ceil(1.25 × 2 / 3) = 1
+// on the room's node and goes to its next; at factor 2 it stays.
+func TestHashBoundTightWhenFew(t *testing.T) {
+	for _, tt := range []struct {
+		factor   float64
+		together bool
+	}{{0.25, false}, {2, true}} {
+		nodes := newNodes(3, 0)
+		p := NewPool("relay", NewHash(tt.factor), nodes)
+		order := ranked(nodes, "room-1")
+		a, err := p.AcquireKey(nil, []byte("room-1"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, err := p.AcquireKey(nil, []byte("room-1"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := order[1]
+		if tt.together {
+			want = order[0]
+		}
+		if a.Node() != order[0] || b.Node() != want {
+			t.Errorf("factor %v: leases on %s and %s, want %s and %s", tt.factor, a.Node().Addr(), b.Node().Addr(), order[0].Addr(), want.Addr())
+		}
+		a.Release()
+		b.Release()
 	}
 }
