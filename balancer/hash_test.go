@@ -28,6 +28,9 @@ func ranked(nodes []*Node, key string) []*Node {
 	return out
 }
 
+// roomKey is the i-th of many distinct keys.
+func roomKey(i int) []byte { return []byte(fmt.Sprintf("key-%d", i)) }
+
 // boundFor is the bounded-load limit of node n among nodes after a pick:
 // ceil((1+factor) × total live × w / W), every node a candidate, computed
 // in the picker's float64 operations and order so the two agree at the
@@ -67,48 +70,6 @@ func TestHashSameKeySameNode(t *testing.T) {
 		t.Fatalf("50 keys used %d of %d nodes", len(seen), len(nodes))
 	}
 	assertAllZero(t, nodes)
-}
-
-// TestHashDistribution checks that many keys, one lease each, split in
-// proportion to the weights: within 10% while the bound does not bite
-// (released at once) and within the bound when held.
-func TestHashDistribution(t *testing.T) {
-	tests := []struct {
-		name    string
-		weights []int
-		hold    bool
-		factor  float64
-		tol     float64
-	}{
-		{"equal released", []int{1, 1, 1, 1, 1}, false, 0.25, 0.10},
-		{"weighted released", []int{1, 2, 3, 2}, false, 0.25, 0.10},
-		{"equal held", []int{1, 1, 1, 1, 1}, true, 0.25, 0.25},
-		{"weighted held tight", []int{1, 2, 3, 2}, true, 0.05, 0.05},
-	}
-	const keys = 10000
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			nodes := weightedNodes(tt.weights...)
-			p := NewPool("relay", NewHash(tt.factor), nodes)
-			counts := make([]int, len(nodes))
-			var held []*Lease
-			for k := range keys {
-				l, err := p.AcquireKey(nil, []byte(fmt.Sprintf("key-%d", k)))
-				if err != nil {
-					t.Fatal(err)
-				}
-				counts[slices.Index(nodes, l.Node())]++
-				if tt.hold {
-					held = append(held, l)
-				} else {
-					l.Release()
-				}
-			}
-			checkShares(t, counts, tt.weights, tt.tol)
-			releaseAll(held)
-			assertAllZero(t, nodes)
-		})
-	}
 }
 
 // TestHashBoundedLoad drives hot keys (most picks on a few rooms) with
@@ -260,15 +221,7 @@ func TestHashSlowStart(t *testing.T) {
 	nodes := newNodes(4, 0)
 	nodes[0].SetSlowStart(now, time.Minute)
 	p := NewPool("relay", NewHash(0.25), nodes)
-	counts := make([]int, 4)
-	for k := range 8000 {
-		l, err := p.AcquireKey(nil, []byte(fmt.Sprintf("k%d", k)))
-		if err != nil {
-			t.Fatal(err)
-		}
-		counts[slices.Index(nodes, l.Node())]++
-		l.Release()
-	}
+	counts, _ := spread(t, p, 8000, roomKey, false)
 	checkShares(t, counts, []int{1, 10, 10, 10}, 0.25)
 }
 

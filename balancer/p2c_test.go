@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"slices"
 	"testing"
 	"time"
 )
@@ -41,48 +42,76 @@ func checkShares(t *testing.T, counts []int, weights []int, tol float64) {
 	}
 }
 
-// TestP2CWeights checks that p2c gives each node its weighted share, both
-// while leases accumulate (the live/weight comparison steers) and when
-// every lease is released at once (the weighted draws alone steer).
-func TestP2CWeights(t *testing.T) {
+// spread takes picks leases from p, the i-th with key(i) (no key if key is
+// nil), and counts them per node in the order of p.Nodes(). It holds the
+// leases and returns them if hold is set, else releases each at once.
+func spread(t *testing.T, p *Pool, picks int, key func(i int) []byte, hold bool) (counts []int, held []*Lease) {
+	t.Helper()
+	nodes := p.Nodes()
+	counts = make([]int, len(nodes))
+	for i := range picks {
+		var k []byte
+		if key != nil {
+			k = key(i)
+		}
+		l, err := p.AcquireKey(nil, k)
+		if err != nil {
+			t.Fatal(err)
+		}
+		counts[slices.Index(nodes, l.Node())]++
+		if hold {
+			held = append(held, l)
+		} else {
+			l.Release()
+		}
+	}
+	return counts, held
+}
+
+// checkSpread takes picks leases with picker over nodes of the given
+// weights (see spread) and fails unless each node's count is within tol
+// of its weighted share; it then releases every lease.
+func checkSpread(t *testing.T, picker Picker, weights []int, picks int, key func(int) []byte, hold bool, tol float64) {
+	t.Helper()
+	nodes := weightedNodes(weights...)
+	counts, held := spread(t, NewPool("relay", picker, nodes), picks, key, hold)
+	checkShares(t, counts, weights, tol)
+	releaseAll(held)
+	assertAllZero(t, nodes)
+}
+
+// TestWeightedShares checks that p2c and hash give each node its weighted
+// share. p2c: while leases accumulate (the live/weight comparison steers)
+// and when every lease is released at once (the weighted draws alone
+// steer), from a fixed seed. hash, over many keys with one lease each:
+// within 10% while the bound does not bite (released at once), and within
+// the bound when held.
+func TestWeightedShares(t *testing.T) {
+	p2c := func(float64) Picker { return seededP2C(1) }
+	hash := func(f float64) Picker { return NewHash(f) }
 	tests := []struct {
 		name    string
+		picker  func(factor float64) Picker
+		key     func(int) []byte
 		weights []int
 		hold    bool
+		factor  float64
 		tol     float64
 	}{
-		{"equal held", []int{1, 1, 1, 1}, true, 0.02},
-		{"weighted held", []int{1, 1, 2, 4}, true, 0.05},
-		{"two nodes held", []int{1, 3}, true, 0.02},
-		{"weighted released", []int{1, 1, 2, 4}, false, 0.08},
-		{"many weighted released", []int{1, 2, 3, 4, 5, 6, 7, 8}, false, 0.12},
+		{"p2c equal held", p2c, nil, []int{1, 1, 1, 1}, true, 0, 0.02},
+		{"p2c weighted held", p2c, nil, []int{1, 1, 2, 4}, true, 0, 0.05},
+		{"p2c two nodes held", p2c, nil, []int{1, 3}, true, 0, 0.02},
+		{"p2c weighted released", p2c, nil, []int{1, 1, 2, 4}, false, 0, 0.08},
+		{"p2c many weighted released", p2c, nil, []int{1, 2, 3, 4, 5, 6, 7, 8}, false, 0, 0.12},
+		{"hash equal released", hash, roomKey, []int{1, 1, 1, 1, 1}, false, 0.25, 0.10},
+		{"hash weighted released", hash, roomKey, []int{1, 2, 3, 2}, false, 0.25, 0.10},
+		{"hash equal held", hash, roomKey, []int{1, 1, 1, 1, 1}, true, 0.25, 0.25},
+		{"hash weighted held tight", hash, roomKey, []int{1, 2, 3, 2}, true, 0.05, 0.05},
 	}
-	const picks = 8000
+	const picks = 10000
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			nodes := weightedNodes(tt.weights...)
-			idx := map[*Node]int{}
-			for i, n := range nodes {
-				idx[n] = i
-			}
-			p := NewPool("relay", seededP2C(1), nodes)
-			counts := make([]int, len(nodes))
-			var held []*Lease
-			for range picks {
-				l, err := p.Acquire(nil)
-				if err != nil {
-					t.Fatal(err)
-				}
-				counts[idx[l.Node()]]++
-				if tt.hold {
-					held = append(held, l)
-				} else {
-					l.Release()
-				}
-			}
-			checkShares(t, counts, tt.weights, tt.tol)
-			releaseAll(held)
-			assertAllZero(t, nodes)
+			checkSpread(t, tt.picker(tt.factor), tt.weights, picks, tt.key, tt.hold, tt.tol)
 		})
 	}
 }
@@ -123,19 +152,7 @@ func TestP2CSlowStart(t *testing.T) {
 	nodes := newNodes(4, 0)
 	nodes[0].SetSlowStart(now, time.Minute) // at SlowStartFloorPercent
 	p := NewPool("relay", seededP2C(3), nodes)
-	counts := make([]int, 4)
-	for range 8000 {
-		l, err := p.Acquire(nil)
-		if err != nil {
-			t.Fatal(err)
-		}
-		for i, n := range nodes {
-			if n == l.Node() {
-				counts[i]++
-			}
-		}
-		l.Release()
-	}
+	counts, _ := spread(t, p, 8000, nil, false)
 	checkShares(t, counts, []int{1, 10, 10, 10}, 0.25)
 }
 
