@@ -23,7 +23,10 @@ const DefaultHashBalanceFactor = 0.25
 // node of weight w takes the key only while its live count stays within
 // ceil((1 + factor) × (L + 1) × w / W); otherwise the next node in the
 // key's ranking is tried. With equal weights that is (1 + factor) times the
-// pool average. During slow start a node's effective weight, and so both
+// pool average. The counts are read without a lock at pick time, so
+// picks that run at the same moment may each see the same counts and
+// together pass a bound by up to their number; the caps ([Node.TryAcquire])
+// hold exactly, the bound does not. During slow start a node's effective weight, and so both
 // its score and its bound, grow with the ramp: keys move onto it gradually.
 //
 // A pick without a key (the request did not carry it, or it was empty)
