@@ -1,8 +1,10 @@
 package gateway
 
 import (
+	"encoding/json"
 	"fmt"
 	"net/http"
+	"slices"
 	"strings"
 	"testing"
 
@@ -56,8 +58,9 @@ func (e *env) closeAndWait(c *websocket.Conn, addr string, want int) {
 
 // TestHashPoolKeepsRoomsTogether checks balance = "hash" through real
 // sockets: two clients with one key (query:room) land on one node, a key
-// found to rank first elsewhere lands there again when dialled again, and
-// a request without the key goes to the least-loaded node.
+// found to rank first elsewhere lands there again when dialled again, a
+// request without the key goes to the least-loaded node, and a plain
+// request with a key goes to that key's node.
 func TestHashPoolKeepsRoomsTogether(t *testing.T) {
 	// A loose bound, so the second client of a room is within it
 	// (with 0.25 over three nodes, a second lease on one node is past
@@ -94,10 +97,45 @@ func TestHashPoolKeepsRoomsTogether(t *testing.T) {
 	if n == nodeA || n == nodeB {
 		t.Fatalf("keyless request on %s; %s holds 2 tunnels and %s 1, the third none", n, nodeA, nodeB)
 	}
+	// A plain request with a key goes where a handshake with it goes.
+	for _, tt := range []struct{ room, node string }{{"alpha", nodeA}, {strings.TrimPrefix(other, "/room/x?room="), nodeB}} {
+		if got := e.replicaAt("/info?room=" + tt.room); got != e.replicaOf(tt.node) {
+			t.Errorf("GET /info?room=%s answered by %s, want %s (node %s)", tt.room, got, e.replicaOf(tt.node), tt.node)
+		}
+	}
 	for _, c := range []*websocket.Conn{a1, a2, b, c} {
 		c.Close()
 	}
+	http.DefaultClient.CloseIdleConnections() // a keep-alive connection holds its slot
 	e.waitZero()
+}
+
+// replicaAt returns the "replica" field of the relay's /info answer to a
+// plain GET of path through the gateway.
+func (e *env) replicaAt(path string) string {
+	e.t.Helper()
+	resp, err := http.Get("http://" + e.gw + path)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var info struct {
+		Replica string `json:"replica"`
+	}
+	if err := json.NewDecoder(resp.Body).Decode(&info); err != nil || resp.StatusCode != http.StatusOK {
+		e.t.Fatalf("GET %s: %d %v", path, resp.StatusCode, err)
+	}
+	return info.Replica
+}
+
+// replicaOf returns the ID of the relay listening on addr.
+func (e *env) replicaOf(addr string) string {
+	e.t.Helper()
+	i := slices.Index(e.addrs, addr)
+	if i < 0 {
+		e.t.Fatalf("no relay at %s", addr)
+	}
+	return e.relays[i].Info().Replica
 }
 
 // TestP2CPoolSpreads checks balance = "p2c" through real sockets: over
