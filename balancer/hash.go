@@ -12,9 +12,9 @@ const DefaultHashBalanceFactor = 0.25
 // key by weighted rendezvous hashing (highest random weight): each node
 // scores w / -ln(u), u a hash of the key and the node's address mapped to
 // (0, 1) and w its effective weight ([Node.EffectiveWeight]), and the
-// highest score wins. A node that joins or leaves moves only the keys it
-// wins or held, and a node of weight 2 wins twice the keys of a node of
-// weight 1. The hash is FNV-1a, fixed across processes, so several
+// highest score wins. While no bound bites, a node that leaves moves only
+// the keys it held, and a node of weight 2 wins twice the keys of a node
+// of weight 1. The hash is FNV-1a, fixed across processes, so several
 // gateways with the same nodes agree on every key.
 //
 // Load is bounded as HAProxy's hash-balance-factor and Envoy's
@@ -22,12 +22,13 @@ const DefaultHashBalanceFactor = 0.25
 // (the nodes up, under their cap and not excluded) of total weight W, a
 // node of weight w takes the key only while its live count stays within
 // ceil((1 + factor) × (L + 1) × w / W); otherwise the next node in the
-// key's ranking is tried. With equal weights that is (1 + factor) times the
-// pool average. The counts are read without a lock at pick time, so
+// key's ranking is tried. With equal weights that is (1 + factor) times
+// the pool average. The counts are read without a lock at pick time, so
 // picks that run at the same moment may each see the same counts and
-// together pass a bound by up to their number; the caps ([Node.TryAcquire])
-// hold exactly, the bound does not. During slow start a node's effective weight, and so both
-// its score and its bound, grow with the ramp: keys move onto it gradually.
+// together pass a bound by up to their number; the caps
+// ([Node.TryAcquire]) hold exactly, the bound does not. During slow start
+// a node's effective weight, and so both its score and its bound, grow
+// with the ramp: keys move onto it gradually.
 //
 // A pick without a key (the request did not carry it, or it was empty)
 // falls back to least connections, as [LeastConn] picks.
