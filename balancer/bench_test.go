@@ -27,6 +27,34 @@ func BenchmarkAcquireRelease(b *testing.B) {
 	}
 }
 
+// BenchmarkAcquireReleaseKeyed measures a hash pool's keyed Acquire plus
+// Release over distinct keys (the ranking scores every node), against
+// least_conn in the same run.
+func BenchmarkAcquireReleaseKeyed(b *testing.B) {
+	keys := make([][]byte, 1024)
+	for i := range keys {
+		keys[i] = []byte(fmt.Sprintf("room-%d", i))
+	}
+	for _, policy := range []string{PolicyLeastConn, PolicyHash} {
+		for _, size := range []int{2, 16, 100} {
+			b.Run(fmt.Sprintf("%s/nodes=%d", policy, size), func(b *testing.B) {
+				picker, _ := NewPicker(policy)
+				p := NewPool("relay", picker, newNodes(size, 0))
+				b.ReportAllocs()
+				i := 0
+				for b.Loop() {
+					l, err := p.AcquireKey(nil, keys[i%len(keys)])
+					if err != nil {
+						b.Fatal(err)
+					}
+					l.Release()
+					i++
+				}
+			})
+		}
+	}
+}
+
 // BenchmarkAcquireReleaseParallel measures Acquire plus Release from all
 // Ps at once on shared nodes, where the CAS and the counters contend.
 func BenchmarkAcquireReleaseParallel(b *testing.B) {

@@ -15,7 +15,12 @@
 // weighs nodes by [Node.EffectiveWeight]: the weight the node's own agent
 // asked for ([Node.SetAgentWeight]) or else the configured weight, ramped
 // up linearly after the node comes back ([Node.SetSlowStart]) so a fresh
-// node is not handed every new connection at once.
+// node is not handed every new connection at once. [RoundRobin] takes
+// nodes in turn; [P2C] draws two nodes by weight and keeps the less loaded,
+// so bursts of concurrent picks spread; [Hash] sends every request with the
+// same key (a room id) to the same node by weighted rendezvous hashing, as
+// long as that node stays within a bounded load ([Pool.AcquireKey]), and
+// falls back to least connections for a request without a key.
 //
 // A [Registry] keeps nodes by pool and address across config reloads, so
 // an address dropped while leases on it are held and then named again is

@@ -64,6 +64,7 @@ func (*noCopy) Unlock() {}
 type Node struct {
 	_           noCopy
 	addr        string
+	keySeed     uint64 // hashKey(addr): the node's side of a rendezvous score
 	weight      atomic.Int64
 	agentWeight atomic.Int64
 	maxConns    atomic.Int64
@@ -75,7 +76,7 @@ type Node struct {
 // NewNode returns a node for addr in [StateUp] with no leases. A weight
 // below 1 becomes 1; maxConns of 0 or less means unlimited.
 func NewNode(addr string, weight, maxConns int) *Node {
-	n := &Node{addr: addr}
+	n := &Node{addr: addr, keySeed: hashKey([]byte(addr))}
 	n.SetWeight(weight)
 	n.SetMaxConns(maxConns)
 	return n

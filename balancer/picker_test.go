@@ -14,6 +14,8 @@ func TestNewPicker(t *testing.T) {
 	}{
 		{"least_conn", "*balancer.LeastConn", false},
 		{"round_robin", "*balancer.RoundRobin", false},
+		{"p2c", "*balancer.P2C", false},
+		{"hash", "*balancer.Hash", false},
 		{"", "", true},
 		{"LEAST_CONN", "", true},
 		{"ip_hash", "", true},
@@ -48,6 +50,10 @@ func typeName(p Picker) string {
 		return "*balancer.LeastConn"
 	case *RoundRobin:
 		return "*balancer.RoundRobin"
+	case *P2C:
+		return "*balancer.P2C"
+	case *Hash:
+		return "*balancer.Hash"
 	}
 	return "other"
 }

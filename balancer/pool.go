@@ -63,6 +63,15 @@ func (p *Pool) SetNodes(nodes []*Node) {
 // picks again, at most once per node. It returns an error wrapping
 // [ErrNoCapacity] when no eligible node has a free slot.
 func (p *Pool) Acquire(exclude []*Node) (*Lease, error) {
+	return p.AcquireKey(exclude, nil)
+}
+
+// AcquireKey is [Pool.Acquire] for a request carrying key: a picker that
+// is a [KeyPicker] chooses by it (a [Hash] sends every key to the same
+// node while that node is within its bounded load); other pickers ignore
+// it. An empty key means the request carried none. The pool does not keep
+// key.
+func (p *Pool) AcquireKey(exclude []*Node, key []byte) (*Lease, error) {
 	nodes := p.Nodes()
 	var buf [stackCandidates]*Node
 	cands := buf[:0]
@@ -72,11 +81,15 @@ func (p *Pool) Acquire(exclude []*Node) (*Lease, error) {
 		}
 	}
 	var clk clock
+	var kh uint64
+	if len(key) > 0 {
+		kh = hashKey(key) // once, whatever the retries
+	}
 	for range len(nodes) {
 		if len(cands) == 0 {
 			break
 		}
-		n := p.pick(cands, &clk)
+		n := p.pick(cands, &clk, key, kh)
 		if n == nil {
 			break
 		}
@@ -96,13 +109,23 @@ func (p *Pool) Acquire(exclude []*Node) (*Lease, error) {
 // compiler can see they do not keep the candidates, which lets Acquire's
 // candidate array stay on its stack; any other picker gets a heap copy.
 // clk is shared by the picks of one acquire, so it reads the time at most
-// once.
-func (p *Pool) pick(cands []*Node, clk *clock) *Node {
+// once. key is the request's key (empty: none) and kh its hash.
+func (p *Pool) pick(cands []*Node, clk *clock, key []byte, kh uint64) *Node {
 	switch pk := p.picker.(type) {
 	case *LeastConn:
 		return pk.pick(cands, clk)
 	case *RoundRobin:
 		return pk.Pick(cands)
+	case *P2C:
+		return pk.pick(cands, clk)
+	case *Hash:
+		if len(key) == 0 {
+			return pk.lc.pick(cands, clk)
+		}
+		return pk.pick(cands, kh, clk)
+	}
+	if kp, ok := p.picker.(KeyPicker); ok && len(key) > 0 {
+		return kp.PickKey(slices.Clone(cands), key)
 	}
 	return p.picker.Pick(slices.Clone(cands))
 }

@@ -159,11 +159,17 @@ func TestAcquireCapConcurrent(t *testing.T) {
 		policy                      string
 		nodes, maxConns, goroutines int
 		perG                        int
+		key                         string // for AcquireKey; "" = none
 	}{
-		{"least_conn 2x10", "least_conn", 2, 10, 8, 20},
-		{"round_robin 2x10", "round_robin", 2, 10, 8, 20},
-		{"least_conn 16x3", "least_conn", 16, 3, 8, 25},
-		{"round_robin 16x1", "round_robin", 16, 1, 8, 25},
+		{"least_conn 2x10", "least_conn", 2, 10, 8, 20, ""},
+		{"round_robin 2x10", "round_robin", 2, 10, 8, 20, ""},
+		{"least_conn 16x3", "least_conn", 16, 3, 8, 25, ""},
+		{"round_robin 16x1", "round_robin", 16, 1, 8, 25, ""},
+		{"p2c 2x10", "p2c", 2, 10, 8, 20, ""},
+		{"p2c 16x3", "p2c", 16, 3, 8, 25, ""},
+		{"hash one key 2x10", "hash", 2, 10, 8, 20, "room-1"},
+		{"hash one key 16x3", "hash", 16, 3, 8, 25, "room-1"},
+		{"hash without key 16x1", "hash", 16, 1, 8, 25, ""},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -185,7 +191,7 @@ func TestAcquireCapConcurrent(t *testing.T) {
 					defer wg.Done()
 					<-start
 					for range tt.perG {
-						l, err := p.Acquire(nil)
+						l, err := p.AcquireKey(nil, []byte(tt.key))
 						for _, n := range nodes {
 							if n.Live() > tt.maxConns {
 								over.Store(true)

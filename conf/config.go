@@ -185,13 +185,18 @@ type Log struct {
 type Pool struct {
 	// Name identifies the pool to routes; required, unique, [a-z0-9_-]+.
 	Name string `toml:"name" json:"name"`
-	// Balance is the selection policy (default "least_conn"; "least_conn" or
-	// "round_robin"; "p2c" and "hash" are planned and rejected for now).
+	// Balance is the selection policy (default "least_conn"; "least_conn",
+	// "round_robin", "p2c" or "hash").
 	Balance string `toml:"balance" json:"balance"`
 	// HashKey says where the hash policy finds its key: "path:N" (Nth path
-	// segment, from 1), "query:NAME" or "header:NAME" (default "", only
-	// used with balance = "hash").
+	// segment, from 1), "query:NAME" or "header:NAME" (default ""; required
+	// with balance = "hash", unused by the other policies).
 	HashKey string `toml:"hash_key" json:"hash_key"`
+	// HashBalanceFactor bounds the load of the hash policy: a key moves to
+	// its next node rather than push its node past (1 + factor) times its
+	// weighted share of the pool's open connections (default 0.25; a
+	// finite number > 0; unused by the other policies).
+	HashBalanceFactor float64 `toml:"hash_balance_factor" json:"hash_balance_factor"`
 	// MaxConnsPerNode is the default cap of open connections per node
 	// (default 50_000 connections; >= 1).
 	MaxConnsPerNode int `toml:"max_conns_per_node" json:"max_conns_per_node"`

@@ -59,6 +59,15 @@ func (d *decoder) decode(path string, raw any, rv reflect.Value) {
 			return
 		}
 		rv.SetInt(n)
+	case reflect.Float64:
+		switch v := raw.(type) {
+		case float64:
+			rv.SetFloat(v)
+		case int64: // "1" is as much a number as "1.0"
+			rv.SetFloat(float64(v))
+		default:
+			d.errs.add(path, "must be a number, got "+tomlType(raw))
+		}
 	case reflect.Bool:
 		b, ok := raw.(bool)
 		if !ok {

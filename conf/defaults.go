@@ -42,6 +42,9 @@ func (l *Log) setDefaults() {
 
 func (p *Pool) setDefaults() {
 	p.Balance = "least_conn" // long-lived connections need least-connections, not hashing
+	// A room's clients stay together unless their node would carry more
+	// than 1.25 times its share: HAProxy's and Envoy's usual bound.
+	p.HashBalanceFactor = 0.25
 	// More than one relay replica usually holds; beyond ~28k-64k per node
 	// the pool also needs source_addrs.
 	p.MaxConnsPerNode = 50_000

@@ -93,6 +93,7 @@ func TestDefaults(t *testing.T) {
 		{"admin.token_env", cfg.Admin.TokenEnv, ""},
 		{"admin.hosts", len(cfg.Admin.Hosts), 0},
 		{"pools[0].balance", p.Balance, "least_conn"},
+		{"pools[0].hash_balance_factor", p.HashBalanceFactor, 0.25},
 		{"pools[0].max_conns_per_node", p.MaxConnsPerNode, 50_000},
 		{"pools[0].connect_timeout", p.ConnectTimeout.Duration, 2 * time.Second},
 		{"pools[0].connect_tries", p.ConnectTries, 3},
@@ -145,14 +146,18 @@ func TestFullFile(t *testing.T) {
 		{"plugin config as is", cfg.Plugins[0].Config["hs256_secret_env"], "JWT_SECRET"},
 		{"plugin config array", cfg.Plugins[0].Config["token_from"], []any{"header:Authorization", "subprotocol"}},
 		{"plugin nested config", cfg.Plugins[0].Config["claims_to_headers"], map[string]any{"sub": "X-User-Id"}},
-		{"line of a plugin's config table", cfg.Line("plugins[0].config"), 70},
-		{"line of a key inside it", cfg.Line("plugins[0].config.claims_to_headers.sub"), 74},
+		{"line of a plugin's config table", cfg.Line("plugins[0].config"), 72},
+		{"line of a key inside it", cfg.Line("plugins[0].config.claims_to_headers.sub"), 76},
 		{"send_proxy_v2 set", cfg.Pools[0].SendProxyV2, true},
 		{"send_proxy_v2 off by default", cfg.Pools[1].SendProxyV2, false},
 		{"trusted proxies", cfg.Gateway.TrustedProxies, []string{"10.0.0.0/8", "2001:db8::/32", "192.0.2.7", "::ffff:198.51.100.0/120"}},
 		{"per-IP handshake burst set", cfg.Gateway.HandshakeBurstPerIP, 40},
 		{"admission set", cfg.Pools[0].Admission, Admission{Rate: 500, Burst: 1000}},
 		{"admission off by default", cfg.Pools[1].Admission, Admission{}},
+		{"hash pool", cfg.Pools[0].Balance, "hash"},
+		{"integer hash_balance_factor", cfg.Pools[0].HashBalanceFactor, 1.0},
+		{"p2c pool", cfg.Pools[1].Balance, "p2c"},
+		{"default hash_balance_factor", cfg.Pools[1].HashBalanceFactor, 0.25},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

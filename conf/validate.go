@@ -4,6 +4,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"math"
 	"net"
 	"net/netip"
 	"net/url"
@@ -180,16 +181,20 @@ func (p *Pool) validate(e *errorList, path string) {
 		e.add(joinKey(path, "name"), fmt.Sprintf("must match [a-z0-9_-]+, got %q", p.Name))
 	}
 	switch p.Balance {
-	case "least_conn", "round_robin":
-	case "p2c", "hash":
-		e.add(joinKey(path, "balance"), fmt.Sprintf("%q is planned but not supported yet; use \"least_conn\" or \"round_robin\"", p.Balance))
+	case "least_conn", "round_robin", "p2c", "hash":
 	default:
-		e.add(joinKey(path, "balance"), fmt.Sprintf("must be \"least_conn\" or \"round_robin\", got %q", p.Balance))
+		e.add(joinKey(path, "balance"), fmt.Sprintf("must be \"least_conn\", \"round_robin\", \"p2c\" or \"hash\", got %q", p.Balance))
 	}
-	if p.HashKey != "" {
+	switch {
+	case p.HashKey != "":
 		if err := checkHashKey(p.HashKey); err != nil {
 			e.add(joinKey(path, "hash_key"), err.Error())
 		}
+	case p.Balance == "hash":
+		e.add(joinKey(path, "hash_key"), "is required with balance = \"hash\": \"path:N\" (N >= 1), \"query:NAME\" or \"header:NAME\"")
+	}
+	if f := p.HashBalanceFactor; !(f > 0) || math.IsInf(f, 1) {
+		e.add(joinKey(path, "hash_balance_factor"), fmt.Sprintf("must be a finite number > 0, got %v", f))
 	}
 	atLeast(e, joinKey(path, "max_conns_per_node"), p.MaxConnsPerNode, 1)
 	for i, a := range p.SourceAddrs {

@@ -359,8 +359,11 @@ func decided(set map[string]string, k []byte) bool {
 // pool, so a relay's /info or an app's REST API works through the gateway.
 // Idempotent requests move to the next node when one cannot be reached.
 func (s *Server) serveHTTP(ctx *fasthttp.RequestCtx, g *generation, rt *route, set map[string]string) {
-	prepareForward(ctx, g, rt, set)
 	p := rt.pool
+	// The key is read from the request as the client sent it, as for a
+	// handshake; prepareForward rewrites the headers it points into.
+	hkey := bytes.Clone(p.key.of(ctx)) // a hash pool's; nil for the others
+	prepareForward(ctx, g, rt, set)
 	req := &ctx.Request
 	var excl [maxTries]*balancer.Node
 	exclude := excl[:0]
@@ -369,7 +372,7 @@ func (s *Server) serveHTTP(ctx *fasthttp.RequestCtx, g *generation, rt *route, s
 		tries = 1
 	}
 	for try := 0; try < tries; try++ {
-		lease, err := p.bal.Acquire(exclude)
+		lease, err := p.bal.AcquireKey(exclude, hkey)
 		if err != nil {
 			if try == 0 {
 				s.retryLater(ctx, fasthttp.StatusServiceUnavailable, "no_capacity", "no node with capacity")

@@ -47,12 +47,13 @@ func (s *Server) serveUpgrade(ctx *fasthttp.RequestCtx, g *generation, rt *route
 	if p.sendProxy {
 		req = append(proxyHeaderFor(ctx), req...)
 	}
+	hkey := p.key.of(ctx) // a hash pool's; nil for the others. ctx's request is unchanged above.
 	var excl [maxTries]*balancer.Node
 	exclude := excl[:0]
 	tries := min(p.tries, maxTries)
 	local := false // a dial failed on the gateway's side
 	for try := 0; try < tries; try++ {
-		lease, err := p.bal.Acquire(exclude)
+		lease, err := p.bal.AcquireKey(exclude, hkey)
 		if err != nil {
 			if try > 0 {
 				break // nodes were tried and failed: 502 below

@@ -28,6 +28,7 @@ type pool struct {
 	tries          int
 	dial           *dialer
 	http           map[*balancer.Node]*fasthttp.HostClient
+	key            hashKey       // a hash pool's hash_key; none for the others
 	conf           *conf.Pool    // the config it was built from
 	healthConf     health.Config // its checker's settings
 	// sendProxy is send_proxy_v2: node connections start with a PROXY
@@ -54,6 +55,10 @@ func newPool(pc *conf.Pool, old *pool, reg *balancer.Registry, log *slog.Logger,
 	if err != nil {
 		return nil, nil, nil, fmt.Errorf("pool %q: %w", pc.Name, err)
 	}
+	var key hashKey
+	if pc.Balance == balancer.PolicyHash {
+		picker, key = balancer.NewHash(pc.HashBalanceFactor), parseHashKey(pc.HashKey)
+	}
 	d, err := newDialer(pc.Name, pc.SourceAddrs, pc.ConnectTimeout.Duration, log, count)
 	if err != nil {
 		return nil, nil, nil, fmt.Errorf("pool %q: %w", pc.Name, err)
@@ -61,6 +66,7 @@ func newPool(pc *conf.Pool, old *pool, reg *balancer.Registry, log *slog.Logger,
 	p = &pool{
 		name:           pc.Name,
 		balance:        pc.Balance,
+		key:            key,
 		connectTimeout: pc.ConnectTimeout.Duration,
 		tries:          pc.ConnectTries,
 		dial:           d,
