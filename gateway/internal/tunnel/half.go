@@ -78,7 +78,7 @@ type half struct {
 	// most the carried header bytes, a run of the read, the keepalive
 	// ping, the rest of the read, and the gateway's close frame. Only the
 	// holder of the write turn uses them.
-	out      [5][]byte
+	out      [outSegs][]byte
 	outN     int
 	outClose bool // out ends with the gateway's close frame
 	held     [wsframe.MaxHeaderLen]byte
@@ -393,6 +393,11 @@ func (h *half) afterWrite(err error) (next [][]byte, isClose bool) {
 	}
 	return nil, false
 }
+
+// outSegs is the most segments one forward queues: the carried header
+// bytes, a run of the read, the keepalive ping, the rest of the read, and
+// the gateway's close frame.
+const outSegs = 5
 
 // pingFrame is the gateway's keepalive ping to a client: unmasked, no
 // payload (RFC 6455 section 5.5.2).

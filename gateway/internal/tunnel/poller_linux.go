@@ -37,7 +37,7 @@ type poller struct {
 	wakefd int   // an eventfd: a write wakes the poller to run its queue
 	buf    []byte
 	events []unix.EpollEvent
-	iov    [4]unix.Iovec // writev's vector, poller-owned so a write allocates nothing
+	iov    [outSegs]unix.Iovec // writev's vector, one per segment forward may queue; poller-owned so a write allocates nothing
 
 	// byFD maps a socket's descriptor to its tunnel. Only the poller
 	// uses it.
