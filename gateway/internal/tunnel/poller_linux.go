@@ -33,7 +33,7 @@ type poller struct {
 	epfile *os.File        // epfd, registered with the runtime's poller
 	rc     syscall.RawConn // epfile's, to park on it
 	wait   func(uintptr) bool
-	armed  int64 // the read deadline set on epfile, mono ns; 0 = none
+	armed  int64 // the read deadline set on epfile, mono ns; 0 = none, armedExpired = passed
 	wakefd int   // an eventfd: a write wakes the poller to run its queue
 	buf    []byte
 	events []unix.EpollEvent
@@ -172,10 +172,10 @@ func (p *poller) loop() {
 		err := p.rc.Read(p.wait)
 		switch {
 		case errors.Is(err, os.ErrDeadlineExceeded):
-			// Arm again even for the same timer: a deadline that passed
-			// before its timer is due must not leave the poller
-			// spinning on an expired deadline.
-			p.armed = 0
+			// The deadline on the file has passed: whatever comes next
+			// (the same timer, another, or none) must be set again, or
+			// every Read would fail at once and the poller spin.
+			p.armed = armedExpired
 		case err != nil:
 			panic("tunnel: poller: " + err.Error())
 		}
@@ -213,7 +213,7 @@ func (p *poller) ready(uintptr) bool {
 			break
 		}
 	}
-	return len(p.timers) > 0 && (p.armed == 0 || p.timers[0].when < p.armed)
+	return len(p.timers) > 0 && (p.armed <= 0 || p.timers[0].when < p.armed)
 }
 
 // later queues h to be read on after the events at hand.
@@ -239,6 +239,11 @@ func (p *poller) readAgain() {
 	}
 	p.spareAgain = list[:0]
 }
+
+// armedExpired marks the epoll descriptor's read deadline as passed: it
+// differs from every timer and from none, so armTimer sets a deadline (or
+// clears it) whatever the next timer is.
+const armedExpired = -1
 
 // armTimer sets the epoll descriptor's read deadline to the next timer.
 func (p *poller) armTimer() {
