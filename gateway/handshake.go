@@ -228,10 +228,15 @@ func (h *hold) Release() {
 func (s *Server) handOff(ctx *fasthttp.RequestCtx, g *generation, up *upstream, hd *hold, rt *route) {
 	start := ctx.Time()
 	var claimed atomic.Bool
+	// From here until the tunnel is registered (or the handshake given
+	// up) a drain waits for it, so a client that gets its 101 during a
+	// drain still gets its 1001.
+	s.tunnels.reserve()
 	timer := time.AfterFunc(g.handshakeTimeout, func() {
 		if claimed.CompareAndSwap(false, true) {
 			_ = up.conn.Close()
 			hd.Release()
+			s.tunnels.unreserve()
 		}
 	})
 	ctx.HijackSetNoResponse(true)
@@ -242,6 +247,7 @@ func (s *Server) handOff(ctx *fasthttp.RequestCtx, g *generation, up *upstream, 
 		}
 		timer.Stop()
 		s.startTunnel(c, g, up, hd, rt, start)
+		s.tunnels.unreserve()
 	})
 }
 

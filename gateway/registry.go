@@ -23,7 +23,8 @@ type registry struct {
 	retired  map[*balancer.Node]bool // nodes leaving: removed, or drained with migrate
 	draining bool
 	cut      bool          // the drain timeout passed: abortAll ran
-	empty    chan struct{} // made by wait, closed when live becomes empty
+	pending  int           // handshakes reserved and not yet added (see reserve)
+	empty    chan struct{} // made by wait, closed when live and pending are both empty
 	ended    tunnel.Stats  // frames and bytes of ended tunnels
 }
 
@@ -122,12 +123,36 @@ func (r *registry) remove(t *tunnel.Tunnel, st tunnel.Stats) (entry, bool) {
 	r.ended.FramesToClient += st.FramesToClient
 	r.ended.BytesToNode += st.BytesToNode
 	r.ended.BytesToClient += st.BytesToClient
-	if len(r.live) == 0 && r.empty != nil {
+	r.signalEmpty()
+	r.mu.Unlock()
+	return e, ok
+}
+
+// reserve counts a handshake that is about to become a tunnel: its 101 may
+// reach the client before add, and a drain's wait must not end in between
+// (the tunnel, once added, is told to go away like the others). Every
+// reserve is matched by one unreserve, after add or instead of it.
+func (r *registry) reserve() {
+	r.mu.Lock()
+	r.pending++
+	r.mu.Unlock()
+}
+
+// unreserve ends a reservation of reserve.
+func (r *registry) unreserve() {
+	r.mu.Lock()
+	r.pending--
+	r.signalEmpty()
+	r.mu.Unlock()
+}
+
+// signalEmpty wakes wait once no tunnel is live and none is reserved.
+// Called with mu held.
+func (r *registry) signalEmpty() {
+	if len(r.live) == 0 && r.pending == 0 && r.empty != nil {
 		close(r.empty)
 		r.empty = nil
 	}
-	r.mu.Unlock()
-	return e, ok
 }
 
 func (r *registry) len() int {
@@ -198,11 +223,11 @@ func spread(ctx context.Context, ts []*tunnel.Tunnel, window time.Duration, reas
 	return len(ts)
 }
 
-// wait blocks until no tunnel is left or ctx ends, and returns how many are
-// left.
+// wait blocks until no tunnel is left and no handshake is reserved, or ctx
+// ends, and returns how many tunnels are left.
 func (r *registry) wait(ctx context.Context) int {
 	r.mu.Lock()
-	if len(r.live) == 0 {
+	if len(r.live) == 0 && r.pending == 0 {
 		r.mu.Unlock()
 		return 0
 	}

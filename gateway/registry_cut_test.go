@@ -131,3 +131,45 @@ func TestDrainCutsHandshakeFinishedAfterTimeout(t *testing.T) {
 		time.Sleep(5 * time.Millisecond)
 	}
 }
+
+// TestDrainWaitsForReservedHandshake pins a drain that ended while a
+// handshake was between its 101 and its registration: the drain's wait
+// found no tunnel and the process exited under a client that had its 101,
+// which saw its connection drop instead of a 1001. A reserved handshake
+// keeps the wait open; its tunnel, added during the drain, is told to go
+// away, and the wait ends once it has.
+func TestDrainWaitsForReservedHandshake(t *testing.T) {
+	var r registry
+	r.reserve()
+	left := make(chan int, 1)
+	go func() {
+		r.drainAll(context.Background(), 0, "gateway shutting down")
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		left <- r.wait(ctx)
+	}()
+	select {
+	case n := <-left:
+		t.Fatalf("the drain's wait ended (%d left) with a handshake reserved", n)
+	case <-time.After(200 * time.Millisecond): // long enough to see it wrongly end
+	}
+
+	client, _ := loopPair(t) // a peer that never answers the 1001
+	node, _ := loopPair(t)
+	tun := tunnel.New(tunnel.Params{Client: client, Node: node, CloseTimeout: 300 * time.Millisecond,
+		OnEnd: func(tun *tunnel.Tunnel) { r.remove(tun, tun.Stats()) }})
+	r.add(tun, entry{})
+	tun.Start()
+	r.unreserve()
+	select {
+	case n := <-left:
+		if n != 0 {
+			t.Fatalf("%d tunnels left", n)
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("the drain's wait never ended after the reserved tunnel went away")
+	}
+	if got := tun.Stats().GatewayToClientCode; got != tunnel.CodeGoingAway {
+		t.Fatalf("client got close %d from the gateway, want %d", got, tunnel.CodeGoingAway)
+	}
+}
