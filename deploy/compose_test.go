@@ -169,8 +169,8 @@ func longer(s string, d time.Duration) bool {
 
 // TestCompose runs deploy/docker-compose.yml's stack on loopback: a real
 // Redis, both relays with their command lines (addresses adapted), and
-// the gateway with its command line and the mounted config (addresses and
-// plugin path adapted). Two clients with a JWT join one room through the
+// the gateway with its command line and the mounted config (plugin path and
+// addresses adapted; the relays still by host name, localhost). Two clients with a JWT join one room through the
 // gateway, one on each relay, and a message from one reaches the other
 // over Redis.
 func TestCompose(t *testing.T) {
@@ -185,7 +185,8 @@ func TestCompose(t *testing.T) {
 		listen, _ := flagValue(s.Command, "listen")
 		args := withFlag(t, withFlag(t, s.Command, "listen", addr), "redis", rd.URL())
 		startRelay(t, name, addr, args)
-		text = replaceOnce(t, text, fmt.Sprintf("%q", net.JoinHostPort(name, port(t, listen))), fmt.Sprintf("%q", addr))
+		// By name, as in the compose file: the gateway resolves it.
+		text = replaceOnce(t, text, fmt.Sprintf("%q", net.JoinHostPort(name, port(t, listen))), fmt.Sprintf("%q", net.JoinHostPort("localhost", port(t, addr))))
 		relayAddrs = append(relayAddrs, addr)
 	}
 	cfg := loadConfig(t, "compose", st.configText)
