@@ -69,7 +69,7 @@ func readCompose(t *testing.T, d *dockerfile) *composeStack {
 		st.relays[name] = s
 	}
 	if len(st.relays) != 2 || st.gateway.Image == "" {
-		t.Fatalf("docker-compose.yml: want Redis, two relays and the gateway; got relays %v", keys2(st.relays))
+		t.Fatalf("docker-compose.yml: want Redis, two relays and the gateway; got relays %v", keys(st.relays))
 	}
 
 	// The gateway's -config names a file its volume mounts from the repository.
@@ -151,14 +151,6 @@ func readCompose(t *testing.T, d *dockerfile) *composeStack {
 		t.Errorf("gateway stop_grace_period %q must exceed drain_timeout %s", st.gateway.StopGracePeriod, cfg.Gateway.DrainTimeout)
 	}
 	return st
-}
-
-func keys2(m map[string]composeService) []string {
-	out := make([]string, 0, len(m))
-	for k := range m {
-		out = append(out, k)
-	}
-	return out
 }
 
 // longer reports whether the duration s is longer than d.

@@ -1,6 +1,7 @@
 package deploy
 
 import (
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -62,7 +63,7 @@ func TestDockerfile(t *testing.T) {
 		t.Fatal(err)
 	}
 	cfg := loadConfig(t, src, string(text))
-	if cfg.Admin.TokenEnv == "" || strings.HasPrefix(cfg.Admin.Listen, "127.") || strings.HasPrefix(cfg.Admin.Listen, "localhost") {
+	if h, _, _ := net.SplitHostPort(cfg.Admin.Listen); cfg.Admin.TokenEnv == "" || h != "" && h != "0.0.0.0" && h != "::" {
 		t.Errorf("the container config's admin listens on %q with token_env %q: want every interface behind a token", cfg.Admin.Listen, cfg.Admin.TokenEnv)
 	}
 	for _, a := range []string{cfg.Gateway.Listen, cfg.Admin.Listen} {

@@ -267,7 +267,8 @@ func pluginPaths(t *testing.T, d *dockerfile, cfg *conf.Config) []string {
 	return repl
 }
 
-func keys(m map[string]string) []string {
+// keys returns a map's keys, for messages.
+func keys[V any](m map[string]V) []string {
 	out := make([]string, 0, len(m))
 	for k := range m {
 		out = append(out, k)
