@@ -238,8 +238,33 @@ func TestCompose(t *testing.T) {
 	t.Fatalf("b received nothing after 100 sends")
 }
 
-// waitNodesUp polls the admin API (with the token) until n nodes are up.
-func waitNodesUp(t *testing.T, admin string, n int) {
+// nodesStatus is what the tests read of the admin API's /api/nodes.
+type nodesStatus struct {
+	Tunnels int `json:"tunnels"`
+	Pools   []struct {
+		Nodes []struct {
+			Addr  string `json:"addr"`
+			State string `json:"state"`
+		} `json:"nodes"`
+	} `json:"pools"`
+}
+
+// up counts the nodes up.
+func (v *nodesStatus) up() int {
+	n := 0
+	for _, p := range v.Pools {
+		for _, nd := range p.Nodes {
+			if nd.State == "up" {
+				n++
+			}
+		}
+	}
+	return n
+}
+
+// waitNodes polls the admin API's /api/nodes (with the token) until ok
+// says yes, for at most 20 s.
+func waitNodes(t *testing.T, admin, what string, ok func(*nodesStatus) bool) {
 	t.Helper()
 	c := &http.Client{Timeout: 2 * time.Second}
 	var last string
@@ -248,24 +273,10 @@ func waitNodesUp(t *testing.T, admin string, n int) {
 		req.Header.Set("Authorization", "Bearer "+testAdminToken)
 		resp, err := c.Do(req)
 		if err == nil {
-			var v struct {
-				Pools []struct {
-					Nodes []struct {
-						Addr, State string
-					}
-				}
-			}
+			var v nodesStatus
 			err = json.NewDecoder(resp.Body).Decode(&v)
 			resp.Body.Close()
-			up := 0
-			for _, p := range v.Pools {
-				for _, nd := range p.Nodes {
-					if nd.State == "up" {
-						up++
-					}
-				}
-			}
-			if up == n {
+			if err == nil && ok(&v) {
 				return
 			}
 			last = fmt.Sprintf("%d %+v %v", resp.StatusCode, v, err)
@@ -274,7 +285,13 @@ func waitNodesUp(t *testing.T, admin string, n int) {
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
-	t.Fatalf("nodes not up within 20 s: %s", last)
+	t.Fatalf("%s: not within 20 s: %s", what, last)
+}
+
+// waitNodesUp waits until exactly n nodes are up.
+func waitNodesUp(t *testing.T, admin string, n int) {
+	t.Helper()
+	waitNodes(t, admin, fmt.Sprintf("%d nodes up", n), func(v *nodesStatus) bool { return v.up() == n })
 }
 
 // relayConnections reads a relay's live connection count from /info.

@@ -412,6 +412,9 @@ func TestKubernetes(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer ws.Close()
+	// The client's 101 may come before the gateway holds the tunnel: wait
+	// until it does, so the drain has it to close.
+	waitNodes(t, admin, "one tunnel", func(v *nodesStatus) bool { return v.Tunnels == 1 })
 
 	if err := p.Signal(syscall.SIGTERM); err != nil {
 		t.Fatal(err)
