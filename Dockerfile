@@ -1,6 +1,22 @@
 # wsgate, relay-backend, wsload and the example auth plugins in one small image.
+#
 #   docker build -t wsgate .
-#   docker run -p 8080:8080 -v $PWD/conf:/etc/wsgate wsgate
+#   docker run -p 8080:8080 -p 127.0.0.1:9090:9090 \
+#     -e WSGATE_ADMIN_TOKEN=... -e JWT_SECRET=... wsgate
+#
+# The baked config, deploy/docker/wsgate.toml, is for containers: the admin
+# API listens on every interface behind the bearer token in
+# $WSGATE_ADMIN_TOKEN, clients need a JWT signed with $JWT_SECRET, and the
+# relays are the hosts relay-1:7001 and relay-2:7001 (deploy/docker-compose.yml).
+# Mount your own over /etc/wsgate to change any of it.
+#
+# Restarts: in a container wsgate is PID 1, so the SIGUSR2 hand-over (a new
+# process on the same sockets, then the old one exits) would end the
+# container with the old process. Restart by starting a new container and
+# stopping the old one: SIGTERM makes it answer 503 on /readyz and close its
+# clients with 1001 over drain_window; they reconnect to the other replicas.
+# SIGHUP reloads the config (docker kill -s HUP), and so does a change of
+# the file. docs/operations.md, "Containers and Kubernetes".
 FROM golang:1.26-bookworm AS build
 WORKDIR /src
 COPY go.mod go.sum ./
@@ -15,10 +31,10 @@ RUN CGO_ENABLED=0 go build -trimpath -ldflags="-s -w" -o /out/wsgate ./cmd/wsgat
 FROM gcr.io/distroless/static-debian12:nonroot
 COPY --from=build /out/wsgate /out/relay-backend /out/wsload /usr/local/bin/
 COPY --from=build /out/plugins/ /usr/local/lib/wsgate/plugins/
-COPY conf/wsgate.toml /etc/wsgate/wsgate.toml
-# 8080: clients. 9090: admin (listens on 127.0.0.1 by default; set
-# [admin] listen = "0.0.0.0:9090" and token_env to reach it from outside).
-EXPOSE 8080 9090
+COPY deploy/docker/wsgate.toml /etc/wsgate/wsgate.toml
+# 8080: clients. 9090: admin (/healthz, /readyz, /metrics, /api).
+# 7001: relay-backend, when the image runs it (-listen 0.0.0.0:7001).
+EXPOSE 8080 9090 7001
 STOPSIGNAL SIGTERM
 ENTRYPOINT ["/usr/local/bin/wsgate"]
 CMD ["-config", "/etc/wsgate/wsgate.toml"]

@@ -1,0 +1,312 @@
+package deploy
+
+import (
+	"encoding/json"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/fasthttp/websocket"
+	"github.com/wsgate/wsgate/internal/redistest"
+	"github.com/wsgate/wsgate/internal/testproc"
+)
+
+// composeService is what the tests read of one docker-compose service.
+type composeService struct {
+	Build           map[string]string `yaml:"build"`
+	Image           string            `yaml:"image"`
+	Entrypoint      []string          `yaml:"entrypoint"`
+	Command         []string          `yaml:"command"`
+	Environment     map[string]string `yaml:"environment"`
+	Ports           []string          `yaml:"ports"`
+	Volumes         []string          `yaml:"volumes"`
+	StopGracePeriod string            `yaml:"stop_grace_period"`
+}
+
+// composeStack is deploy/docker-compose.yml read and checked: the gateway's
+// command line and config (the file its volume mounts), and each relay's.
+type composeStack struct {
+	gateway    composeService
+	configText string // the gateway's config as shipped
+	relays     map[string]composeService
+}
+
+// readCompose parses deploy/docker-compose.yml and checks what needs no
+// process: services, images, entrypoints, the config the gateway's volume
+// mounts, ports, environment and stop grace periods.
+func readCompose(t *testing.T, d *dockerfile) *composeStack {
+	t.Helper()
+	files := readYAML[struct {
+		Services map[string]composeService `yaml:"services"`
+	}](t, "docker-compose.yml")
+	if len(files) != 1 {
+		t.Fatalf("docker-compose.yml: %d documents, want 1", len(files))
+	}
+	svcs := files[0].Services
+	if _, ok := svcs["redis"]; !ok {
+		t.Fatalf("docker-compose.yml has no redis service")
+	}
+	st := &composeStack{relays: map[string]composeService{}}
+	for name, s := range svcs {
+		if name == "redis" {
+			continue
+		}
+		if s.Build["context"] != ".." || s.Build["dockerfile"] != "Dockerfile" {
+			t.Errorf("service %s: build %v, want the repository's Dockerfile", name, s.Build)
+		}
+		if len(s.Entrypoint) == 0 {
+			st.gateway = s
+			continue
+		}
+		if d.image[s.Entrypoint[0]] != "pkg:./relay-backend" {
+			t.Errorf("service %s: entrypoint %q is not the image's relay-backend", name, s.Entrypoint)
+		}
+		st.relays[name] = s
+	}
+	if len(st.relays) != 2 || st.gateway.Image == "" {
+		t.Fatalf("docker-compose.yml: want Redis, two relays and the gateway; got relays %v", keys(st.relays))
+	}
+
+	// The gateway's -config names a file its volume mounts from the repository.
+	cfgPath, ok := flagValue(st.gateway.Command, "config")
+	if !ok {
+		t.Fatalf("gateway command %q names no -config", st.gateway.Command)
+	}
+	repoFile := ""
+	for _, v := range st.gateway.Volumes {
+		parts := strings.Split(v, ":")
+		if len(parts) >= 2 {
+			if rel, ok := strings.CutPrefix(cfgPath, strings.TrimSuffix(parts[1], "/")+"/"); ok {
+				repoFile = filepath.Join(parts[0], rel)
+			}
+		}
+	}
+	if repoFile == "" {
+		t.Fatalf("gateway's -config %s is not on a volume (%v)", cfgPath, st.gateway.Volumes)
+	}
+	text, err := os.ReadFile(repoFile)
+	if err != nil {
+		t.Fatalf("gateway's -config %s is %s: %v", cfgPath, repoFile, err)
+	}
+	st.configText = string(text)
+	cfg := loadConfig(t, repoFile, st.configText)
+	_, baked := imageConfig(t, d)
+	if cfgPath != baked {
+		t.Errorf("gateway's -config %s is not where the image bakes its config (%s)", cfgPath, baked)
+	}
+
+	// Nodes: every relay, by its service name and its -listen port.
+	want := map[string]bool{}
+	for name, s := range st.relays {
+		listen, ok := flagValue(s.Command, "listen")
+		if !ok {
+			t.Fatalf("relay %s has no -listen (its default is loopback only)", name)
+		}
+		if h, _, _ := net.SplitHostPort(listen); h != "0.0.0.0" && h != "" {
+			t.Errorf("relay %s listens on %s: the gateway in another container cannot reach it", name, listen)
+		}
+		want[net.JoinHostPort(name, port(t, listen))] = true
+		redisURL, _ := flagValue(s.Command, "redis")
+		if !strings.HasPrefix(redisURL, "redis://redis:6379/") {
+			t.Errorf("relay %s: -redis %q, want the redis service", name, redisURL)
+		}
+		window, _ := flagValue(s.Command, "drain-window")
+		if w, err := time.ParseDuration(window); err != nil || !longer(s.StopGracePeriod, w+10*time.Second) {
+			t.Errorf("relay %s: stop_grace_period %q must exceed -drain-window %q + 10s", name, s.StopGracePeriod, window)
+		}
+	}
+	var got []string
+	for _, n := range cfg.Pools[0].Nodes {
+		got = append(got, n.Addr)
+		if !want[n.Addr] {
+			t.Errorf("node %s is no relay service of the compose file (relays: %v)", n.Addr, want)
+		}
+	}
+	if len(got) != len(want) {
+		t.Errorf("nodes %v, want every relay: %v", got, want)
+	}
+
+	// Ports published are the ones the config listens on.
+	published := map[string]bool{}
+	for _, p := range st.gateway.Ports {
+		parts := strings.Split(p, ":")
+		published[parts[len(parts)-1]] = true
+	}
+	for _, a := range []string{cfg.Gateway.Listen, cfg.Admin.Listen} {
+		if !published[port(t, a)] {
+			t.Errorf("gateway ports %v do not publish %s", st.gateway.Ports, a)
+		}
+	}
+	for _, env := range []string{cfg.Admin.TokenEnv, "JWT_SECRET"} {
+		if _, ok := st.gateway.Environment[env]; !ok {
+			t.Errorf("gateway environment lacks %s", env)
+		}
+	}
+	if !longer(st.gateway.StopGracePeriod, cfg.Gateway.DrainTimeout.Duration) {
+		t.Errorf("gateway stop_grace_period %q must exceed drain_timeout %s", st.gateway.StopGracePeriod, cfg.Gateway.DrainTimeout)
+	}
+	return st
+}
+
+// longer reports whether the duration s is longer than d.
+func longer(s string, d time.Duration) bool {
+	v, err := time.ParseDuration(s)
+	return err == nil && v > d
+}
+
+// TestCompose runs deploy/docker-compose.yml's stack on loopback: a real
+// Redis, both relays with their command lines (addresses adapted), and
+// the gateway with its command line and the mounted config (plugin path and
+// addresses adapted; the relays still by host name, localhost). Two clients with a JWT join one room through the
+// gateway, one on each relay, and a message from one reaches the other
+// over Redis.
+func TestCompose(t *testing.T) {
+	d := readDockerfile(t)
+	st := readCompose(t, d)
+	rd := redistest.Start(t)
+
+	text := st.configText
+	var relayAddrs []string
+	for name, s := range st.relays {
+		addr := testproc.FreeAddr(t)
+		listen, _ := flagValue(s.Command, "listen")
+		args := withFlag(t, withFlag(t, s.Command, "listen", addr), "redis", rd.URL())
+		startRelay(t, name, addr, args)
+		// By name, as in the compose file: the gateway resolves it.
+		text = replaceOnce(t, text, fmt.Sprintf("%q", net.JoinHostPort(name, port(t, listen))), fmt.Sprintf("%q", net.JoinHostPort("localhost", port(t, addr))))
+		relayAddrs = append(relayAddrs, addr)
+	}
+	cfg := loadConfig(t, "compose", st.configText)
+	gw, admin := testproc.FreeAddr(t), testproc.FreeAddr(t)
+	text = replaceOnce(t, text,
+		fmt.Sprintf("listen = %q", cfg.Gateway.Listen), fmt.Sprintf("listen = %q", gw),
+		fmt.Sprintf("listen = %q", cfg.Admin.Listen), fmt.Sprintf("listen = %q", admin))
+	text = replaceOnce(t, text, pluginPaths(t, d, cfg)...)
+	args := withFlag(t, st.gateway.Command, "config", writeTemp(t, "wsgate.toml", text))
+	startGateway(t, admin, args)
+	waitNodesUp(t, admin, len(relayAddrs))
+
+	hdr := http.Header{"Authorization": {"Bearer " + clientToken(t)}}
+	dialer := websocket.Dialer{HandshakeTimeout: 5 * time.Second}
+	if _, resp, err := dialer.Dial("ws://"+gw+"/room/compose", nil); err == nil || resp == nil || resp.StatusCode != http.StatusUnauthorized {
+		t.Fatalf("a client without a token: %v %v, want 401", resp, err)
+	}
+	a, _, err := dialer.Dial("ws://"+gw+"/room/compose", hdr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Close()
+	b, _, err := dialer.Dial("ws://"+gw+"/room/compose", hdr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	for _, r := range relayAddrs {
+		if n := relayConnections(t, r); n != 1 {
+			t.Fatalf("relay %s holds %d connections, want 1 (one client each)", r, n)
+		}
+	}
+	// b's relay subscribes to the room as b joins; send until it is in.
+	got := make(chan string, 1)
+	go func() {
+		_ = b.SetReadDeadline(time.Now().Add(10 * time.Second))
+		_, m, err := b.ReadMessage()
+		if err != nil {
+			got <- "error: " + err.Error()
+			return
+		}
+		got <- string(m)
+	}()
+	for i := range 100 {
+		if err := a.WriteMessage(websocket.TextMessage, []byte("hello")); err != nil {
+			t.Fatal(err)
+		}
+		select {
+		case m := <-got:
+			if m != "hello" {
+				t.Fatalf("b read %q after %d sends", m, i+1)
+			}
+			return
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+	t.Fatalf("b received nothing after 100 sends")
+}
+
+// nodesStatus is what the tests read of the admin API's /api/nodes.
+type nodesStatus struct {
+	Tunnels int `json:"tunnels"`
+	Pools   []struct {
+		Nodes []struct {
+			Addr  string `json:"addr"`
+			State string `json:"state"`
+		} `json:"nodes"`
+	} `json:"pools"`
+}
+
+// up counts the nodes up.
+func (v *nodesStatus) up() int {
+	n := 0
+	for _, p := range v.Pools {
+		for _, nd := range p.Nodes {
+			if nd.State == "up" {
+				n++
+			}
+		}
+	}
+	return n
+}
+
+// waitNodes polls the admin API's /api/nodes (with the token) until ok
+// says yes, for at most 20 s.
+func waitNodes(t *testing.T, admin, what string, ok func(*nodesStatus) bool) {
+	t.Helper()
+	c := &http.Client{Timeout: 2 * time.Second}
+	var last string
+	for range 200 {
+		req, _ := http.NewRequest(http.MethodGet, "http://"+admin+"/api/nodes", nil)
+		req.Header.Set("Authorization", "Bearer "+testAdminToken)
+		resp, err := c.Do(req)
+		if err == nil {
+			var v nodesStatus
+			err = json.NewDecoder(resp.Body).Decode(&v)
+			resp.Body.Close()
+			if err == nil && ok(&v) {
+				return
+			}
+			last = fmt.Sprintf("%d %+v %v", resp.StatusCode, v, err)
+		} else {
+			last = err.Error()
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	t.Fatalf("%s: not within 20 s: %s", what, last)
+}
+
+// waitNodesUp waits until exactly n nodes are up.
+func waitNodesUp(t *testing.T, admin string, n int) {
+	t.Helper()
+	waitNodes(t, admin, fmt.Sprintf("%d nodes up", n), func(v *nodesStatus) bool { return v.up() == n })
+}
+
+// relayConnections reads a relay's live connection count from /info.
+func relayConnections(t *testing.T, addr string) int {
+	t.Helper()
+	resp, err := http.Get("http://" + addr + "/info")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var v struct {
+		Connections int `json:"connections"`
+	}
+	if err := json.NewDecoder(resp.Body).Decode(&v); err != nil {
+		t.Fatalf("%s/info: %v", addr, err)
+	}
+	return v.Connections
+}
