@@ -6,7 +6,7 @@ import "time"
 
 // poller is the event-driven engine's poller, which exists on Linux only;
 // elsewhere every tunnel runs on goroutines.
-type poller struct{}
+type poller struct{ out *outBuf }
 
 func (*poller) run(func()) {}
 

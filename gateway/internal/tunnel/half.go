@@ -41,9 +41,8 @@ var (
 type half struct {
 	t        *Tunnel
 	src, dst net.Conn
-	srcRaw   syscall.RawConn // probed for a hang-up while dst stalls; nil if none
-	reader   *pollread.Reader
-	toClient bool // dst is the client: close frames go unmasked
+	g        *goState // the goroutine engine's own; nil on the poller
+	toClient bool     // dst is the client: close frames go unmasked
 
 	frames    atomic.Uint64
 	bytes     atomic.Uint64
@@ -74,18 +73,12 @@ type half struct {
 	broken      bool // framing lost: everything from src is dropped
 	dstFailed   bool
 
-	// What one forward queues for dst, written once mu is released: at
-	// most the carried header bytes, a run of the read, the keepalive
-	// ping, the rest of the read, and the gateway's close frame. Only the
-	// holder of the write turn uses them.
-	out      [outSegs][]byte
-	outN     int
-	outClose bool // out ends with the gateway's close frame
-	held     [wsframe.MaxHeaderLen]byte
-	// turn signals the write turn given back, on the goroutine engine
-	// (nil on the poller, where one goroutine does every write).
-	turn *sync.Cond
-
+	// ob is where forward queues what goes to dst: the half's own on
+	// goroutines, the poller's one for all its tunnels on the event-driven
+	// engine (forward never runs twice at once on a poller, and what dst
+	// does not take is copied to the tail). Only the holder of the write
+	// turn uses it.
+	ob *outBuf
 	// rate is the client's frame and byte rate limit, on the
 	// client→node half of a route with one; nil otherwise.
 	rate *rateLimit
@@ -111,14 +104,16 @@ type half struct {
 func (h *half) init(t *Tunnel, src, dst net.Conn, toClient, polled bool) {
 	h.t, h.toClient = t, toClient
 	if polled {
+		h.ob = t.pl.out
 		return // the poller has the sockets
 	}
+	h.ob = new(outBuf)
 	h.src, h.dst = src, dst
-	h.turn = sync.NewCond(&h.mu)
-	h.reader = pollread.NewReader(src, bufPool)
+	h.g = &goState{reader: pollread.NewReader(src, bufPool)}
+	h.g.turn = sync.NewCond(&h.mu)
 	if sc, ok := src.(syscall.Conn); ok {
 		if raw, err := sc.SyscallConn(); err == nil {
-			h.srcRaw = raw
+			h.g.srcRaw = raw
 		}
 	}
 }
@@ -130,7 +125,7 @@ func (h *half) pump(pending []byte) error {
 		h.forward(pending)
 	}
 	for {
-		bp, n, err := h.reader.Read()
+		bp, n, err := h.g.reader.Read()
 		if n > 0 {
 			h.forward((*bp)[:n])
 		}
@@ -151,7 +146,11 @@ func (h *half) forward(p []byte) {
 		h.mu.Unlock()
 		return
 	}
-	h.outN, h.outClose = 0, false
+	if h.ob == nil { // a half not made by New, as in benchmarks
+		h.ob = new(outBuf)
+	}
+	ob := h.ob
+	ob.n, ob.close = 0, false
 	start, i := 0, 0
 	closed := false
 	var frames uint64
@@ -216,8 +215,8 @@ func (h *half) forward(p []byte) {
 			h.queue(p[start:i])
 			start = i
 			h.pendingPing = false
-			h.out[h.outN] = pingFrame
-			h.outN++
+			ob.seg[ob.n] = pingFrame
+			ob.n++
 		}
 	}
 	if ferr == nil {
@@ -234,14 +233,14 @@ func (h *half) forward(p []byte) {
 	// Bytes after src's own close frame are no one's business: a peer
 	// stops reading at a close frame, so nothing after it is an error.
 	ignoreErr := ferr != nil && h.srcClosed
-	out, outClose := h.out[:h.outN], h.outClose
-	if len(out) > 0 && h.writing && h.turn != nil {
+	out, outClose := ob.seg[:ob.n], ob.close
+	if len(out) > 0 && h.writing && h.g != nil {
 		// On goroutines, only the gateway's keepalive ping can hold the
 		// turn here (its close sets sentClose, and queue then drops
 		// everything): wait for it, so no frame is split. A close that
 		// went out meanwhile, or a failed dst, ends what may follow.
 		for h.writing {
-			h.turn.Wait()
+			h.g.turn.Wait()
 		}
 		if h.dstFailed || (h.sentClose && !outClose) {
 			out = nil
@@ -289,14 +288,15 @@ func (h *half) queue(b []byte) {
 		return
 	}
 	if h.carryN > 0 {
-		n := copy(h.held[:], h.carry[:h.carryN])
+		ob := h.ob
+		n := copy(ob.held[:], h.carry[:h.carryN])
 		h.carryN = 0
-		h.out[h.outN] = h.held[:n]
-		h.outN++
+		ob.seg[ob.n] = ob.held[:n]
+		ob.n++
 	}
 	if len(b) > 0 {
-		h.out[h.outN] = b
-		h.outN++
+		h.ob.seg[h.ob.n] = b
+		h.ob.n++
 	}
 }
 
@@ -306,9 +306,9 @@ func (h *half) queueClose(code uint16, reason string) {
 	if h.sentClose || h.dstFailed {
 		return
 	}
-	h.out[h.outN] = h.takeClose(code, reason)
-	h.outN++
-	h.outClose = true
+	h.ob.seg[h.ob.n] = h.takeClose(code, reason)
+	h.ob.n++
+	h.ob.close = true
 }
 
 // takeClose builds the gateway's close frame for dst and records it as
@@ -388,8 +388,8 @@ func (h *half) afterWrite(err error) (next [][]byte, isClose bool) {
 		return [][]byte{pingFrame}, false
 	}
 	h.writing = false
-	if h.turn != nil {
-		h.turn.Broadcast()
+	if h.g != nil {
+		h.g.turn.Broadcast()
 	}
 	return nil, false
 }
@@ -398,6 +398,24 @@ func (h *half) afterWrite(err error) (next [][]byte, isClose bool) {
 // bytes, a run of the read, the keepalive ping, the rest of the read, and
 // the gateway's close frame.
 const outSegs = 5
+
+// goState is a half's state on the goroutine engine only.
+type goState struct {
+	reader *pollread.Reader
+	srcRaw syscall.RawConn // probed for a hang-up while dst stalls; nil if none
+	// turn signals the write turn given back: a pump whose frames wait
+	// behind the gateway's keepalive ping sleeps on it.
+	turn *sync.Cond
+}
+
+// outBuf is what one forward queues for dst, written once the half's lock
+// is released (see outSegs); held keeps the carried header bytes.
+type outBuf struct {
+	seg   [outSegs][]byte
+	n     int
+	close bool
+	held  [wsframe.MaxHeaderLen]byte
+}
 
 // pingFrame is the gateway's keepalive ping to a client: unmasked, no
 // payload (RFC 6455 section 5.5.2).

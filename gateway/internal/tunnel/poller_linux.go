@@ -38,6 +38,7 @@ type poller struct {
 	buf    []byte
 	events []unix.EpollEvent
 	iov    [outSegs]unix.Iovec // writev's vector, one per segment forward may queue; poller-owned so a write allocates nothing
+	out    *outBuf             // forward's queue for every half of the poller's (see half.ob)
 
 	// byFD maps a socket's descriptor to its tunnel. Only the poller
 	// uses it.
@@ -136,6 +137,7 @@ func newPoller() (*poller, error) {
 		wakefd: wfd,
 		buf:    make([]byte, pollerReadSize),
 		events: make([]unix.EpollEvent, 256),
+		out:    new(outBuf),
 	}
 	p.epfile = os.NewFile(uintptr(epfd), "tunnel-poller")
 	rc, err := p.epfile.SyscallConn()
