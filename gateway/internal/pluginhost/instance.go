@@ -63,10 +63,12 @@ func startInstance(ctx context.Context, spec conf.Plugin, o *Options) (*instance
 		secure = &plugin.SecureConfig{Checksum: want, Hash: sha256.New()}
 	}
 	lw := &logWriter{log: o.Logger, plugin: spec.Name}
+	cmd := exec.Command(spec.Path)
+	dieWithGateway(cmd)
 	client := plugin.NewClient(&plugin.ClientConfig{
 		HandshakeConfig:  auth.Handshake,
 		Plugins:          plugin.PluginSet{auth.PluginName: &auth.Plugin{}},
-		Cmd:              exec.Command(spec.Path),
+		Cmd:              cmd,
 		SecureConfig:     secure,
 		AllowedProtocols: []plugin.Protocol{plugin.ProtocolGRPC},
 		AutoMTLS:         true,
