@@ -178,13 +178,18 @@ origins = ["https://app.example"]
 path_prefix = "/room/"
 pool = "relay"
 `))
+	// One connection a request, each closed before the next one opens:
+	// max_conns_per_ip = 2 counts idle keep-alive connections too, so
+	// reused or lingering ones would turn a case's answer into 429.
+	client := &http.Client{Transport: &http.Transport{DisableKeepAlives: true}}
 	get := func(path string, hdr map[string]string) *http.Response {
 		t.Helper()
+		e.waitZero()
 		req, _ := http.NewRequest(http.MethodGet, "http://"+e.gw+path, nil)
 		for k, v := range hdr {
 			req.Header.Set(k, v)
 		}
-		resp, err := http.DefaultClient.Do(req)
+		resp, err := client.Do(req)
 		if err != nil {
 			t.Fatal(err)
 		}
