@@ -92,7 +92,7 @@ type Gateway struct {
 	// tunnel (default "epoll"). A reload applies it to new tunnels.
 	TunnelEngine string `toml:"tunnel_engine" json:"tunnel_engine"`
 	// Pollers is how many event loops the "epoll" engine runs (default
-	// 0: one per core; >= 0). Fewer cost less CPU per frame at moderate
+	// 0: one per core; 0-1024). Fewer cost less CPU per frame at moderate
 	// rates and carry less at the most. Changing it needs a restart.
 	Pollers int `toml:"pollers" json:"pollers"`
 	// DrainWindow is the time over which close 1001 frames are spread when
@@ -308,7 +308,7 @@ type Route struct {
 	MaxFrame Size `toml:"max_frame" json:"max_frame"`
 	// PingInterval makes the gateway ping a client that has sent nothing
 	// for this long, between two frames, so a client whose network is
-	// gone is found (default "0s": no pings; >= 0).
+	// gone is found (default "0s": no pings; else >= 1s).
 	PingInterval Duration `toml:"ping_interval" json:"ping_interval"`
 	// PongTimeout ends the tunnel of a client that sends nothing for this
 	// long after a ping: the node is told 1001 and its slot freed

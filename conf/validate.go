@@ -60,6 +60,14 @@ func unique(e *errorList, seen map[string]string, value, key, what string) {
 	e.add(key, fmt.Sprintf("duplicate %s %q (first at %s)", what, value, where))
 }
 
+// maxPollers bounds gateway.pollers: far more event loops than any machine
+// has cores.
+const maxPollers = 1024
+
+// minPingInterval bounds a route's ping_interval from below: every tunnel
+// of the route is looked at once an interval.
+const minPingInterval = time.Second
+
 func (g *Gateway) validate(e *errorList) {
 	checkListen(e, "gateway.listen", g.Listen)
 	seen := map[string]string{g.Listen: "gateway.listen"}
@@ -83,7 +91,14 @@ func (g *Gateway) validate(e *errorList) {
 	}
 	positive(e, "gateway.handshake_timeout", g.HandshakeTimeout)
 	positive(e, "gateway.write_timeout", g.WriteTimeout)
-	atLeast(e, "gateway.pollers", g.Pollers, 0)
+	switch {
+	case g.Pollers < 0:
+		e.add("gateway.pollers", fmt.Sprintf("must be >= 0 (0: one per core), got %d", g.Pollers))
+	case g.Pollers > maxPollers:
+		// Each poller holds descriptors and a read buffer: a typo must
+		// not cost the gateway its open-file budget.
+		e.add("gateway.pollers", fmt.Sprintf("must be <= %d, got %d", maxPollers, g.Pollers))
+	}
 	switch g.TunnelEngine {
 	case "epoll", "goroutines":
 	default:
@@ -280,8 +295,8 @@ func (r *Route) validate(e *errorList, path string, pools, plugins map[string]st
 	if r.MaxFrame <= 0 {
 		e.add(joinKey(path, "max_frame"), "must be > 0, got "+r.MaxFrame.String())
 	}
-	if r.PingInterval.Duration < 0 {
-		e.add(joinKey(path, "ping_interval"), "must be >= 0 (0s: no pings), got "+r.PingInterval.String())
+	if d := r.PingInterval.Duration; d < 0 || (d > 0 && d < minPingInterval) {
+		e.add(joinKey(path, "ping_interval"), "must be 0s (no pings) or >= "+minPingInterval.String()+", got "+r.PingInterval.String())
 	}
 	positive(e, joinKey(path, "pong_timeout"), r.PongTimeout)
 	atLeast(e, joinKey(path, "frame_rate"), r.FrameRate, 0)
