@@ -279,7 +279,7 @@ func (s *Server) startTunnel(c net.Conn, g *generation, up *upstream, hd *hold, 
 		Engine:        g.engine,
 	})
 	s.metrics.handshake("ok", start)
-	s.metrics.tunnelStarts.WithLabelValues(t.Engine()).Inc()
+	s.metrics.startedOn[t.Engine()].Inc()
 	e := entry{node: hd.lease.Node(), subject: hd.subject, key: hd.key,
 		client: hd.client, path: hd.path, route: rt.name, start: start}
 	if !hd.expires.IsZero() {

@@ -40,6 +40,9 @@ type metrics struct {
 	localDialErrors  *prometheus.CounterVec
 	tlsReloads       *prometheus.CounterVec
 	tunnelStarts     *prometheus.CounterVec
+	// startedOn are tunnelStarts' two counters, looked up once: a
+	// handshake counts its tunnel without hashing a label.
+	startedOn map[string]prometheus.Counter
 }
 
 func newMetrics(s *Server) *metrics {
@@ -125,8 +128,10 @@ func newMetrics(s *Server) *metrics {
 		Name: "wsgate_tunnels_started_total",
 		Help: "Tunnels started, by the engine that runs them: epoll (an event loop per core) or goroutines (a TLS client's tunnel, or every tunnel with gateway.tunnel_engine = \"goroutines\").",
 	}, []string{"engine"})
-	m.tunnelStarts.WithLabelValues("epoll")
-	m.tunnelStarts.WithLabelValues("goroutines")
+	m.startedOn = map[string]prometheus.Counter{
+		"epoll":      m.tunnelStarts.WithLabelValues("epoll"),
+		"goroutines": m.tunnelStarts.WithLabelValues("goroutines"),
+	}
 	m.reg.MustRegister(m.acceptErrors, m.refused, m.localDialErrors, m.tlsReloads, m.tunnelStarts,
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: "wsgate_tunnel_pollers",
