@@ -33,11 +33,13 @@ var (
 )
 
 // half is one direction of a tunnel: it reads src, follows the frames and
-// writes them to dst. Only its pump goroutine reads src. Only the holder of
-// the write turn (writing) writes to dst: the pump with the bytes it
-// forwards, or a goroutine sending the gateway's own close frame. mu guards
-// the framing state and the turn and is never held across I/O; the counters
-// are atomics, so Stats never waits on a write.
+// writes them to dst. Only its pump goroutine (on the event-driven engine,
+// its poller) reads src. Only the holder of the write turn (writing) writes
+// to dst: the pump with the bytes it forwards, or a goroutine sending the
+// gateway's own close frame or keepalive ping; on the event-driven engine
+// every write is the poller's, and the turn stays taken while a tail waits.
+// mu guards the framing state and the turn and is never held across I/O;
+// the counters are atomics, so Stats never waits on a write.
 type half struct {
 	t        *Tunnel
 	src, dst net.Conn
