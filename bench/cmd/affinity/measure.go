@@ -68,32 +68,12 @@ func (m *meter) read(ctx context.Context) (counters, error) {
 	return c, nil
 }
 
-// waitIdle waits, at most 30s, until no relay holds a connection, so a run
-// starts from empty relays (and a hash pick counts no leftover).
-func (m *meter) waitIdle() error {
-	for range 300 {
-		busy := 0
-		for _, r := range m.st.Relays {
-			ri, err := r.Info()
-			if err != nil {
-				return err
-			}
-			busy += ri.Connections
-		}
-		if busy == 0 {
-			return nil
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
-	return fmt.Errorf("relays still hold connections 30s after a run (logs in %s)", m.dir)
-}
-
 // measure runs one fan-out through pol's gateway. Every 500ms while it
 // runs it reads the relays' /info and, once every member is connected,
 // PUBSUB NUMSUB of the run's rooms; the last such sample is kept.
 func (m *meter) measure(ctx context.Context, pol policy, rep int) (result, error) {
 	var res result
-	if err := m.waitIdle(); err != nil {
+	if err := loadproc.WaitIdle(m.st.Relays, m.dir); err != nil {
 		return res, err
 	}
 	m.seq++

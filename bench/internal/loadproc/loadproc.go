@@ -19,6 +19,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/wsgate/wsgate/bench/internal/stack"
 	"github.com/wsgate/wsgate/internal/loadgen"
 )
 
@@ -137,4 +138,24 @@ func ModuleRoot() (string, error) {
 		return "", errors.New("run inside the wsgate module")
 	}
 	return filepath.Dir(mod), nil
+}
+
+// WaitIdle waits, at most 30s, until none of relays holds a connection, so
+// that a run starts from empty relays; dir is named in the error.
+func WaitIdle(relays []*stack.Relay, dir string) error {
+	for range 300 {
+		busy := 0
+		for _, r := range relays {
+			ri, err := r.Info()
+			if err != nil {
+				return err
+			}
+			busy += ri.Connections
+		}
+		if busy == 0 {
+			return nil
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	return fmt.Errorf("relays still hold connections 30s after a run (logs in %s)", dir)
 }
