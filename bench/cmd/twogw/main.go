@@ -9,7 +9,7 @@
 //
 // Usage (from the module root; see docs/benchmarks.md):
 //
-//	go run ./bench/cmd/twogw [-relays 3] [-reps 3] [-dir DIR]
+//	go run ./bench/cmd/twogw [-relays 3] [-reps 3] [-only CASE] [-dir DIR]
 package main
 
 import (
@@ -22,6 +22,8 @@ import (
 	"os/signal"
 	"path/filepath"
 	"runtime"
+	"slices"
+	"strings"
 	"syscall"
 	"time"
 
@@ -94,12 +96,19 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs.SetOutput(stderr)
 	relays := fs.Int("relays", 3, "relay-backend replicas (2-8)")
 	reps := fs.Int("reps", 3, "runs per case")
+	only := fs.String("only", "", "run only the cases whose name contains this")
 	dir := fs.String("dir", "", "directory for logs, configs and raw reports (default: a new one in $TMPDIR)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
 	if *relays < 2 || *relays > 8 || *reps < 1 {
 		return errors.New("-relays must be 2-8 and -reps positive")
+	}
+	if *only != "" {
+		scenarios = slices.DeleteFunc(scenarios, func(sc scenario) bool { return !strings.Contains(sc.name, *only) })
+		if len(scenarios) == 0 {
+			return fmt.Errorf("-only %q matches no case", *only)
+		}
 	}
 	if *dir == "" {
 		d, err := os.MkdirTemp("", "wsgate-twogw-")
