@@ -21,6 +21,7 @@ import (
 // spread is what one run of a case measured.
 type spread struct {
 	samples int     // samples counted (see measure)
+	beyond  int     // counted samples beyond ±10%
 	maxDev  float64 // largest deviation of a counted sample
 	medDev  float64 // median deviation of the counted samples
 	worst   []int   // the split of the sample with maxDev
@@ -131,18 +132,7 @@ loop:
 		mu.Lock()
 		both := running == 2
 		mu.Unlock()
-		s := sample{split: make([]int, len(m.st.Relays)), both: both}
-		ok := true
-		for j, r := range m.st.Relays {
-			ri, err := r.Info()
-			if err != nil {
-				ok = false
-				break
-			}
-			s.split[j] = ri.Connections
-			s.total += ri.Connections
-		}
-		if ok {
+		if s, ok := m.read(both); ok {
 			samples = append(samples, s)
 		}
 	}
@@ -164,6 +154,9 @@ loop:
 		}
 		d := loadproc.MaxDeviation(s.split)
 		devs = append(devs, d)
+		if d > 0.10 {
+			sp.beyond++
+		}
 		sp.lo, sp.hi = min(sp.lo, s.total), max(sp.hi, s.total)
 		if d >= sp.maxDev {
 			sp.maxDev, sp.worst = d, slices.Clone(s.split)
@@ -173,8 +166,8 @@ loop:
 	if sp.samples == 0 {
 		return sp, fmt.Errorf("%s run %d: no sample while both sources ran (logs in %s)", sc.name, rep+1, m.dir)
 	}
-	fmt.Fprintf(m.log, "twogw: %s run %d: %d samples, totals %d-%d, max deviation %.1f%% (split %v), median %.1f%%, failed %d, dropped %d\n",
-		sc.name, rep+1, sp.samples, sp.lo, sp.hi, 100*sp.maxDev, sp.worst, 100*sp.medDev, failed, drops)
+	fmt.Fprintf(m.log, "twogw: %s run %d: %d samples (%d beyond ±10%%), totals %d-%d, max deviation %.1f%% (split %v), median %.1f%%, failed %d, dropped %d\n",
+		sc.name, rep+1, sp.samples, sp.beyond, sp.lo, sp.hi, 100*sp.maxDev, sp.worst, 100*sp.medDev, failed, drops)
 	return sp, loadproc.WaitIdle(m.st.Relays, m.dir)
 }
 
@@ -247,4 +240,29 @@ func nodeState(admin, addr string) string {
 		}
 	}
 	return ""
+}
+
+// read reads every relay's /info at once (one goroutine each, so that a
+// mass close or open between the reads skews the split as little as it
+// can; the reads are still not one instant).
+func (m *meter) read(both bool) (sample, bool) {
+	s := sample{split: make([]int, len(m.st.Relays)), both: both}
+	errs := make([]error, len(m.st.Relays))
+	var wg sync.WaitGroup
+	for j, r := range m.st.Relays {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			ri, err := r.Info()
+			s.split[j], errs[j] = ri.Connections, err
+		}()
+	}
+	wg.Wait()
+	for j := range s.split {
+		if errs[j] != nil {
+			return s, false
+		}
+		s.total += s.split[j]
+	}
+	return s, true
 }
