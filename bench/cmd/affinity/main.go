@@ -24,12 +24,10 @@ import (
 	"math"
 	"net/http"
 	"os"
-	"os/signal"
 	"path/filepath"
 	"runtime"
 	"strconv"
 	"strings"
-	"syscall"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -72,16 +70,7 @@ type result struct {
 	split     []int   // connections per relay in that sample
 }
 
-func main() {
-	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
-	defer stop()
-	if err := run(ctx, os.Args[1:], os.Stdout, os.Stderr); err != nil {
-		if !errors.Is(err, flag.ErrHelp) {
-			fmt.Fprintln(os.Stderr, "affinity:", err)
-		}
-		os.Exit(1)
-	}
-}
+func main() { loadproc.Main("affinity", run) }
 
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	var p plan
@@ -113,31 +102,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	case p.rooms < 1 || p.members < 2 || p.reps < 1 || p.rate <= 0 || p.duration <= 0 || p.size < 32:
 		return errors.New("-rooms, -reps, -rate and -duration must be positive, -members at least 2, -size at least 32")
 	}
-	if dir == "" {
-		d, err := os.MkdirTemp("", "wsgate-affinity-")
-		if err != nil {
-			return err
-		}
-		dir = d
-	}
-	binDir := filepath.Join(dir, "bin")
-	if err := os.MkdirAll(binDir, 0o755); err != nil {
-		return err
-	}
-	defer os.RemoveAll(binDir)
-	fmt.Fprintf(stderr, "affinity: building into %s; logs and raw reports in %s\n", binDir, dir)
-	root, err := loadproc.ModuleRoot()
-	if err != nil {
-		return err
-	}
-	bins, err := stack.Build(ctx, root, binDir)
-	if err != nil {
-		return err
-	}
-	st, err := stack.Up(stack.Options{Dir: dir, Bins: bins, Relays: p.relays, Gateways: 1})
-	if st != nil {
-		defer st.Close()
-	}
+	env, stop, err := loadproc.Up(ctx, "affinity", dir, stack.Options{Relays: p.relays, Gateways: 1}, stderr)
+	defer stop()
+	st, bins, dir := env.Stack, env.Bins, env.Dir
 	if err != nil {
 		return err
 	}

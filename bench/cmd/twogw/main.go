@@ -18,13 +18,9 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"os"
-	"os/signal"
-	"path/filepath"
 	"runtime"
 	"slices"
 	"strings"
-	"syscall"
 	"time"
 
 	"github.com/wsgate/wsgate/bench/internal/loadproc"
@@ -80,16 +76,7 @@ var scenarios = []scenario{
 	{name: "relay 1 restarted, one gateway (comparison)", a: reconnecting600, b: waves(17), restart: true, oneGateway: true},
 }
 
-func main() {
-	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
-	defer stop()
-	if err := run(ctx, os.Args[1:], os.Stdout, os.Stderr); err != nil {
-		if !errors.Is(err, flag.ErrHelp) {
-			fmt.Fprintln(os.Stderr, "twogw:", err)
-		}
-		os.Exit(1)
-	}
-}
+func main() { loadproc.Main("twogw", run) }
 
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("twogw", flag.ContinueOnError)
@@ -110,35 +97,13 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 			return fmt.Errorf("-only %q matches no case", *only)
 		}
 	}
-	if *dir == "" {
-		d, err := os.MkdirTemp("", "wsgate-twogw-")
-		if err != nil {
-			return err
-		}
-		*dir = d
-	}
-	binDir := filepath.Join(*dir, "bin")
-	if err := os.MkdirAll(binDir, 0o755); err != nil {
-		return err
-	}
-	defer os.RemoveAll(binDir)
-	fmt.Fprintf(stderr, "twogw: building into %s; logs and raw reports in %s\n", binDir, *dir)
-	root, err := loadproc.ModuleRoot()
+	env, stop, err := loadproc.Up(ctx, "twogw", *dir, stack.Options{Relays: *relays, Gateways: 2}, stderr)
+	defer stop()
+	st, bins := env.Stack, env.Bins
 	if err != nil {
 		return err
 	}
-	bins, err := stack.Build(ctx, root, binDir)
-	if err != nil {
-		return err
-	}
-	st, err := stack.Up(stack.Options{Dir: *dir, Bins: bins, Relays: *relays, Gateways: 2})
-	if st != nil {
-		defer st.Close()
-	}
-	if err != nil {
-		return err
-	}
-	m := &meter{st: st, bins: bins, dir: *dir, log: stderr}
+	m := &meter{st: st, bins: bins, dir: env.Dir, log: stderr}
 	start, load0 := time.Now(), loadproc.LoadAvg()
 	res := make([][]spread, len(scenarios))
 	for rep := range *reps {

@@ -9,10 +9,13 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"flag"
 	"fmt"
+	"io"
 	"math"
 	"os"
 	"os/exec"
+	"os/signal"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -158,4 +161,65 @@ func WaitIdle(relays []*stack.Relay, dir string) error {
 		time.Sleep(100 * time.Millisecond)
 	}
 	return fmt.Errorf("relays still hold connections 30s after a run (logs in %s)", dir)
+}
+
+// Main runs a command's run function with a context that SIGINT and
+// SIGTERM cancel, and exits 1 when it fails (printing the error after name,
+// except for -h).
+func Main(name string, run func(ctx context.Context, args []string, stdout, stderr io.Writer) error) {
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	err := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
+	stop()
+	if err != nil {
+		if !errors.Is(err, flag.ErrHelp) {
+			fmt.Fprintln(os.Stderr, name+":", err)
+		}
+		os.Exit(1)
+	}
+}
+
+// Env is what Up started: the stack, the binaries it runs and the
+// directory holding the logs, configs and raw reports.
+type Env struct {
+	Stack *stack.Stack
+	Bins  stack.Binaries
+	Dir   string
+}
+
+// Up builds wsgate, relay-backend and wsload into dir/bin (dir "" = a new
+// directory in $TMPDIR named after the command) and starts opt's stack
+// with dir for its logs and configs. stop, never nil, stops what was
+// started and removes the binaries; it is to be called even on an error.
+func Up(ctx context.Context, name, dir string, opt stack.Options, log io.Writer) (env Env, stop func(), err error) {
+	var undo []func()
+	stop = func() {
+		for i := len(undo) - 1; i >= 0; i-- {
+			undo[i]()
+		}
+	}
+	if dir == "" {
+		if dir, err = os.MkdirTemp("", "wsgate-"+name+"-"); err != nil {
+			return env, stop, err
+		}
+	}
+	env.Dir = dir
+	binDir := filepath.Join(dir, "bin")
+	if err := os.MkdirAll(binDir, 0o755); err != nil {
+		return env, stop, err
+	}
+	undo = append(undo, func() { os.RemoveAll(binDir) })
+	fmt.Fprintf(log, "%s: building into %s; logs and raw reports in %s\n", name, binDir, dir)
+	root, err := ModuleRoot()
+	if err != nil {
+		return env, stop, err
+	}
+	if env.Bins, err = stack.Build(ctx, root, binDir); err != nil {
+		return env, stop, err
+	}
+	opt.Dir, opt.Bins = dir, env.Bins
+	env.Stack, err = stack.Up(opt)
+	if env.Stack != nil {
+		undo = append(undo, env.Stack.Close)
+	}
+	return env, stop, err
 }
