@@ -75,12 +75,12 @@ func (m *meter) measure(ctx context.Context, sc scenario, rep int) (spread, erro
 				name := fmt.Sprintf("%s-%d-gw%d-%d", strings.ReplaceAll(strings.ReplaceAll(sc.name, " ", ""), "+", "-"), rep+1, i+1, k+1)
 				r, err := loadproc.Start(ctx, m.bins.WSLoad, m.dir, name, append([]string{src.args[0], "-url", url}, src.args[1:]...)...)
 				if err == nil {
-					rep, werr := r.Wait()
+					rp, werr := r.Wait()
 					err = werr
-					if rep != nil {
+					if rp != nil {
 						mu.Lock()
-						failed += rep.Failed
-						drops += rep.Dropped
+						failed += rp.Failed
+						drops += rp.Dropped
 						mu.Unlock()
 					}
 				}
@@ -117,8 +117,10 @@ loop:
 		if sc.restart {
 			var err error
 			if killed, back, err = m.restart(time.Since(start), killed, back); err != nil {
+				mu.Lock()
 				errs = append(errs, err)
-				<-done
+				mu.Unlock()
+				<-done // the sources end on their own
 				break loop
 			}
 			if back && countFrom.IsZero() && m.upEverywhere(sc) {
