@@ -251,6 +251,10 @@ type RelayInfo struct {
 	// Replica is the relay's id; Connections its joined clients.
 	Replica     string `json:"replica"`
 	Connections int    `json:"connections"`
+	// Rooms counts rooms with a local member, Subscriptions the bus
+	// subscriptions held (one per such room).
+	Rooms         int `json:"rooms"`
+	Subscriptions int `json:"subscriptions"`
 }
 
 // Info reads the relay's /info.
