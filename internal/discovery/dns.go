@@ -127,4 +127,3 @@ func dnsError(name string, err error) error {
 	}
 	return fmt.Errorf("look up %s: %w", name, err)
 }
-
