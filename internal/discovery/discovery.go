@@ -86,10 +86,6 @@ func Watch(src Source, opt Options) *Watcher {
 	return w
 }
 
-// Stopped reports whether Stop was called: an Apply that waited for a
-// lock may check it and drop a set that arrived too late.
-func (w *Watcher) Stopped() bool { return w.ctx.Err() != nil }
-
 // Stop ends the watcher's lookups. It does not wait for a lookup or an
 // Apply in flight (an Apply may wait on a lock its caller holds); Done is
 // closed once the watcher's goroutine has ended.
