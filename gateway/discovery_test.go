@@ -94,18 +94,25 @@ func (s *Server) nodeState(pool, addr string) (balancer.State, bool) {
 	return n.State(), true
 }
 
-const dnsDiscoveryCfg = `
+// discoveryBase is a gateway with one pool, probed every 50ms, whose
+// [pools.discovery] section follows (with a route to it).
+const discoveryBase = `
 [gateway]
 listen = "127.0.0.1:0"
 drain_window = "300ms"
 drain_timeout = "5s"
 [admin]
 listen = "127.0.0.1:0"
+[[routes]]
+pool = "relay"
 [[pools]]
 name = "relay"
   [pools.health]
   interval = "50ms"
   timeout = "40ms"
+`
+
+const dnsDiscoveryCfg = discoveryBase + `
   rise = 2
   [pools.discovery]
   kind = "dns"
@@ -113,8 +120,6 @@ name = "relay"
   port = %d
   resolver = %q
   interval = "100ms"
-[[routes]]
-pool = "relay"
 `
 
 // TestDiscoveryDNS runs a pool from the A records of a name on a DNS
@@ -192,6 +197,7 @@ func TestDiscoveryDNS(t *testing.T) {
 	}
 
 	// A reload keeps the discovered nodes, their health and tunnels.
+	waitUntil(t, func() bool { return srv.Tunnels() == 1 }) // the closed ones ended
 	cfg, err := conf.Parse("reload.toml", []byte(fmt.Sprintf(dnsDiscoveryCfg, port, dns.Addr)))
 	if err != nil {
 		t.Fatal(err)
@@ -241,26 +247,13 @@ func TestDiscoveryDNS(t *testing.T) {
 	e.waitZero()
 }
 
-const redisDiscoveryCfg = `
-[gateway]
-listen = "127.0.0.1:0"
-drain_window = "300ms"
-drain_timeout = "5s"
-[admin]
-listen = "127.0.0.1:0"
-[[pools]]
-name = "relay"
-  [pools.health]
-  interval = "50ms"
-  timeout = "40ms"
+const redisDiscoveryCfg = discoveryBase + `
   rise = 1
   [pools.discovery]
   kind = "redis"
   name = "wsgate:test"
   redis = %q
   interval = "100ms"
-[[routes]]
-pool = "relay"
 `
 
 // TestDiscoveryRedis runs a pool from relay-backend processes that
