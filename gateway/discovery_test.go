@@ -274,7 +274,9 @@ func TestDiscoveryRedis(t *testing.T) {
 	pa, addrA := start("relay-a")
 	pb, addrB := start("relay-b")
 
-	srv := startGateway(t, fmt.Sprintf(redisDiscoveryCfg, rs.URL()))
+	// The default user has no password, so Redis takes any for it: the
+	// gateway really connects with this URL, which /api/config hides.
+	srv := startGateway(t, fmt.Sprintf(redisDiscoveryCfg, "redis://default:hunter2@"+rs.Addr+"/0"))
 	e := &env{t: t, srv: srv, gw: srv.Addr().String()}
 	up := func(addr string) func() bool {
 		return func() bool { st, ok := srv.nodeState("relay", addr); return ok && st == balancer.StateUp }
@@ -295,6 +297,10 @@ func TestDiscoveryRedis(t *testing.T) {
 	}
 	if len(onA) == 0 || len(onB) == 0 {
 		t.Fatalf("clients on a: %d, on b: %d", len(onA), len(onB))
+	}
+	if code, body := e.admin(http.MethodGet, "/api/config", ""); code != 200 || strings.Contains(string(body), "hunter2") ||
+		!strings.Contains(string(body), `"redis": "redis://default:REDACTED@`) {
+		t.Fatalf("/api/config: %d %s", code, body)
 	}
 
 	// SIGTERM: relay-a deletes its key, the gateway's next scan drops

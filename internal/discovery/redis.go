@@ -2,8 +2,10 @@ package discovery
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net"
+	neturl "net/url"
 	"strconv"
 	"strings"
 
@@ -69,6 +71,10 @@ type Redis struct {
 func NewRedis(url, prefix string) (*Redis, error) {
 	opt, err := redis.ParseURL(url)
 	if err != nil {
+		var ue *neturl.Error
+		if errors.As(err, &ue) {
+			err = ue.Err // without the URL it quotes, which may hold a password
+		}
 		return nil, fmt.Errorf("discovery redis URL: %w", err)
 	}
 	return &Redis{prefix: prefix, c: redis.NewClient(opt)}, nil
