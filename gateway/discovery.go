@@ -33,20 +33,28 @@ type watch struct {
 }
 
 // fill returns cfg with the nodes found last as the nodes of each pool
-// that has discovery (a pool nothing was found for yet has none); cfg
-// itself when no pool has discovery. The copy shares everything else.
-func (d *discoveries) fill(cfg *conf.Config) *conf.Config {
+// that has discovery; cfg itself when no pool has discovery. The copy
+// shares everything else. A pool nothing was found for yet keeps the
+// nodes it has in old (a reload that turns discovery on drains nothing
+// before the first answer), or has none.
+func (d *discoveries) fill(cfg *conf.Config, old *generation) *conf.Config {
 	if !slices.ContainsFunc(cfg.Pools, func(p conf.Pool) bool { return p.Discovery.Kind != "" }) {
 		return cfg
 	}
 	d.mu.Lock()
 	defer d.mu.Unlock()
+	if d.found == nil {
+		d.found = map[string][]conf.Node{}
+	}
 	c := *cfg
 	c.Pools = slices.Clone(cfg.Pools)
 	for i := range c.Pools {
 		p := &c.Pools[i]
 		if p.Discovery.Kind == "" {
 			continue
+		}
+		if _, ok := d.found[p.Name]; !ok && old != nil && old.pools[p.Name] != nil {
+			d.found[p.Name] = slices.Clone(old.pools[p.Name].conf.Nodes)
 		}
 		p.Nodes = make([]conf.Node, len(d.found[p.Name]))
 		for j, n := range d.found[p.Name] {
@@ -104,7 +112,10 @@ func (s *Server) syncDiscovery() {
 	}
 	d.initMetrics(s.metrics.reg)
 	if d.running == nil {
-		d.running, d.found = map[string]*watch{}, map[string][]conf.Node{}
+		d.running = map[string]*watch{}
+	}
+	if d.found == nil {
+		d.found = map[string][]conf.Node{}
 	}
 	for name, spec := range want {
 		if d.running[name] != nil {

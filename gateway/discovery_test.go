@@ -356,3 +356,56 @@ func TestDiscoveryRedis(t *testing.T) {
 		t.Fatalf("tunnels %d", n)
 	}
 }
+
+// TestReloadTurnsDiscoveryOn reloads a pool that lists its node into one
+// that finds it by DNS: the node is the same (no tunnel closed, no probe
+// to pass again) before and after the first answer; a second node the
+// answer names is added and probed.
+func TestReloadTurnsDiscoveryOn(t *testing.T) {
+	lns, port := sharedPortListeners(t, 2)
+	a1, a2 := lns[0].Addr().String(), lns[1].Addr().String()
+	mem := bus.NewMemory()
+	var relays []*relay.Relay
+	for i, ln := range lns {
+		r := relay.New(relay.Options{ID: fmt.Sprintf("relay-%d", i+1), Bus: mem.Endpoint(), Logger: quietLog()})
+		go func() { _ = r.Serve(ln) }()
+		relays = append(relays, r)
+	}
+	dns := dnstest.Start(t)
+	static := strings.Replace(discoveryBase, "[[pools]]", "[[pools]]\nnodes = [{ addr = \""+a1+"\" }]", 1)
+	srv := startGateway(t, static)
+	e := &env{t: t, srv: srv, relays: relays, gw: srv.Addr().String()}
+	t.Cleanup(func() {
+		for _, r := range relays {
+			_ = r.Close(context.Background())
+		}
+		_ = mem.Close()
+	})
+	c, replica := e.helloReplica("/room/on")
+	if replica != "relay-1" {
+		t.Fatalf("client on %q", replica)
+	}
+	n1 := srv.current().pools["relay"].node(a1)
+	dns.Fail(true) // no answer yet: the listed node stays
+	cfg, err := conf.Parse("on.toml", []byte(fmt.Sprintf(dnsDiscoveryCfg, port, dns.Addr)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := srv.Apply(cfg); err != nil {
+		t.Fatal(err)
+	}
+	waitUntil(t, func() bool {
+		return counter(e.scrape(), "wsgate_discovery_lookups_total", "result", "error") >= 2
+	})
+	if n := srv.current().pools["relay"].node(a1); n != n1 || n.State() != balancer.StateUp || srv.Tunnels() != 1 {
+		t.Fatalf("before the first answer: node %p (was %p), tunnels %d", n, n1, srv.Tunnels())
+	}
+	dns.SetA("relays.wsgate.test", "127.0.0.2", "127.0.0.3")
+	dns.Fail(false)
+	waitUntil(t, func() bool { st, ok := srv.nodeState("relay", a2); return ok && st == balancer.StateUp })
+	if n := srv.current().pools["relay"].node(a1); n != n1 || n.State() != balancer.StateUp || srv.Tunnels() != 1 {
+		t.Fatalf("after the first answer: node %p (was %p), tunnels %d", n, n1, srv.Tunnels())
+	}
+	c.Close()
+	e.waitZero()
+}

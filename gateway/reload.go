@@ -129,8 +129,8 @@ func (s *Server) swap(cfg *conf.Config, by string) ([]string, error) {
 	if s.draining.Load() {
 		return nil, fmt.Errorf("gateway is shutting down: %s refused", by)
 	}
-	cfg = s.disc.fill(cfg)
 	old := s.current()
+	cfg = s.disc.fill(cfg, old)
 	g, gone, err := s.build(cfg, old)
 	if err != nil {
 		return nil, err
