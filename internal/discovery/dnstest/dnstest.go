@@ -64,24 +64,22 @@ func (s *Server) SetA(name string, ips ...string) {
 	for _, ip := range ips {
 		as = append(as, netip.MustParseAddr(ip))
 	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if len(as) == 0 {
-		delete(s.addrs, canon(name))
-		return
-	}
-	s.addrs[canon(name)] = as
+	setRecords(s, s.addrs, name, as)
 }
 
 // SetSRV replaces the SRV records of name.
-func (s *Server) SetSRV(name string, recs ...SRV) {
+func (s *Server) SetSRV(name string, recs ...SRV) { setRecords(s, s.srvs, name, recs) }
+
+// setRecords replaces name's records in m, one of s's maps; none deletes
+// the name from m.
+func setRecords[T any](s *Server, m map[string][]T, name string, recs []T) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if len(recs) == 0 {
-		delete(s.srvs, canon(name))
+		delete(m, canon(name))
 		return
 	}
-	s.srvs[canon(name)] = recs
+	m[canon(name)] = recs
 }
 
 // Fail makes every answer SERVFAIL (true) or the records again (false).
