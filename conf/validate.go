@@ -225,9 +225,11 @@ func (p *Pool) validate(e *errorList, path string) {
 	p.Health.validate(e, joinKey(path, "health"))
 	atLeast(e, joinKey(joinKey(path, "admission"), "rate"), p.Admission.Rate, 0)
 	atLeast(e, joinKey(joinKey(path, "admission"), "burst"), p.Admission.Burst, 0)
-	switch {
-	case p.Discovery.Kind != "":
-		p.Discovery.validate(e, joinKey(path, "discovery"), len(p.Nodes) > 0)
+	switch d := p.Discovery; {
+	case d.Kind != "":
+		d.validate(e, joinKey(path, "discovery"), len(p.Nodes) > 0)
+	case d.Name != "" || d.Port != 0 || d.Resolver != "" || d.Redis != "":
+		e.add(joinKey(path, "discovery"), "kind (\"dns\" or \"redis\") is required: without it the section does nothing")
 	case len(p.Nodes) == 0:
 		e.add(joinKey(path, "nodes"), "at least one [[pools.nodes]] entry (or a [pools.discovery] section) is required")
 	}
