@@ -224,8 +224,40 @@ type Pool struct {
 	Health Health `toml:"health" json:"health"`
 	// Admission caps the rate at which requests reach the pool's nodes.
 	Admission Admission `toml:"admission" json:"admission"`
-	// Nodes are the pool's relay nodes; at least one.
+	// Nodes are the pool's relay nodes; at least one, unless Discovery
+	// finds them (then none).
 	Nodes []Node `toml:"nodes" json:"nodes"`
+	// Discovery finds the pool's nodes at run time instead of Nodes.
+	Discovery Discovery `toml:"discovery" json:"discovery"`
+}
+
+// Discovery is a pool's [pools.discovery] section: where the gateway finds
+// the pool's nodes while it runs. A node found is health-checked before it
+// takes clients; a node that vanishes is drained as a reload that removes
+// it would; a lookup that fails or finds nothing keeps the nodes found
+// last. Like all sections it is plain data, read-only once loaded (see
+// Config).
+type Discovery struct {
+	// Kind is "dns" or "redis" (default "": no discovery, the pool lists
+	// its nodes).
+	Kind string `toml:"kind" json:"kind"`
+	// Name is, for "dns", the DNS name to resolve: a name starting with
+	// "_" is looked up as SRV, whose records carry port and weight, any
+	// other as A and AAAA; for "redis", the key prefix relays register
+	// under (keys "NAME:HOST:PORT"). Required with a kind.
+	Name string `toml:"name" json:"name"`
+	// Port is the nodes' port for A and AAAA answers (1-65535; required
+	// for a "dns" name that is not SRV, unused otherwise).
+	Port int `toml:"port" json:"port"`
+	// Interval is the time between two lookups, which also bounds one
+	// lookup (default 5s; >= 100ms).
+	Interval Duration `toml:"interval" json:"interval"`
+	// Resolver is the DNS server to ask, IP:port, for "dns" (default "":
+	// the system's resolvers).
+	Resolver string `toml:"resolver" json:"resolver"`
+	// Redis is the redis:// or rediss:// URL of the server relays
+	// register in; required for "redis".
+	Redis string `toml:"redis" json:"redis"`
 }
 
 // Health is a pool's [pools.health] section: the active HTTP check.

@@ -51,6 +51,7 @@ func (p *Pool) setDefaults() {
 	p.ConnectTimeout = Duration{2 * time.Second} // loopback/LAN dials take ms; fail over fast
 	p.ConnectTries = 3                           // ride out one or two dead nodes before a 502
 	p.Health.setDefaults()
+	p.Discovery.setDefaults()
 	// Admission stays off (rate 0): the rate a pool's nodes absorb
 	// depends on the relay; slow_start and the caps apply meanwhile.
 }
@@ -63,6 +64,13 @@ func (h *Health) setDefaults() {
 	h.Fall = 3                              // one lost probe does not take a node out
 	h.EjectAfter = 3                        // as many failed dials as failed probes
 	h.EjectFor = Duration{10 * time.Second} // several intervals: long enough to stop hammering it
+}
+
+func (d *Discovery) setDefaults() {
+	// Kind stays "": a pool lists its nodes unless it asks for discovery.
+	// A new or vanished relay is seen within seconds, at a few lookups a
+	// minute per gateway.
+	d.Interval = Duration{5 * time.Second}
 }
 
 func (n *Node) setDefaults() {

@@ -225,8 +225,13 @@ func (p *Pool) validate(e *errorList, path string) {
 	p.Health.validate(e, joinKey(path, "health"))
 	atLeast(e, joinKey(joinKey(path, "admission"), "rate"), p.Admission.Rate, 0)
 	atLeast(e, joinKey(joinKey(path, "admission"), "burst"), p.Admission.Burst, 0)
-	if len(p.Nodes) == 0 {
-		e.add(joinKey(path, "nodes"), "at least one [[pools.nodes]] entry is required")
+	switch d := p.Discovery; {
+	case d.Kind != "":
+		d.validate(e, joinKey(path, "discovery"), len(p.Nodes) > 0)
+	case d.Name != "" || d.Port != 0 || d.Resolver != "" || d.Redis != "":
+		e.add(joinKey(path, "discovery"), "kind (\"dns\" or \"redis\") is required: without it the section does nothing")
+	case len(p.Nodes) == 0:
+		e.add(joinKey(path, "nodes"), "at least one [[pools.nodes]] entry (or a [pools.discovery] section) is required")
 	}
 	addrs := make(map[string]string, len(p.Nodes))
 	for i := range p.Nodes {
@@ -249,6 +254,60 @@ func (h *Health) validate(e *errorList, path string) {
 	atLeast(e, joinKey(path, "fall"), h.Fall, 1)
 	atLeast(e, joinKey(path, "eject_after"), h.EjectAfter, 1)
 	positive(e, joinKey(path, "eject_for"), h.EjectFor)
+}
+
+// minDiscoveryInterval bounds a discovery interval from below: every
+// lookup is a DNS query or a SCAN of Redis.
+const minDiscoveryInterval = 100 * time.Millisecond
+
+// validate checks a [pools.discovery] section whose kind is set; nodes
+// says the pool also lists [[pools.nodes]], which discovery replaces.
+func (d *Discovery) validate(e *errorList, path string, nodes bool) {
+	if nodes {
+		e.add(path, "a pool with [pools.discovery] takes its nodes from discovery: remove its [[pools.nodes]] entries")
+	}
+	if d.Interval.Duration < minDiscoveryInterval {
+		e.add(joinKey(path, "interval"), "must be >= "+minDiscoveryInterval.String()+", got "+d.Interval.String())
+	}
+	srv := strings.HasPrefix(d.Name, "_")
+	switch d.Kind {
+	case "dns":
+		if !isHostName(d.Name) {
+			e.add(joinKey(path, "name"), fmt.Sprintf("must be a DNS name (\"_service._tcp.\" first for SRV), got %q", d.Name))
+		}
+		switch {
+		case srv && d.Port != 0:
+			e.add(joinKey(path, "port"), "must be left out for an SRV name: its records carry the port")
+		case !srv && (d.Port < 1 || d.Port > 65535):
+			e.add(joinKey(path, "port"), fmt.Sprintf("must be 1-65535 for an A/AAAA name, got %d", d.Port))
+		}
+		if d.Resolver != "" {
+			if _, err := netip.ParseAddrPort(d.Resolver); err != nil {
+				e.add(joinKey(path, "resolver"), fmt.Sprintf("must be IP:port, such as \"127.0.0.1:53\", got %q", d.Resolver))
+			}
+		}
+		if d.Redis != "" {
+			e.add(joinKey(path, "redis"), "is for kind = \"redis\" only")
+		}
+	case "redis":
+		if d.Name == "" {
+			e.add(path, "name (the key prefix relays register under) is required")
+		}
+		if d.Port != 0 {
+			e.add(joinKey(path, "port"), "is for kind = \"dns\" only: relays register host:port")
+		}
+		if d.Resolver != "" {
+			e.add(joinKey(path, "resolver"), "is for kind = \"dns\" only")
+		}
+		switch msg := checkRedisURL(d.Redis); {
+		case d.Redis == "":
+			e.add(path, "redis (the URL relays register in) is required with kind = \"redis\"")
+		case msg != "":
+			e.add(joinKey(path, "redis"), msg)
+		}
+	default:
+		e.add(joinKey(path, "kind"), fmt.Sprintf("must be \"dns\" or \"redis\", got %q", d.Kind))
+	}
 }
 
 func (n *Node) validate(e *errorList, path string) {

@@ -32,12 +32,17 @@ func isSecretKey(k string) bool {
 }
 
 // redactedConfig is the effective config as the admin API shows it: the
-// credentials in gateway.revoke_redis, the values of plugin config keys
+// credentials in gateway.revoke_redis and pools' discovery.redis, the values of plugin config keys
 // that hold secrets, and the credentials of any URL in a plugin's config
 // are replaced with "REDACTED".
 func redactedConfig(c *conf.Config) conf.Config {
 	out := *c
 	out.Gateway.RevokeRedis = redactURL(c.Gateway.RevokeRedis)
+	out.Pools = make([]conf.Pool, len(c.Pools))
+	for i, p := range c.Pools {
+		p.Discovery.Redis = redactURL(p.Discovery.Redis)
+		out.Pools[i] = p
+	}
 	out.Plugins = make([]conf.Plugin, len(c.Plugins))
 	for i, p := range c.Plugins {
 		cp := p

@@ -101,26 +101,50 @@ func (s *Server) Apply(cfg *conf.Config) error {
 
 // apply is Apply with reload.mu held.
 func (s *Server) apply(cfg *conf.Config, start time.Time) error {
-	if s.draining.Load() {
-		err := fmt.Errorf("gateway is shutting down: reload refused")
-		s.recordReload(err, nil, start)
-		return err
-	}
-	old := s.current()
-	g, gone, err := s.build(cfg, old)
+	restart, err := s.swap(cfg, byReload)
 	if err != nil {
 		s.recordReload(err, nil, start)
 		return err
 	}
-	g.n = old.n + 1
+	s.syncDiscovery()
+	for _, r := range restart {
+		s.log.Warn("config change needs a restart to apply", "change", r)
+	}
+	s.recordReload(nil, restart, start)
+	s.log.Info("config reloaded", "file", cfg.File, "generation", s.current().n, "took", time.Since(start))
+	return nil
+}
+
+// What made swap change the running config.
+const (
+	byReload    = "reload"    // a config reload: a new generation
+	byDiscovery = "discovery" // a pool's discovered nodes changed
+)
+
+// swap builds the generation for cfg, its discovered nodes filled in (see
+// discoveries.fill), and swaps it in, with reload.mu held: the one path by
+// which nodes enter and leave pools, whether a reload or discovery (by)
+// changed them. It returns the changes that need a restart.
+func (s *Server) swap(cfg *conf.Config, by string) ([]string, error) {
+	if s.draining.Load() {
+		return nil, fmt.Errorf("gateway is shutting down: %s refused", by)
+	}
+	old := s.current()
+	cfg = s.disc.fill(cfg, old)
+	g, gone, err := s.build(cfg, old)
+	if err != nil {
+		return nil, err
+	}
+	g.n = old.n
+	if by == byReload {
+		g.n++
+	}
 	restart := needsRestart(old.cfg, cfg)
 	// Plugins first: their reload is all or nothing, and a failure must
 	// leave everything as it was.
 	if s.plugins != nil {
 		if err := s.plugins.Reload(cfg.Plugins); err != nil {
-			err = fmt.Errorf("auth plugins: %w", err)
-			s.recordReload(err, nil, start)
-			return err
+			return nil, fmt.Errorf("auth plugins: %w", err)
 		}
 	}
 
@@ -167,7 +191,7 @@ func (s *Server) apply(cfg *conf.Config, start time.Time) error {
 		l.p.health.Remove(l.n.Addr())
 		l.n.SetState(balancer.StateDrained)
 		ts := s.tunnels.retire(l.n)
-		s.log.Info("node removed by reload", "pool", l.p.name, "node", l.n.Addr(), "tunnels", len(ts), "window", window)
+		s.log.Info("node removed", "by", by, "pool", l.p.name, "node", l.n.Addr(), "tunnels", len(ts), "window", window)
 		go spread(context.Background(), ts, window, "node removed")
 	}
 	for name, op := range old.pools {
@@ -177,12 +201,7 @@ func (s *Server) apply(cfg *conf.Config, start time.Time) error {
 			op.closeIdle()
 		}
 	}
-	for _, r := range restart {
-		s.log.Warn("config change needs a restart to apply", "change", r)
-	}
-	s.recordReload(nil, restart, start)
-	s.log.Info("config reloaded", "file", cfg.File, "generation", g.n, "took", time.Since(start))
-	return nil
+	return restart, nil
 }
 
 // forgetNodes drops from the node registry the nodes that are in none of

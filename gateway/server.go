@@ -61,6 +61,8 @@ type Server struct {
 	access  *accessLog
 	tls     *tlsState // the TLS listener's certificates and their watcher
 
+	disc discoveries // [pools.discovery] watchers and the nodes they found
+
 	revokeBus *redis.Client // revocations shared with other replicas
 	revokeSub *redis.PubSub
 	revoked   revokedSet // subjects refused new handshakes
@@ -234,6 +236,7 @@ func (s *Server) Start() error {
 		s.serve(s.http, l)
 	}
 	s.startTLSWatch()
+	s.syncDiscovery()
 	s.logLimits()
 	s.ready.Store(true)
 	if s.broken.Load() { // an accept loop stopped before the line above
@@ -343,6 +346,7 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	}
 	s.ready.Store(false)
 	s.stopTLSWatch()
+	s.stopDiscovery()
 	g := s.current()
 	window := g.cfg.Gateway.DrainWindow.Duration
 	ctx, cancel := context.WithTimeout(ctx, g.cfg.Gateway.DrainTimeout.Duration)

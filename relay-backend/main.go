@@ -11,6 +11,8 @@
 //	              [-drain-window 5s] [-id NAME] [-room-prefix /room/]
 //	              [-send-queue 256] [-max-message 1048576] [-max-members 10000]
 //	              [-history 1000] [-history-ttl 24h] [-weight 0]
+//	              [-register-redis URL] [-register-prefix wsgate:relays]
+//	              [-register-ttl 10s] [-advertise HOST:PORT]
 package main
 
 import (
@@ -58,6 +60,7 @@ type config struct {
 	history     int
 	historyTTL  time.Duration
 	weight      int
+	register    registration // -register-* and -advertise (register.go)
 }
 
 func parseFlags(args []string, out io.Writer) (config, error) {
@@ -75,7 +78,11 @@ func parseFlags(args []string, out io.Writer) (config, error) {
 	fs.IntVar(&c.history, "history", roomlog.DefaultHistory, "messages retained per room for replay (MAXLEN ~)")
 	fs.DurationVar(&c.historyTTL, "history-ttl", roomlog.DefaultTTL, "a room's log expires after this idle time")
 	fs.IntVar(&c.weight, "weight", 0, "weight announced in /healthz's Wsgate-Agent header, 1..1000 (0: not announced)")
+	c.register.flags(fs)
 	if err := fs.Parse(args); err != nil {
+		return c, err
+	}
+	if err := c.register.check(); err != nil {
 		return c, err
 	}
 	switch {
@@ -159,13 +166,19 @@ func run(ctx context.Context, args []string, log *slog.Logger) error {
 	served := make(chan error, 1)
 	go func() { served <- r.Serve(ln) }()
 	log.Info("listening", "addr", ln.Addr().String(), "id", c.id, "redis", c.redisURL != "")
+	deregister, err := c.register.start(ln.Addr(), c.id, log)
+	if err != nil {
+		return err
+	}
 
 	select {
 	case err := <-served:
+		deregister()
 		return err
 	case <-ctx.Done():
 	}
 	log.Info("signal received, draining", "window", c.drainWindow)
+	deregister() // gateways stop sending clients here, and drain theirs
 	dctx, cancel := context.WithTimeout(context.Background(), c.drainWindow+10*time.Second)
 	defer cancel()
 	if err := r.Drain(dctx); err != nil {

@@ -1,0 +1,216 @@
+package gateway
+
+import (
+	"fmt"
+	"log/slog"
+	"slices"
+	"sync"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/wsgate/wsgate/conf"
+	"github.com/wsgate/wsgate/internal/discovery"
+)
+
+// discoveries runs the [pools.discovery] watchers and keeps, per pool, the
+// nodes found last. The nodes enter the running config through swap, the
+// path a reload takes: a node found is added pending and health-checked
+// before it takes clients, a node gone is retired and its tunnels told
+// 1001 over the drain window. Its methods are safe for concurrent use.
+type discoveries struct {
+	mu      sync.Mutex
+	found   map[string][]conf.Node // by pool: the last set applied
+	running map[string]*watch      // by pool
+
+	once    sync.Once
+	nodes   *prometheus.GaugeVec   // wsgate_discovery_nodes
+	lookups *prometheus.CounterVec // wsgate_discovery_lookups_total
+}
+
+// watch is one pool's running watcher and the section it was started for.
+type watch struct {
+	spec conf.Discovery
+	w    *discovery.Watcher
+}
+
+// fill returns cfg with the nodes found last as the nodes of each pool
+// that has discovery; cfg itself when no pool has discovery. The copy
+// shares everything else. A pool nothing was found for yet keeps the
+// nodes it has in old (a reload that turns discovery on drains nothing
+// before the first answer), or has none.
+func (d *discoveries) fill(cfg *conf.Config, old *generation) *conf.Config {
+	if !slices.ContainsFunc(cfg.Pools, func(p conf.Pool) bool { return p.Discovery.Kind != "" }) {
+		return cfg
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.found == nil {
+		d.found = map[string][]conf.Node{}
+	}
+	c := *cfg
+	c.Pools = slices.Clone(cfg.Pools)
+	for i := range c.Pools {
+		p := &c.Pools[i]
+		if p.Discovery.Kind == "" {
+			continue
+		}
+		if _, ok := d.found[p.Name]; !ok && old != nil && old.pools[p.Name] != nil {
+			d.found[p.Name] = slices.Clone(old.pools[p.Name].conf.Nodes)
+		}
+		p.Nodes = make([]conf.Node, len(d.found[p.Name]))
+		for j, n := range d.found[p.Name] {
+			p.Nodes[j] = conf.Node{Addr: n.Addr, Weight: n.Weight, MaxConns: p.MaxConnsPerNode}
+		}
+	}
+	return &c
+}
+
+// initMetrics registers the discovery metrics once, when a first pool
+// uses discovery.
+func (d *discoveries) initMetrics(reg *prometheus.Registry) {
+	d.once.Do(func() {
+		d.nodes = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "wsgate_discovery_nodes",
+			Help: "Nodes found by a pool's last successful discovery lookup.",
+		}, []string{"pool"})
+		d.lookups = prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "wsgate_discovery_lookups_total",
+			Help: "Discovery lookups by pool and result: ok, error (the lookup failed), empty (it answered with no node). Error and empty keep the nodes found last.",
+		}, []string{"pool", "result"})
+		reg.MustRegister(d.nodes, d.lookups)
+	})
+}
+
+// syncDiscovery starts a watcher for each pool of the running config that
+// has discovery, restarts those whose section changed, and stops those of
+// pools that no longer have it. A restarted pool keeps its nodes until
+// the new source answers.
+func (s *Server) syncDiscovery() {
+	d := &s.disc
+	cfg := s.current().cfg
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	want := map[string]conf.Discovery{}
+	for _, p := range cfg.Pools {
+		if p.Discovery.Kind != "" {
+			want[p.Name] = p.Discovery
+		}
+	}
+	for name, w := range d.running {
+		if spec, ok := want[name]; !ok || spec != w.spec {
+			w.w.Stop()
+			delete(d.running, name)
+		}
+		if _, ok := want[name]; !ok {
+			delete(d.found, name)
+			if d.nodes != nil {
+				d.nodes.DeleteLabelValues(name)
+			}
+		}
+	}
+	if len(want) == 0 {
+		return
+	}
+	d.initMetrics(s.metrics.reg)
+	if d.running == nil {
+		d.running = map[string]*watch{}
+	}
+	if d.found == nil {
+		d.found = map[string][]conf.Node{}
+	}
+	for name, spec := range want {
+		if d.running[name] != nil {
+			continue
+		}
+		w, err := s.startWatch(name, spec)
+		if err != nil { // validated: a URL go-redis still refuses
+			s.log.Error("discovery not started", "pool", name, "err", err)
+			continue
+		}
+		d.running[name] = w
+	}
+}
+
+// startWatch starts the watcher of pool name.
+func (s *Server) startWatch(name string, spec conf.Discovery) (*watch, error) {
+	var (
+		src   discovery.Source
+		close func() error
+	)
+	switch spec.Kind {
+	case "dns":
+		src = discovery.NewDNS(spec.Name, spec.Port, spec.Resolver)
+	case "redis":
+		r, err := discovery.NewRedis(spec.Redis, spec.Name)
+		if err != nil {
+			return nil, err
+		}
+		src, close = r, r.Close
+	default:
+		return nil, fmt.Errorf("unknown discovery kind %q", spec.Kind)
+	}
+	log := s.log.With("pool", name, "discovery", spec.Kind, "name", spec.Name)
+	wt := &watch{spec: spec}
+	d := &s.disc
+	wt.w = discovery.Watch(src, discovery.Options{
+		Interval: spec.Interval.Duration,
+		Log:      log,
+		Apply:    func(nodes []discovery.Node) error { return s.discovered(name, wt, nodes, log) },
+		Observe: func(result string, n int) {
+			d.lookups.WithLabelValues(name, result).Inc()
+			if result == discovery.ResultOK {
+				d.nodes.WithLabelValues(name).Set(float64(n))
+			}
+		},
+	})
+	if close != nil {
+		go func() {
+			<-wt.w.Done()
+			_ = close()
+		}()
+	}
+	log.Info("discovery started", "interval", spec.Interval.Duration)
+	return wt, nil
+}
+
+// discovered makes nodes the pool's nodes, through swap: the nodes it did
+// not have are added and health-checked, the ones it loses are drained.
+// A set from a watcher that is no longer the pool's (stopped, or replaced
+// by a reload) is dropped.
+func (s *Server) discovered(pool string, wt *watch, nodes []discovery.Node, log *slog.Logger) error {
+	s.reload.mu.Lock() // before disc.mu, as in apply
+	defer s.reload.mu.Unlock()
+	if s.draining.Load() {
+		return nil
+	}
+	set := make([]conf.Node, len(nodes))
+	addrs := make([]string, len(nodes))
+	for i, n := range nodes {
+		set[i] = conf.Node{Addr: n.Addr, Weight: n.Weight}
+		addrs[i] = n.Addr
+	}
+	s.disc.mu.Lock()
+	current := s.disc.running[pool] == wt
+	if current {
+		s.disc.found[pool] = set
+	}
+	s.disc.mu.Unlock()
+	if !current {
+		return nil
+	}
+	if _, err := s.swap(s.current().cfg, byDiscovery); err != nil {
+		return err
+	}
+	log.Info("discovered nodes applied", "nodes", addrs)
+	return nil
+}
+
+// stopDiscovery stops every watcher; it does not wait for them.
+func (s *Server) stopDiscovery() {
+	d := &s.disc
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	for name, w := range d.running {
+		w.w.Stop()
+		delete(d.running, name)
+	}
+}

@@ -1,0 +1,190 @@
+package discovery
+
+import (
+	"context"
+	"errors"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/wsgate/wsgate/internal/discovery/dnstest"
+	"github.com/wsgate/wsgate/internal/redistest"
+)
+
+func lookup(t *testing.T, src Source) ([]Node, error) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	nodes, err := src.Lookup(ctx)
+	return normalize(nodes), err
+}
+
+// TestDNSLookups resolves A, AAAA and SRV answers from a server the test
+// controls, and tells a missing name (ErrEmpty) from a failing server.
+func TestDNSLookups(t *testing.T) {
+	dns := dnstest.Start(t)
+	dns.SetA("relays.wsgate.test", "127.0.0.2", "127.0.0.3", "::1")
+	dns.SetA("r1.wsgate.test", "127.0.0.4")
+	dns.SetA("r2.wsgate.test", "127.0.0.5")
+	dns.SetSRV("_ws._tcp.relays.wsgate.test",
+		dnstest.SRV{Priority: 0, Weight: 30, Port: 7001, Target: "r1.wsgate.test"},
+		dnstest.SRV{Priority: 0, Weight: 5000, Port: 7002, Target: "r2.wsgate.test"},
+		dnstest.SRV{Priority: 1, Weight: 1, Port: 7003, Target: "r2.wsgate.test"}, // a backup: left out
+		dnstest.SRV{Priority: 0, Weight: 0, Port: 7004, Target: "gone.wsgate.test"})
+
+	got, err := lookup(t, NewDNS("relays.wsgate.test.", 7000, dns.Addr))
+	want := []Node{{"127.0.0.2:7000", 1}, {"127.0.0.3:7000", 1}, {"[::1]:7000", 1}}
+	if err != nil || !slices.Equal(got, want) {
+		t.Fatalf("A/AAAA: %v %v, want %v", got, err, want)
+	}
+	got, err = lookup(t, NewDNS("_ws._tcp.relays.wsgate.test.", 0, dns.Addr))
+	want = []Node{{"127.0.0.4:7001", 30}, {"127.0.0.5:7002", 1000}}
+	if err != nil || !slices.Equal(got, want) {
+		t.Fatalf("SRV: %v %v, want %v", got, err, want)
+	}
+	if _, err := lookup(t, NewDNS("missing.wsgate.test.", 7000, dns.Addr)); !errors.Is(err, ErrEmpty) {
+		t.Fatalf("missing name: %v, want ErrEmpty", err)
+	}
+	dns.Fail(true)
+	if _, err := lookup(t, NewDNS("relays.wsgate.test.", 7000, dns.Addr)); err == nil || errors.Is(err, ErrEmpty) {
+		t.Fatalf("SERVFAIL: %v, want a lookup error", err)
+	}
+}
+
+// fakeSource answers what the test sets.
+type fakeSource struct {
+	mu    sync.Mutex
+	nodes []Node
+	err   error
+	n     int
+}
+
+func (f *fakeSource) set(err error, nodes ...Node) {
+	f.mu.Lock()
+	f.nodes, f.err = nodes, err
+	f.mu.Unlock()
+}
+
+func (f *fakeSource) Lookup(context.Context) ([]Node, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.n++
+	return slices.Clone(f.nodes), f.err
+}
+
+// TestWatcherKeepsLastGoodSet applies each new set once and keeps the last
+// one through failures and empty answers.
+func TestWatcherKeepsLastGoodSet(t *testing.T) {
+	src := &fakeSource{}
+	src.set(nil, Node{"b:1", 1}, Node{"a:1", 0})
+	applied := make(chan []Node, 10)
+	results := make(chan string, 1000)
+	w := Watch(src, Options{
+		Interval: 5 * time.Millisecond,
+		Apply:    func(n []Node) error { applied <- n; return nil },
+		Observe:  func(r string, _ int) { results <- r },
+	})
+	defer w.Stop()
+	if got := <-applied; !slices.Equal(got, []Node{{"a:1", 1}, {"b:1", 1}}) {
+		t.Fatalf("first set %v", got)
+	}
+	waitResult := func(want string) {
+		t.Helper()
+		for r := range results {
+			if r == want {
+				return
+			}
+		}
+	}
+	src.set(errors.New("server down"))
+	waitResult(ResultError)
+	src.set(nil)
+	waitResult(ResultEmpty)
+	src.set(nil, Node{"a:1", 1}, Node{"b:1", 1}) // the same set: nothing to apply
+	waitResult(ResultOK)
+	waitResult(ResultOK)
+	src.set(nil, Node{"a:1", 1})
+	if got := <-applied; !slices.Equal(got, []Node{{"a:1", 1}}) {
+		t.Fatalf("second set %v", got)
+	}
+	w.Stop()
+	<-w.Done()
+	if len(applied) != 0 {
+		t.Fatalf("applied again: %v", <-applied)
+	}
+}
+
+// TestParseKey pins which Redis keys name a node.
+func TestParseKey(t *testing.T) {
+	for _, tc := range []struct {
+		key, addr string
+		ok        bool
+	}{
+		{"wsgate:relays:127.0.0.1:7001", "127.0.0.1:7001", true},
+		{"wsgate:relays:[::1]:7001", "[::1]:7001", true},
+		{"wsgate:relays:relay-0.relay:7001", "relay-0.relay:7001", true},
+		{"wsgate:relays:127.0.0.1", "", false},
+		{"wsgate:relays:127.0.0.1:0", "", false},
+		{"wsgate:relays:127.0.0.1:65536", "", false},
+		{"wsgate:relays:127.0.0.1:07001", "", false},
+		{"wsgate:relays::7001", "", false},
+		{"wsgate:relays:a b:7001", "", false},
+		{"wsgate:relaysx:127.0.0.1:7001", "", false},
+		{"other:127.0.0.1:7001", "", false},
+		{"wsgate:relays", "", false},
+	} {
+		addr, ok := ParseKey("wsgate:relays", tc.key)
+		if addr != tc.addr || ok != tc.ok {
+			t.Errorf("ParseKey(%q) = %q, %v; want %q, %v", tc.key, addr, ok, tc.addr, tc.ok)
+		}
+	}
+}
+
+// FuzzParseKey checks that a key ParseKey accepts round-trips through Key.
+func FuzzParseKey(f *testing.F) {
+	for _, k := range []string{"p:127.0.0.1:7001", "p:[::1]:1", "p:h:65535", "p::", "p:[x]:1", "p:a:b:c"} {
+		f.Add("p", k)
+	}
+	f.Fuzz(func(t *testing.T, prefix, key string) {
+		addr, ok := ParseKey(prefix, key)
+		if !ok {
+			return
+		}
+		if Key(prefix, addr) != key {
+			t.Fatalf("Key(%q, %q) = %q, not %q", prefix, addr, Key(prefix, addr), key)
+		}
+	})
+}
+
+// TestRedisLookup scans a real redis-server: keys under the prefix (its
+// glob characters taken literally), and nothing else.
+func TestRedisLookup(t *testing.T) {
+	rs := redistest.Start(t)
+	c := redis.NewClient(&redis.Options{Addr: rs.Addr})
+	defer c.Close()
+	ctx := context.Background()
+	for _, k := range []string{"r[1]*:127.0.0.1:7001", "r[1]*:127.0.0.1:7002", "r[1]*:bad", "r1x:127.0.0.1:7003", "other:127.0.0.1:7004"} {
+		if err := c.Set(ctx, k, "1", time.Minute).Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i := range 250 { // several SCAN pages
+		c.Set(ctx, "noise:"+string(rune('a'+i%26))+time.Duration(i).String(), "1", time.Minute)
+	}
+	src, err := NewRedis(rs.URL(), "r[1]*")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer src.Close()
+	got, err := lookup(t, src)
+	want := []Node{{"127.0.0.1:7001", 1}, {"127.0.0.1:7002", 1}}
+	if err != nil || !slices.Equal(got, want) {
+		t.Fatalf("lookup %v %v, want %v", got, err, want)
+	}
+	_ = rs.Kill()
+	if _, err := lookup(t, src); err == nil {
+		t.Fatal("lookup with Redis down succeeded")
+	}
+}
