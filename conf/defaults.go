@@ -65,6 +65,16 @@ func (h *Health) setDefaults() {
 	h.EjectFor = Duration{10 * time.Second} // several intervals: long enough to stop hammering it
 }
 
+func (r *Rebalance) setDefaults() {
+	// 10% over the share before anyone is moved: least_conn alone keeps a
+	// steady pool closer than that, so only a real skew (a node added, one
+	// back from a restart) moves clients.
+	r.Tolerance = 0.1
+	// Ten reconnects a second is nothing to a relay, and moves a few
+	// thousand clients within minutes.
+	r.Rate = 10
+}
+
 func (n *Node) setDefaults() {
 	n.Weight = 1 // equal shares
 	// MaxConns stays 0 and inherits the pool's max_conns_per_node (derive).
