@@ -65,6 +65,8 @@ type Server struct {
 	revokeSub *redis.PubSub
 	revoked   revokedSet // subjects refused new handshakes
 
+	rebal *rebalancer // [pools.rebalance]; started by Start
+
 	http      *fasthttp.Server
 	admin     *fasthttp.Server
 	listen    ListenFunc
@@ -234,6 +236,7 @@ func (s *Server) Start() error {
 		s.serve(s.http, l)
 	}
 	s.startTLSWatch()
+	s.rebal = startRebalancer(s)
 	s.logLimits()
 	s.ready.Store(true)
 	if s.broken.Load() { // an accept loop stopped before the line above
@@ -343,6 +346,7 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	}
 	s.ready.Store(false)
 	s.stopTLSWatch()
+	stopRebalancer(s.rebal) // before the drain: it moves nobody the drain is closing
 	g := s.current()
 	window := g.cfg.Gateway.DrainWindow.Duration
 	ctx, cancel := context.WithTimeout(ctx, g.cfg.Gateway.DrainTimeout.Duration)
