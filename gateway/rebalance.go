@@ -215,6 +215,9 @@ func (rb *rebalancer) move(p *pool, ps *poolRebalance, nodes []*balancer.Node) {
 		if !rb.s.tunnels.holds(t, n) {
 			continue // ended meanwhile
 		}
+		if st := t.Stats(); st.FirstClose != 0 || st.End != 0 {
+			continue // closing already: its client is leaving anyway
+		}
 		t.GoAway(tunnelGoAwayCode, "rebalancing")
 		ps.tokens--
 		r.left[n]--

@@ -2,15 +2,18 @@ package gateway
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/fasthttp/websocket"
 	dto "github.com/prometheus/client_model/go"
 	"github.com/wsgate/wsgate/balancer"
 	"github.com/wsgate/wsgate/conf"
@@ -195,4 +198,142 @@ func movesOf(t *testing.T, srv *Server, addr string) float64 {
 		t.Fatal(err)
 	}
 	return m.GetCounter().GetValue()
+}
+
+// capConf is two nodes, the second capped at %[4]d, rebalanced at 100
+// moves a second with a 10% tolerance.
+const capConf = `
+[gateway]
+listen = %[1]q
+drain_window = "200ms"
+drain_timeout = "5s"
+[admin]
+listen = ""
+[[pools]]
+name = "relay"
+  [pools.health]
+  interval = "50ms"
+  timeout = "40ms"
+  rise = 1
+  [pools.rebalance]
+  tolerance = 0.1
+  rate = 100
+  [[pools.nodes]]
+  addr = %[2]q
+  [[pools.nodes]]
+  addr = %[3]q
+  max_conns = %[4]d
+[[routes]]
+path_prefix = "/room/"
+pool = "relay"
+`
+
+// TestRebalanceStopsAtCap holds 40 clients on node A while B is drained,
+// then lets B (capped at 5) take connections: the rebalancer moves 5
+// clients, with 1001, and no more however long it runs, since B has no
+// room left; a reload that raises B's cap to 50 lets it move 15 more, to
+// 20 and 20. The test drives the rebalancer's ticks itself, a tick's
+// time apart on a clock of its own.
+func TestRebalanceStopsAtCap(t *testing.T) {
+	e := newEnv(t, 2, strings.Replace(capConf, "%[4]d", "5", 1))
+	path := filepath.Join(t.TempDir(), "wsgate.toml")
+	write := func(cap int) {
+		e.writeConfig(path, strings.Replace(capConf, "%[4]d", fmt.Sprint(cap), 1))
+	}
+	write(5)
+	if err := e.srv.ReloadFrom(path); err != nil {
+		t.Fatal(err)
+	}
+	rb := e.srv.rebal
+	stopRebalancer(rb)
+	e.srv.rebal = nil
+	p := e.srv.current().pools["relay"]
+	a, b := p.node(e.addrs[0]), p.node(e.addrs[1])
+	waitRebalance(t, "both nodes up", func() bool { return a.State() == balancer.StateUp && b.State() == balancer.StateUp })
+	e.srv.drainNode(p, b, false)
+
+	// Clients that come back after a 1001, and count what closed them.
+	var goaways, others atomic.Int64
+	done := make(chan struct{})
+	var wg sync.WaitGroup
+	for i := range 40 {
+		c, _, err := e.dial(fmt.Sprintf("/room/cap%d", i%4), nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for range 5 {
+				_, _, err := c.ReadMessage()
+				for err == nil {
+					_, _, err = c.ReadMessage()
+				}
+				c.Close()
+				var ce *websocket.CloseError
+				if !errors.As(err, &ce) || ce.Code != websocket.CloseGoingAway {
+					select {
+					case <-done:
+					default:
+						others.Add(1)
+					}
+					return
+				}
+				goaways.Add(1)
+				if c, _, err = e.dial(fmt.Sprintf("/room/cap%d", i%4), nil); err != nil {
+					others.Add(1)
+					return
+				}
+			}
+		}()
+	}
+	t.Cleanup(func() {
+		close(done)
+		e.srv.tunnels.abortAll()
+		wg.Wait()
+	})
+	waitRebalance(t, "40 clients on A", func() bool { return a.Live() == 40 })
+	e.srv.undrainNode(p, b)
+	waitRebalance(t, "B up", func() bool { return b.State() == balancer.StateUp })
+
+	now := time.Now()
+	ticks := func(n int) {
+		for range n {
+			now = now.Add(rebalanceTick)
+			rb.tick(now)
+		}
+	}
+	moved := func() float64 { return movesOf(t, &Server{rebal: rb}, e.addrs[0]) }
+	ticks(1)
+	waitRebalance(t, "35 on A and 5 on B", func() bool { return a.Live() == 35 && b.Live() == 5 })
+	ticks(20)
+	if m := moved(); m != 5 || goaways.Load() != 5 || a.Live() != 35 || b.Live() != 5 {
+		t.Fatalf("B at its cap: moves %v, 1001s %d, lives %d %d; want 5, 5, 35 and 5", m, goaways.Load(), a.Live(), b.Live())
+	}
+
+	write(50)
+	if err := e.srv.ReloadFrom(path); err != nil {
+		t.Fatal(err)
+	}
+	ticks(1)
+	waitRebalance(t, "20 on A and 20 on B", func() bool {
+		ticks(1)
+		return a.Live() == 20 && b.Live() == 20
+	})
+	ticks(20)
+	if m := moved(); m != 20 || goaways.Load() != 20 || others.Load() != 0 {
+		t.Fatalf("after the cap rose: moves %v, 1001s %d, other ends %d; want 20, 20, 0", m, goaways.Load(), others.Load())
+	}
+}
+
+// waitRebalance polls cond until it holds, failing the test after 10 seconds.
+func waitRebalance(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
 }
