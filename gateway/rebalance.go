@@ -2,6 +2,7 @@ package gateway
 
 import (
 	"slices"
+	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -44,6 +45,7 @@ type rebalancer struct {
 	pools map[string]*poolRebalance
 	stop  chan struct{}
 	done  chan struct{}
+	once  sync.Once // closes stop
 }
 
 // poolRebalance is one pool's rebalancing state, kept by pool name
@@ -86,12 +88,12 @@ func startRebalancer(s *Server) *rebalancer {
 }
 
 // stopRebalancer ends the loop and waits for it; rb may be nil (a server
-// that never started).
+// that never started), and it may be stopped more than once.
 func stopRebalancer(rb *rebalancer) {
 	if rb == nil {
 		return
 	}
-	close(rb.stop)
+	rb.once.Do(func() { close(rb.stop) })
 	<-rb.done
 }
 
