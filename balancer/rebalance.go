@@ -131,3 +131,24 @@ func cmpLeft(loads []NodeLoad, moves []int, i, j int) int {
 	li, lj := uint64(loads[i].Live-moves[i]), uint64(loads[j].Live-moves[j])
 	return cmpRatio(li, uint64(max(loads[i].Weight, 1)), lj, uint64(max(loads[j].Weight, 1)))
 }
+
+// CanTake reports whether a tunnel moved off node giver has somewhere to
+// go: another eligible node under its cap that holds fewer tunnels per
+// unit of weight than giver will once the tunnel has left, so least
+// connections places the reconnecting client there rather than back on
+// giver.
+func CanTake(loads []NodeLoad, giver int) bool {
+	g := loads[giver]
+	if g.Live < 1 {
+		return false
+	}
+	for i, l := range loads {
+		if i == giver || !l.Eligible || (l.MaxConns > 0 && l.Live >= l.MaxConns) {
+			continue
+		}
+		if cmpRatio(uint64(max(l.Live, 0)), uint64(max(l.Weight, 1)), uint64(g.Live-1), uint64(max(g.Weight, 1))) < 0 {
+			return true
+		}
+	}
+	return false
+}

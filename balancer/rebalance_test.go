@@ -98,3 +98,25 @@ func TestLoadOf(t *testing.T) {
 		t.Fatal("a draining node is eligible")
 	}
 }
+
+func TestCanTake(t *testing.T) {
+	tests := []struct {
+		name  string
+		loads []NodeLoad
+		want  bool
+	}{
+		{"an emptier node", []NodeLoad{up(10), up(5)}, true},
+		{"equal after the move is no better", []NodeLoad{up(10), up(9)}, false},
+		{"the only other node is down", []NodeLoad{up(10), {Live: 0, Weight: 1}}, false},
+		{"the only other node is at its cap", []NodeLoad{up(10), {Live: 3, Weight: 1, MaxConns: 3, Eligible: true}}, false},
+		{"a heavier node with more tunnels", []NodeLoad{up(10), {Live: 15, Weight: 2, Eligible: true}}, true},
+		{"an empty giver", []NodeLoad{up(0), up(0)}, false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if got := CanTake(tt.loads, 0); got != tt.want {
+				t.Fatalf("CanTake = %v, want %v", got, tt.want)
+			}
+		})
+	}
+}

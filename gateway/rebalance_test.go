@@ -67,7 +67,8 @@ func writeRebalanceConf(t *testing.T, path, gw, admin, rebalance string, addrs [
 // acknowledged write is lost and no offset is repeated in any
 // connection's stream. (Offsets missing within one resumed connection,
 // "gaps", are logged, not checked: about one run in five under -race
-// shows a few, from the relays' replay on resume, with no lost write.)
+// shows a few, with no lost write; the gateway forwards a connection's
+// frames unchanged and in order, so they come from the relays' side.)
 // Health probes get 400 ms: a node that flaps down under a loaded
 // machine's -race run sends moved clients elsewhere.
 func TestRebalanceConvergesAfterNodeJoins(t *testing.T) {
