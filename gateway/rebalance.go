@@ -158,7 +158,7 @@ func (rb *rebalancer) step(p *pool, ps *poolRebalance, now time.Time) {
 		}
 		rb.s.log.Info("rebalancing", "pool", p.name, "moves", ps.round.planMoves(), "tunnels", ps.round.total)
 	}
-	rb.move(p, ps, nodes)
+	rb.move(p, ps, nodes, now)
 }
 
 // loads reads nodes for the balancer's planning functions.
@@ -192,7 +192,7 @@ func (rb *rebalancer) plan(nodes []*balancer.Node, tolerance float64, now time.T
 // move closes tunnels of r's nodes while p's bucket has tokens: each time
 // one of the node with the most moves left, as long as that node is up,
 // above its share and another node can take the client.
-func (rb *rebalancer) move(p *pool, ps *poolRebalance, nodes []*balancer.Node) {
+func (rb *rebalancer) move(p *pool, ps *poolRebalance, nodes []*balancer.Node, now time.Time) {
 	r := ps.round
 	for ps.tokens >= 1 {
 		var n *balancer.Node
@@ -209,7 +209,7 @@ func (rb *rebalancer) move(p *pool, ps *poolRebalance, nodes []*balancer.Node) {
 			r.left[n] = 0 // left the pool, went down or draining, or got there
 			continue
 		}
-		if !balancer.CanTake(loads(nodes, time.Now()), i) {
+		if !balancer.CanTake(loads(nodes, now), i) {
 			return // nowhere to go now; the next tick looks again
 		}
 		t := r.queue[n][0]
@@ -225,7 +225,7 @@ func (rb *rebalancer) move(p *pool, ps *poolRebalance, nodes []*balancer.Node) {
 		r.left[n]--
 		r.moved++
 		r.told = append(r.told, t)
-		r.last = time.Now()
+		r.last = now
 		rb.moves.WithLabelValues(p.name, n.Addr()).Inc()
 	}
 }

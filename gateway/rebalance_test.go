@@ -247,16 +247,22 @@ pool = "relay"
 // TestRebalanceStopsAtCap holds 40 clients on node A while B is drained,
 // then lets B (capped at 5) take connections: the rebalancer moves 5
 // clients, with 1001, and no more however long it runs, since B has no
-// room left; a reload that raises B's cap to 50 lets it move 15 more, to
-// 20 and 20. The test drives the rebalancer's ticks itself, a tick's
+// room left. A reload that raises B's cap to 50 and drops
+// [pools.rebalance] moves nobody; one that puts the table back moves 15
+// more, to 20 and 20. The test drives the rebalancer's ticks itself, a tick's
 // time apart on a clock of its own.
 func TestRebalanceStopsAtCap(t *testing.T) {
 	e := newEnv(t, 2, strings.Replace(capConf, "%[4]d", "5", 1))
 	path := filepath.Join(t.TempDir(), "wsgate.toml")
-	write := func(cap int) {
-		e.writeConfig(path, strings.Replace(capConf, "%[4]d", fmt.Sprint(cap), 1))
+	const table = "  [pools.rebalance]\n  tolerance = 0.1\n  rate = 100\n"
+	write := func(cap int, on bool) {
+		c := strings.Replace(capConf, "%[4]d", fmt.Sprint(cap), 1)
+		if !on {
+			c = strings.Replace(c, table, "", 1)
+		}
+		e.writeConfig(path, c)
 	}
-	write(5)
+	write(5, true)
 	if err := e.srv.ReloadFrom(path); err != nil {
 		t.Fatal(err)
 	}
@@ -327,7 +333,17 @@ func TestRebalanceStopsAtCap(t *testing.T) {
 		t.Fatalf("B at its cap: moves %v, 1001s %d, lives %d %d; want 5, 5, 35 and 5", m, goaways.Load(), a.Live(), b.Live())
 	}
 
-	write(50)
+	// Without the table nothing moves, however far apart the nodes are.
+	write(50, false)
+	if err := e.srv.ReloadFrom(path); err != nil {
+		t.Fatal(err)
+	}
+	ticks(20)
+	if m := moved(); m != 5 || len(rb.pools) != 0 || a.Live() != 35 {
+		t.Fatalf("rebalance off: moves %v, pools tracked %d, A holds %d; want 5, 0, 35", m, len(rb.pools), a.Live())
+	}
+
+	write(50, true)
 	if err := e.srv.ReloadFrom(path); err != nil {
 		t.Fatal(err)
 	}
@@ -352,4 +368,21 @@ func waitRebalance(t *testing.T, what string, cond func() bool) {
 		}
 		time.Sleep(5 * time.Millisecond)
 	}
+}
+
+// TestRebalancerStopsAtShutdown checks that Shutdown ends the
+// rebalancer's goroutine before its drain, and that a second stop is
+// harmless.
+func TestRebalancerStopsAtShutdown(t *testing.T) {
+	e := newEnv(t, 2, strings.Replace(capConf, "%[4]d", "5", 1))
+	rb := e.srv.rebal
+	if err := e.srv.Shutdown(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-rb.done:
+	default:
+		t.Fatal("the rebalancer still runs after Shutdown")
+	}
+	stopRebalancer(rb)
 }
