@@ -28,13 +28,15 @@ const rebalanceIdle = time.Second
 // rebalancer moves tunnels off the nodes of [pools.rebalance] pools that
 // hold more than their share, in rounds: a round plans how many tunnels
 // leave each node (balancer.PlanRebalance, from the live counts), closes
-// them with 1001 at the pool's rate, oldest first, then waits until the
-// pool holds as many tunnels as when the round was planned (the moved
-// clients are back) or rebalanceSettle has passed, and the next round
-// plans from the counts then. Planning again only once the clients are
-// back keeps a client in flight from being counted as missing, which
-// would move more than needed. A reload ends the round in progress; the
-// next tick plans from the new config.
+// them with 1001 at the pool's rate, oldest first, then waits until
+// every tunnel it closed has ended and the pool holds as many tunnels as
+// when the round was planned (the moved clients are back), or
+// rebalanceSettle has passed, and the next round plans from the counts
+// then. Planning again only once the clients are back keeps a client in
+// flight from being counted as missing, and a tunnel still closing from
+// being counted twice, either of which would move more than needed. A
+// reload ends the round in progress; the next tick plans from the new
+// config.
 //
 // It is one goroutine for the whole gateway; its state is that
 // goroutine's alone. It takes the registry's lock only to look tunnels
@@ -210,7 +212,10 @@ func (rb *rebalancer) move(p *pool, ps *poolRebalance, nodes []*balancer.Node, n
 			continue
 		}
 		if !balancer.CanTake(loads(nodes, now), i) {
-			return // nowhere to go now; the next tick looks again
+			// Nowhere to go (a node went down or filled up): the round
+			// ends, and the next plans from what is up then.
+			clear(r.left)
+			return
 		}
 		t := r.queue[n][0]
 		r.queue[n] = r.queue[n][1:]
