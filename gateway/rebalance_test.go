@@ -244,8 +244,9 @@ path_prefix = "/room/"
 pool = "relay"
 `
 
-// TestRebalanceStopsAtCap holds 40 clients on node A while B is drained,
-// then lets B (capped at 5) take connections: the rebalancer moves 5
+// TestRebalanceStopsAtCap holds 40 clients on node A while B is drained
+// (nothing moves: B takes nobody), then lets B (capped at 5) take
+// connections: the rebalancer moves 5
 // clients, with 1001, and no more however long it runs, since B has no
 // room left. A reload that raises B's cap to 50 and drops
 // [pools.rebalance] moves nobody; one that puts the table back moves 15
@@ -315,9 +316,6 @@ func TestRebalanceStopsAtCap(t *testing.T) {
 		wg.Wait()
 	})
 	waitRebalance(t, "40 clients on A", func() bool { return a.Live() == 40 })
-	e.srv.undrainNode(p, b)
-	waitRebalance(t, "B up", func() bool { return b.State() == balancer.StateUp })
-
 	now := time.Now()
 	ticks := func(n int) {
 		for range n {
@@ -326,6 +324,14 @@ func TestRebalanceStopsAtCap(t *testing.T) {
 		}
 	}
 	moved := func() float64 { return movesOf(t, &Server{rebal: rb}, e.addrs[0]) }
+	// B draining takes nobody: nothing moves.
+	ticks(20)
+	if m := moved(); m != 0 || a.Live() != 40 {
+		t.Fatalf("B draining: moves %v, A holds %d; want 0 and 40", m, a.Live())
+	}
+	e.srv.undrainNode(p, b)
+	waitRebalance(t, "B up", func() bool { return b.State() == balancer.StateUp })
+
 	ticks(1)
 	waitRebalance(t, "35 on A and 5 on B", func() bool { return a.Live() == 35 && b.Live() == 5 })
 	ticks(20)
