@@ -222,11 +222,11 @@ type Pool struct {
 	SendProxyV2 bool `toml:"send_proxy_v2" json:"send_proxy_v2"`
 	// Health configures the active health check of the pool's nodes.
 	Health Health `toml:"health" json:"health"`
-	// Admission caps the rate at which requests reach the pool's nodes.
-	Admission Admission `toml:"admission" json:"admission"`
 	// Rebalance moves clients off nodes that hold more than their share
 	// (default nil: the table is absent and nothing is moved).
 	Rebalance *Rebalance `toml:"rebalance" json:"rebalance,omitempty"`
+	// Admission caps the rate at which requests reach the pool's nodes.
+	Admission Admission `toml:"admission" json:"admission"`
 	// Nodes are the pool's relay nodes; at least one.
 	Nodes []Node `toml:"nodes" json:"nodes"`
 }

@@ -65,6 +65,11 @@ func (h *Health) setDefaults() {
 	h.EjectFor = Duration{10 * time.Second} // several intervals: long enough to stop hammering it
 }
 
+func (n *Node) setDefaults() {
+	n.Weight = 1 // equal shares
+	// MaxConns stays 0 and inherits the pool's max_conns_per_node (derive).
+}
+
 func (r *Rebalance) setDefaults() {
 	// 10% over the share before anyone is moved: least_conn alone keeps a
 	// steady pool closer than that, so only a real skew (a node added, one
@@ -73,11 +78,6 @@ func (r *Rebalance) setDefaults() {
 	// Ten reconnects a second is nothing to a relay, and moves a few
 	// thousand clients within minutes.
 	r.Rate = 10
-}
-
-func (n *Node) setDefaults() {
-	n.Weight = 1 // equal shares
-	// MaxConns stays 0 and inherits the pool's max_conns_per_node (derive).
 }
 
 func (r *Route) setDefaults() {

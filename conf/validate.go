@@ -223,11 +223,11 @@ func (p *Pool) validate(e *errorList, path string) {
 		e.add(joinKey(path, "slow_start"), "must be >= 0, got "+p.SlowStart.String())
 	}
 	p.Health.validate(e, joinKey(path, "health"))
-	atLeast(e, joinKey(joinKey(path, "admission"), "rate"), p.Admission.Rate, 0)
-	atLeast(e, joinKey(joinKey(path, "admission"), "burst"), p.Admission.Burst, 0)
 	if p.Rebalance != nil {
 		p.Rebalance.validate(e, joinKey(path, "rebalance"), p.Balance)
 	}
+	atLeast(e, joinKey(joinKey(path, "admission"), "rate"), p.Admission.Rate, 0)
+	atLeast(e, joinKey(joinKey(path, "admission"), "burst"), p.Admission.Burst, 0)
 	if len(p.Nodes) == 0 {
 		e.add(joinKey(path, "nodes"), "at least one [[pools.nodes]] entry is required")
 	}

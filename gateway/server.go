@@ -236,8 +236,8 @@ func (s *Server) Start() error {
 		s.serve(s.http, l)
 	}
 	s.startTLSWatch()
-	s.rebal = startRebalancer(s)
 	s.logLimits()
+	s.rebal = startRebalancer(s)
 	s.ready.Store(true)
 	if s.broken.Load() { // an accept loop stopped before the line above
 		s.ready.Store(false)
@@ -345,8 +345,8 @@ func (s *Server) Shutdown(ctx context.Context) error {
 		return errors.New("gateway: already shutting down")
 	}
 	s.ready.Store(false)
-	s.stopTLSWatch()
 	stopRebalancer(s.rebal) // before the drain: it moves nobody the drain is closing
+	s.stopTLSWatch()
 	g := s.current()
 	window := g.cfg.Gateway.DrainWindow.Duration
 	ctx, cancel := context.WithTimeout(ctx, g.cfg.Gateway.DrainTimeout.Duration)
