@@ -222,6 +222,9 @@ type Pool struct {
 	SendProxyV2 bool `toml:"send_proxy_v2" json:"send_proxy_v2"`
 	// Health configures the active health check of the pool's nodes.
 	Health Health `toml:"health" json:"health"`
+	// Rebalance moves clients off nodes that hold more than their share
+	// (default nil: the table is absent and nothing is moved).
+	Rebalance *Rebalance `toml:"rebalance" json:"rebalance,omitempty"`
 	// Admission caps the rate at which requests reach the pool's nodes.
 	Admission Admission `toml:"admission" json:"admission"`
 	// Nodes are the pool's relay nodes; at least one, unless Discovery
@@ -299,6 +302,22 @@ type Admission struct {
 	// after a quiet spell (default 0, meaning rate, one second's worth;
 	// >= 0).
 	Burst int `toml:"burst" json:"burst"`
+}
+
+// Rebalance is a pool's [pools.rebalance] section: present, it turns
+// rebalancing on. A node holding more than its weighted share of the
+// pool's tunnels by more than Tolerance has tunnels closed with 1001, at
+// most Rate a second across the pool, down to its share; their clients
+// reconnect through the gateway to the emptier nodes. Like all sections
+// it is plain data, read-only once loaded (see Config).
+type Rebalance struct {
+	// Tolerance is how far over its share a node may be before tunnels
+	// move off it, as a fraction of the share (default 0.1, 10%; a
+	// finite number > 0).
+	Tolerance float64 `toml:"tolerance" json:"tolerance"`
+	// Rate is the most tunnels moved per second across the pool (default
+	// 10 moves per second; a finite number > 0).
+	Rate float64 `toml:"rate" json:"rate"`
 }
 
 // Node is one [[pools.nodes]] entry: a relay replica.

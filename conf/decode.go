@@ -38,6 +38,14 @@ func (d *decoder) decode(path string, raw any, rv reflect.Value) {
 		return
 	}
 	switch rv.Kind() {
+	case reflect.Pointer:
+		// An optional table: nil while absent, defaulted once present.
+		elem := reflect.New(rv.Type().Elem())
+		if def, ok := elem.Interface().(defaulter); ok {
+			def.setDefaults()
+		}
+		d.decode(path, raw, elem.Elem())
+		rv.Set(elem)
 	case reflect.Struct:
 		m, ok := raw.(map[string]any)
 		if !ok {

@@ -78,6 +78,16 @@ func (n *Node) setDefaults() {
 	// MaxConns stays 0 and inherits the pool's max_conns_per_node (derive).
 }
 
+func (r *Rebalance) setDefaults() {
+	// 10% over the share before anyone is moved: least_conn alone keeps a
+	// steady pool closer than that, so only a real skew (a node added, one
+	// back from a restart) moves clients.
+	r.Tolerance = 0.1
+	// Ten reconnects a second is nothing to a relay, and moves a few
+	// thousand clients within minutes.
+	r.Rate = 10
+}
+
 func (r *Route) setDefaults() {
 	r.Host = "*"
 	r.PathPrefix = "/"

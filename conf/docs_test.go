@@ -20,7 +20,7 @@ func schemaKeys(prefix string, t reflect.Type) []string {
 		}
 		key := joinKey(prefix, name)
 		ft := f.Type
-		if ft.Kind() == reflect.Slice {
+		if ft.Kind() == reflect.Slice || ft.Kind() == reflect.Pointer {
 			ft = ft.Elem()
 		}
 		if ft.Kind() == reflect.Struct && ft != reflect.TypeFor[Duration]() {

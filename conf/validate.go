@@ -223,6 +223,9 @@ func (p *Pool) validate(e *errorList, path string) {
 		e.add(joinKey(path, "slow_start"), "must be >= 0, got "+p.SlowStart.String())
 	}
 	p.Health.validate(e, joinKey(path, "health"))
+	if p.Rebalance != nil {
+		p.Rebalance.validate(e, joinKey(path, "rebalance"), p.Balance)
+	}
 	atLeast(e, joinKey(joinKey(path, "admission"), "rate"), p.Admission.Rate, 0)
 	atLeast(e, joinKey(joinKey(path, "admission"), "burst"), p.Admission.Burst, 0)
 	switch d := p.Discovery; {
@@ -238,6 +241,23 @@ func (p *Pool) validate(e *errorList, path string) {
 		npath := indexKey(joinKey(path, "nodes"), i)
 		p.Nodes[i].validate(e, npath)
 		unique(e, addrs, p.Nodes[i].Addr, joinKey(npath, "addr"), "node addr")
+	}
+}
+
+// validate checks a [pools.rebalance] table of a pool balanced by
+// balance: a moved client must reconnect to the emptiest node, which only
+// least_conn guarantees.
+func (r *Rebalance) validate(e *errorList, path, balance string) {
+	if balance != "least_conn" {
+		e.add(path, fmt.Sprintf("needs balance = \"least_conn\" (a moved client must reconnect to the emptiest node), got %q", balance))
+	}
+	for _, k := range []struct {
+		key string
+		v   float64
+	}{{"tolerance", r.Tolerance}, {"rate", r.Rate}} {
+		if !(k.v > 0) || math.IsInf(k.v, 1) {
+			e.add(joinKey(path, k.key), fmt.Sprintf("must be a finite number > 0, got %v", k.v))
+		}
 	}
 }
 

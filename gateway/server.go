@@ -67,6 +67,8 @@ type Server struct {
 	revokeSub *redis.PubSub
 	revoked   revokedSet // subjects refused new handshakes
 
+	rebal *rebalancer // [pools.rebalance]; started by Start
+
 	http      *fasthttp.Server
 	admin     *fasthttp.Server
 	listen    ListenFunc
@@ -238,6 +240,7 @@ func (s *Server) Start() error {
 	s.startTLSWatch()
 	s.syncDiscovery()
 	s.logLimits()
+	s.rebal = startRebalancer(s)
 	s.ready.Store(true)
 	if s.broken.Load() { // an accept loop stopped before the line above
 		s.ready.Store(false)
@@ -345,6 +348,7 @@ func (s *Server) Shutdown(ctx context.Context) error {
 		return errors.New("gateway: already shutting down")
 	}
 	s.ready.Store(false)
+	stopRebalancer(s.rebal) // before the drain: it moves nobody the drain is closing
 	s.stopTLSWatch()
 	s.stopDiscovery()
 	g := s.current()
