@@ -180,7 +180,8 @@ func (c Config) Validate() error {
 		}
 	}
 	if c.Scenario == "kill" || c.Scenario == "drain" {
-		if c.KillCmd == "" && c.KillPID == 0 && c.DrainURL == "" {
+		// Only the first of -procs children acts (Split clears the rest).
+		if c.Proc == 0 && c.KillCmd == "" && c.KillPID == 0 && c.DrainURL == "" {
 			return fmt.Errorf("%w: %s needs -kill-cmd, -kill-pid or -drain-url", ErrBadConfig, c.Scenario)
 		}
 		if _, err := parseSignal(c.Signal); err != nil {

@@ -113,6 +113,19 @@ func TestConfigSplit(t *testing.T) {
 	}
 }
 
+// TestConfigSplitValidates: every child of a kill or drain run is a valid
+// configuration, though only the first one acts.
+func TestConfigSplitValidates(t *testing.T) {
+	for _, scenario := range []string{"kill", "drain"} {
+		c := Config{Scenario: scenario, URL: "ws://127.0.0.1:1/room/r%d", Rooms: 6, Members: 2, N: 12, DrainURL: "http://127.0.0.1:1/drain", Signal: "TERM"}
+		for i := range 3 {
+			if err := c.Split(i, 3).Validate(); err != nil {
+				t.Errorf("%s child %d: %v", scenario, i, err)
+			}
+		}
+	}
+}
+
 func TestConfigValidate(t *testing.T) {
 	tests := []struct {
 		name string
