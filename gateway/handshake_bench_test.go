@@ -55,14 +55,21 @@ const (
 	churnAccept = "s3pPLMBiTxaQ9kYGzzhZRbK+xOo="
 )
 
-// churnFrame is a masked 5-byte text frame, "hello".
-var churnFrame = func() []byte {
-	f := []byte{0x81, 0x85, 0x37, 0xfa, 0x21, 0x3d}
-	for i, c := range []byte("hello") {
+// churnFrame is a masked 5-byte text frame, "hello"; churnClose a masked
+// close frame with code 1000.
+var (
+	churnFrame = masked(0x81, []byte("hello"))
+	churnClose = masked(0x88, []byte{0x03, 0xe8})
+)
+
+// masked renders a client frame: first byte b0, a payload under 126 bytes.
+func masked(b0 byte, payload []byte) []byte {
+	f := []byte{b0, 0x80 | byte(len(payload)), 0x37, 0xfa, 0x21, 0x3d}
+	for i, c := range payload {
 		f = append(f, c^f[2+i%4])
 	}
 	return f
-}()
+}
 
 // churn runs b.N handshakes against addr from parallel clients and reports
 // the process's CPU per handshake.
@@ -118,6 +125,21 @@ func churnOnce(addr string, buf []byte) error {
 	if !bytes.Equal(buf[:7], []byte("\x81\x05hello")) {
 		return fmt.Errorf("echo %q", buf[:got])
 	}
+	// The close handshake: close 1000 out, the node's close back.
+	if _, err := c.Write(churnClose); err != nil {
+		return err
+	}
+	got = 0
+	for got < 4 {
+		k, err := c.Read(buf[got:])
+		if err != nil {
+			return fmt.Errorf("read close: %w", err)
+		}
+		got += k
+	}
+	if !bytes.Equal(buf[:4], []byte("\x88\x02\x03\xe8")) {
+		return fmt.Errorf("close %q", buf[:got])
+	}
 	return nil
 }
 
@@ -145,8 +167,8 @@ func readHead(c net.Conn, buf []byte) (int, error) {
 
 // echoNode is a minimal WebSocket node on loopback: it answers each
 // upgrade with a 101 (any request path, no health endpoint needed as the
-// pool has no checks), then echoes each 5-byte masked text frame
-// unmasked, until the peer closes.
+// pool has no checks), then echoes each masked frame of under 126 bytes
+// unmasked, until it has echoed a close frame or the peer closes.
 type echoNode struct {
 	addr string
 	ln   net.Listener
@@ -200,20 +222,22 @@ func (n *echoNode) conn(c net.Conn) {
 		return
 	}
 	for {
-		got := 0
-		for got < len(churnFrame) {
-			k, err := c.Read(buf[got:len(churnFrame)])
-			if err != nil {
-				return
-			}
-			got += k
+		if _, err := io.ReadFull(c, buf[:6]); err != nil {
+			return
 		}
-		f := buf[:len(churnFrame)]
-		echo := [7]byte{0x81, 0x05}
-		for j := range 5 {
-			echo[2+j] = f[6+j] ^ f[2+j%4]
+		n := int(buf[1] & 0x7f)
+		if buf[1]&0x80 == 0 || n >= 126 {
+			return
 		}
-		if _, err := c.Write(echo[:]); err != nil {
+		if _, err := io.ReadFull(c, buf[6:6+n]); err != nil {
+			return
+		}
+		for j := range n {
+			buf[6+j] ^= buf[j%4+2]
+		}
+		// The echo's header goes over the mask, no longer needed.
+		buf[4], buf[5] = buf[0], byte(n)
+		if _, err := c.Write(buf[4 : 6+n]); err != nil || buf[0]&0x0f == 0x8 {
 			return
 		}
 	}
