@@ -270,22 +270,23 @@ type handoff struct {
 // exactly once on every path.
 func (h *handoff) run(ctx *fasthttp.RequestCtx) {
 	s := h.s
+	// From here until the tunnel is registered (or the handshake given
+	// up) a drain waits for it, so a client that gets its 101 during a
+	// drain still gets its 1001.
+	s.tunnels.reserve()
 	c := ctx.Conn()
+	// fasthttp clears the deadline before it hands the connection over.
 	_ = c.SetWriteDeadline(time.Now().Add(h.g.handshakeTimeout))
 	_, err := c.Write(h.up.header)
-	_ = c.SetWriteDeadline(time.Time{})
 	ctx.HijackSetNoResponse(true)
 	if err != nil {
 		_ = h.up.conn.Close()
 		h.hd.Release()
 		s.metrics.handshake("client_gone", h.start)
+		s.tunnels.unreserve()
 		ctx.Hijack(closeConn)
 		return
 	}
-	// From here until the tunnel is registered (or the handshake given
-	// up) a drain waits for it, so a client that gets its 101 during a
-	// drain still gets its 1001.
-	s.tunnels.reserve()
 	h.timer = time.AfterFunc(h.g.handshakeTimeout, h.expire)
 	ctx.Hijack(h.hijacked)
 }
