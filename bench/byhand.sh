@@ -355,7 +355,7 @@ churn() {
 	local n
 	n=$(jq .connected "$cdir/strace.json")
 	echo "strace -c -f -p $gpid over one run of $n handshakes, per handshake:"
-	awk -v n="$n" '$NF ~ /^[a-z_0-9]+$/ && $4 ~ /^[0-9]+$/ && $NF != "syscall" {
+	awk -v n="$n" '$NF ~ /^[a-z_0-9]+$/ && $4 ~ /^[0-9]+$/ && $NF != "total" {
 		printf "  %-13s %6.2f\n", $NF, $4 / n; t += $4 } END {printf "  %-13s %6.2f\n", "all", t / n}' "$cdir/strace-c.txt"
 	if command -v perf >/dev/null && [ "$(id -u)" = 0 ]; then
 		perf record -q -F 999 -g -o "$cdir/perf.data" -p "$gpid" -- sleep 6 >/dev/null 2>&1 &
