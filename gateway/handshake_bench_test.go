@@ -109,36 +109,32 @@ func churnOnce(addr string, buf []byte) error {
 	if !bytes.HasPrefix(buf, []byte("HTTP/1.1 101 ")) || !bytes.Contains(bytes.ToLower(buf[:n]), []byte(strings.ToLower("Sec-WebSocket-Accept: "+churnAccept+"\r\n"))) {
 		return fmt.Errorf("not the 101 expected: %q", buf[:n])
 	}
-	// The echo may have come with the 101's last read; none is expected
-	// before the frame is sent.
-	if _, err := c.Write(churnFrame); err != nil {
+	// One round trip, then the close handshake: close 1000 out, the
+	// node's close back.
+	if err := exchange(c, churnFrame, []byte("\x81\x05hello"), buf); err != nil {
+		return fmt.Errorf("round trip: %w", err)
+	}
+	if err := exchange(c, churnClose, []byte("\x88\x02\x03\xe8"), buf); err != nil {
+		return fmt.Errorf("close: %w", err)
+	}
+	return nil
+}
+
+// exchange writes frame to c and reads want back, into buf.
+func exchange(c net.Conn, frame, want, buf []byte) error {
+	if _, err := c.Write(frame); err != nil {
 		return err
 	}
 	got := 0
-	for got < 7 {
+	for got < len(want) {
 		k, err := c.Read(buf[got:])
 		if err != nil {
-			return fmt.Errorf("read echo: %w", err)
+			return err
 		}
 		got += k
 	}
-	if !bytes.Equal(buf[:7], []byte("\x81\x05hello")) {
-		return fmt.Errorf("echo %q", buf[:got])
-	}
-	// The close handshake: close 1000 out, the node's close back.
-	if _, err := c.Write(churnClose); err != nil {
-		return err
-	}
-	got = 0
-	for got < 4 {
-		k, err := c.Read(buf[got:])
-		if err != nil {
-			return fmt.Errorf("read close: %w", err)
-		}
-		got += k
-	}
-	if !bytes.Equal(buf[:4], []byte("\x88\x02\x03\xe8")) {
-		return fmt.Errorf("close %q", buf[:got])
+	if !bytes.Equal(buf[:got], want) {
+		return fmt.Errorf("got %q, want %q", buf[:got], want)
 	}
 	return nil
 }
