@@ -9,6 +9,8 @@
 #   bench/byhand.sh profile      make bench's 12,000 frames/s fanout through one gateway:
 #                                syscalls per forwarded frame (perf stat) and a CPU profile
 #                                (needs perf as root; PROFILE_STRACE=1 or no perf: strace -c)
+#   bench/byhand.sh churn        make bench's churn through one gateway: the gateway's CPU and
+#                                syscalls (strace -c) per handshake, and a perf profile if it can
 #
 # Each starts `benchrun -up` (redis-server, relays and gateways on 127.0.0.1,
 # stopped by benchrun's PID at the end), runs wsload against it and prints
@@ -24,9 +26,9 @@ case $what in
 idle9000) relays=2 gateways=1 ;;
 idle50000) relays=5 gateways=6 ;;
 drain | drain-term | kill) relays=3 gateways=1 ;;
-profile) relays=2 gateways=1 ;;
+profile | churn) relays=2 gateways=1 ;;
 *)
-	sed -n '2,12p' "$0"
+	sed -n '2,14p' "$0"
 	exit 2
 	;;
 esac
@@ -321,6 +323,54 @@ profile() {
 	return $fail
 }
 
+# churn: make bench's churn (50 workers: connect, one round trip, close)
+# through gateway 1, three 5-second runs after a 2-second warm-up: the
+# gateway's utime+stime (/proc/PID/stat) per handshake, then one run under
+# strace -c -f (syscalls per handshake, strace's slowdown included) and,
+# with perf as root, one under perf record -g. Files go to $dir/churn: the
+# gateway watches $dir.
+churn() {
+	local cdir=$dir/churn gpid=${gwpid[0]} tck fail=0
+	mkdir -p "$cdir"
+	tck=$(getconf CLK_TCK)
+	run() { # NAME: one churn run, its report in $cdir/NAME.json
+		"$wsload" churn -url "ws://${gw[0]}/room/byhand-$1-$$-r%d" -c 50 -duration "${2:-5s}" \
+			-threshold 'failed==0' -json >"$cdir/$1.json" 2>"$cdir/$1.log" || fail=1
+	}
+	run warm 2s
+	for i in 1 2 3; do
+		local c0 c1
+		c0=$(awk '{print $14 + $15}' "/proc/$gpid/stat")
+		run "rep$i"
+		c1=$(awk '{print $14 + $15}' "/proc/$gpid/stat")
+		jq -r --arg t "$((c1 - c0))" --arg hz "$tck" --arg load "$(cut -d' ' -f1-3 /proc/loadavg)" \
+			'"run \(input_filename | sub(".*/"; "")): \(.connected) handshakes, \(.handshakes_per_sec | floor)/s, gateway CPU \(($t | tonumber) / ($hz | tonumber) * 1e6 / .connected | floor) µs per handshake (load average \($load))"' \
+			"$cdir/rep$i.json"
+	done
+	timeout -s INT 7 strace -q -c -f -p "$gpid" -o "$cdir/strace-c.txt" 2>"$cdir/strace.err" &
+	local st=$!
+	sleep 1
+	run strace
+	wait "$st" || true
+	local n
+	n=$(jq .connected "$cdir/strace.json")
+	echo "strace -c -f -p $gpid over one run of $n handshakes, per handshake:"
+	awk -v n="$n" '$NF ~ /^[a-z_0-9]+$/ && $4 ~ /^[0-9]+$/ && $NF != "total" {
+		printf "  %-13s %6.2f\n", $NF, $4 / n; t += $4 } END {printf "  %-13s %6.2f\n", "all", t / n}' "$cdir/strace-c.txt"
+	if command -v perf >/dev/null && [ "$(id -u)" = 0 ]; then
+		perf record -q -F 999 -g -o "$cdir/perf.data" -p "$gpid" -- sleep 6 >/dev/null 2>&1 &
+		local pp=$!
+		sleep 0.5
+		run perf
+		wait "$pp" || true
+		perf report -i "$cdir/perf.data" --stdio --children --sort sym -g none 2>/dev/null | grep -v '^#' | grep '%' >"$cdir/perf-children.txt"
+		echo "perf record -g: $cdir/perf.data; the handshake path's share of the gateway's samples:"
+		grep -E 'gateway\.\(\*Server\)\.(handle|serveUpgrade|dialNode|startTunnel)$|Dialer\)\.DialContext|ResponseHeader\)\.Read$|tunnel\.\(\*poller\)\.loop|runtime\.(sysmon|gcBgMarkWorker)$' \
+			"$cdir/perf-children.txt" | sed 's/^/  /'
+	fi
+	return $fail
+}
+
 status=0
 case $what in
 idle9000) idle 9000 5m 1000 || status=1 ;;
@@ -329,6 +379,7 @@ drain) chaos drain -drain-url "http://${admin[0]}/api/pools/relay/nodes/${relay[
 drain-term) chaos drain -kill-pid "${relaypid[0]}" -signal TERM || status=1 ;;
 kill) chaos kill -kill-pid "${relaypid[0]}" -signal KILL || status=1 ;;
 profile) profile || status=1 ;;
+churn) churn || status=1 ;;
 esac
 echo "raw reports and logs: $dir"
 exit $status

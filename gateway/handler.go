@@ -75,12 +75,17 @@ func (s *Server) handle(ctx *fasthttp.RequestCtx) {
 // PROXY header carried, if any) and the gateway address it connected to;
 // a LOCAL header when they are not both TCP of one family.
 func proxyHeaderFor(ctx *fasthttp.RequestCtx) []byte {
+	return appendProxyHeader(nil, ctx)
+}
+
+// appendProxyHeader appends proxyHeaderFor(ctx) to dst.
+func appendProxyHeader(b []byte, ctx *fasthttp.RequestCtx) []byte {
 	src, _ := ctx.RemoteAddr().(*net.TCPAddr)
 	dst, _ := ctx.LocalAddr().(*net.TCPAddr)
 	if src == nil || dst == nil {
-		return proxyproto.AppendLocalV2(nil)
+		return proxyproto.AppendLocalV2(b)
 	}
-	return proxyproto.AppendV2(nil, src.AddrPort(), dst.AddrPort())
+	return proxyproto.AppendV2(b, src.AddrPort(), dst.AddrPort())
 }
 
 // clientIP is the request's client address, IPv4 unmapped from IPv6: the
@@ -341,7 +346,10 @@ func appendForwardedFor(dst []byte, ctx *fasthttp.RequestCtx, g *generation) []b
 			dst = append(dst, ", "...)
 		}
 	}
-	return append(dst, ip.String()...)
+	if !ip.IsValid() {
+		return append(dst, ip.String()...)
+	}
+	return ip.AppendTo(dst)
 }
 
 // decided reports whether the client's header k is one the auth chain's

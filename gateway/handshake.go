@@ -39,15 +39,21 @@ var errUpstream = errors.New("upstream handshake failed")
 // node from the route's pool, its 101 relayed to the client, and the
 // tunnel.
 func (s *Server) serveUpgrade(ctx *fasthttp.RequestCtx, g *generation, rt *route, authz pluginhost.Result) {
-	key := ctx.Request.Header.Peek("Sec-WebSocket-Key")
-	req := s.upstreamRequest(ctx, g, rt, authz.Headers)
-	accept := acceptKey(key)
+	var acc [acceptLen]byte // on the stack: it is only compared
+	accept := appendAccept(acc[:0], ctx.Request.Header.Peek("Sec-WebSocket-Key"))
 
 	p := rt.pool
+	rb := acquireBuf()
+	defer releaseBuf(rb)
 	if p.sendProxy {
-		req = append(proxyHeaderFor(ctx), req...)
+		*rb = appendProxyHeader(*rb, ctx)
 	}
+	*rb = s.appendUpstreamRequest(*rb, ctx, g, rt, authz.Headers)
+	req := *rb
 	hkey := p.key.of(ctx) // a hash pool's; nil for the others. ctx's request is unchanged above.
+	// One allocation carries what the hand-off needs: the node
+	// connection, the 101 for the client and the hijack's state.
+	ho := &handoff{s: s, g: g, rt: rt, start: ctx.Time()}
 	var excl [maxTries]*balancer.Node
 	exclude := excl[:0]
 	tries := min(p.tries, maxTries)
@@ -61,7 +67,7 @@ func (s *Server) serveUpgrade(ctx *fasthttp.RequestCtx, g *generation, rt *route
 			s.overflow(ctx, g, rt, "no_capacity", "no node with capacity", g.retryAfter)
 			return
 		}
-		up, answer, err := s.dialNode(p, lease.Node(), req, accept)
+		answer, err := s.dialNode(p, lease.Node(), req, accept, &ho.up, ho.hdr[:0])
 		if err != nil {
 			lease.Release()
 			exclude = append(exclude, lease.Node())
@@ -92,11 +98,11 @@ func (s *Server) serveUpgrade(ctx *fasthttp.RequestCtx, g *generation, rt *route
 			return
 		}
 		p.health.ReportSuccess(lease.Node().Addr())
-		hd := &hold{lease: lease, expires: authz.Expires, subject: authz.Subject, key: authz.CredentialID}
+		ho.hd = &hold{lease: lease, expires: authz.Expires, subject: authz.Subject, key: authz.CredentialID}
 		if s.access.on() { // what only the access log reads: no copies when it is off
-			hd.client, hd.path = ctx.RemoteAddr().String(), string(ctx.Path())
+			ho.hd.client, ho.hd.path = ctx.RemoteAddr().String(), string(ctx.Path())
 		}
-		s.handOff(ctx, g, up, hd, rt)
+		ho.run(ctx)
 		return
 	}
 	if local {
@@ -119,17 +125,36 @@ type upstream struct {
 
 var readerPool sync.Pool
 
-// dialNode dials n, sends req and reads the node's answer. It returns the
-// upgraded connection, or a non-101 answer below 500 to pass on, or an error
-// wrapping errUpstream, or one wrapping errLocalDial when the dial failed
-// on the gateway's side (which says nothing about n).
-func (s *Server) dialNode(p *pool, n *balancer.Node, req []byte, accept string) (*upstream, *fasthttp.Response, error) {
+// bufPool holds the buffers requests to nodes are rendered in.
+var bufPool = sync.Pool{New: func() any { b := make([]byte, 0, 1024); return &b }}
+
+// maxPooledBuf is the largest buffer put back in bufPool: a rare huge
+// request does not stay in the pool.
+const maxPooledBuf = 16 << 10
+
+func acquireBuf() *[]byte { return bufPool.Get().(*[]byte) }
+
+func releaseBuf(b *[]byte) {
+	if cap(*b) > maxPooledBuf {
+		return
+	}
+	*b = (*b)[:0]
+	bufPool.Put(b)
+}
+
+// dialNode dials n, sends req and reads the node's answer. On a 101 it
+// fills up with the upgraded connection, its header for the client
+// appended to hdr (see clientResponse); it returns a non-101 answer below
+// 500 to pass on, or an error wrapping errUpstream, or one wrapping
+// errLocalDial when the dial failed on the gateway's side (which says
+// nothing about n).
+func (s *Server) dialNode(p *pool, n *balancer.Node, req, accept []byte, up *upstream, hdr []byte) (*fasthttp.Response, error) {
 	conn, err := p.dial.dial(n.Addr())
 	if err != nil {
 		if errors.Is(err, errLocalDial) {
-			return nil, nil, fmt.Errorf("dial %s: %w", n.Addr(), err)
+			return nil, fmt.Errorf("dial %s: %w", n.Addr(), err)
 		}
-		return nil, nil, fmt.Errorf("%w: dial: %w", errUpstream, err)
+		return nil, fmt.Errorf("%w: dial: %w", errUpstream, err)
 	}
 	ok := false
 	defer func() {
@@ -139,7 +164,7 @@ func (s *Server) dialNode(p *pool, n *balancer.Node, req []byte, accept string) 
 	}()
 	_ = conn.SetDeadline(time.Now().Add(p.connectTimeout))
 	if _, err := conn.Write(req); err != nil {
-		return nil, nil, fmt.Errorf("%w: write request: %w", errUpstream, err)
+		return nil, fmt.Errorf("%w: write request: %w", errUpstream, err)
 	}
 	br, _ := readerPool.Get().(*bufio.Reader)
 	if br == nil {
@@ -153,42 +178,41 @@ func (s *Server) dialNode(p *pool, n *balancer.Node, req []byte, accept string) 
 	resp.Header.SetNoDefaultContentType(true)
 	if err := resp.Header.Read(br); err != nil {
 		fasthttp.ReleaseResponse(resp)
-		return nil, nil, fmt.Errorf("%w: read response: %w", errUpstream, err)
+		return nil, fmt.Errorf("%w: read response: %w", errUpstream, err)
 	}
 	code := resp.StatusCode()
 	switch {
 	case code >= 500:
 		fasthttp.ReleaseResponse(resp)
-		return nil, nil, fmt.Errorf("%w: node answered %d", errUpstream, code)
+		return nil, fmt.Errorf("%w: node answered %d", errUpstream, code)
 	case code != fasthttp.StatusSwitchingProtocols:
 		err := resp.ReadBody(br, maxUpstreamAnswer)
 		if err != nil {
 			fasthttp.ReleaseResponse(resp)
-			return nil, nil, fmt.Errorf("%w: read %d answer: %w", errUpstream, code, err)
+			return nil, fmt.Errorf("%w: read %d answer: %w", errUpstream, code, err)
 		}
-		return nil, resp, nil
+		return resp, nil
 	}
 	defer fasthttp.ReleaseResponse(resp)
 	if !bytes.EqualFold(resp.Header.Peek("Upgrade"), []byte("websocket")) {
-		return nil, nil, fmt.Errorf("%w: 101 without Upgrade: websocket", errUpstream)
+		return nil, fmt.Errorf("%w: 101 without Upgrade: websocket", errUpstream)
 	}
-	if string(resp.Header.Peek("Sec-WebSocket-Accept")) != accept {
-		return nil, nil, fmt.Errorf("%w: wrong Sec-WebSocket-Accept", errUpstream)
+	if !bytes.Equal(resp.Header.Peek("Sec-WebSocket-Accept"), accept) {
+		return nil, fmt.Errorf("%w: wrong Sec-WebSocket-Accept", errUpstream)
 	}
-	up := &upstream{conn: conn, header: clientResponse(&resp.Header)}
+	*up = upstream{conn: conn, header: clientResponse(hdr, &resp.Header)}
 	if k := br.Buffered(); k > 0 {
 		b, _ := br.Peek(k)
 		up.pending = append([]byte(nil), b...)
 	}
 	_ = conn.SetDeadline(time.Time{})
 	ok = true
-	return up, nil, nil
+	return nil, nil
 }
 
-// clientResponse renders the node's 101 for the client: its headers as sent,
-// less the framing headers that do not belong on a 101.
-func clientResponse(h *fasthttp.ResponseHeader) []byte {
-	b := make([]byte, 0, 256)
+// clientResponse appends to b the node's 101 rendered for the client: its
+// headers as sent, less the framing headers that do not belong on a 101.
+func clientResponse(b []byte, h *fasthttp.ResponseHeader) []byte {
 	b = append(b, "HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"...)
 	for k, v := range h.All() {
 		switch {
@@ -221,48 +245,81 @@ func (h *hold) Release() {
 	h.lease.Release()
 }
 
-// handOff hijacks the client connection and starts the tunnel. If fasthttp
-// never calls the hijack handler (the client vanished), a timer releases
-// the node connection and the hold, so they are released exactly once on
-// every path.
-func (s *Server) handOff(ctx *fasthttp.RequestCtx, g *generation, up *upstream, hd *hold, rt *route) {
-	start := ctx.Time()
-	var claimed atomic.Bool
+// handoff carries a handshake whose node answered 101 from the handler to
+// the tunnel: the node connection, the client's 101 (rendered in hdr when
+// it fits) and the hijack's state. It lives until the tunnel starts.
+type handoff struct {
+	s     *Server
+	g     *generation
+	rt    *route
+	start time.Time
+	up    upstream
+	hd    *hold
+	// claimed is set by whichever of the hijack handler and the timer
+	// runs first; the other does nothing.
+	claimed atomic.Bool
+	timer   *time.Timer
+	hdr     [320]byte
+}
+
+// run sends the client its 101 and hands the connection to the tunnel.
+// The 101 is written here, from the handler, the moment the node's was
+// checked, rather than after fasthttp has handed over the connection. If
+// fasthttp never calls the hijack handler (the client vanished), a timer
+// releases the node connection and the hold, so they are released
+// exactly once on every path.
+func (h *handoff) run(ctx *fasthttp.RequestCtx) {
+	s := h.s
 	// From here until the tunnel is registered (or the handshake given
 	// up) a drain waits for it, so a client that gets its 101 during a
 	// drain still gets its 1001.
 	s.tunnels.reserve()
-	timer := time.AfterFunc(g.handshakeTimeout, func() {
-		if claimed.CompareAndSwap(false, true) {
-			_ = up.conn.Close()
-			hd.Release()
-			s.tunnels.unreserve()
-		}
-	})
+	c := ctx.Conn()
+	// fasthttp clears the deadline before it hands the connection over.
+	_ = c.SetWriteDeadline(time.Now().Add(h.g.handshakeTimeout))
+	_, err := c.Write(h.up.header)
 	ctx.HijackSetNoResponse(true)
-	ctx.Hijack(func(c net.Conn) {
-		if !claimed.CompareAndSwap(false, true) {
-			_ = c.Close()
-			return
-		}
-		timer.Stop()
-		s.startTunnel(c, g, up, hd, rt, start)
+	if err != nil {
+		_ = h.up.conn.Close()
+		h.hd.Release()
+		s.metrics.handshake("client_gone", h.start)
 		s.tunnels.unreserve()
-	})
-}
-
-// startTunnel sends the 101 to the client and starts the tunnel.
-func (s *Server) startTunnel(c net.Conn, g *generation, up *upstream, hd *hold, rt *route, start time.Time) {
-	client, pending := detach(c)
-	_ = client.SetWriteDeadline(time.Now().Add(g.handshakeTimeout))
-	if _, err := client.Write(up.header); err != nil {
-		_ = client.Close()
-		_ = up.conn.Close()
-		hd.Release()
-		s.metrics.handshake("client_gone", start)
+		ctx.Hijack(closeConn)
 		return
 	}
-	_ = client.SetWriteDeadline(time.Time{})
+	h.timer = time.AfterFunc(h.g.handshakeTimeout, h.expire)
+	ctx.Hijack(h.hijacked)
+}
+
+// closeConn is the hijack handler of a client whose 101 could not be sent.
+func closeConn(c net.Conn) { _ = c.Close() }
+
+// expire gives the handshake up when fasthttp has not handed over the
+// client connection in time.
+func (h *handoff) expire() {
+	if h.claimed.CompareAndSwap(false, true) {
+		_ = h.up.conn.Close()
+		h.hd.Release()
+		h.s.tunnels.unreserve()
+	}
+}
+
+// hijacked is the hijack handler: it starts the tunnel on c.
+func (h *handoff) hijacked(c net.Conn) {
+	if !h.claimed.CompareAndSwap(false, true) {
+		_ = c.Close()
+		return
+	}
+	h.timer.Stop()
+	h.s.startTunnel(c, h)
+	h.s.tunnels.unreserve()
+}
+
+// startTunnel starts the tunnel between the client connection c, whose 101
+// has been sent, and the node's.
+func (s *Server) startTunnel(c net.Conn, ho *handoff) {
+	g, rt, up, hd, start := ho.g, ho.rt, &ho.up, ho.hd, ho.start
+	client, pending := detach(c)
 	t := tunnel.New(tunnel.Params{
 		Client:        client,
 		Node:          up.conn,
@@ -309,6 +366,9 @@ func (s *Server) tunnelEnded(t *tunnel.Tunnel) {
 	}
 }
 
+// detachBufs holds detach's read buffers.
+var detachBufs = sync.Pool{New: func() any { return new([1024]byte) }}
+
 // detach returns the connection under fasthttp's hijacked connection, with
 // any bytes the client sent right behind its request (still in fasthttp's
 // read buffer). The buffer is read out under an expired deadline, which
@@ -327,7 +387,7 @@ func detach(c net.Conn) (net.Conn, []byte) {
 		return c, nil
 	}
 	var pending []byte
-	var buf [1024]byte
+	buf := detachBufs.Get().(*[1024]byte) // a buffer on the stack would escape through Read
 	for range readBufferSize/len(buf) + 2 {
 		n, err := c.Read(buf[:])
 		pending = append(pending, buf[:n]...)
@@ -335,6 +395,7 @@ func detach(c net.Conn) (net.Conn, []byte) {
 			break
 		}
 	}
+	detachBufs.Put(buf)
 	raw := u.UnsafeConn()
 	_ = raw.SetReadDeadline(time.Time{})
 	return raw, pending
@@ -392,16 +453,16 @@ func lingerClose(c net.Conn, until time.Time) {
 	}
 }
 
-// upstreamRequest renders an admitted upgrade request for a node: the
+// appendUpstreamRequest appends to b an admitted upgrade request rendered
+// for a node: the
 // target and Host it was routed by, the client's headers less hop-by-hop
 // ones (RFC 9110 section 7.6.1, and any named in Connection) and the
 // route's auth_headers, X-Forwarded-For and X-Forwarded-Proto added, and
 // the auth chain's headers set (replacing the client's own of the same
 // name under any spelling, see sameHeader, so a client cannot forge them;
 // an empty value only removes the client's).
-func (s *Server) upstreamRequest(ctx *fasthttp.RequestCtx, g *generation, rt *route, set map[string]string) []byte {
+func (s *Server) appendUpstreamRequest(b []byte, ctx *fasthttp.RequestCtx, g *generation, rt *route, set map[string]string) []byte {
 	h := &ctx.Request.Header
-	b := make([]byte, 0, 512)
 	b = append(b, "GET "...)
 	b = append(b, ctx.URI().RequestURI()...)
 	b = append(b, " HTTP/1.1\r\nHost: "...)
@@ -473,12 +534,24 @@ func (s *Server) retryLaterAfter(ctx *fasthttp.RequestCtx, status int, result, m
 
 const websocketGUID = "258EAFA5-E914-47DA-95CA-C5AB0DC85B11"
 
+// acceptLen is the length of a Sec-WebSocket-Accept value: base64 of a
+// SHA-1 sum.
+const acceptLen = 28
+
 // acceptKey computes Sec-WebSocket-Accept for key (RFC 6455 section 4.2.2).
 func acceptKey(key []byte) string {
-	h := sha1.New()
-	h.Write(key)
-	h.Write([]byte(websocketGUID))
-	return base64.StdEncoding.EncodeToString(h.Sum(nil))
+	var b [acceptLen]byte
+	return string(appendAccept(b[:0], key))
+}
+
+// appendAccept appends Sec-WebSocket-Accept for key to dst, allocating
+// nothing when dst has room and key is of a valid length.
+func appendAccept(dst, key []byte) []byte {
+	var in [24 + len(websocketGUID)]byte
+	sum := sha1.Sum(append(append(in[:0], key...), websocketGUID...))
+	var out [acceptLen]byte
+	base64.StdEncoding.Encode(out[:], sum[:])
+	return append(dst, out[:]...)
 }
 
 // validKey reports whether key is base64 of 16 bytes, as RFC 6455 requires.

@@ -13,6 +13,7 @@ import (
 	"net/netip"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -97,7 +98,7 @@ func New(cfg *conf.Config, log *slog.Logger) (*Server, error) {
 		log:    log,
 		limits: newLimiter(cfg.Gateway.MaxConns, cfg.Gateway.MaxConnsPerIP, fileCeiling(log)),
 		ipRate: newIPRate(cfg.Gateway.HandshakeRatePerIP, cfg.Gateway.HandshakeBurstPerIP),
-		listen: func(addr string) (net.Listener, error) { return net.Listen("tcp", addr) },
+		listen: func(addr string) (net.Listener, error) { return listenTCP(addr, false) },
 		failed: make(chan error, 1),
 		tls:    newTLSState(),
 	}
@@ -174,8 +175,21 @@ func (s *Server) SetListen(f ListenFunc) {
 
 // listenReusePort opens a TCP listener with SO_REUSEPORT set, so other
 // processes may listen on the same address.
-func listenReusePort(addr string) (net.Listener, error) {
-	lc := net.ListenConfig{Control: sockopt.ReusePort}
+func listenReusePort(addr string) (net.Listener, error) { return listenTCP(addr, true) }
+
+// listenTCP opens a TCP listener, with SO_REUSEPORT if reusePort. TCP
+// keepalive is set on the listening socket (sockopt.ListenKeepAlive), which
+// every accepted connection inherits, instead of four setsockopt calls on
+// each accept: the settings are Go's defaults either way.
+func listenTCP(addr string, reusePort bool) (net.Listener, error) {
+	lc := net.ListenConfig{KeepAlive: -1, Control: func(network, address string, c syscall.RawConn) error {
+		if reusePort {
+			if err := sockopt.ReusePort(network, address, c); err != nil {
+				return err
+			}
+		}
+		return sockopt.ListenKeepAlive(network, address, c)
+	}}
 	return lc.Listen(context.Background(), "tcp", addr)
 }
 
