@@ -7,7 +7,8 @@
 //
 // Usage:
 //
-//	relay-backend [-listen 127.0.0.1:7001] [-redis redis://127.0.0.1:6379/0]
+//	relay-backend [-listen 127.0.0.1:7001] [-redis redis://127.0.0.1:6379/0
+//	              | -redis-cluster ADDR[,ADDR...] | -redis-sentinel MASTER@ADDR[,ADDR...]]
 //	              [-drain-window 5s] [-id NAME] [-room-prefix /room/]
 //	              [-send-queue 256] [-max-message 1048576] [-max-members 10000]
 //	              [-history 1000] [-history-ttl 24h] [-weight 0]
@@ -49,6 +50,7 @@ func main() {
 type config struct {
 	listen      string
 	redisURL    string
+	redis       bus.RedisTarget // from -redis, -redis-cluster or -redis-sentinel
 	drainWindow time.Duration
 	id          string
 	roomPrefix  string
@@ -66,6 +68,9 @@ func parseFlags(args []string, out io.Writer) (config, error) {
 	fs.SetOutput(out)
 	fs.StringVar(&c.listen, "listen", "127.0.0.1:7001", "address to listen on")
 	fs.StringVar(&c.redisURL, "redis", "", "Redis URL for the bus between replicas, e.g. redis://127.0.0.1:6379/0 (empty: single replica, in-process bus)")
+	var cluster, sentinel string
+	fs.StringVar(&cluster, "redis-cluster", "", "seed addresses of a Redis Cluster, ADDR[,ADDR...] (instead of -redis)")
+	fs.StringVar(&sentinel, "redis-sentinel", "", "a Redis master found through Sentinel, MASTER@ADDR[,ADDR...] (instead of -redis)")
 	fs.DurationVar(&c.drainWindow, "drain-window", relay.DefaultDrainWindow, "window over which the 1001 closes of a drain are spread")
 	fs.StringVar(&c.id, "id", "", `replica name shown in /info and hello frames (default "<hostname>:<port>")`)
 	fs.StringVar(&c.roomPrefix, "room-prefix", relay.DefaultRoomPrefix, "path prefix before the room id")
@@ -76,6 +81,9 @@ func parseFlags(args []string, out io.Writer) (config, error) {
 	fs.DurationVar(&c.historyTTL, "history-ttl", roomlog.DefaultTTL, "a room's log expires after this idle time")
 	fs.IntVar(&c.weight, "weight", 0, "weight announced in /healthz's Wsgate-Agent header, 1..1000 (0: not announced)")
 	if err := fs.Parse(args); err != nil {
+		return c, err
+	}
+	if err := c.parseRedis(cluster, sentinel); err != nil {
 		return c, err
 	}
 	switch {
@@ -101,6 +109,34 @@ func parseFlags(args []string, out io.Writer) (config, error) {
 	return c, nil
 }
 
+// parseRedis sets c.redis from -redis, -redis-cluster and -redis-sentinel,
+// of which at most one may be set.
+func (c *config) parseRedis(cluster, sentinel string) error {
+	n := 0
+	for _, v := range []string{c.redisURL, cluster, sentinel} {
+		if v != "" {
+			n++
+		}
+	}
+	if n > 1 {
+		return errors.New("-redis, -redis-cluster and -redis-sentinel exclude each other: set one")
+	}
+	var err error
+	switch {
+	case c.redisURL != "":
+		c.redis.URL = c.redisURL
+	case cluster != "":
+		if c.redis.Cluster, err = bus.ParseAddrs(cluster); err != nil {
+			return fmt.Errorf("-redis-cluster: %w", err)
+		}
+	case sentinel != "":
+		if c.redis.SentinelMaster, c.redis.Sentinels, err = bus.ParseSentinel(sentinel); err != nil {
+			return fmt.Errorf("-redis-sentinel: %w", err)
+		}
+	}
+	return nil
+}
+
 // run serves until ctx ends (a signal), then drains and returns nil.
 func run(ctx context.Context, args []string, log *slog.Logger) error {
 	c, err := parseFlags(args, os.Stderr)
@@ -123,19 +159,19 @@ func run(ctx context.Context, args []string, log *slog.Logger) error {
 		b  bus.Bus
 		rl relay.Log
 	)
-	if c.redisURL == "" {
+	if c.redis.String() == "" {
 		mb := bus.NewMemory()
 		b = mb.Endpoint()
 		rl = roomlog.Shared(mb, roomlog.MemoryOptions{History: c.history, TTL: c.historyTTL})
 	} else {
 		rctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-		rb, err := bus.NewRedis(rctx, bus.RedisOptions{URL: c.redisURL, Logger: log})
+		rb, err := bus.NewRedis(rctx, bus.RedisOptions{Target: c.redis, Logger: log})
 		if err != nil {
 			cancel()
 			return fmt.Errorf("connect bus: %w", err)
 		}
 		defer rb.Close()
-		lg, err := roomlog.NewRedis(rctx, roomlog.RedisOptions{URL: c.redisURL, History: c.history, TTL: c.historyTTL})
+		lg, err := roomlog.NewRedis(rctx, roomlog.RedisOptions{Target: c.redis, History: c.history, TTL: c.historyTTL})
 		cancel()
 		if err != nil {
 			return fmt.Errorf("connect room log: %w", err)
@@ -158,7 +194,7 @@ func run(ctx context.Context, args []string, log *slog.Logger) error {
 	})
 	served := make(chan error, 1)
 	go func() { served <- r.Serve(ln) }()
-	log.Info("listening", "addr", ln.Addr().String(), "id", c.id, "redis", c.redisURL != "")
+	log.Info("listening", "addr", ln.Addr().String(), "id", c.id, "redis", c.redis.String() != "")
 
 	select {
 	case err := <-served:
