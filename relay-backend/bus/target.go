@@ -1,6 +1,7 @@
 package bus
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"strings"
@@ -60,10 +61,12 @@ func (t RedisTarget) Client() (redis.UniversalClient, error) {
 	}
 	switch {
 	case t.Sharded():
-		return redis.NewClusterClient(&redis.ClusterOptions{
+		cc := redis.NewClusterClient(&redis.ClusterOptions{
 			Addrs:                 t.Cluster,
 			ContextTimeoutEnabled: true,
-		}), nil
+		})
+		cc.AddHook(reloadOnError{cc})
+		return cc, nil
 	case t.URL != "":
 		opt, err := redis.ParseURL(t.URL)
 		if err != nil {
@@ -80,6 +83,35 @@ func (t RedisTarget) Client() (redis.UniversalClient, error) {
 		SentinelAddrs:         t.Sentinels,
 		ContextTimeoutEnabled: true,
 	}), nil
+}
+
+// reloadOnError asks a ClusterClient to reload its slot map after a failed
+// command. go-redis reloads it on MOVED and ASK replies and once a minute,
+// but not when a master stops answering: without this, commands for the
+// slots of a dead master would keep going to it for up to a minute after
+// its replica took over. Reloads are lazy and coalesced by go-redis.
+type reloadOnError struct{ cc *redis.ClusterClient }
+
+func (h reloadOnError) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (h reloadOnError) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		err := next(ctx, cmd)
+		if err != nil && !errors.Is(err, redis.Nil) {
+			h.cc.ReloadState(ctx)
+		}
+		return err
+	}
+}
+
+func (h reloadOnError) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		err := next(ctx, cmds)
+		if err != nil && !errors.Is(err, redis.Nil) {
+			h.cc.ReloadState(ctx)
+		}
+		return err
+	}
 }
 
 // ParseAddrs splits "ADDR[,ADDR...]" into host:port addresses, rejecting
