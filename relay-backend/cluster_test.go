@@ -578,3 +578,59 @@ func failover(t *testing.T, addrs []string, room, plainRoom string, kill func())
 		len(sent), len(lost), lost[0], lost[len(lost)-1], span.Round(time.Millisecond),
 		sent[lost[0]].Sub(killedAt).Round(time.Millisecond))
 }
+
+// TestSentinel runs two relay-backend replicas on a master found through
+// Sentinel (a master, its replica and one Sentinel): frames flow across the
+// replicas, and when the master is killed and Sentinel promotes its
+// replica, relay.v1 clients that resume lose no acknowledged write.
+func TestSentinel(t *testing.T) {
+	// No 5 s wait before the replica's first sync.
+	master := redistest.StartArgs(t, "--save", "", "--appendonly", "no", "--repl-diskless-sync-delay", "0")
+	host, port, _ := strings.Cut(master.Addr, ":")
+	replica := redistest.StartArgs(t, "--save", "", "--appendonly", "no", "--replicaof", host, port)
+	// The replica first: Sentinel learns of it from the master's INFO,
+	// which it reads at start and then every 10 s.
+	_, rport, _ := strings.Cut(replica.Addr, ":")
+	waitReply(t, replica.Addr, "master_link_status:up", "INFO", "replication")
+	sentinel := redistest.StartSentinel(t, "relay", master)
+	waitReply(t, sentinel.Addr, rport, "SENTINEL", "REPLICAS", "relay")
+	addrs := startReplicas(t, "-redis-sentinel", "relay@"+sentinel.Addr)
+
+	t.Run("frames once across replicas", func(t *testing.T) {
+		exchange(t, addrs, "sentinel", 20)
+	})
+
+	t.Run("master killed", func(t *testing.T) {
+		failover(t, addrs, "failover", "failover-plain", func() {
+			killed := time.Now()
+			if err := master.Kill(); err != nil {
+				t.Error(err)
+			}
+			for range 600 {
+				if out, err := redistest.Cmd(replica.Addr, "ROLE"); err == nil && strings.HasPrefix(out, "master") {
+					t.Logf("sentinel promoted the replica %v after the kill", time.Since(killed).Round(10*time.Millisecond))
+					return
+				}
+				time.Sleep(25 * time.Millisecond)
+			}
+			t.Errorf("sentinel did not promote the replica within 15s")
+		})
+	})
+}
+
+// waitReply runs a command on addr until its reply contains want, for at
+// most 20 s.
+func waitReply(t *testing.T, addr, want string, args ...string) {
+	t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		out, err := redistest.Cmd(addr, args...)
+		if err == nil && strings.Contains(out, want) {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s on %s: no %q within 20s: %v\n%s", strings.Join(args, " "), addr, want, err, out)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}

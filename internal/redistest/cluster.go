@@ -32,7 +32,9 @@ func StartCluster(tb testing.TB) *Cluster {
 		c.Nodes = append(c.Nodes, StartArgs(tb, "--save", "", "--appendonly", "no",
 			"--cluster-enabled", "yes", "--cluster-node-timeout", "1000",
 			// A replica takes over however long its link was down.
-			"--cluster-replica-validity-factor", "0"))
+			"--cluster-replica-validity-factor", "0",
+			// A replica's first sync starts at once, not after 5 s.
+			"--repl-diskless-sync-delay", "0"))
 	}
 	args := append([]string{"--cluster", "create"}, c.Addrs()...)
 	args = append(args, "--cluster-replicas", "1", "--cluster-yes")
