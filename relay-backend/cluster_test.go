@@ -517,8 +517,11 @@ func failover(t *testing.T, addrs []string, room, plainRoom string, kill func())
 		wg.Add(1)
 		go func() { defer wg.Done(); f(rctx) }()
 	}
+	var stages []string // how long each wait took, for the log
 	waitUntil := func(what string, ok func() bool) {
 		t.Helper()
+		start := time.Now()
+		defer func() { stages = append(stages, fmt.Sprintf("%s %v", what, time.Since(start).Round(time.Millisecond))) }()
 		for !ok() {
 			if ctx.Err() != nil {
 				t.Fatalf("gave up waiting for %s", what)
@@ -568,6 +571,7 @@ func failover(t *testing.T, addrs []string, room, plainRoom string, kill func())
 	if len(lost) > 0 {
 		span = sent[lost[len(lost)-1]].Sub(sent[lost[0]])
 	}
+	t.Logf("waits: %s", strings.Join(stages, ", "))
 	t.Logf("relay.v1: %d writes acknowledged, all received; writer reconnects %d, reader reconnects %d, resyncs %d",
 		len(acked), w.reconnects, r.reconnects, r.resyncs)
 	if len(lost) == 0 {

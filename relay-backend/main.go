@@ -164,14 +164,20 @@ func run(ctx context.Context, args []string, log *slog.Logger) error {
 		b = mb.Endpoint()
 		rl = roomlog.Shared(mb, roomlog.MemoryOptions{History: c.history, TTL: c.historyTTL})
 	} else {
+		// One client for the bus and the room log.
+		client, err := c.redis.Client()
+		if err != nil {
+			return fmt.Errorf("connect redis: %w", err)
+		}
+		defer client.Close()
 		rctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-		rb, err := bus.NewRedis(rctx, bus.RedisOptions{Target: c.redis, Logger: log})
+		rb, err := bus.NewRedis(rctx, bus.RedisOptions{Client: client, Logger: log})
 		if err != nil {
 			cancel()
-			return fmt.Errorf("connect bus: %w", err)
+			return fmt.Errorf("connect bus to %s: %w", c.redis, err)
 		}
 		defer rb.Close()
-		lg, err := roomlog.NewRedis(rctx, roomlog.RedisOptions{Target: c.redis, History: c.history, TTL: c.historyTTL})
+		lg, err := roomlog.NewRedis(rctx, roomlog.RedisOptions{Client: client, History: c.history, TTL: c.historyTTL})
 		cancel()
 		if err != nil {
 			return fmt.Errorf("connect room log: %w", err)

@@ -21,6 +21,10 @@ type RedisOptions struct {
 	// Target names a Redis Cluster or a Sentinel master instead, when URL
 	// is empty.
 	Target RedisTarget
+	// Client, when set, is used instead of URL and Target, and left open
+	// by Close: one client shared with the room log, so that a slot map
+	// one of them reloaded after a failover serves both.
+	Client redis.UniversalClient
 	// ChannelPrefix is put before the room id to name its pub/sub channel
 	// (default "wsgate:room:").
 	ChannelPrefix string
@@ -55,6 +59,7 @@ type RedisOptions struct {
 // re-subscribed (with the nil message) once its replica took over.
 type Redis struct {
 	client  redis.UniversalClient
+	owned   bool // Close closes client
 	sharded bool
 	prefix  string
 	confirm time.Duration
@@ -89,11 +94,7 @@ type Redis struct {
 // NewRedis connects to the server at o.URL (or o.Target), checks it with a
 // PING and starts the receiving goroutine. Close releases it.
 func NewRedis(ctx context.Context, o RedisOptions) (*Redis, error) {
-	t := o.Target
-	if o.URL != "" {
-		t = RedisTarget{URL: o.URL}
-	}
-	client, err := t.Client()
+	client, owned, err := OpenClient(o.Client, o.URL, o.Target)
 	if err != nil {
 		return nil, err
 	}
@@ -113,13 +114,16 @@ func NewRedis(ctx context.Context, o RedisOptions) (*Redis, error) {
 	// each command, not only go-redis's own read and write timeouts
 	// (RedisTarget.Client sets ContextTimeoutEnabled).
 	if err := client.Ping(ctx).Err(); err != nil {
-		_ = client.Close()
-		return nil, fmt.Errorf("ping redis at %s: %w", t, err)
+		if owned {
+			_ = client.Close()
+		}
+		return nil, fmt.Errorf("ping redis: %w", err)
 	}
 	rctx, cancel := context.WithCancel(context.Background())
 	r := &Redis{
 		client:  client,
-		sharded: t.Sharded(),
+		owned:   owned,
+		sharded: IsCluster(client),
 		prefix:  o.ChannelPrefix,
 		confirm: o.ConfirmTimeout,
 		idle:    o.PingInterval,
@@ -366,8 +370,10 @@ func (r *Redis) Close() error {
 		delete(r.shards, k)
 	}
 	r.cmdMu.Unlock()
-	if cerr := r.client.Close(); err == nil {
-		err = cerr
+	if r.owned {
+		if cerr := r.client.Close(); err == nil {
+			err = cerr
+		}
 	}
 	if err != nil {
 		return fmt.Errorf("close redis bus: %w", err)

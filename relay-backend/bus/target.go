@@ -85,6 +85,27 @@ func (t RedisTarget) Client() (redis.UniversalClient, error) {
 	}), nil
 }
 
+// OpenClient returns shared, when it is not nil, for the caller to use
+// but not close; otherwise a new client for url or, when url is empty, for
+// t, which the caller closes (owned).
+func OpenClient(shared redis.UniversalClient, url string, t RedisTarget) (c redis.UniversalClient, owned bool, err error) {
+	if shared != nil {
+		return shared, false, nil
+	}
+	if url != "" {
+		t = RedisTarget{URL: url}
+	}
+	c, err = t.Client()
+	return c, err == nil, err
+}
+
+// IsCluster reports whether c is a Redis Cluster client, whose rooms use
+// sharded pub/sub and hash-tagged names.
+func IsCluster(c redis.UniversalClient) bool {
+	_, ok := c.(*redis.ClusterClient)
+	return ok
+}
+
 // reloadOnError asks a ClusterClient to reload its slot map after a failed
 // command. go-redis reloads it on MOVED and ASK replies and once a minute,
 // but not when a master stops answering: without this, commands for the

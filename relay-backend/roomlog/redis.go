@@ -21,6 +21,9 @@ type RedisOptions struct {
 	// is empty. On a cluster the committed messages are published with
 	// SPUBLISH on ChannelPrefix+"{room}", in the slot of the room's keys.
 	Target bus.RedisTarget
+	// Client, when set, is used instead of URL and Target, and left open
+	// by Close (see bus.RedisOptions.Client).
+	Client redis.UniversalClient
 	// History is how many messages a room's Stream retains, trimmed with
 	// MAXLEN ~ so a few more may stay (default 1000 messages).
 	History int
@@ -43,6 +46,7 @@ type RedisOptions struct {
 // atomic. Redis is safe for concurrent use.
 type Redis struct {
 	client  redis.UniversalClient
+	owned   bool // Close closes client
 	sharded bool
 	append  *redis.Script
 	history string
@@ -98,14 +102,11 @@ return {e, o, redis.call('XRANGE', KEYS[2], ARGV[3], '+')}
 // NewRedis connects to o.URL (or o.Target) and loads the scripts. Close
 // releases it.
 func NewRedis(ctx context.Context, o RedisOptions) (*Redis, error) {
-	t := o.Target
-	if o.URL != "" {
-		t = bus.RedisTarget{URL: o.URL}
-	}
-	client, err := t.Client()
+	client, owned, err := bus.OpenClient(o.Client, o.URL, o.Target)
 	if err != nil {
 		return nil, err
 	}
+	sharded := bus.IsCluster(client)
 	if o.History <= 0 {
 		o.History = DefaultHistory
 	}
@@ -119,20 +120,23 @@ func NewRedis(ctx context.Context, o RedisOptions) (*Redis, error) {
 		o.ChannelPrefix = DefaultChannelPrefix
 	}
 	app := appendScript
-	if t.Sharded() {
+	if sharded {
 		app = shardedAppendScript
 	}
 	for _, s := range []*redis.Script{app, readScript} {
 		// On a cluster the script goes to every shard; a server that
 		// lost it (a promoted replica) gets it again with EVAL.
 		if err := s.Load(ctx, client).Err(); err != nil {
-			_ = client.Close()
-			return nil, fmt.Errorf("load room log script into %s: %w", t, err)
+			if owned {
+				_ = client.Close()
+			}
+			return nil, fmt.Errorf("load room log script: %w", err)
 		}
 	}
 	return &Redis{
 		client:  client,
-		sharded: t.Sharded(),
+		owned:   owned,
+		sharded: sharded,
 		append:  app,
 		history: strconv.Itoa(o.History),
 		ttlMS:   strconv.FormatInt(max(o.TTL.Milliseconds(), 1), 10),
@@ -210,8 +214,11 @@ func (r *Redis) Range(ctx context.Context, room string, after uint64) (Position,
 	return p, entries, nil
 }
 
-// Close closes the connection pool.
+// Close closes the connection pool, unless it was handed in as Client.
 func (r *Redis) Close() error {
+	if !r.owned {
+		return nil
+	}
 	if err := r.client.Close(); err != nil {
 		return fmt.Errorf("close room log: %w", err)
 	}
