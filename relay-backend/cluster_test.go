@@ -188,8 +188,15 @@ func TestCluster(t *testing.T) {
 	addrs := startReplicas(t, "-redis-cluster", cl.Seeds())
 
 	t.Run("frames once across replicas", func(t *testing.T) {
-		for _, room := range []string{"alpha", "beta", "gamma", "delta"} {
+		rooms := []string{"alpha", "beta", "gamma", "delta"}
+		for _, room := range rooms {
 			exchange(t, addrs, room, 20)
+		}
+		// /info still counts this replica's members (a and c of each
+		// room) and rooms.
+		status, body := get(addrs[0], "/info")
+		if want := fmt.Sprintf(`"connections":%d,"rooms":%d,`, 2*len(rooms), len(rooms)); status != 200 || !strings.Contains(body, want) {
+			t.Fatalf("/info = %d %s, want it to hold %s", status, body, want)
 		}
 	})
 
