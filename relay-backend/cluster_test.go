@@ -279,7 +279,6 @@ type v1Writer struct {
 	mu         sync.Mutex
 	ackedSet   []string
 	reconnects int
-	err        error
 }
 
 func (w *v1Writer) run(ctx context.Context) {
