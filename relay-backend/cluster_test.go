@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"strconv"
@@ -248,7 +249,15 @@ func TestCluster(t *testing.T) {
 				victim = n
 			}
 		}
-		failover(t, addrs, room, plainRoom, func() {
+		// A room of another shard, with a member on each relay.
+		other := ""
+		for i := 0; other == "" && i < 100; i++ {
+			if m, _ := shardOf(t, cl, fmt.Sprint("other-", i)); m != master {
+				other = fmt.Sprint("other-", i)
+			}
+		}
+		oa, ob := join(t, addrs[0], other), join(t, addrs[1], other)
+		closes := failover(t, addrs, room, plainRoom, func() {
 			killed := time.Now()
 			if err := victim.Kill(); err != nil {
 				t.Error(err)
@@ -266,6 +275,19 @@ func TestCluster(t *testing.T) {
 			}
 			t.Errorf("no replica of %s took over within 10s", master)
 		})
+		// Nobody was closed for the bus: the room's reader on the other
+		// relay kept its connection, and so did the other shard's members.
+		if len(closes) != 0 {
+			t.Errorf("the relay.v1 reader's connections ended with %v, want none ended", closes)
+		}
+		_ = oa.SetWriteDeadline(time.Now().Add(ioTimeout))
+		if err := oa.WriteMessage(websocket.TextMessage, []byte("still here")); err != nil {
+			t.Fatal(err)
+		}
+		_ = ob.SetReadDeadline(time.Now().Add(ioTimeout))
+		if _, m, err := ob.ReadMessage(); err != nil || string(m) != "still here" {
+			t.Fatalf("member of room %s on another shard read %q %v", other, m, err)
+		}
 	})
 }
 
@@ -339,6 +361,25 @@ func dialV1(ctx context.Context, addr, room string, since relayclient.Since) (*r
 	return c, err
 }
 
+// dialPlain joins room on the relay at addr without a subprotocol.
+func dialPlain(ctx context.Context, addr, room string) (*websocket.Conn, error) {
+	d := websocket.Dialer{HandshakeTimeout: ioTimeout}
+	c, _, err := d.DialContext(ctx, "ws://"+addr+"/room/"+room, nil)
+	return c, err
+}
+
+// redial calls dial every 20 ms until it succeeds or ctx ends.
+func redial[T any](ctx context.Context, dial func() (T, error)) (T, bool) {
+	for ctx.Err() == nil {
+		if c, err := dial(); err == nil {
+			return c, true
+		}
+		sleepCtx(ctx, 20*time.Millisecond)
+	}
+	var zero T
+	return zero, false
+}
+
 func sleepCtx(ctx context.Context, d time.Duration) {
 	t := time.NewTimer(d)
 	defer t.Stop()
@@ -355,22 +396,31 @@ type v1Reader struct {
 	mu         sync.Mutex
 	got        map[string]int
 	resyncs    int
-	reconnects int
+	closes     []int // close codes of the connections that ended (-1: no close frame)
 }
 
 func (r *v1Reader) run(ctx context.Context) {
 	var since relayclient.Since
-	for ctx.Err() == nil {
-		c, err := dialV1(ctx, r.addr, r.room, since)
-		if err != nil {
-			sleepCtx(ctx, 20*time.Millisecond)
-			continue
+	for {
+		c, ok := redial(ctx, func() (*relayclient.Conn, error) { return dialV1(ctx, r.addr, r.room, since) })
+		if !ok {
+			return
 		}
 		stop := context.AfterFunc(ctx, func() { _ = c.Close() })
 		for {
 			_ = c.WS().SetReadDeadline(time.Now().Add(ioTimeout))
 			f, err := c.Next()
 			if err != nil {
+				if ctx.Err() == nil {
+					code := -1 // not a close frame
+					var ce *websocket.CloseError
+					if errors.As(err, &ce) {
+						code = ce.Code
+					}
+					r.mu.Lock()
+					r.closes = append(r.closes, code)
+					r.mu.Unlock()
+				}
 				break
 			}
 			r.mu.Lock()
@@ -385,9 +435,6 @@ func (r *v1Reader) run(ctx context.Context) {
 		since = c.Position()
 		stop()
 		_ = c.Close()
-		r.mu.Lock()
-		r.reconnects++
-		r.mu.Unlock()
 	}
 }
 
@@ -414,12 +461,10 @@ type plainWriter struct {
 }
 
 func (w *plainWriter) run(ctx context.Context) {
-	d := websocket.Dialer{HandshakeTimeout: ioTimeout}
-	for ctx.Err() == nil {
-		c, _, err := d.DialContext(ctx, "ws://"+w.addr+"/room/"+w.room, nil)
-		if err != nil {
-			sleepCtx(ctx, 20*time.Millisecond)
-			continue
+	for {
+		c, ok := redial(ctx, func() (*websocket.Conn, error) { return dialPlain(ctx, w.addr, w.room) })
+		if !ok {
+			return
 		}
 		w.mu.Lock()
 		w.joinedAt = append(w.joinedAt, time.Now())
@@ -474,12 +519,10 @@ type plainReader struct {
 }
 
 func (r *plainReader) run(ctx context.Context) {
-	d := websocket.Dialer{HandshakeTimeout: ioTimeout}
-	for ctx.Err() == nil {
-		c, _, err := d.DialContext(ctx, "ws://"+r.addr+"/room/"+r.room, nil)
-		if err != nil {
-			sleepCtx(ctx, 20*time.Millisecond)
-			continue
+	for {
+		c, ok := redial(ctx, func() (*websocket.Conn, error) { return dialPlain(ctx, r.addr, r.room) })
+		if !ok {
+			return
 		}
 		stop := context.AfterFunc(ctx, func() { _ = c.Close() })
 		for {
@@ -502,7 +545,8 @@ func (r *plainReader) run(ctx context.Context) {
 // traffic flows, and checks that every acknowledged relay.v1 write reaches
 // the reader. It logs the plain clients' loss: messages a plain writer
 // wrote that no member received, and the time span they were written in.
-func failover(t *testing.T, addrs []string, room, plainRoom string, kill func()) {
+// It returns the close codes the relay.v1 reader's connections ended with.
+func failover(t *testing.T, addrs []string, room, plainRoom string, kill func()) (closes []int) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
@@ -578,15 +622,16 @@ func failover(t *testing.T, addrs []string, room, plainRoom string, kill func())
 		span = sent[lost[len(lost)-1]].Sub(sent[lost[0]])
 	}
 	t.Logf("waits: %s", strings.Join(stages, ", "))
-	t.Logf("relay.v1: %d writes acknowledged, all received; writer reconnects %d, reader reconnects %d, resyncs %d",
-		len(acked), w.reconnects, r.reconnects, r.resyncs)
+	t.Logf("relay.v1: %d writes acknowledged, all received; writer reconnects %d, reader closed with %v, resyncs %d",
+		len(acked), w.reconnects, r.closes, r.resyncs)
 	if len(lost) == 0 {
 		t.Logf("plain: %d messages written, none lost", len(sent))
-		return
+		return r.closes
 	}
 	t.Logf("plain: %d messages written one every 5 ms, %d lost (p%d..p%d), written over %v from %v after the kill (loss window)",
 		len(sent), len(lost), lost[0], lost[len(lost)-1], span.Round(time.Millisecond),
 		sent[lost[0]].Sub(killedAt).Round(time.Millisecond))
+	return r.closes
 }
 
 // TestSentinel runs two relay-backend replicas on a master found through
@@ -611,7 +656,7 @@ func TestSentinel(t *testing.T) {
 	})
 
 	t.Run("master killed", func(t *testing.T) {
-		failover(t, addrs, "failover", "failover-plain", func() {
+		closes := failover(t, addrs, "failover", "failover-plain", func() {
 			killed := time.Now()
 			if err := master.Kill(); err != nil {
 				t.Error(err)
@@ -625,6 +670,10 @@ func TestSentinel(t *testing.T) {
 			}
 			t.Errorf("sentinel did not promote the replica within 15s")
 		})
+		// The relays lost their one master: every client got 1012.
+		if !slices.Contains(closes, websocket.CloseServiceRestart) {
+			t.Errorf("the relay.v1 reader's connections ended with %v, want a 1012", closes)
+		}
 	})
 }
 
