@@ -5,6 +5,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -29,8 +30,14 @@ func StartCluster(tb testing.TB) *Cluster {
 	need(tb, CLI)
 	c := &Cluster{}
 	for range 6 {
+		// The bus port defaults to the port + 10000, past 65535 for a
+		// high ephemeral port: it gets a free port of its own.
+		bus, err := freePort()
+		if err != nil {
+			tb.Fatal(err)
+		}
 		c.Nodes = append(c.Nodes, StartArgs(tb, "--save", "", "--appendonly", "no",
-			"--cluster-enabled", "yes", "--cluster-node-timeout", "1000",
+			"--cluster-enabled", "yes", "--cluster-port", strconv.Itoa(bus), "--cluster-node-timeout", "1000",
 			// A replica takes over however long its link was down.
 			"--cluster-replica-validity-factor", "0",
 			// A replica's first sync starts at once, not after 5 s.

@@ -27,6 +27,7 @@ type Server struct {
 	// Addr is the server's 127.0.0.1:port address.
 	Addr string
 	cmd  *exec.Cmd
+	done chan struct{} // closed when cmd has exited
 	dir  string
 	args []string // beyond the defaults
 }
@@ -93,15 +94,21 @@ func startOn(dir string, port int, args []string) (*Server, error) {
 	if err := cmd.Start(); err != nil {
 		return nil, fmt.Errorf("exec %s: %w", Binary, err)
 	}
-	s := &Server{Addr: addr, cmd: cmd, dir: dir, args: append(conf, args...)}
+	s := &Server{Addr: addr, cmd: cmd, done: make(chan struct{}), dir: dir, args: append(conf, args...)}
+	go func() {
+		_ = cmd.Wait()
+		close(s.done)
+	}()
 	var err error
 	deadline := time.Now().Add(10 * time.Second)
 	for time.Now().Before(deadline) {
 		if err = ping(addr); err == nil {
 			return s, nil
 		}
-		if cmd.ProcessState != nil {
-			break
+		select {
+		case <-s.done: // it failed to start, e.g. its port was taken
+			return nil, fmt.Errorf("redis-server on %s exited at start", addr)
+		default:
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
@@ -120,7 +127,7 @@ func (s *Server) Kill() error {
 	if err := s.cmd.Process.Kill(); err != nil {
 		return fmt.Errorf("kill redis-server %d: %w", s.cmd.Process.Pid, err)
 	}
-	_ = s.cmd.Wait() // "signal: killed"
+	<-s.done // "signal: killed"
 	return nil
 }
 
@@ -140,13 +147,13 @@ func (s *Server) Restart() error {
 	if err != nil {
 		return fmt.Errorf("restart redis-server on %s: %w", s.Addr, err)
 	}
-	s.cmd = ns.cmd
+	s.cmd, s.done = ns.cmd, ns.done
 	return nil
 }
 
 func (s *Server) stop() {
 	_ = s.cmd.Process.Kill()
-	_ = s.cmd.Wait()
+	<-s.done
 }
 
 func freePort() (int, error) {
