@@ -137,7 +137,7 @@ func NewRedis(ctx context.Context, o RedisOptions) (*Redis, error) {
 		waiters: make(map[string][]chan struct{}),
 	}
 	if !r.sharded {
-		s := r.newSubscriber(0)
+		s := r.newSubscriber()
 		r.shards[0] = s
 		go s.receiveLoop()
 	}
@@ -148,16 +148,15 @@ func NewRedis(ctx context.Context, o RedisOptions) (*Redis, error) {
 type subscriber struct {
 	r        *Redis
 	ps       *redis.PubSub
-	slot     int
 	channels int // local channels on it (cluster only); guarded by r.cmdMu
 	ctx      context.Context
 	cancel   context.CancelFunc
 	done     chan struct{}
 }
 
-func (r *Redis) newSubscriber(slot int) *subscriber {
+func (r *Redis) newSubscriber() *subscriber {
 	ctx, cancel := context.WithCancel(r.ctx)
-	s := &subscriber{r: r, slot: slot, ctx: ctx, cancel: cancel, done: make(chan struct{})}
+	s := &subscriber{r: r, ctx: ctx, cancel: cancel, done: make(chan struct{})}
 	if r.sharded {
 		// No channel yet: go-redis picks the node by the first channel,
 		// so the receiving goroutine starts after the first SSUBSCRIBE.
@@ -278,7 +277,7 @@ func (r *Redis) subscriberFor(ch string) (*subscriber, bool) {
 	}
 	s, ok := r.shards[k]
 	if !ok {
-		s = r.newSubscriber(k)
+		s = r.newSubscriber()
 		r.shards[k] = s
 	}
 	s.channels++
@@ -332,8 +331,8 @@ const probeTimeout = 2 * time.Second
 
 // reachable reports whether Redis answers a PING on a pooled connection:
 // on a cluster, whether any master does.
-func (r *Redis) reachable() bool {
-	ctx, cancel := context.WithTimeout(r.ctx, probeTimeout)
+func (r *Redis) reachable(ctx context.Context) bool {
+	ctx, cancel := context.WithTimeout(ctx, probeTimeout)
 	defer cancel()
 	cc, ok := r.client.(*redis.ClusterClient)
 	if !ok {
@@ -494,7 +493,7 @@ func (s *subscriber) receiveLoop() {
 			if n&(n-1) == 0 { // log the 1st, 2nd, 4th, 8th... error only
 				r.log.Warn("redis bus receive failed", "err", err, "errors", n)
 			}
-			if up, _ := r.State(); up && !r.reachable() {
+			if up, _ := r.State(); up && !r.reachable(s.ctx) {
 				r.setUp(false)
 			}
 			if cc, ok := r.client.(*redis.ClusterClient); ok {
