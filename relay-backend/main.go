@@ -49,7 +49,7 @@ func main() {
 
 type config struct {
 	listen      string
-	redisURL    string
+	redisURL    string          // -redis; after parseFlags, c.redis as text
 	redis       bus.RedisTarget // from -redis, -redis-cluster or -redis-sentinel
 	drainWindow time.Duration
 	id          string
@@ -83,9 +83,6 @@ func parseFlags(args []string, out io.Writer) (config, error) {
 	if err := fs.Parse(args); err != nil {
 		return c, err
 	}
-	if err := c.parseRedis(cluster, sentinel); err != nil {
-		return c, err
-	}
 	switch {
 	case fs.NArg() > 0:
 		return c, fmt.Errorf("unexpected arguments %q", fs.Args())
@@ -105,6 +102,9 @@ func parseFlags(args []string, out io.Writer) (config, error) {
 		return c, fmt.Errorf("-history-ttl must be at least 1ms, got %s", c.historyTTL)
 	case c.weight < 0 || c.weight > 1000:
 		return c, fmt.Errorf("-weight must be 0 (off) or 1..1000, got %d", c.weight)
+	}
+	if err := c.parseRedis(cluster, sentinel); err != nil {
+		return c, err
 	}
 	return c, nil
 }
@@ -134,6 +134,7 @@ func (c *config) parseRedis(cluster, sentinel string) error {
 			return fmt.Errorf("-redis-sentinel: %w", err)
 		}
 	}
+	c.redisURL = c.redis.String() // non-empty: Redis is in use
 	return nil
 }
 
@@ -159,7 +160,7 @@ func run(ctx context.Context, args []string, log *slog.Logger) error {
 		b  bus.Bus
 		rl relay.Log
 	)
-	if c.redis.String() == "" {
+	if c.redisURL == "" {
 		mb := bus.NewMemory()
 		b = mb.Endpoint()
 		rl = roomlog.Shared(mb, roomlog.MemoryOptions{History: c.history, TTL: c.historyTTL})
@@ -200,7 +201,7 @@ func run(ctx context.Context, args []string, log *slog.Logger) error {
 	})
 	served := make(chan error, 1)
 	go func() { served <- r.Serve(ln) }()
-	log.Info("listening", "addr", ln.Addr().String(), "id", c.id, "redis", c.redis.String() != "")
+	log.Info("listening", "addr", ln.Addr().String(), "id", c.id, "redis", c.redisURL != "")
 
 	select {
 	case err := <-served:
