@@ -286,7 +286,9 @@ func TestCluster(t *testing.T) {
 		}
 		_ = ob.SetReadDeadline(time.Now().Add(ioTimeout))
 		if _, m, err := ob.ReadMessage(); err != nil || string(m) != "still here" {
-			t.Fatalf("member of room %s on another shard read %q %v", other, m, err)
+			_, info1 := get(addrs[0], "/info")
+			_, info2 := get(addrs[1], "/info")
+			t.Fatalf("member of room %s on another shard read %q %v\n/info one: %s\n/info two: %s", other, m, err, info1, info2)
 		}
 	})
 }
