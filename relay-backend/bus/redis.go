@@ -329,8 +329,10 @@ func (r *Redis) setUp(up bool) {
 // server.
 const probeTimeout = 2 * time.Second
 
-// reachable reports whether Redis answers a PING on a pooled connection:
-// on a cluster, whether any master does.
+// reachable reports whether Redis answers a PING on a pooled connection
+// within probeTimeout: on a cluster, whether any master does, asked again
+// every 100 ms until one answers (during a failover a master's answer can
+// fail for a moment while go-redis replaces its slot map).
 func (r *Redis) reachable(ctx context.Context) bool {
 	ctx, cancel := context.WithTimeout(ctx, probeTimeout)
 	defer cancel()
@@ -338,14 +340,25 @@ func (r *Redis) reachable(ctx context.Context) bool {
 	if !ok {
 		return r.client.Ping(ctx).Err() == nil
 	}
-	var answered atomic.Bool
-	_ = cc.ForEachMaster(ctx, func(ctx context.Context, c *redis.Client) error {
-		if c.Ping(ctx).Err() == nil {
-			answered.Store(true)
+	for {
+		var answered atomic.Bool
+		_ = cc.ForEachMaster(ctx, func(ctx context.Context, c *redis.Client) error {
+			if c.Ping(ctx).Err() == nil {
+				answered.Store(true)
+			}
+			return nil
+		})
+		if answered.Load() {
+			return true
 		}
-		return nil
-	})
-	return answered.Load()
+		t := time.NewTimer(100 * time.Millisecond)
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			t.Stop()
+			return false
+		}
+	}
 }
 
 // Close stops receiving, drops every subscription and closes the connections.
