@@ -329,34 +329,50 @@ func (r *Redis) setUp(up bool) {
 // server.
 const probeTimeout = 2 * time.Second
 
-// reachable reports whether Redis answers a PING on a pooled connection
-// within probeTimeout: on a cluster, whether any master does, asked again
-// every 100 ms until one answers (during a failover a master's answer can
-// fail for a moment while go-redis replaces its slot map).
-func (r *Redis) reachable(ctx context.Context) bool {
+// reachable returns nil when Redis answers a PING on a pooled connection
+// within probeTimeout, else the last error: on a cluster, when any master
+// does, asked again every 100 ms until one answers (during a failover a
+// master's answer can fail for a moment while go-redis replaces its slot
+// map).
+func (r *Redis) reachable(ctx context.Context) error {
 	ctx, cancel := context.WithTimeout(ctx, probeTimeout)
 	defer cancel()
 	cc, ok := r.client.(*redis.ClusterClient)
 	if !ok {
-		return r.client.Ping(ctx).Err() == nil
+		return r.client.Ping(ctx).Err()
 	}
 	for {
-		var answered atomic.Bool
-		_ = cc.ForEachMaster(ctx, func(ctx context.Context, c *redis.Client) error {
-			if c.Ping(ctx).Err() == nil {
-				answered.Store(true)
+		var (
+			mu      sync.Mutex
+			lastErr error
+			n       int
+		)
+		err := cc.ForEachMaster(ctx, func(ctx context.Context, c *redis.Client) error {
+			err := c.Ping(ctx).Err()
+			mu.Lock()
+			defer mu.Unlock()
+			if err == nil {
+				n++
+			} else {
+				lastErr = err
 			}
 			return nil
 		})
-		if answered.Load() {
-			return true
+		if n > 0 {
+			return nil
+		}
+		if lastErr == nil {
+			lastErr = err
 		}
 		t := time.NewTimer(100 * time.Millisecond)
 		select {
 		case <-t.C:
 		case <-ctx.Done():
 			t.Stop()
-			return false
+			if lastErr == nil {
+				lastErr = ctx.Err()
+			}
+			return lastErr
 		}
 	}
 }
@@ -506,8 +522,11 @@ func (s *subscriber) receiveLoop() {
 			if n&(n-1) == 0 { // log the 1st, 2nd, 4th, 8th... error only
 				r.log.Warn("redis bus receive failed", "err", err, "errors", n)
 			}
-			if up, _ := r.State(); up && !r.reachable(s.ctx) {
-				r.setUp(false)
+			if up, _ := r.State(); up {
+				if perr := r.reachable(s.ctx); perr != nil {
+					r.log.Warn("redis does not answer a ping", "err", perr)
+					r.setUp(false)
+				}
 			}
 			if cc, ok := r.client.(*redis.ClusterClient); ok {
 				cc.ReloadState(s.ctx)
