@@ -302,6 +302,7 @@ type v1Writer struct {
 	acked      atomic.Int64
 	mu         sync.Mutex
 	ackedSet   []string
+	sentAt     map[string]time.Time // when the acknowledged send of each went out
 	reconnects int
 }
 
@@ -321,6 +322,7 @@ func (w *v1Writer) run(ctx context.Context) {
 			}
 		}
 		body := fmt.Sprint("w", i)
+		at := time.Now()
 		if err := w.sendAcked(c, body); err != nil {
 			_ = c.Close()
 			c = nil
@@ -331,6 +333,7 @@ func (w *v1Writer) run(ctx context.Context) {
 		}
 		w.mu.Lock()
 		w.ackedSet = append(w.ackedSet, body)
+		w.sentAt[body] = at
 		w.mu.Unlock()
 		w.acked.Add(1)
 		i++
@@ -554,7 +557,7 @@ func failover(t *testing.T, addrs []string, room, plainRoom string, kill func())
 	defer cancel()
 	wctx, stopWriters := context.WithCancel(ctx)
 	defer stopWriters()
-	w := &v1Writer{addr: addrs[0], room: room}
+	w := &v1Writer{addr: addrs[0], room: room, sentAt: map[string]time.Time{}}
 	r := &v1Reader{addr: addrs[1], room: room, got: map[string]int{}}
 	pw := &plainWriter{addr: addrs[0], room: plainRoom}
 	pr := &plainReader{addr: addrs[1], room: plainRoom, got: map[string]bool{}}
@@ -610,8 +613,22 @@ func failover(t *testing.T, addrs []string, room, plainRoom string, kill func())
 	stopReaders()
 	wg.Wait()
 
-	if missing := r.has(acked); len(missing) > 0 {
-		t.Errorf("%d of %d acknowledged relay.v1 writes never reached the reader: %v", len(missing), len(acked), missing)
+	// Redis replicates asynchronously: a write the master acknowledged
+	// just before it was killed, and had not yet sent to its replica, is
+	// lost with it. Only the write in flight at the kill (the writer has
+	// one at a time) and those acknowledged just before can be; nothing
+	// sent after the kill may be.
+	missing := r.has(acked)
+	var beforeKill []string
+	for _, b := range missing {
+		if w.sentAt[b].After(killedAt) {
+			t.Errorf("acknowledged relay.v1 write %s, sent %v after the kill, never reached the reader", b, w.sentAt[b].Sub(killedAt))
+		} else {
+			beforeKill = append(beforeKill, b)
+		}
+	}
+	if len(beforeKill) > 3 {
+		t.Errorf("%d acknowledged relay.v1 writes sent before the kill never reached the reader: %v", len(beforeKill), beforeKill)
 	}
 	var lost []int
 	for i := range sent {
@@ -624,8 +641,8 @@ func failover(t *testing.T, addrs []string, room, plainRoom string, kill func())
 		span = sent[lost[len(lost)-1]].Sub(sent[lost[0]])
 	}
 	t.Logf("waits: %s", strings.Join(stages, ", "))
-	t.Logf("relay.v1: %d writes acknowledged, all received; writer reconnects %d, reader closed with %v, resyncs %d",
-		len(acked), w.reconnects, r.closes, r.resyncs)
+	t.Logf("relay.v1: %d writes acknowledged, %d lost (sent before the kill: %v); writer reconnects %d, reader closed with %v, resyncs %d",
+		len(acked), len(missing), beforeKill, w.reconnects, r.closes, r.resyncs)
 	if len(lost) == 0 {
 		t.Logf("plain: %d messages written, none lost", len(sent))
 		return r.closes
