@@ -7,7 +7,8 @@
 //
 // Usage:
 //
-//	relay-backend [-listen 127.0.0.1:7001] [-redis redis://127.0.0.1:6379/0]
+//	relay-backend [-listen 127.0.0.1:7001] [-redis redis://127.0.0.1:6379/0
+//	              | -redis-cluster ADDR[,ADDR...] | -redis-sentinel MASTER@ADDR[,ADDR...]]
 //	              [-drain-window 5s] [-id NAME] [-room-prefix /room/]
 //	              [-send-queue 256] [-max-message 1048576] [-max-members 10000]
 //	              [-history 1000] [-history-ttl 24h] [-weight 0]
@@ -50,7 +51,8 @@ func main() {
 
 type config struct {
 	listen      string
-	redisURL    string
+	redisURL    string          // -redis; after parseFlags, c.redis as text
+	redis       bus.RedisTarget // from -redis, -redis-cluster or -redis-sentinel
 	drainWindow time.Duration
 	id          string
 	roomPrefix  string
@@ -69,6 +71,9 @@ func parseFlags(args []string, out io.Writer) (config, error) {
 	fs.SetOutput(out)
 	fs.StringVar(&c.listen, "listen", "127.0.0.1:7001", "address to listen on")
 	fs.StringVar(&c.redisURL, "redis", "", "Redis URL for the bus between replicas, e.g. redis://127.0.0.1:6379/0 (empty: single replica, in-process bus)")
+	var cluster, sentinel string
+	fs.StringVar(&cluster, "redis-cluster", "", "seed addresses of a Redis Cluster, ADDR[,ADDR...] (instead of -redis)")
+	fs.StringVar(&sentinel, "redis-sentinel", "", "a Redis master found through Sentinel, MASTER@ADDR[,ADDR...] (instead of -redis)")
 	fs.DurationVar(&c.drainWindow, "drain-window", relay.DefaultDrainWindow, "window over which the 1001 closes of a drain are spread")
 	fs.StringVar(&c.id, "id", "", `replica name shown in /info and hello frames (default "<hostname>:<port>")`)
 	fs.StringVar(&c.roomPrefix, "room-prefix", relay.DefaultRoomPrefix, "path prefix before the room id")
@@ -105,7 +110,39 @@ func parseFlags(args []string, out io.Writer) (config, error) {
 	case c.weight < 0 || c.weight > 1000:
 		return c, fmt.Errorf("-weight must be 0 (off) or 1..1000, got %d", c.weight)
 	}
+	if err := c.parseRedis(cluster, sentinel); err != nil {
+		return c, err
+	}
 	return c, nil
+}
+
+// parseRedis sets c.redis from -redis, -redis-cluster and -redis-sentinel,
+// of which at most one may be set.
+func (c *config) parseRedis(cluster, sentinel string) error {
+	n := 0
+	for _, v := range []string{c.redisURL, cluster, sentinel} {
+		if v != "" {
+			n++
+		}
+	}
+	if n > 1 {
+		return errors.New("-redis, -redis-cluster and -redis-sentinel exclude each other: set one")
+	}
+	var err error
+	switch {
+	case c.redisURL != "":
+		c.redis.URL = c.redisURL
+	case cluster != "":
+		if c.redis.Cluster, err = bus.ParseAddrs(cluster); err != nil {
+			return fmt.Errorf("-redis-cluster: %w", err)
+		}
+	case sentinel != "":
+		if c.redis.SentinelMaster, c.redis.Sentinels, err = bus.ParseSentinel(sentinel); err != nil {
+			return fmt.Errorf("-redis-sentinel: %w", err)
+		}
+	}
+	c.redisURL = c.redis.String() // non-empty: Redis is in use
+	return nil
 }
 
 // run serves until ctx ends (a signal), then drains and returns nil.
@@ -135,14 +172,20 @@ func run(ctx context.Context, args []string, log *slog.Logger) error {
 		b = mb.Endpoint()
 		rl = roomlog.Shared(mb, roomlog.MemoryOptions{History: c.history, TTL: c.historyTTL})
 	} else {
+		// One client for the bus and the room log.
+		client, err := c.redis.Client()
+		if err != nil {
+			return fmt.Errorf("connect redis: %w", err)
+		}
+		defer client.Close()
 		rctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-		rb, err := bus.NewRedis(rctx, bus.RedisOptions{URL: c.redisURL, Logger: log})
+		rb, err := bus.NewRedis(rctx, bus.RedisOptions{Client: client, Logger: log})
 		if err != nil {
 			cancel()
-			return fmt.Errorf("connect bus: %w", err)
+			return fmt.Errorf("connect bus to %s: %w", c.redis, err)
 		}
 		defer rb.Close()
-		lg, err := roomlog.NewRedis(rctx, roomlog.RedisOptions{URL: c.redisURL, History: c.history, TTL: c.historyTTL})
+		lg, err := roomlog.NewRedis(rctx, roomlog.RedisOptions{Client: client, History: c.history, TTL: c.historyTTL})
 		cancel()
 		if err != nil {
 			return fmt.Errorf("connect room log: %w", err)

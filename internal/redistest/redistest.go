@@ -1,4 +1,6 @@
-// Package redistest starts a throwaway redis-server for tests.
+// Package redistest starts throwaway redis-server processes for tests: a
+// single server, a Redis Cluster of three masters and three replicas, or a
+// Sentinel. Every process is stopped by its PID when the test ends.
 package redistest
 
 import (
@@ -16,13 +18,18 @@ import (
 // Binary is the redis-server executable the tests use.
 const Binary = "/usr/bin/redis-server"
 
+// CLI is the redis-cli executable that creates clusters.
+const CLI = "/usr/bin/redis-cli"
+
 // Server is one redis-server process started by Start. It is not safe for
 // concurrent use.
 type Server struct {
 	// Addr is the server's 127.0.0.1:port address.
 	Addr string
 	cmd  *exec.Cmd
+	done chan struct{} // closed when cmd has exited
 	dir  string
+	args []string // beyond the defaults
 }
 
 // URL returns the redis:// URL of database 0.
@@ -34,15 +41,17 @@ func (s *Server) URL() string { return "redis://" + s.Addr + "/0" }
 // (CI set in the environment), where a skip would hide a missing install.
 func Start(tb testing.TB) *Server {
 	tb.Helper()
-	if _, err := os.Stat(Binary); err != nil {
-		if os.Getenv("CI") != "" {
-			tb.Fatalf("redis-server not installed at %s (CI must install it): %v", Binary, err)
-		}
-		tb.Skipf("redis-server not installed at %s: %v", Binary, err)
-	}
+	return StartArgs(tb, "--save", "", "--appendonly", "no")
+}
+
+// StartArgs is Start with more redis-server arguments, e.g. "--replicaof",
+// "127.0.0.1 6379"; a first argument without "--" is a configuration file.
+func StartArgs(tb testing.TB, args ...string) *Server {
+	tb.Helper()
+	need(tb, Binary)
 	var lastErr error
 	for range 5 {
-		s, err := start(tb.TempDir())
+		s, err := start(tb.TempDir(), args)
 		if err == nil {
 			tb.Cleanup(s.stop)
 			return s
@@ -53,31 +62,53 @@ func Start(tb testing.TB) *Server {
 	return nil
 }
 
-func start(dir string) (*Server, error) {
+// need skips the test when bin is missing, except under CI (CI set in the
+// environment), where a skip would hide a missing install.
+func need(tb testing.TB, bin string) {
+	tb.Helper()
+	if _, err := os.Stat(bin); err != nil {
+		if os.Getenv("CI") != "" {
+			tb.Fatalf("%s not installed (CI must install it): %v", bin, err)
+		}
+		tb.Skipf("%s not installed: %v", bin, err)
+	}
+}
+
+func start(dir string, args []string) (*Server, error) {
 	port, err := freePort()
 	if err != nil {
 		return nil, err
 	}
-	return startOn(dir, port)
+	return startOn(dir, port, args)
 }
 
-func startOn(dir string, port int) (*Server, error) {
+func startOn(dir string, port int, args []string) (*Server, error) {
 	addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
-	cmd := exec.Command(Binary,
-		"--port", strconv.Itoa(port), "--bind", "127.0.0.1",
-		"--save", "", "--appendonly", "no", "--dir", dir, "--loglevel", "warning")
+	var conf []string
+	if len(args) > 0 && !strings.HasPrefix(args[0], "--") {
+		conf, args = args[:1], args[1:] // a configuration file comes first
+	}
+	cmd := exec.Command(Binary, append(append(conf,
+		"--port", strconv.Itoa(port), "--bind", "127.0.0.1", "--dir", dir, "--loglevel", "warning"),
+		args...)...)
 	if err := cmd.Start(); err != nil {
 		return nil, fmt.Errorf("exec %s: %w", Binary, err)
 	}
-	s := &Server{Addr: addr, cmd: cmd, dir: dir}
+	s := &Server{Addr: addr, cmd: cmd, done: make(chan struct{}), dir: dir, args: append(conf, args...)}
+	go func() {
+		_ = cmd.Wait()
+		close(s.done)
+	}()
 	var err error
 	deadline := time.Now().Add(10 * time.Second)
 	for time.Now().Before(deadline) {
 		if err = ping(addr); err == nil {
 			return s, nil
 		}
-		if cmd.ProcessState != nil {
-			break
+		select {
+		case <-s.done: // it failed to start, e.g. its port was taken
+			return nil, fmt.Errorf("redis-server on %s exited at start", addr)
+		default:
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
@@ -96,7 +127,7 @@ func (s *Server) Kill() error {
 	if err := s.cmd.Process.Kill(); err != nil {
 		return fmt.Errorf("kill redis-server %d: %w", s.cmd.Process.Pid, err)
 	}
-	_ = s.cmd.Wait() // "signal: killed"
+	<-s.done // "signal: killed"
 	return nil
 }
 
@@ -112,17 +143,17 @@ func (s *Server) Restart() error {
 	if err != nil {
 		return fmt.Errorf("restart redis-server: %w", err)
 	}
-	ns, err := startOn(s.dir, p)
+	ns, err := startOn(s.dir, p, s.args)
 	if err != nil {
 		return fmt.Errorf("restart redis-server on %s: %w", s.Addr, err)
 	}
-	s.cmd = ns.cmd
+	s.cmd, s.done = ns.cmd, ns.done
 	return nil
 }
 
 func (s *Server) stop() {
 	_ = s.cmd.Process.Kill()
-	_ = s.cmd.Wait()
+	<-s.done
 }
 
 func freePort() (int, error) {

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -16,8 +15,16 @@ import (
 
 // RedisOptions configures a Redis bus.
 type RedisOptions struct {
-	// URL of the Redis server, e.g. "redis://127.0.0.1:6379/0" (required).
+	// URL of the Redis server, e.g. "redis://127.0.0.1:6379/0" (required
+	// unless Target names another deployment).
 	URL string
+	// Target names a Redis Cluster or a Sentinel master instead, when URL
+	// is empty.
+	Target RedisTarget
+	// Client, when set, is used instead of URL and Target, and left open
+	// by Close: one client shared with the room log, so that a slot map
+	// one of them reloaded after a failover serves both.
+	Client redis.UniversalClient
 	// ChannelPrefix is put before the room id to name its pub/sub channel
 	// (default "wsgate:room:").
 	ChannelPrefix string
@@ -41,9 +48,19 @@ type RedisOptions struct {
 // handlers get a nil message to say so. A failure after which Redis does not
 // answer a PING either makes the bus down (State) until the subscriber
 // connection works again. Redis is safe for concurrent use.
+//
+// On a Redis Cluster (RedisTarget.Cluster) the bus uses sharded pub/sub: a
+// room's channel is named with the room as its hash tag, "{room}", one
+// SPUBLISH per message goes to the shard that owns that slot, and the bus
+// keeps one subscriber connection per hash slot that has a local channel
+// (SSUBSCRIBE takes channels of one slot per command), closed with the
+// slot's last channel. There the bus is down only when no master of the
+// cluster answers a PING: one master lost closes nobody, its rooms are
+// re-subscribed (with the nil message) once its replica took over.
 type Redis struct {
-	client  *redis.Client
-	ps      *redis.PubSub
+	client  redis.UniversalClient
+	owned   bool // Close closes client
+	sharded bool
 	prefix  string
 	confirm time.Duration
 	idle    time.Duration
@@ -51,13 +68,17 @@ type Redis struct {
 	errs    atomic.Uint64
 	resubs  atomic.Uint64
 
-	ctx      context.Context
-	cancel   context.CancelFunc
-	loopDone chan struct{}
+	ctx    context.Context
+	cancel context.CancelFunc
 
 	// cmdMu serialises SUBSCRIBE and UNSUBSCRIBE so that the first and last
 	// subscription of a channel reach Redis in the order they were made.
+	// It guards shards.
 	cmdMu sync.Mutex
+	// shards holds the subscriber connections by hash slot: the one made
+	// at start under slot 0 for a single server, one per slot with a local
+	// channel for a cluster.
+	shards map[int]*subscriber
 
 	stMu    sync.Mutex
 	up      bool          // Redis answered after the last failure
@@ -70,12 +91,12 @@ type Redis struct {
 	closed  bool
 }
 
-// NewRedis connects to the server at o.URL, checks it with a PING and starts
-// the receiving goroutine. Close releases it.
+// NewRedis connects to the server at o.URL (or o.Target), checks it with a
+// PING and starts the receiving goroutine. Close releases it.
 func NewRedis(ctx context.Context, o RedisOptions) (*Redis, error) {
-	opt, err := redis.ParseURL(o.URL)
+	client, owned, err := OpenClient(o.Client, o.URL, o.Target)
 	if err != nil {
-		return nil, fmt.Errorf("parse redis url: %w", err)
+		return nil, err
 	}
 	if o.ChannelPrefix == "" {
 		o.ChannelPrefix = "wsgate:room:"
@@ -90,31 +111,84 @@ func NewRedis(ctx context.Context, o RedisOptions) (*Redis, error) {
 		o.Logger = slog.Default()
 	}
 	// Deadlines of the callers' contexts (the probe's among them) bound
-	// each command, not only go-redis's own read and write timeouts.
-	opt.ContextTimeoutEnabled = true
-	client := redis.NewClient(opt)
+	// each command, not only go-redis's own read and write timeouts
+	// (RedisTarget.Client sets ContextTimeoutEnabled).
 	if err := client.Ping(ctx).Err(); err != nil {
-		_ = client.Close()
-		return nil, fmt.Errorf("ping redis at %s: %w", opt.Addr, err)
+		if owned {
+			_ = client.Close()
+		}
+		return nil, fmt.Errorf("ping redis: %w", err)
 	}
 	rctx, cancel := context.WithCancel(context.Background())
 	r := &Redis{
-		client:   client,
-		ps:       client.Subscribe(rctx),
-		prefix:   o.ChannelPrefix,
-		confirm:  o.ConfirmTimeout,
-		idle:     o.PingInterval,
-		log:      o.Logger,
-		ctx:      rctx,
-		cancel:   cancel,
-		loopDone: make(chan struct{}),
-		up:       true,
-		changed:  make(chan struct{}),
-		subs:     make(map[string]map[*redisSub]struct{}),
-		waiters:  make(map[string][]chan struct{}),
+		client:  client,
+		owned:   owned,
+		sharded: IsCluster(client),
+		prefix:  o.ChannelPrefix,
+		confirm: o.ConfirmTimeout,
+		idle:    o.PingInterval,
+		log:     o.Logger,
+		ctx:     rctx,
+		cancel:  cancel,
+		shards:  make(map[int]*subscriber),
+		up:      true,
+		changed: make(chan struct{}),
+		subs:    make(map[string]map[*redisSub]struct{}),
+		waiters: make(map[string][]chan struct{}),
 	}
-	go r.receiveLoop()
+	if !r.sharded {
+		s := r.newSubscriber()
+		r.shards[0] = s
+		go s.receiveLoop()
+	}
 	return r, nil
+}
+
+// subscriber is one subscriber connection and its receiving goroutine.
+type subscriber struct {
+	r        *Redis
+	ps       *redis.PubSub
+	channels int // local channels on it (cluster only); guarded by r.cmdMu
+	ctx      context.Context
+	cancel   context.CancelFunc
+	done     chan struct{}
+}
+
+func (r *Redis) newSubscriber() *subscriber {
+	ctx, cancel := context.WithCancel(r.ctx)
+	s := &subscriber{r: r, ctx: ctx, cancel: cancel, done: make(chan struct{})}
+	if r.sharded {
+		// No channel yet: go-redis picks the node by the first channel,
+		// so the receiving goroutine starts after the first SSUBSCRIBE.
+		s.ps = r.client.SSubscribe(ctx)
+	} else {
+		s.ps = r.client.Subscribe(ctx)
+	}
+	return s
+}
+
+// subscribe sends SUBSCRIBE, or SSUBSCRIBE on a cluster.
+func (s *subscriber) subscribe(ctx context.Context, ch string) error {
+	if s.r.sharded {
+		return s.ps.SSubscribe(ctx, ch)
+	}
+	return s.ps.Subscribe(ctx, ch)
+}
+
+// unsubscribe sends UNSUBSCRIBE, or SUNSUBSCRIBE on a cluster.
+func (s *subscriber) unsubscribe(ctx context.Context, ch string) error {
+	if s.r.sharded {
+		return s.ps.SUnsubscribe(ctx, ch)
+	}
+	return s.ps.Unsubscribe(ctx, ch)
+}
+
+// close stops the receiving goroutine and closes the connection.
+func (s *subscriber) close() error {
+	s.cancel()
+	err := s.ps.Close()
+	<-s.done
+	return err
 }
 
 // Publish sends msg on the room's channel.
@@ -122,7 +196,13 @@ func (r *Redis) Publish(ctx context.Context, room string, msg []byte) error {
 	if r.isClosed() {
 		return ErrClosed
 	}
-	if err := r.client.Publish(ctx, r.prefix+room, msg).Err(); err != nil {
+	var err error
+	if r.sharded {
+		err = r.client.SPublish(ctx, ChannelName(r.prefix, room, true), msg).Err()
+	} else {
+		err = r.client.Publish(ctx, r.prefix+room, msg).Err()
+	}
+	if err != nil {
 		return fmt.Errorf("publish on room %q: %w", room, err)
 	}
 	return nil
@@ -132,7 +212,7 @@ func (r *Redis) Publish(ctx context.Context, room string, msg []byte) error {
 // SUBSCRIBE and waits, bounded by ctx and ConfirmTimeout, for Redis to
 // confirm it; see Bus.Subscribe for the meaning of a returned error.
 func (r *Redis) Subscribe(ctx context.Context, room string, h Handler) (Subscription, error) {
-	ch := r.prefix + room
+	ch := ChannelName(r.prefix, room, r.sharded)
 	s := &redisSub{r: r, ch: ch, room: room, h: h}
 
 	r.cmdMu.Lock()
@@ -158,9 +238,13 @@ func (r *Redis) Subscribe(ctx context.Context, room string, h Handler) (Subscrip
 	r.mu.Unlock()
 	var werr error
 	if first {
+		sub, fresh := r.subscriberFor(ch)
 		// go-redis records the channel even when the write fails and
 		// subscribes it again on reconnect, so a failure here is not fatal.
-		werr = r.ps.Subscribe(ctx, ch)
+		werr = sub.subscribe(ctx, ch)
+		if fresh {
+			go sub.receiveLoop()
+		}
 	}
 	r.cmdMu.Unlock()
 	if !first {
@@ -181,6 +265,23 @@ func (r *Redis) Subscribe(ctx context.Context, room string, h Handler) (Subscrip
 		return s, fmt.Errorf("subscribe room %q: %w: %w", room, ErrUnconfirmed, werr)
 	}
 	return s, fmt.Errorf("subscribe room %q: %w", room, ErrUnconfirmed)
+}
+
+// subscriberFor returns the subscriber that carries ch, counting ch on it,
+// and whether it was just made (its goroutine not started yet). The
+// caller holds cmdMu.
+func (r *Redis) subscriberFor(ch string) (*subscriber, bool) {
+	k := 0
+	if r.sharded {
+		k = slot(ch)
+	}
+	s, ok := r.shards[k]
+	if !ok {
+		s = r.newSubscriber()
+		r.shards[k] = s
+	}
+	s.channels++
+	return s, !ok
 }
 
 // Subscriptions returns the number of live subscriptions.
@@ -228,11 +329,52 @@ func (r *Redis) setUp(up bool) {
 // server.
 const probeTimeout = 2 * time.Second
 
-// reachable reports whether Redis answers a PING on a pooled connection.
-func (r *Redis) reachable() bool {
-	ctx, cancel := context.WithTimeout(r.ctx, probeTimeout)
+// reachable returns nil when Redis answers a PING on a pooled connection
+// within probeTimeout, else the last error: on a cluster, when any master
+// does, asked again every 100 ms until one answers (during a failover a
+// master's answer can fail for a moment while go-redis replaces its slot
+// map).
+func (r *Redis) reachable(ctx context.Context) error {
+	ctx, cancel := context.WithTimeout(ctx, probeTimeout)
 	defer cancel()
-	return r.client.Ping(ctx).Err() == nil
+	cc, ok := r.client.(*redis.ClusterClient)
+	if !ok {
+		return r.client.Ping(ctx).Err()
+	}
+	for {
+		var (
+			mu      sync.Mutex
+			lastErr error
+			n       int
+		)
+		err := cc.ForEachMaster(ctx, func(ctx context.Context, c *redis.Client) error {
+			err := c.Ping(ctx).Err()
+			mu.Lock()
+			defer mu.Unlock()
+			if err == nil {
+				n++
+			} else {
+				lastErr = err
+			}
+			return nil
+		})
+		if n > 0 {
+			return nil
+		}
+		if lastErr == nil {
+			lastErr = err
+		}
+		t := time.NewTimer(100 * time.Millisecond)
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			t.Stop()
+			if lastErr == nil {
+				lastErr = ctx.Err()
+			}
+			return lastErr
+		}
+	}
 }
 
 // Close stops receiving, drops every subscription and closes the connections.
@@ -247,10 +389,19 @@ func (r *Redis) Close() error {
 	r.count = 0
 	r.mu.Unlock()
 	r.cancel()
-	err := r.ps.Close()
-	<-r.loopDone
-	if cerr := r.client.Close(); err == nil {
-		err = cerr
+	r.cmdMu.Lock()
+	var err error
+	for k, s := range r.shards {
+		if cerr := s.close(); err == nil {
+			err = cerr
+		}
+		delete(r.shards, k)
+	}
+	r.cmdMu.Unlock()
+	if r.owned {
+		if cerr := r.client.Close(); err == nil {
+			err = cerr
+		}
 	}
 	if err != nil {
 		return fmt.Errorf("close redis bus: %w", err)
@@ -300,9 +451,25 @@ func (r *Redis) unsubscribe(s *redisSub) {
 	if !last {
 		return
 	}
+	k := 0
+	if r.sharded {
+		k = slot(s.ch)
+	}
+	sub, ok := r.shards[k]
+	if !ok {
+		return // closed
+	}
+	if r.sharded {
+		if sub.channels--; sub.channels == 0 {
+			// The slot's last channel: its connection goes with it.
+			delete(r.shards, k)
+			_ = sub.close()
+			return
+		}
+	}
 	ctx, cancel := context.WithTimeout(r.ctx, r.confirm)
 	defer cancel()
-	if err := r.ps.Unsubscribe(ctx, s.ch); err != nil && r.ctx.Err() == nil {
+	if err := sub.unsubscribe(ctx, s.ch); err != nil && r.ctx.Err() == nil {
 		r.errs.Add(1)
 		r.log.Warn("redis unsubscribe failed", "channel", s.ch, "err", err)
 	}
@@ -314,8 +481,12 @@ func (r *Redis) unsubscribe(s *redisSub) {
 // failure that a PING on another connection confirms, up again once the
 // subscriber connection receives anything (while down it pings every
 // downPoll, so that comes soon after Redis is back).
-func (r *Redis) receiveLoop() {
-	defer close(r.loopDone)
+//
+// On a cluster a failure also asks go-redis to reload the slot map, so the
+// reconnect finds a replica that took over a lost master's slots.
+func (s *subscriber) receiveLoop() {
+	r := s.r
+	defer close(s.done)
 	const (
 		downPoll   = 250 * time.Millisecond
 		minBackoff = 50 * time.Millisecond
@@ -323,14 +494,14 @@ func (r *Redis) receiveLoop() {
 	)
 	backoff := minBackoff
 	pinged := false // a PING is out and nothing was received since
-	for r.ctx.Err() == nil {
+	for s.ctx.Err() == nil {
 		wait := r.idle
 		if up, _ := r.State(); !up {
 			wait = min(wait, downPoll)
 		}
-		v, err := r.ps.ReceiveTimeout(r.ctx, wait)
+		v, err := s.ps.ReceiveTimeout(s.ctx, wait)
 		if err != nil {
-			if r.ctx.Err() != nil {
+			if s.ctx.Err() != nil {
 				return
 			}
 			var ne net.Error
@@ -340,7 +511,7 @@ func (r *Redis) receiveLoop() {
 					// the failure is counted here, and go-redis finds out
 					// when TCP gives up on it.
 					err = fmt.Errorf("no answer to a ping within %s: %w", wait, err)
-				} else if perr := r.ps.Ping(r.ctx); perr == nil {
+				} else if perr := s.ps.Ping(s.ctx); perr == nil {
 					// The answer is received like a message.
 					pinged = true
 					continue
@@ -351,13 +522,19 @@ func (r *Redis) receiveLoop() {
 			if n&(n-1) == 0 { // log the 1st, 2nd, 4th, 8th... error only
 				r.log.Warn("redis bus receive failed", "err", err, "errors", n)
 			}
-			if up, _ := r.State(); up && !r.reachable() {
-				r.setUp(false)
+			if up, _ := r.State(); up {
+				if perr := r.reachable(s.ctx); perr != nil {
+					r.log.Warn("redis does not answer a ping", "err", perr)
+					r.setUp(false)
+				}
+			}
+			if cc, ok := r.client.(*redis.ClusterClient); ok {
+				cc.ReloadState(s.ctx)
 			}
 			t := time.NewTimer(backoff)
 			select {
 			case <-t.C:
-			case <-r.ctx.Done():
+			case <-s.ctx.Done():
 				t.Stop()
 				return
 			}
@@ -371,7 +548,7 @@ func (r *Redis) receiveLoop() {
 		case *redis.Message:
 			r.dispatch(m.Channel, []byte(m.Payload))
 		case *redis.Subscription:
-			if m.Kind == "subscribe" && !r.confirmed(m.Channel) {
+			if (m.Kind == "subscribe" || m.Kind == "ssubscribe") && !r.confirmed(m.Channel) {
 				// Nobody waits for it: go-redis re-subscribed the channel
 				// on a new connection, and what was published on the old
 				// one since it failed is lost.
@@ -382,7 +559,7 @@ func (r *Redis) receiveLoop() {
 }
 
 func (r *Redis) dispatch(ch string, msg []byte) {
-	room, ok := strings.CutPrefix(ch, r.prefix)
+	room, ok := roomOf(r.prefix, ch, r.sharded)
 	if !ok {
 		return
 	}
@@ -395,7 +572,7 @@ func (r *Redis) dispatch(ch string, msg []byte) {
 // resubscribed tells ch's handlers, with a nil message, that they may have
 // missed messages.
 func (r *Redis) resubscribed(ch string) {
-	room, ok := strings.CutPrefix(ch, r.prefix)
+	room, ok := roomOf(r.prefix, ch, r.sharded)
 	if !ok {
 		return
 	}

@@ -13,7 +13,8 @@
 //
 // Two implementations ship: Redis (one Lua script per message: offset bump,
 // XADD into the room's Stream with the offset as entry id, MAXLEN ~, idle
-// expiry and PUBLISH) and Memory (the same semantics in one process,
+// expiry and PUBLISH, or SPUBLISH on a Redis Cluster, where every key and
+// channel of a room is hash-tagged "{room}" into one slot) and Memory (the same semantics in one process,
 // publishing on a bus.Memory).
 package roomlog
 

@@ -8,12 +8,22 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/wsgate/wsgate/relay-backend/bus"
 )
 
 // RedisOptions configures a Redis log.
 type RedisOptions struct {
-	// URL of the Redis server, e.g. "redis://127.0.0.1:6379/0" (required).
+	// URL of the Redis server, e.g. "redis://127.0.0.1:6379/0" (required
+	// unless Target names another deployment).
 	URL string
+	// Target names a Redis Cluster or a Sentinel master instead, when URL
+	// is empty. On a cluster the committed messages are published with
+	// SPUBLISH on ChannelPrefix+"{room}", in the slot of the room's keys.
+	Target bus.RedisTarget
+	// Client, when set, is used instead of URL and Target, and left open
+	// by Close (see bus.RedisOptions.Client).
+	Client redis.UniversalClient
 	// History is how many messages a room's Stream retains, trimmed with
 	// MAXLEN ~ so a few more may stay (default 1000 messages).
 	History int
@@ -35,7 +45,10 @@ type RedisOptions struct {
 // (EVALSHA, loaded at start, reloaded if the server lost it), so each is
 // atomic. Redis is safe for concurrent use.
 type Redis struct {
-	client  *redis.Client
+	client  redis.UniversalClient
+	owned   bool // Close closes client
+	sharded bool
+	append  *redis.Script
 	history string
 	ttlMS   string
 	keys    string
@@ -46,7 +59,13 @@ type Redis struct {
 // maxlen, ttl in ms, channel, data. It returns {epoch, offset}. A missing
 // meta hash starts a new epoch and drops any stream left from the old one,
 // whose ids would be above the new offsets.
-var appendScript = redis.NewScript(`
+var appendScript = redis.NewScript(appendSource)
+
+// shardedAppendScript is appendScript for a Redis Cluster: SPUBLISH, on a
+// channel in the slot of the keys, instead of PUBLISH.
+var shardedAppendScript = redis.NewScript(strings.Replace(appendSource, "'PUBLISH'", "'SPUBLISH'", 1))
+
+const appendSource = `
 local e = redis.call('HGET', KEYS[1], 'e')
 if not e then
   e = ARGV[1]
@@ -60,7 +79,7 @@ redis.call('PEXPIRE', KEYS[1], ARGV[3])
 redis.call('PEXPIRE', KEYS[2], ARGV[3])
 redis.call('PUBLISH', ARGV[4], string.format('%d ', o) .. e .. ' ' .. ARGV[5])
 return {e, o}
-`)
+`
 
 // readScript returns {epoch, offset[, entries]}: KEYS meta, stream; ARGV new
 // epoch, ttl in ms, and the first stream id to return ("" for none). A
@@ -80,12 +99,14 @@ end
 return {e, o, redis.call('XRANGE', KEYS[2], ARGV[3], '+')}
 `)
 
-// NewRedis connects to o.URL and loads the scripts. Close releases it.
+// NewRedis connects to o.URL (or o.Target) and loads the scripts. Close
+// releases it.
 func NewRedis(ctx context.Context, o RedisOptions) (*Redis, error) {
-	opt, err := redis.ParseURL(o.URL)
+	client, owned, err := bus.OpenClient(o.Client, o.URL, o.Target)
 	if err != nil {
-		return nil, fmt.Errorf("parse redis url: %w", err)
+		return nil, err
 	}
+	sharded := bus.IsCluster(client)
 	if o.History <= 0 {
 		o.History = DefaultHistory
 	}
@@ -98,15 +119,25 @@ func NewRedis(ctx context.Context, o RedisOptions) (*Redis, error) {
 	if o.ChannelPrefix == "" {
 		o.ChannelPrefix = DefaultChannelPrefix
 	}
-	client := redis.NewClient(opt)
-	for _, s := range []*redis.Script{appendScript, readScript} {
+	app := appendScript
+	if sharded {
+		app = shardedAppendScript
+	}
+	for _, s := range []*redis.Script{app, readScript} {
+		// On a cluster the script goes to every shard; a server that
+		// lost it (a promoted replica) gets it again with EVAL.
 		if err := s.Load(ctx, client).Err(); err != nil {
-			_ = client.Close()
-			return nil, fmt.Errorf("load room log script into %s: %w", opt.Addr, err)
+			if owned {
+				_ = client.Close()
+			}
+			return nil, fmt.Errorf("load room log script: %w", err)
 		}
 	}
 	return &Redis{
 		client:  client,
+		owned:   owned,
+		sharded: sharded,
+		append:  app,
 		history: strconv.Itoa(o.History),
 		ttlMS:   strconv.FormatInt(max(o.TTL.Milliseconds(), 1), 10),
 		keys:    o.KeyPrefix,
@@ -122,8 +153,8 @@ func (r *Redis) roomKeys(room string) []string {
 // Append commits data to room and publishes it; it returns the entry's
 // position. data is sent as is.
 func (r *Redis) Append(ctx context.Context, room string, data []byte) (Position, error) {
-	v, err := appendScript.Run(ctx, r.client, r.roomKeys(room),
-		NewEpoch(), r.history, r.ttlMS, r.channel+room, data).Slice()
+	v, err := r.append.Run(ctx, r.client, r.roomKeys(room),
+		NewEpoch(), r.history, r.ttlMS, bus.ChannelName(r.channel, room, r.sharded), data).Slice()
 	if err != nil {
 		return Position{}, fmt.Errorf("append to room %q: %w", room, err)
 	}
@@ -183,8 +214,11 @@ func (r *Redis) Range(ctx context.Context, room string, after uint64) (Position,
 	return p, entries, nil
 }
 
-// Close closes the connection pool.
+// Close closes the connection pool, unless it was handed in as Client.
 func (r *Redis) Close() error {
+	if !r.owned {
+		return nil
+	}
 	if err := r.client.Close(); err != nil {
 		return fmt.Errorf("close room log: %w", err)
 	}

@@ -1,0 +1,714 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/fasthttp/websocket"
+
+	"github.com/wsgate/wsgate/internal/redistest"
+	"github.com/wsgate/wsgate/internal/testproc"
+	"github.com/wsgate/wsgate/relay-backend/relayclient"
+)
+
+// startReplicas runs two relay-backend processes with args (the Redis
+// flags) and returns their addresses once /healthz answers 200.
+func startReplicas(t *testing.T, args ...string) []string {
+	t.Helper()
+	bin := testproc.Build(t, "./relay-backend")
+	var addrs []string
+	for _, id := range []string{"one", "two"} {
+		addr := testproc.FreeAddr(t)
+		testproc.Start(t, id, bin, append([]string{"-listen", addr, "-id", id, "-drain-window", "100ms"}, args...)...)
+		testproc.WaitHTTP(t, "http://"+addr+"/healthz", 200, 20*time.Second)
+		addrs = append(addrs, addr)
+	}
+	return addrs
+}
+
+// exchange joins room with a and c on the first replica and b on the
+// second; a and b each send n messages and then an end marker. Every member
+// must get every message of the others exactly once (reading up to each
+// sender's marker, which follows all its messages in the room's order),
+// and none of its own.
+func exchange(t *testing.T, addrs []string, room string, n int) {
+	t.Helper()
+	a, b, c := join(t, addrs[0], room), join(t, addrs[1], room), join(t, addrs[0], room)
+	for i := range n + 1 {
+		for _, s := range []struct {
+			c   *websocket.Conn
+			tag string
+		}{{a, "a"}, {b, "b"}} {
+			msg := fmt.Sprint(s.tag, i)
+			if i == n {
+				msg = "end-" + s.tag
+			}
+			_ = s.c.SetWriteDeadline(time.Now().Add(ioTimeout))
+			if err := s.c.WriteMessage(websocket.TextMessage, []byte(msg)); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	for _, m := range []struct {
+		c    *websocket.Conn
+		name string
+		from []string
+	}{{a, "a", []string{"b"}}, {b, "b", []string{"a"}}, {c, "c", []string{"a", "b"}}} {
+		seen := map[string]int{}
+		want := map[string]int{}
+		for _, tag := range m.from {
+			for i := range n {
+				want[fmt.Sprint(tag, i)] = 1
+			}
+			want["end-"+tag] = 1
+		}
+		_ = m.c.SetReadDeadline(time.Now().Add(ioTimeout))
+		for ends := 0; ends < len(m.from); {
+			_, msg, err := m.c.ReadMessage()
+			if err != nil {
+				t.Fatalf("%s reading room %s: %v (seen %v)", m.name, room, err, seen)
+			}
+			if strings.HasPrefix(string(msg), "end-") {
+				ends++
+			}
+			seen[string(msg)]++
+		}
+		if fmt.Sprint(seen) != fmt.Sprint(want) {
+			t.Fatalf("member %s of room %s got %v, want each of %v once", m.name, room, seen, want)
+		}
+	}
+}
+
+// clusterNode is one line of CLUSTER NODES.
+type clusterNode struct {
+	id, addr, master string // master: "" for a master, its id for a replica
+	slots            [][2]int
+}
+
+func clusterNodes(t *testing.T, addr string) []clusterNode {
+	t.Helper()
+	out, err := redistest.Cmd(addr, "CLUSTER", "NODES")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ns []clusterNode
+	for line := range strings.Lines(out) {
+		f := strings.Fields(line)
+		if len(f) < 8 || strings.Contains(f[2], "fail") {
+			continue
+		}
+		n := clusterNode{id: f[0], addr: strings.Split(f[1], "@")[0]}
+		if strings.Contains(f[2], "slave") {
+			n.master = f[3]
+		}
+		for _, r := range f[8:] {
+			lo, hi, ok := strings.Cut(r, "-")
+			if !ok {
+				hi = lo
+			}
+			l, err1 := strconv.Atoi(lo)
+			h, err2 := strconv.Atoi(hi)
+			if err1 == nil && err2 == nil {
+				n.slots = append(n.slots, [2]int{l, h})
+			}
+		}
+		ns = append(ns, n)
+	}
+	return ns
+}
+
+// shardOf returns the addresses of the master that owns room's slot and of
+// its replicas.
+func shardOf(t *testing.T, c *redistest.Cluster, room string) (master string, members []string) {
+	t.Helper()
+	out, err := redistest.Cmd(c.Nodes[0].Addr, "CLUSTER", "KEYSLOT", "{"+room+"}")
+	if err != nil {
+		t.Fatal(err)
+	}
+	slot, err := strconv.Atoi(strings.TrimSpace(out))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ns := clusterNodes(t, c.Nodes[0].Addr)
+	var id string
+	for _, n := range ns {
+		for _, r := range n.slots {
+			if n.master == "" && r[0] <= slot && slot <= r[1] {
+				id, master = n.id, n.addr
+			}
+		}
+	}
+	for _, n := range ns {
+		if n.id == id || n.master == id {
+			members = append(members, n.addr)
+		}
+	}
+	if master == "" {
+		t.Fatalf("no master owns slot %d of room %s", slot, room)
+	}
+	return master, members
+}
+
+// commandStats returns the calls of each command on the server at addr.
+func commandStats(t *testing.T, addr string) map[string]int {
+	t.Helper()
+	out, err := redistest.Cmd(addr, "INFO", "commandstats")
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := map[string]int{}
+	for line := range strings.Lines(out) {
+		name, rest, ok := strings.Cut(strings.TrimSpace(line), ":calls=")
+		if !ok {
+			continue
+		}
+		calls, _, _ := strings.Cut(rest, ",")
+		m[strings.TrimPrefix(name, "cmdstat_")], _ = strconv.Atoi(calls)
+	}
+	return m
+}
+
+// roomCommands are the commands a room's traffic sends.
+var roomCommands = []string{"spublish", "ssubscribe", "evalsha", "eval", "xadd", "publish", "subscribe"}
+
+// TestCluster runs two relay-backend replicas on a Redis Cluster of three
+// masters and three replicas: rooms whose members sit on both replicas get
+// every frame exactly once, a room's traffic reaches only the shard that
+// owns its hash tag, and when that shard's master is killed relay.v1
+// clients that resume lose no acknowledged write.
+func TestCluster(t *testing.T) {
+	cl := redistest.StartCluster(t)
+	addrs := startReplicas(t, "-redis-cluster", cl.Seeds())
+
+	t.Run("frames once across replicas", func(t *testing.T) {
+		rooms := []string{"alpha", "beta", "gamma", "delta"}
+		for _, room := range rooms {
+			exchange(t, addrs, room, 20)
+		}
+		// /info still counts this replica's members (a and c of each
+		// room) and rooms.
+		status, body := get(addrs[0], "/info")
+		if want := fmt.Sprintf(`"connections":%d,"rooms":%d,`, 2*len(rooms), len(rooms)); status != 200 || !strings.Contains(body, want) {
+			t.Fatalf("/info = %d %s, want it to hold %s", status, body, want)
+		}
+	})
+
+	t.Run("a room touches only its shard", func(t *testing.T) {
+		const room, n = "shard-check", 10
+		master, shard := shardOf(t, cl, room)
+		before := map[string]map[string]int{}
+		for _, a := range cl.Addrs() {
+			before[a] = commandStats(t, a)
+		}
+		exchange(t, addrs, room, n) // a and b send n and a marker each
+		for _, a := range cl.Addrs() {
+			after := commandStats(t, a)
+			d := map[string]int{}
+			for _, c := range roomCommands {
+				if v := after[c] - before[a][c]; v != 0 {
+					d[c] = v
+				}
+			}
+			switch {
+			case a == master:
+				// Every message is one script run (EVALSHA, or EVAL once if
+				// the server lost the script) with one XADD and one SPUBLISH;
+				// each replica's relay subscribed the channel once; joins
+				// read the position with the other script.
+				if m := 2*n + 2; d["xadd"] != m || d["spublish"] != m || d["ssubscribe"] != 2 ||
+					d["evalsha"]+d["eval"] < m || d["publish"] != 0 || d["subscribe"] != 0 {
+					t.Errorf("room's master %s: command deltas %v, want %d xadd and spublish, 2 ssubscribe", a, d, m)
+				}
+			case slices.Contains(shard, a):
+				// Its replica applies the writes (and the shard's publications).
+			default:
+				if len(d) != 0 {
+					t.Errorf("node %s of another shard saw the room's commands: %v", a, d)
+				}
+			}
+		}
+	})
+
+	t.Run("master killed", func(t *testing.T) {
+		const room, plainRoom = "failover", "failover-plain"
+		master, shard := shardOf(t, cl, room)
+		if m, _ := shardOf(t, cl, plainRoom); m != master {
+			t.Fatalf("rooms %s and %s are on different masters (%s, %s)", room, plainRoom, master, m)
+		}
+		var victim *redistest.Server
+		for _, n := range cl.Nodes {
+			if n.Addr == master {
+				victim = n
+			}
+		}
+		// A room of another shard, with a member on each relay.
+		other := ""
+		for i := 0; other == "" && i < 100; i++ {
+			if m, _ := shardOf(t, cl, fmt.Sprint("other-", i)); m != master {
+				other = fmt.Sprint("other-", i)
+			}
+		}
+		oa, ob := join(t, addrs[0], other), join(t, addrs[1], other)
+		closes := failover(t, addrs, room, plainRoom, func() {
+			killed := time.Now()
+			if err := victim.Kill(); err != nil {
+				t.Error(err)
+			}
+			// Its replica takes over (the clients keep going meanwhile):
+			// logged, for the loss window's sake.
+			for range 400 {
+				for _, a := range shard {
+					if out, err := redistest.Cmd(a, "ROLE"); a != master && err == nil && strings.HasPrefix(out, "master") {
+						t.Logf("replica %s took over %v after the kill", a, time.Since(killed).Round(10*time.Millisecond))
+						return
+					}
+				}
+				time.Sleep(25 * time.Millisecond)
+			}
+			t.Errorf("no replica of %s took over within 10s", master)
+		})
+		// Nobody was closed for the bus: the room's reader on the other
+		// relay kept its connection, and so did the other shard's members.
+		if len(closes) != 0 {
+			t.Errorf("the relay.v1 reader's connections ended with %v, want none ended", closes)
+		}
+		_ = oa.SetWriteDeadline(time.Now().Add(ioTimeout))
+		if err := oa.WriteMessage(websocket.TextMessage, []byte("still here")); err != nil {
+			t.Fatal(err)
+		}
+		_ = ob.SetReadDeadline(time.Now().Add(ioTimeout))
+		if _, m, err := ob.ReadMessage(); err != nil || string(m) != "still here" {
+			_, info1 := get(addrs[0], "/info")
+			_, info2 := get(addrs[1], "/info")
+			t.Fatalf("member of room %s on another shard read %q %v\n/info one: %s\n/info two: %s", other, m, err, info1, info2)
+		}
+	})
+}
+
+// v1Writer sends numbered messages on room through the relay at addr with
+// relay.v1, one at a time, each after the previous one's ACK; a message
+// whose ACK does not come (the connection ended) is sent again on a new
+// connection. acked counts the acknowledged ones.
+type v1Writer struct {
+	addr, room string
+	acked      atomic.Int64
+	mu         sync.Mutex
+	ackedSet   []string
+	sentAt     map[string]time.Time // when the acknowledged send of each went out
+	reconnects int
+}
+
+func (w *v1Writer) run(ctx context.Context) {
+	var c *relayclient.Conn
+	defer func() {
+		if c != nil {
+			_ = c.Close()
+		}
+	}()
+	for i := 0; ctx.Err() == nil; {
+		if c == nil {
+			var err error
+			if c, err = dialV1(ctx, w.addr, w.room, relayclient.Since{}); err != nil {
+				sleepCtx(ctx, 20*time.Millisecond)
+				continue
+			}
+		}
+		body := fmt.Sprint("w", i)
+		at := time.Now()
+		if err := w.sendAcked(c, body); err != nil {
+			_ = c.Close()
+			c = nil
+			w.mu.Lock()
+			w.reconnects++
+			w.mu.Unlock()
+			continue // send body again
+		}
+		w.mu.Lock()
+		w.ackedSet = append(w.ackedSet, body)
+		w.sentAt[body] = at
+		w.mu.Unlock()
+		w.acked.Add(1)
+		i++
+	}
+}
+
+// sendAcked sends body and reads frames up to its ACK.
+func (w *v1Writer) sendAcked(c *relayclient.Conn, body string) error {
+	_ = c.WS().SetWriteDeadline(time.Now().Add(ioTimeout))
+	if err := c.Send(websocket.TextMessage, []byte(body)); err != nil {
+		return err
+	}
+	_ = c.WS().SetReadDeadline(time.Now().Add(ioTimeout))
+	for range 1000 {
+		f, err := c.Next()
+		if err != nil {
+			return err
+		}
+		if f.Kind == relayclient.KindAck {
+			return nil
+		}
+	}
+	return fmt.Errorf("no ACK for %s", body)
+}
+
+func dialV1(ctx context.Context, addr, room string, since relayclient.Since) (*relayclient.Conn, error) {
+	dctx, cancel := context.WithTimeout(ctx, ioTimeout)
+	defer cancel()
+	c, _, err := relayclient.Dial(dctx, &websocket.Dialer{HandshakeTimeout: ioTimeout}, "ws://"+addr+"/room/"+room, since)
+	return c, err
+}
+
+// dialPlain joins room on the relay at addr without a subprotocol.
+func dialPlain(ctx context.Context, addr, room string) (*websocket.Conn, error) {
+	d := websocket.Dialer{HandshakeTimeout: ioTimeout}
+	c, _, err := d.DialContext(ctx, "ws://"+addr+"/room/"+room, nil)
+	return c, err
+}
+
+// redial calls dial every 20 ms until it succeeds or ctx ends.
+func redial[T any](ctx context.Context, dial func() (T, error)) (T, bool) {
+	for ctx.Err() == nil {
+		if c, err := dial(); err == nil {
+			return c, true
+		}
+		sleepCtx(ctx, 20*time.Millisecond)
+	}
+	var zero T
+	return zero, false
+}
+
+func sleepCtx(ctx context.Context, d time.Duration) {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+	case <-ctx.Done():
+	}
+}
+
+// v1Reader reads room through the relay at addr with relay.v1 and resumes
+// from its position after any error.
+type v1Reader struct {
+	addr, room string
+	mu         sync.Mutex
+	got        map[string]int
+	resyncs    int
+	closes     []int // close codes of the connections that ended (-1: no close frame)
+}
+
+func (r *v1Reader) run(ctx context.Context) {
+	var since relayclient.Since
+	for {
+		c, ok := redial(ctx, func() (*relayclient.Conn, error) { return dialV1(ctx, r.addr, r.room, since) })
+		if !ok {
+			return
+		}
+		stop := context.AfterFunc(ctx, func() { _ = c.Close() })
+		for {
+			_ = c.WS().SetReadDeadline(time.Now().Add(ioTimeout))
+			f, err := c.Next()
+			if err != nil {
+				if ctx.Err() == nil {
+					code := -1 // not a close frame
+					var ce *websocket.CloseError
+					if errors.As(err, &ce) {
+						code = ce.Code
+					}
+					r.mu.Lock()
+					r.closes = append(r.closes, code)
+					r.mu.Unlock()
+				}
+				break
+			}
+			r.mu.Lock()
+			switch f.Kind {
+			case relayclient.KindMsg:
+				r.got[string(f.Body)]++
+			case relayclient.KindResync:
+				r.resyncs++
+			}
+			r.mu.Unlock()
+		}
+		since = c.Position()
+		stop()
+		_ = c.Close()
+	}
+}
+
+func (r *v1Reader) has(bodies []string) (missing []string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, b := range bodies {
+		if r.got[b] == 0 {
+			missing = append(missing, b)
+		}
+	}
+	return missing
+}
+
+// plainWriter sends a numbered message on room every 5 ms through the relay
+// at addr on a plain connection, reconnecting after an error, and records
+// when each message was written.
+type plainWriter struct {
+	addr, room string
+	mu         sync.Mutex
+	sent       []time.Time // by number
+	closedAt   []time.Time // connection ends
+	joinedAt   []time.Time // connections made
+}
+
+func (w *plainWriter) run(ctx context.Context) {
+	for {
+		c, ok := redial(ctx, func() (*websocket.Conn, error) { return dialPlain(ctx, w.addr, w.room) })
+		if !ok {
+			return
+		}
+		w.mu.Lock()
+		w.joinedAt = append(w.joinedAt, time.Now())
+		w.mu.Unlock()
+		// Read (and drop) what the room sends, so a close is noticed.
+		ended := make(chan struct{})
+		go func() {
+			defer close(ended)
+			for {
+				if _, _, err := c.ReadMessage(); err != nil {
+					return
+				}
+			}
+		}()
+		tick := time.NewTicker(5 * time.Millisecond)
+	send:
+		for {
+			select {
+			case <-ctx.Done():
+				break send
+			case <-ended:
+				break send
+			case <-tick.C:
+			}
+			w.mu.Lock()
+			n := len(w.sent)
+			w.mu.Unlock()
+			_ = c.SetWriteDeadline(time.Now().Add(ioTimeout))
+			if err := c.WriteMessage(websocket.TextMessage, fmt.Appendf(nil, "p%d", n)); err != nil {
+				break
+			}
+			w.mu.Lock()
+			w.sent = append(w.sent, time.Now())
+			w.mu.Unlock()
+		}
+		tick.Stop()
+		_ = c.Close()
+		<-ended
+		w.mu.Lock()
+		w.closedAt = append(w.closedAt, time.Now())
+		w.mu.Unlock()
+	}
+}
+
+// plainReader collects what a plain member of room receives through the
+// relay at addr, joining again after an error (a join replays the room's
+// history, so what it missed live comes then).
+type plainReader struct {
+	addr, room string
+	mu         sync.Mutex
+	got        map[string]bool
+}
+
+func (r *plainReader) run(ctx context.Context) {
+	for {
+		c, ok := redial(ctx, func() (*websocket.Conn, error) { return dialPlain(ctx, r.addr, r.room) })
+		if !ok {
+			return
+		}
+		stop := context.AfterFunc(ctx, func() { _ = c.Close() })
+		for {
+			_ = c.SetReadDeadline(time.Now().Add(ioTimeout))
+			_, msg, err := c.ReadMessage()
+			if err != nil {
+				break
+			}
+			r.mu.Lock()
+			r.got[string(msg)] = true
+			r.mu.Unlock()
+		}
+		stop()
+		_ = c.Close()
+	}
+}
+
+// failover runs a relay.v1 writer (replica one) and reader (replica two)
+// on room, and a plain writer and reader on plainRoom, calls kill once
+// traffic flows, and checks that every acknowledged relay.v1 write reaches
+// the reader. It logs the plain clients' loss: messages a plain writer
+// wrote that no member received, and the time span they were written in.
+// It returns the close codes the relay.v1 reader's connections ended with.
+func failover(t *testing.T, addrs []string, room, plainRoom string, kill func()) (closes []int) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	wctx, stopWriters := context.WithCancel(ctx)
+	defer stopWriters()
+	w := &v1Writer{addr: addrs[0], room: room, sentAt: map[string]time.Time{}}
+	r := &v1Reader{addr: addrs[1], room: room, got: map[string]int{}}
+	pw := &plainWriter{addr: addrs[0], room: plainRoom}
+	pr := &plainReader{addr: addrs[1], room: plainRoom, got: map[string]bool{}}
+	var wg sync.WaitGroup
+	for _, f := range []func(context.Context){w.run, pw.run} {
+		wg.Add(1)
+		go func() { defer wg.Done(); f(wctx) }()
+	}
+	rctx, stopReaders := context.WithCancel(ctx)
+	defer stopReaders()
+	for _, f := range []func(context.Context){r.run, pr.run} {
+		wg.Add(1)
+		go func() { defer wg.Done(); f(rctx) }()
+	}
+	var stages []string // how long each wait took, for the log
+	waitUntil := func(what string, ok func() bool) {
+		t.Helper()
+		start := time.Now()
+		defer func() { stages = append(stages, fmt.Sprintf("%s %v", what, time.Since(start).Round(time.Millisecond))) }()
+		for !ok() {
+			if ctx.Err() != nil {
+				t.Fatalf("gave up waiting for %s", what)
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+	}
+	waitUntil("50 acknowledged writes", func() bool { return w.acked.Load() >= 50 })
+	killedAt := time.Now()
+	kill()
+	base := w.acked.Load()
+	waitUntil("100 acknowledged writes after the kill", func() bool { return w.acked.Load() >= base+100 })
+	waitUntil("the plain writer to send after a reconnect", func() bool {
+		pw.mu.Lock()
+		defer pw.mu.Unlock()
+		return len(pw.joinedAt) >= 2 && len(pw.sent) > 0 && pw.sent[len(pw.sent)-1].Sub(pw.joinedAt[len(pw.joinedAt)-1]) > 200*time.Millisecond
+	})
+	stopWriters()
+	w.mu.Lock()
+	acked := slices.Clone(w.ackedSet)
+	w.mu.Unlock()
+	pw.mu.Lock()
+	sent := slices.Clone(pw.sent)
+	pw.mu.Unlock()
+	// The readers catch up: the last acknowledged and the last plain
+	// message reach them (a plain reader that lost its connection gets
+	// the rest from the history replayed on its next join).
+	last := fmt.Sprint("p", len(sent)-1)
+	waitUntil("the readers to catch up", func() bool {
+		pr.mu.Lock()
+		defer pr.mu.Unlock()
+		return len(r.has(acked[len(acked)-1:])) == 0 && pr.got[last]
+	})
+	stopReaders()
+	wg.Wait()
+
+	// Redis replicates asynchronously: a write the master acknowledged
+	// just before it was killed, and had not yet sent to its replica, is
+	// lost with it. Only the write in flight at the kill (the writer has
+	// one at a time) and those acknowledged just before can be; nothing
+	// sent after the kill may be.
+	missing := r.has(acked)
+	var beforeKill []string
+	for _, b := range missing {
+		if w.sentAt[b].After(killedAt) {
+			t.Errorf("acknowledged relay.v1 write %s, sent %v after the kill, never reached the reader", b, w.sentAt[b].Sub(killedAt))
+		} else {
+			beforeKill = append(beforeKill, b)
+		}
+	}
+	if len(beforeKill) > 3 {
+		t.Errorf("%d acknowledged relay.v1 writes sent before the kill never reached the reader: %v", len(beforeKill), beforeKill)
+	}
+	var lost []int
+	for i := range sent {
+		if !pr.got[fmt.Sprint("p", i)] {
+			lost = append(lost, i)
+		}
+	}
+	span := time.Duration(0)
+	if len(lost) > 0 {
+		span = sent[lost[len(lost)-1]].Sub(sent[lost[0]])
+	}
+	t.Logf("waits: %s", strings.Join(stages, ", "))
+	t.Logf("relay.v1: %d writes acknowledged, %d lost (sent before the kill: %v); writer reconnects %d, reader closed with %v, resyncs %d",
+		len(acked), len(missing), beforeKill, w.reconnects, r.closes, r.resyncs)
+	if len(lost) == 0 {
+		t.Logf("plain: %d messages written, none lost", len(sent))
+		return r.closes
+	}
+	t.Logf("plain: %d messages written one every 5 ms, %d lost (p%d..p%d), written over %v from %v after the kill (loss window)",
+		len(sent), len(lost), lost[0], lost[len(lost)-1], span.Round(time.Millisecond),
+		sent[lost[0]].Sub(killedAt).Round(time.Millisecond))
+	return r.closes
+}
+
+// TestSentinel runs two relay-backend replicas on a master found through
+// Sentinel (a master, its replica and one Sentinel): frames flow across the
+// replicas, and when the master is killed and Sentinel promotes its
+// replica, relay.v1 clients that resume lose no acknowledged write.
+func TestSentinel(t *testing.T) {
+	// No 5 s wait before the replica's first sync.
+	master := redistest.StartArgs(t, "--save", "", "--appendonly", "no", "--repl-diskless-sync-delay", "0")
+	host, port, _ := strings.Cut(master.Addr, ":")
+	replica := redistest.StartArgs(t, "--save", "", "--appendonly", "no", "--replicaof", host, port)
+	// The replica first: Sentinel learns of it from the master's INFO,
+	// which it reads at start and then every 10 s.
+	_, rport, _ := strings.Cut(replica.Addr, ":")
+	waitReply(t, replica.Addr, "master_link_status:up", "INFO", "replication")
+	sentinel := redistest.StartSentinel(t, "relay", master)
+	waitReply(t, sentinel.Addr, rport, "SENTINEL", "REPLICAS", "relay")
+	addrs := startReplicas(t, "-redis-sentinel", "relay@"+sentinel.Addr)
+
+	t.Run("frames once across replicas", func(t *testing.T) {
+		exchange(t, addrs, "sentinel", 20)
+	})
+
+	t.Run("master killed", func(t *testing.T) {
+		closes := failover(t, addrs, "failover", "failover-plain", func() {
+			killed := time.Now()
+			if err := master.Kill(); err != nil {
+				t.Error(err)
+			}
+			for range 600 {
+				if out, err := redistest.Cmd(replica.Addr, "ROLE"); err == nil && strings.HasPrefix(out, "master") {
+					t.Logf("sentinel promoted the replica %v after the kill", time.Since(killed).Round(10*time.Millisecond))
+					return
+				}
+				time.Sleep(25 * time.Millisecond)
+			}
+			t.Errorf("sentinel did not promote the replica within 15s")
+		})
+		// The relays lost their one master: every client got 1012.
+		if !slices.Contains(closes, websocket.CloseServiceRestart) {
+			t.Errorf("the relay.v1 reader's connections ended with %v, want a 1012", closes)
+		}
+	})
+}
+
+// waitReply runs a command on addr until its reply contains want, for at
+// most 20 s.
+func waitReply(t *testing.T, addr, want string, args ...string) {
+	t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		out, err := redistest.Cmd(addr, args...)
+		if err == nil && strings.Contains(out, want) {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s on %s: no %q within 20s: %v\n%s", strings.Join(args, " "), addr, want, err, out)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}

@@ -1,0 +1,60 @@
+package main
+
+import (
+	"io"
+	"slices"
+	"strings"
+	"testing"
+)
+
+// TestRedisFlags: -redis, -redis-cluster and -redis-sentinel exclude each
+// other, and each is parsed into its target or refused with its name.
+func TestRedisFlags(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		args    []string
+		err     string // substring; "" for success
+		url     string
+		cluster []string
+		master  string
+		sents   []string
+	}{
+		{name: "none", args: nil},
+		{name: "url", args: []string{"-redis", "redis://127.0.0.1:6379/0"}, url: "redis://127.0.0.1:6379/0"},
+		{name: "cluster", args: []string{"-redis-cluster", "127.0.0.1:7000, 127.0.0.1:7001"},
+			cluster: []string{"127.0.0.1:7000", "127.0.0.1:7001"}},
+		{name: "sentinel", args: []string{"-redis-sentinel", "relay@127.0.0.1:26379,127.0.0.1:26380"},
+			master: "relay", sents: []string{"127.0.0.1:26379", "127.0.0.1:26380"}},
+		{name: "url and cluster", args: []string{"-redis", "redis://x:1/0", "-redis-cluster", "x:1"},
+			err: "-redis, -redis-cluster and -redis-sentinel exclude each other"},
+		{name: "cluster and sentinel", args: []string{"-redis-cluster", "x:1", "-redis-sentinel", "m@x:2"},
+			err: "exclude each other"},
+		{name: "cluster without port", args: []string{"-redis-cluster", "127.0.0.1"},
+			err: `-redis-cluster: address "127.0.0.1" is not host:port`},
+		{name: "cluster empty item", args: []string{"-redis-cluster", "x:1,"},
+			err: `-redis-cluster: address "" is not host:port`},
+		{name: "sentinel without master", args: []string{"-redis-sentinel", "127.0.0.1:26379"},
+			err: `-redis-sentinel: "127.0.0.1:26379" is not MASTER@ADDR[,ADDR...]`},
+		{name: "sentinel empty master", args: []string{"-redis-sentinel", "@127.0.0.1:26379"},
+			err: "is not MASTER@ADDR"},
+		{name: "sentinel bad address", args: []string{"-redis-sentinel", "m@127.0.0.1:"},
+			err: `-redis-sentinel: address "127.0.0.1:" is not host:port`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c, err := parseFlags(tc.args, io.Discard)
+			if tc.err != "" {
+				if err == nil || !strings.Contains(err.Error(), tc.err) {
+					t.Fatalf("err = %v, want it to contain %q", err, tc.err)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			r := c.redis
+			if r.URL != tc.url || !slices.Equal(r.Cluster, tc.cluster) || r.SentinelMaster != tc.master || !slices.Equal(r.Sentinels, tc.sents) {
+				t.Fatalf("target %+v", r)
+			}
+		})
+	}
+}
