@@ -7,8 +7,10 @@
 # The baked config, deploy/docker/wsgate.toml, is for containers: the admin
 # API listens on every interface behind the bearer token in
 # $WSGATE_ADMIN_TOKEN, clients need a JWT signed with $JWT_SECRET, and the
-# relays are the hosts relay-1:7001 and relay-2:7001 (deploy/docker-compose.yml).
-# Mount your own over /etc/wsgate to change any of it.
+# relays are found in the Redis at redis://redis:6379/0, where relay-backend
+# registers itself when started with -register-redis and -advertise
+# (deploy/docker-compose.yml). Mount your own over /etc/wsgate to change any
+# of it.
 #
 # Restarts: in a container wsgate is PID 1, so the SIGUSR2 hand-over (a new
 # process on the same sockets, then the old one exits) would end the

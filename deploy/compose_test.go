@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"net/url"
 	"os"
 	"path/filepath"
 	"strings"
@@ -38,7 +39,8 @@ type composeStack struct {
 
 // readCompose parses deploy/docker-compose.yml and checks what needs no
 // process: services, images, entrypoints, the config the gateway's volume
-// mounts, ports, environment and stop grace periods.
+// mounts, its discovery against the relays' registration flags, ports,
+// environment and stop grace periods.
 func readCompose(t *testing.T, d *dockerfile) *composeStack {
 	t.Helper()
 	files := readYAML[struct {
@@ -100,8 +102,16 @@ func readCompose(t *testing.T, d *dockerfile) *composeStack {
 		t.Errorf("gateway's -config %s is not where the image bakes its config (%s)", cfgPath, baked)
 	}
 
-	// Nodes: every relay, by its service name and its -listen port.
-	want := map[string]bool{}
+	// Nodes: found in Redis, where every relay registers as its service
+	// name and -listen port, under the prefix and in the Redis the pool
+	// reads.
+	disc := cfg.Pools[0].Discovery
+	if disc.Kind != "redis" || len(cfg.Pools[0].Nodes) != 0 {
+		t.Fatalf("%s: pool %s has kind %q and %d listed nodes: want its nodes from [pools.discovery] kind = \"redis\"", repoFile, cfg.Pools[0].Name, disc.Kind, len(cfg.Pools[0].Nodes))
+	}
+	if u, err := url.Parse(disc.Redis); err != nil || u.Hostname() != "redis" {
+		t.Errorf("%s: discovery redis %q is not the compose file's redis service", repoFile, disc.Redis)
+	}
 	for name, s := range st.relays {
 		listen, ok := flagValue(s.Command, "listen")
 		if !ok {
@@ -110,25 +120,23 @@ func readCompose(t *testing.T, d *dockerfile) *composeStack {
 		if h, _, _ := net.SplitHostPort(listen); h != "0.0.0.0" && h != "" {
 			t.Errorf("relay %s listens on %s: the gateway in another container cannot reach it", name, listen)
 		}
-		want[net.JoinHostPort(name, port(t, listen))] = true
 		redisURL, _ := flagValue(s.Command, "redis")
 		if !strings.HasPrefix(redisURL, "redis://redis:6379/") {
 			t.Errorf("relay %s: -redis %q, want the redis service", name, redisURL)
+		}
+		if reg, _ := flagValue(s.Command, "register-redis"); reg != disc.Redis {
+			t.Errorf("relay %s: -register-redis %q, but the gateway's pool reads %q", name, reg, disc.Redis)
+		}
+		if prefix := relayFlag(t, s.Command, "register-prefix"); prefix != disc.Name {
+			t.Errorf("relay %s registers under %q, but the gateway's pool reads %q", name, prefix, disc.Name)
+		}
+		if adv, _ := flagValue(s.Command, "advertise"); adv != net.JoinHostPort(name, port(t, listen)) {
+			t.Errorf("relay %s: -advertise %q, want its service name and -listen port %s", name, adv, net.JoinHostPort(name, port(t, listen)))
 		}
 		window, _ := flagValue(s.Command, "drain-window")
 		if w, err := time.ParseDuration(window); err != nil || !longer(s.StopGracePeriod, w+10*time.Second) {
 			t.Errorf("relay %s: stop_grace_period %q must exceed -drain-window %q + 10s", name, s.StopGracePeriod, window)
 		}
-	}
-	var got []string
-	for _, n := range cfg.Pools[0].Nodes {
-		got = append(got, n.Addr)
-		if !want[n.Addr] {
-			t.Errorf("node %s is no relay service of the compose file (relays: %v)", n.Addr, want)
-		}
-	}
-	if len(got) != len(want) {
-		t.Errorf("nodes %v, want every relay: %v", got, want)
 	}
 
 	// Ports published are the ones the config listens on.
@@ -160,36 +168,51 @@ func longer(s string, d time.Duration) bool {
 }
 
 // TestCompose runs deploy/docker-compose.yml's stack on loopback: a real
-// Redis, both relays with their command lines (addresses adapted), and
-// the gateway with its command line and the mounted config (plugin path and
-// addresses adapted; the relays still by host name, localhost). Two clients with a JWT join one room through the
-// gateway, one on each relay, and a message from one reaches the other
-// over Redis.
+// Redis, both relays with their command lines (addresses adapted: each
+// listens on a loopback port and registers, in that Redis, as
+// localhost:PORT, still a host name the gateway resolves), and the gateway
+// with its command line and the mounted config (plugin path, listen
+// addresses and the discovery Redis URL adapted). The gateway finds both
+// relays in Redis; two clients with a JWT join one room through it, one on
+// each relay, and a message from one reaches the other over Redis.
 func TestCompose(t *testing.T) {
 	d := readDockerfile(t)
 	st := readCompose(t, d)
 	rd := redistest.Start(t)
 
-	text := st.configText
 	var relayAddrs []string
+	advertised := map[string]bool{}
 	for name, s := range st.relays {
 		addr := testproc.FreeAddr(t)
-		listen, _ := flagValue(s.Command, "listen")
-		args := withFlag(t, withFlag(t, s.Command, "listen", addr), "redis", rd.URL())
+		args := withFlag(t, s.Command, "listen", addr)
+		args = withFlag(t, args, "redis", rd.URL())
+		args = withFlag(t, args, "register-redis", rd.URL())
+		adv := net.JoinHostPort("localhost", port(t, addr))
+		args = withFlag(t, args, "advertise", adv)
+		advertised[adv] = true
 		startRelay(t, name, addr, args)
-		// By name, as in the compose file: the gateway resolves it.
-		text = replaceOnce(t, text, fmt.Sprintf("%q", net.JoinHostPort(name, port(t, listen))), fmt.Sprintf("%q", net.JoinHostPort("localhost", port(t, addr))))
 		relayAddrs = append(relayAddrs, addr)
 	}
 	cfg := loadConfig(t, "compose", st.configText)
 	gw, admin := testproc.FreeAddr(t), testproc.FreeAddr(t)
-	text = replaceOnce(t, text,
+	text := replaceOnce(t, st.configText,
 		fmt.Sprintf("listen = %q", cfg.Gateway.Listen), fmt.Sprintf("listen = %q", gw),
-		fmt.Sprintf("listen = %q", cfg.Admin.Listen), fmt.Sprintf("listen = %q", admin))
+		fmt.Sprintf("listen = %q", cfg.Admin.Listen), fmt.Sprintf("listen = %q", admin),
+		fmt.Sprintf("redis = %q", cfg.Pools[0].Discovery.Redis), fmt.Sprintf("redis = %q", rd.URL()))
 	text = replaceOnce(t, text, pluginPaths(t, d, cfg)...)
 	args := withFlag(t, st.gateway.Command, "config", writeTemp(t, "wsgate.toml", text))
 	startGateway(t, admin, args)
-	waitNodesUp(t, admin, len(relayAddrs))
+	waitNodes(t, admin, "both relays found in Redis and up", func(v *nodesStatus) bool {
+		n := 0
+		for _, p := range v.Pools {
+			for _, nd := range p.Nodes {
+				if advertised[nd.Addr] && nd.State == "up" {
+					n++
+				}
+			}
+		}
+		return n == len(advertised)
+	})
 
 	hdr := http.Header{"Authorization": {"Bearer " + clientToken(t)}}
 	dialer := websocket.Dialer{HandshakeTimeout: 5 * time.Second}
@@ -206,8 +229,17 @@ func TestCompose(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer b.Close()
+	// A relay counts a client once its side of the upgrade is done, which
+	// may come after the client has its 101: poll, bounded.
 	for _, r := range relayAddrs {
-		if n := relayConnections(t, r); n != 1 {
+		n := 0
+		for range 100 {
+			if n = relayConnections(t, r); n == 1 {
+				break
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+		if n != 1 {
 			t.Fatalf("relay %s holds %d connections, want 1 (one client each)", r, n)
 		}
 	}

@@ -28,8 +28,9 @@ func imageConfig(t *testing.T, d *dockerfile) (repoPath, imagePath string) {
 // config it bakes: the entrypoint is the built wsgate, the CMD's flags and
 // the baked config pass wsgate -check (with the plugins it names built for
 // this machine), its plugin paths are where the image has the plugins, the
-// admin API listens beyond loopback behind a token, EXPOSE covers the
-// config's ports, and SIGTERM (the drain) stops the container.
+// admin API listens beyond loopback behind a token, its pools find their
+// nodes by discovery, EXPOSE covers the config's ports, and SIGTERM (the
+// drain) stops the container.
 func TestDockerfile(t *testing.T) {
 	d := readDockerfile(t)
 	for out, pkg := range d.builds {
@@ -65,6 +66,11 @@ func TestDockerfile(t *testing.T) {
 	cfg := loadConfig(t, src, string(text))
 	if h, _, _ := net.SplitHostPort(cfg.Admin.Listen); cfg.Admin.TokenEnv == "" || h != "" && h != "0.0.0.0" && h != "::" {
 		t.Errorf("the container config's admin listens on %q with token_env %q: want every interface behind a token", cfg.Admin.Listen, cfg.Admin.TokenEnv)
+	}
+	for _, p := range cfg.Pools {
+		if p.Discovery.Kind == "" {
+			t.Errorf("the container config's pool %s lists its nodes: want them from [pools.discovery], as no node address is known when the image is built", p.Name)
+		}
 	}
 	for _, a := range []string{cfg.Gateway.Listen, cfg.Admin.Listen} {
 		if index(d.expose, port(t, a)) < 0 {

@@ -10,6 +10,7 @@ import (
 	"os/exec"
 	"path"
 	"path/filepath"
+	"regexp"
 	"strconv"
 	"strings"
 	"syscall"
@@ -307,6 +308,39 @@ func startRelay(t *testing.T, name, addr string, args []string) *testproc.Proc {
 	testproc.WaitHTTP(t, "http://"+addr+"/healthz", http.StatusOK, 20*time.Second)
 	return p
 }
+
+// relayFlag returns the value of -name in a relay's args, or, when they
+// leave it out, its default as the real relay-backend's -h prints it.
+func relayFlag(t *testing.T, args []string, name string) string {
+	t.Helper()
+	if v, ok := flagValue(args, name); ok {
+		return v
+	}
+	out, _ := exec.Command(testproc.Build(t, "./relay-backend"), "-h").CombinedOutput()
+	lines := strings.Split(string(out), "\n")
+	for i, l := range lines {
+		f := strings.Fields(l)
+		if len(f) == 0 || f[0] != "-"+name {
+			continue
+		}
+		// The usage text follows on the lines indented by a tab, up to
+		// the next flag.
+		for _, u := range lines[i+1:] {
+			if !strings.HasPrefix(u, "    \t") {
+				break
+			}
+			if m := flagDefault.FindStringSubmatch(u); m != nil {
+				return m[1]
+			}
+		}
+		t.Fatalf("relay-backend -h: -%s has no default\n%s", name, out)
+	}
+	t.Fatalf("relay-backend -h does not list -%s\n%s", name, out)
+	return ""
+}
+
+// flagDefault is how package flag prints a non-zero default in usage.
+var flagDefault = regexp.MustCompile(`\(default "?([^")]*)"?\)$`)
 
 // clientToken is a JWT the shipped configs' jwt plugin accepts.
 func clientToken(t *testing.T) string {

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/fasthttp/websocket"
+	"github.com/wsgate/wsgate/internal/discovery/dnstest"
 	"github.com/wsgate/wsgate/internal/redistest"
 	"github.com/wsgate/wsgate/internal/testproc"
 )
@@ -27,7 +28,6 @@ type k8sObject struct {
 	Spec struct {
 		ClusterIP                string         `yaml:"clusterIP"`
 		PublishNotReadyAddresses bool           `yaml:"publishNotReadyAddresses"`
-		ServiceName              string         `yaml:"serviceName"`
 		Replicas                 int            `yaml:"replicas"`
 		Selector                 map[string]any `yaml:"selector"`
 		Ports                    []struct {
@@ -299,26 +299,42 @@ func mustAtoi(t *testing.T, s string) int {
 	return n
 }
 
-// checkRelayManifests checks the relays' StatefulSet, headless Service and
-// budget, and that the gateway's nodes are exactly the relay pods' stable
-// names. It returns the relay container.
+// checkRelayManifests checks the relays' Deployment, headless Service and
+// budget, and that the gateway's pool finds the relay pods by the
+// Service's name at the relay's -listen port. It returns the relay
+// container.
 func checkRelayManifests(t *testing.T, objs k8s, d *dockerfile, gatewayConfig string) *container {
 	t.Helper()
-	sts := objs.get(t, "StatefulSet", "relay")
-	svc := objs.get(t, "Service", sts.Spec.ServiceName)
+	for key := range objs {
+		if strings.HasPrefix(key, "StatefulSet/") {
+			t.Errorf("%s: the relays are a Deployment, found by DNS; nothing needs stable pod names", key)
+		}
+	}
+	dep := objs.get(t, "Deployment", "relay")
+	cfg := loadConfig(t, "ConfigMap wsgate", gatewayConfig)
+	disc := cfg.Pools[0].Discovery
+	if disc.Kind != "dns" || len(cfg.Pools[0].Nodes) != 0 {
+		t.Fatalf("ConfigMap wsgate: pool %s has kind %q and %d listed nodes: want its nodes from [pools.discovery] kind = \"dns\"", cfg.Pools[0].Name, disc.Kind, len(cfg.Pools[0].Nodes))
+	}
+	// The short name, resolved under the pod's namespace by the search
+	// path of its resolv.conf (see the ConfigMap's comment).
+	svc := objs.get(t, "Service", disc.Name)
 	if svc.Spec.ClusterIP != "None" {
-		t.Errorf("Service %s is not headless: the relay pods get no names of their own", svc.Metadata.Name)
+		t.Errorf("Service %s is not headless: its name answers one virtual IP, not the relay pods", svc.Metadata.Name)
 	}
 	if !svc.Spec.PublishNotReadyAddresses {
-		t.Errorf("Service %s: a relay's name must resolve before it is ready, or the gateway never probes it up", svc.Metadata.Name)
+		t.Errorf("Service %s: without publishNotReadyAddresses a relay failing its readiness probe leaves DNS and the gateway drains its tunnels", svc.Metadata.Name)
 	}
-	if !selects(svc.Spec.Selector, sts.Spec.Template.Metadata.Labels) {
+	if !selects(svc.Spec.Selector, dep.Spec.Template.Metadata.Labels) {
 		t.Errorf("Service %s does not select the relay pods", svc.Metadata.Name)
 	}
-	c := &sts.Spec.Template.Spec.Containers[0]
+	if len(dep.Spec.Template.Spec.Containers) != 1 {
+		t.Fatalf("Deployment relay: %d containers, want 1", len(dep.Spec.Template.Spec.Containers))
+	}
+	c := &dep.Spec.Template.Spec.Containers[0]
 	cmd := c.command(d)
 	if d.image[cmd[0]] != "pkg:./relay-backend" {
-		t.Fatalf("StatefulSet relay runs %q, not the image's relay-backend", cmd[0])
+		t.Fatalf("Deployment relay runs %q, not the image's relay-backend", cmd[0])
 	}
 	listen, ok := flagValue(cmd, "listen")
 	if !ok {
@@ -328,6 +344,13 @@ func checkRelayManifests(t *testing.T, objs k8s, d *dockerfile, gatewayConfig st
 		if got := c.portOf(t, p.TargetPort); strconv.Itoa(got) != port(t, listen) {
 			t.Errorf("Service %s sends to %d; relay -listen is %s", svc.Metadata.Name, got, listen)
 		}
+		if strconv.Itoa(p.Port) != port(t, listen) {
+			t.Errorf("Service %s port %d is not the relay's -listen port %s: its SRV records would name another port than the one A records are dialed at", svc.Metadata.Name, p.Port, listen)
+		}
+	}
+	// A records carry no port: the pool's port is the one the pods listen on.
+	if strconv.Itoa(disc.Port) != port(t, listen) {
+		t.Errorf("the gateway's discovery port %d is not the relay's -listen port %s", disc.Port, listen)
 	}
 	if pr := c.ReadinessProbe; pr == nil || pr.HTTPGet == nil || pr.HTTPGet.Path != "/healthz" || strconv.Itoa(c.portOf(t, pr.HTTPGet.Port)) != port(t, listen) {
 		t.Errorf("relay: readinessProbe must GET /healthz on the -listen port")
@@ -337,28 +360,16 @@ func checkRelayManifests(t *testing.T, objs k8s, d *dockerfile, gatewayConfig st
 	if err != nil {
 		t.Fatalf("relay -drain-window %q: %v", window, err)
 	}
-	if grace := time.Duration(sts.Spec.Template.Spec.TerminationGracePeriodSeconds) * time.Second; grace <= w+10*time.Second {
+	if grace := time.Duration(dep.Spec.Template.Spec.TerminationGracePeriodSeconds) * time.Second; grace <= w+10*time.Second {
 		t.Errorf("relay terminationGracePeriodSeconds %v must exceed -drain-window %v + 10s", grace, w)
 	}
 	pdb := objs.get(t, "PodDisruptionBudget", "relay")
-	if !selects(pdb.Spec.Selector, sts.Spec.Template.Metadata.Labels) {
+	if !selects(pdb.Spec.Selector, dep.Spec.Template.Metadata.Labels) {
 		t.Errorf("PodDisruptionBudget relay does not cover the relay pods")
 	}
 	if u, ok := flagValue(cmd, "redis"); ok {
 		host, _, _ := strings.Cut(strings.TrimPrefix(u, "redis://"), ":")
 		objs.get(t, "Service", host)
-	}
-
-	cfg := loadConfig(t, "ConfigMap wsgate", gatewayConfig)
-	var got, want []string
-	for i := range sts.Spec.Replicas {
-		want = append(want, fmt.Sprintf("%s-%d.%s:%s", sts.Metadata.Name, i, svc.Metadata.Name, port(t, listen)))
-	}
-	for _, n := range cfg.Pools[0].Nodes {
-		got = append(got, n.Addr)
-	}
-	if fmt.Sprint(got) != fmt.Sprint(want) {
-		t.Errorf("the gateway's nodes %v, want the relay pods' names %v", got, want)
 	}
 	return c
 }
@@ -366,10 +377,19 @@ func checkRelayManifests(t *testing.T, objs k8s, d *dockerfile, gatewayConfig st
 // TestKubernetes checks the manifests against the binaries and runs them
 // on loopback: the relay container's command line (against a real Redis)
 // until its readiness probe passes, the gateway's command line with the
-// ConfigMap's config through wsgate -check and then for real, its probes
-// answered, and SIGTERM (what the kubelet sends after preStop) making
-// /readyz answer 503 while a client still connected is closed with 1001,
-// then an exit 0.
+// ConfigMap's config through wsgate -check and then for real, finding the
+// relays by DNS, its probes answered, and SIGTERM (what the kubelet sends
+// after preStop) making /readyz answer 503 while a client still connected
+// is closed with 1001, then an exit 0.
+//
+// DNS: the test's copy of the config adds a resolver key naming a DNS
+// server on loopback that the test controls (internal/discovery/dnstest),
+// which answers the Service's name with the relay pods' addresses, as a
+// cluster's DNS answers a headless Service; the relays listen on that
+// address's loopback IPs at one port, the config's discovery port
+// replaced by it. Scaling is then a change of the answer, as
+// `kubectl scale deployment relay` changes the Service's records: the
+// gateway takes the second relay with no change to its config.
 func TestKubernetes(t *testing.T) {
 	d := readDockerfile(t)
 	objs := readKubernetes(t)
@@ -378,26 +398,25 @@ func TestKubernetes(t *testing.T) {
 
 	rd := redistest.Start(t)
 	relayAddr := testproc.FreeAddr(t)
+	relayPort := port(t, relayAddr)
 	relayArgs := rc.command(d)[1:]
 	relayArgs = withFlag(t, withFlag(t, relayArgs, "listen", relayAddr), "redis", rd.URL())
 	startRelay(t, "relay", relayAddr, relayArgs)
 
 	cfg := loadConfig(t, "ConfigMap wsgate", g.configText)
+	disc := cfg.Pools[0].Discovery
+	dns := dnstest.Start(t)
+	dns.SetA(disc.Name, "127.0.0.1")
 	gw, admin := testproc.FreeAddr(t), testproc.FreeAddr(t)
 	text := replaceOnce(t, g.configText,
 		fmt.Sprintf("listen = %q", cfg.Gateway.Listen), fmt.Sprintf("listen = %q", gw),
 		fmt.Sprintf("listen = %q", cfg.Admin.Listen), fmt.Sprintf("listen = %q", admin),
 		// A short window: the test waits through it.
-		fmt.Sprintf("drain_window = %q", cfg.Gateway.DrainWindow.String()), `drain_window = "1s"`)
+		fmt.Sprintf("drain_window = %q", cfg.Gateway.DrainWindow.String()), `drain_window = "1s"`,
+		// The relays' port here, the test's DNS server, and a short
+		// interval: the test waits for the second relay to be found.
+		fmt.Sprintf("port = %d", disc.Port), fmt.Sprintf("port = %s\nresolver = %q\ninterval = \"500ms\"", relayPort, dns.Addr))
 	text = replaceOnce(t, text, pluginPaths(t, d, cfg)...)
-	// One relay stands for all of them; the others' names are dropped.
-	for i, n := range cfg.Pools[0].Nodes {
-		repl := fmt.Sprintf("%q", relayAddr)
-		if i > 0 {
-			repl = `"127.0.0.1:1"`
-		}
-		text = replaceOnce(t, text, fmt.Sprintf("%q", n.Addr), repl)
-	}
 	args := withFlag(t, g.c.command(d)[1:], "config", writeTemp(t, "wsgate.toml", text))
 	wsgateCheck(t, args)
 	p := startGateway(t, admin, args)
@@ -407,6 +426,11 @@ func TestKubernetes(t *testing.T) {
 		}
 	}
 	waitNodesUp(t, admin, 1)
+	// Scale to two: a second relay pod at another address, the same port.
+	second := net.JoinHostPort("127.0.0.2", relayPort)
+	startRelay(t, "relay-2", second, withFlag(t, relayArgs, "listen", second))
+	dns.SetA(disc.Name, "127.0.0.1", "127.0.0.2")
+	waitNodesUp(t, admin, 2)
 	ws, _, err := (&websocket.Dialer{HandshakeTimeout: 5 * time.Second}).Dial("ws://"+gw+"/room/k8s", http.Header{"Authorization": {"Bearer " + clientToken(t)}})
 	if err != nil {
 		t.Fatal(err)
