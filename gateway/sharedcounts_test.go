@@ -105,7 +105,9 @@ func TestSharedCountsTwoGateways(t *testing.T) {
 	if err := rs.Kill(); err != nil {
 		t.Fatal(err)
 	}
-	waitUntil(t, func() bool { return sameCounts(b.others(), map[string]int{a.addrs[0]: 0, a.addrs[1]: 0, a.addrs[2]: 0}) })
+	waitUntil(t, func() bool {
+		return sameCounts(b.others(), map[string]int{a.addrs[0]: 0, a.addrs[1]: 0, a.addrs[2]: 0})
+	})
 	waitUntil(t, func() bool {
 		return value(b.srv.shared.metrics.fallback.WithLabelValues("relay")) == 1
 	})
