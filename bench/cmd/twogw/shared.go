@@ -29,7 +29,12 @@ func shareCounts(st *stack.Stack) error {
 			return err
 		}
 		c := http.Client{Timeout: 10 * time.Second}
-		resp, err := c.Post("http://"+g.Admin+"/api/reload", "", nil)
+		req, err := http.NewRequest(http.MethodPost, "http://"+g.Admin+"/api/reload", nil)
+		if err != nil {
+			return err
+		}
+		req.Header.Set("X-Wsgate-Admin", "1")
+		resp, err := c.Do(req)
 		if err != nil {
 			return fmt.Errorf("reload %s: %w", g.Config, err)
 		}
