@@ -168,3 +168,21 @@ func TestSharedCountsReloadOff(t *testing.T) {
 	a.waitZero()
 	b.waitZero()
 }
+
+// TestSharedCountsRedisRedacted checks that GET /api/config's view of the
+// config hides the password in pools.shared_counts.redis, and leaves the
+// loaded config as it was.
+func TestSharedCountsRedisRedacted(t *testing.T) {
+	cfg, err := conf.Parse("r.toml", []byte(fmt.Sprintf(threeNodesWith(sharedPool("redis://:hunter2@127.0.0.1:6379/0")),
+		"127.0.0.1:0", "127.0.0.1:7001", "127.0.0.1:7002", "127.0.0.1:7003")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := redactedConfig(cfg)
+	if got := out.Pools[0].SharedCounts.Redis; got != "redis://:REDACTED@127.0.0.1:6379/0" {
+		t.Fatalf("shown as %q", got)
+	}
+	if got := cfg.Pools[0].SharedCounts.Redis; got != "redis://:hunter2@127.0.0.1:6379/0" {
+		t.Fatalf("loaded config changed to %q", got)
+	}
+}
