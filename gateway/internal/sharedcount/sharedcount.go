@@ -281,16 +281,21 @@ func Encode(nodes []*balancer.Node) string {
 	return b.String()
 }
 
+// maxCount bounds one node's count, read or summed: far above what any
+// node holds, and far below where a sum over gateways could overflow.
+const maxCount = 1 << 40
+
 // Decode adds the counts of one gateway's value, as Encode wrote it, to
-// into by address. Lines it cannot read, and counts below 0, are skipped.
+// into by address, each sum held to 2^40. Lines it cannot read, and counts
+// below 0 or above 2^40, are skipped.
 func Decode(v string, into map[string]int) {
 	for line := range strings.Lines(v) {
 		addr, c, ok := strings.Cut(strings.TrimSuffix(line, "\n"), " ")
 		if !ok {
 			continue
 		}
-		if k, err := strconv.Atoi(c); err == nil && k >= 0 {
-			into[addr] += k
+		if k, err := strconv.Atoi(c); err == nil && k >= 0 && k <= maxCount {
+			into[addr] = min(into[addr]+k, maxCount)
 		}
 	}
 }
