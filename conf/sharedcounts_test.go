@@ -44,3 +44,26 @@ pool = "a"
 		t.Errorf("pool b (defaults): %+v, want %+v", got, want)
 	}
 }
+
+// TestSharedCountsIntervalBounds checks that both ends of
+// pools.shared_counts.interval's range load (the golden files check
+// just outside them).
+func TestSharedCountsIntervalBounds(t *testing.T) {
+	for _, d := range []string{"50ms", "10s"} {
+		_, err := Parse("b.toml", []byte(`
+[[pools]]
+name = "a"
+  [pools.shared_counts]
+  redis = "redis://127.0.0.1:6379/0"
+  interval = "`+d+`"
+  [[pools.nodes]]
+  addr = "127.0.0.1:7001"
+
+[[routes]]
+pool = "a"
+`))
+		if err != nil {
+			t.Errorf("interval %s: %v", d, err)
+		}
+	}
+}
