@@ -5,8 +5,8 @@ import (
 	"math/rand/v2"
 )
 
-// LeastConn picks the candidate with the fewest live leases per unit of
-// effective weight ([Node.EffectiveWeight]: the agent weight or the
+// LeastConn picks the candidate with the fewest live leases (plus the
+// other gateways' count, see [Node.SetOthers]) per unit of effective weight ([Node.EffectiveWeight]: the agent weight or the
 // configured weight, scaled down during slow start), so a node of weight 2
 // carries twice the tunnels of a node of weight 1, and a node in slow start
 // takes a growing share. Ties are broken uniformly at random.
@@ -15,9 +15,9 @@ import (
 // concurrent use.
 type LeastConn struct{}
 
-// Pick returns the candidate with the lowest live/weight ratio, comparing
-// live_a*weight_b with live_b*weight_a in exact integer arithmetic on
-// effective weights. Among equal candidates each is chosen with equal
+// Pick returns the candidate with the lowest load/weight ratio, load being
+// live + others, comparing load_a*weight_b with load_b*weight_a in exact
+// integer arithmetic on effective weights. Among equal candidates each is chosen with equal
 // probability. It reads the clock once, and only if a candidate is in slow
 // start. It returns nil for an empty slice.
 func (lc *LeastConn) Pick(candidates []*Node) *Node {
@@ -31,7 +31,7 @@ func (*LeastConn) pick(candidates []*Node, clk *clock) *Node {
 	var bestLive, bestWeight uint64
 	ties := 0
 	for _, n := range candidates {
-		live, weight := nonNeg(n.live.Load()), n.pickWeight(clk)
+		live, weight := n.load(), n.pickWeight(clk)
 		if best == nil {
 			best, bestLive, bestWeight, ties = n, live, weight, 1
 			continue

@@ -69,6 +69,7 @@ type Node struct {
 	agentWeight atomic.Int64
 	maxConns    atomic.Int64
 	live        atomic.Int64
+	others      atomic.Int64 // other gateways' live count, see SetOthers
 	state       atomic.Uint32
 	slow        atomic.Pointer[slowStart] // nil: no ramp in progress
 }
@@ -121,6 +122,22 @@ func (n *Node) SetMaxConns(c int) {
 
 // Live returns the number of leases currently held on the node.
 func (n *Node) Live() int { return int(n.live.Load()) }
+
+// Others returns the other gateways' live count on the node last set with
+// [Node.SetOthers] (0 if never set).
+func (n *Node) Others() int { return int(n.others.Load()) }
+
+// SetOthers sets how many tunnels other gateways in front of the same node
+// hold, as they last reported them; a value below 0 becomes 0. The
+// least-loaded policies ([LeastConn], [P2C]) compare live + others, so
+// gateways that share their counts balance the node's whole load; the cap
+// ([Node.MaxConns]) stays on this gateway's own leases. It applies to the
+// next pick.
+func (n *Node) SetOthers(c int) { n.others.Store(int64(max(c, 0))) }
+
+// load is the count the least-loaded policies compare: this gateway's live
+// leases plus the other gateways' last reported count.
+func (n *Node) load() uint64 { return nonNeg(n.live.Load()) + nonNeg(n.others.Load()) }
 
 // State returns the node's current state.
 func (n *Node) State() State { return State(n.state.Load()) }

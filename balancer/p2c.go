@@ -5,8 +5,9 @@ import "math/rand/v2"
 // P2C is the power of two choices: each pick draws two distinct candidates
 // at random, each with probability proportional to its effective weight
 // ([Node.EffectiveWeight]: agent or configured weight, ramped during slow
-// start), and keeps the one with fewer live leases per unit of weight (the
-// first drawn on a tie). It reads every candidate's weight but compares only
+// start), and keeps the one with fewer live leases (plus the other
+// gateways' count, see [Node.SetOthers]) per unit of weight (the first
+// drawn on a tie). It reads every candidate's weight but compares only
 // two live counts, so a burst of concurrent picks spreads over the pool
 // instead of all landing on the one least-loaded node, and a node of weight
 // 2 is drawn twice as often as a node of weight 1.
@@ -50,7 +51,7 @@ func (p *P2C) pick(candidates []*Node, clk *clock) *Node {
 	a := weightedIndex(ws, total, -1, p.uint64())
 	b := weightedIndex(ws, total-ws[a], a, p.uint64())
 	na, nb := candidates[a], candidates[b]
-	if cmpRatio(nonNeg(nb.live.Load()), ws[b], nonNeg(na.live.Load()), ws[a]) < 0 {
+	if cmpRatio(nb.load(), ws[b], na.load(), ws[a]) < 0 {
 		return nb
 	}
 	return na

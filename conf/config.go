@@ -114,6 +114,11 @@ type Gateway struct {
 	// loaded at start and after every reconnect (default "": revocations
 	// apply to this gateway only).
 	RevokeRedis string `toml:"revoke_redis" json:"revoke_redis"`
+	// ID names this gateway process to the other gateways it shares
+	// counts with ([pools.shared_counts]); every gateway on one Redis
+	// needs its own (default "": the host name and process id,
+	// "HOST:PID"; else 1-128 of [A-Za-z0-9._:-]).
+	ID string `toml:"id" json:"id"`
 	// TLS is the TLS client listener (default none).
 	TLS TLS `toml:"tls" json:"tls"`
 }
@@ -227,6 +232,9 @@ type Pool struct {
 	Rebalance *Rebalance `toml:"rebalance" json:"rebalance,omitempty"`
 	// Admission caps the rate at which requests reach the pool's nodes.
 	Admission Admission `toml:"admission" json:"admission"`
+	// SharedCounts shares the pool's live counts with other gateways
+	// through Redis (default off).
+	SharedCounts SharedCounts `toml:"shared_counts" json:"shared_counts"`
 	// Nodes are the pool's relay nodes; at least one, unless Discovery
 	// finds them (then none).
 	Nodes []Node `toml:"nodes" json:"nodes"`
@@ -318,6 +326,26 @@ type Rebalance struct {
 	// Rate is the most tunnels moved per second across the pool (default
 	// 10 moves per second; a finite number > 0).
 	Rate float64 `toml:"rate" json:"rate"`
+}
+
+// SharedCounts is a pool's [pools.shared_counts] section: gateways in
+// front of the same nodes write their live counts per node to Redis every
+// interval and read each other's, and the least-loaded policies compare a
+// node's local count plus the others' last reported counts. Nothing
+// touches Redis on the handshake path. Like all sections it is plain data,
+// read-only once loaded (see Config).
+type SharedCounts struct {
+	// Redis is the URL of the Redis the counts are shared on (default "":
+	// off, each gateway balances by its own counts).
+	Redis string `toml:"redis" json:"redis"`
+	// Interval is the time between two exchanges with Redis; a gateway's
+	// counts expire after 4 intervals without one (default 250ms;
+	// 50ms-10s).
+	Interval Duration `toml:"interval" json:"interval"`
+	// KeyPrefix starts every key the counts use; gateways share counts
+	// only under the same prefix and pool name (default "wsgate:counts";
+	// 1-64 of [A-Za-z0-9._:-]).
+	KeyPrefix string `toml:"key_prefix" json:"key_prefix"`
 }
 
 // Node is one [[pools.nodes]] entry: a relay replica.

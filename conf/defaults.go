@@ -52,6 +52,11 @@ func (p *Pool) setDefaults() {
 	p.ConnectTries = 3                           // ride out one or two dead nodes before a 502
 	p.Health.setDefaults()
 	p.Discovery.setDefaults()
+	// Shared counts stay off (no redis URL). Once on, four exchanges a
+	// second keep a peer's count at most a quarter second old, for one
+	// Redis command each.
+	p.SharedCounts.Interval = Duration{250 * time.Millisecond}
+	p.SharedCounts.KeyPrefix = "wsgate:counts"
 	// Admission stays off (rate 0): the rate a pool's nodes absorb
 	// depends on the relay; slow_start and the caps apply meanwhile.
 }

@@ -118,6 +118,9 @@ func (g *Gateway) validate(e *errorList) {
 			e.add("gateway.revoke_redis", msg)
 		}
 	}
+	if g.ID != "" && !isKeyPart(g.ID, maxGatewayID) {
+		e.add("gateway.id", fmt.Sprintf("must be 1-%d of [A-Za-z0-9._:-], got %q", maxGatewayID, g.ID))
+	}
 	switch r := g.RetryAfter.Duration; {
 	case r < time.Second:
 		e.add("gateway.retry_after", "must be >= 1s, got "+r.String())
@@ -228,6 +231,7 @@ func (p *Pool) validate(e *errorList, path string) {
 	}
 	atLeast(e, joinKey(joinKey(path, "admission"), "rate"), p.Admission.Rate, 0)
 	atLeast(e, joinKey(joinKey(path, "admission"), "burst"), p.Admission.Burst, 0)
+	p.SharedCounts.validate(e, joinKey(path, "shared_counts"))
 	switch d := p.Discovery; {
 	case d.Kind != "":
 		d.validate(e, joinKey(path, "discovery"), len(p.Nodes) > 0)
@@ -259,6 +263,44 @@ func (r *Rebalance) validate(e *errorList, path, balance string) {
 			e.add(joinKey(path, k.key), fmt.Sprintf("must be a finite number > 0, got %v", k.v))
 		}
 	}
+}
+
+// Bounds of [pools.shared_counts] and gateway.id.
+const (
+	minSharedInterval = 50 * time.Millisecond // 20 commands a second per pool and gateway at most
+	maxSharedInterval = 10 * time.Second      // a peer's counts older than this mislead more than they help
+	maxKeyPrefix      = 64
+	maxGatewayID      = 128
+)
+
+func (s *SharedCounts) validate(e *errorList, path string) {
+	if s.Redis != "" {
+		if msg := checkRedisURL(s.Redis); msg != "" {
+			e.add(joinKey(path, "redis"), msg)
+		}
+	}
+	if d := s.Interval.Duration; d < minSharedInterval || d > maxSharedInterval {
+		e.add(joinKey(path, "interval"), fmt.Sprintf("must be %s-%s, got %s", minSharedInterval, maxSharedInterval, s.Interval))
+	}
+	if !isKeyPart(s.KeyPrefix, maxKeyPrefix) {
+		e.add(joinKey(path, "key_prefix"), fmt.Sprintf("must be 1-%d of [A-Za-z0-9._:-], got %q", maxKeyPrefix, s.KeyPrefix))
+	}
+}
+
+// isKeyPart reports whether s is 1 to max bytes of [A-Za-z0-9._:-]: safe
+// in a Redis key, with no space and no braces (which would change the
+// key's hash tag).
+func isKeyPart(s string, max int) bool {
+	if s == "" || len(s) > max {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || strings.IndexByte("._:-", c) >= 0) {
+			return false
+		}
+	}
+	return true
 }
 
 func (h *Health) validate(e *errorList, path string) {

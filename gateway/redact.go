@@ -32,7 +32,8 @@ func isSecretKey(k string) bool {
 }
 
 // redactedConfig is the effective config as the admin API shows it: the
-// credentials in gateway.revoke_redis and pools' discovery.redis, the values of plugin config keys
+// credentials in gateway.revoke_redis, pools' discovery.redis and
+// shared_counts.redis, the values of plugin config keys
 // that hold secrets, and the credentials of any URL in a plugin's config
 // are replaced with "REDACTED".
 func redactedConfig(c *conf.Config) conf.Config {
@@ -41,6 +42,7 @@ func redactedConfig(c *conf.Config) conf.Config {
 	out.Pools = make([]conf.Pool, len(c.Pools))
 	for i, p := range c.Pools {
 		p.Discovery.Redis = redactURL(p.Discovery.Redis)
+		p.SharedCounts.Redis = redactURL(p.SharedCounts.Redis)
 		out.Pools[i] = p
 	}
 	out.Plugins = make([]conf.Plugin, len(c.Plugins))

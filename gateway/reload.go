@@ -176,6 +176,7 @@ func (s *Server) swap(cfg *conf.Config, by string) ([]string, error) {
 	s.limits.set(cfg.Gateway.MaxConns, cfg.Gateway.MaxConnsPerIP)
 	s.ipRate.set(cfg.Gateway.HandshakeRatePerIP, cfg.Gateway.HandshakeBurstPerIP)
 	s.gen.Store(g)
+	s.syncSharedCounts(g) // starts and stops sharers; no Redis I/O here
 	if g.tls != nil || s.tlsLn == nil {
 		s.swapTLS(g.tls) // the next TLS handshakes; tunnels keep theirs
 	}

@@ -68,7 +68,8 @@ type Server struct {
 	revokeSub *redis.PubSub
 	revoked   revokedSet // subjects refused new handshakes
 
-	rebal *rebalancer // [pools.rebalance]; started by Start
+	rebal  *rebalancer  // [pools.rebalance]; started by Start
+	shared sharedCounts // [pools.shared_counts] sharers
 
 	http      *fasthttp.Server
 	admin     *fasthttp.Server
@@ -240,6 +241,7 @@ func (s *Server) Start() error {
 	for _, p := range g.pools {
 		p.startHealth(probeObserver{m: s.metrics, pool: p.name})
 	}
+	s.syncSharedCounts(g)
 	for _, ln := range s.listeners {
 		l := newLimitListener(ln, s.limits, s.metrics, s.log, s.access, s.retryAfter)
 		if g.cfg.Gateway.ProxyProtocol {
@@ -411,11 +413,13 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	}
 	s.serving.Wait()
 	s.reload.mu.Lock() // no reload may start a checker from here on
-	defer s.reload.mu.Unlock()
 	for _, p := range s.current().pools {
 		p.close()
 	}
+	sharers := s.shared.takeAll()
 	s.stopPluginsAndRevocations()
+	s.reload.mu.Unlock()
+	stopSharers(sharers) // their last Redis calls, without the lock
 	return nil
 }
 

@@ -9,7 +9,10 @@
 //
 // Usage (from the module root; see docs/benchmarks.md):
 //
-//	go run ./bench/cmd/twogw [-relays 3] [-reps 3] [-only CASE] [-dir DIR]
+//	go run ./bench/cmd/twogw [-relays 3] [-reps 3] [-only CASE] [-dir DIR] [-shared]
+//
+// With -shared the gateways share their live counts through the stack's
+// Redis ([pools.shared_counts]) instead.
 package main
 
 import (
@@ -85,6 +88,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	reps := fs.Int("reps", 3, "runs per case")
 	only := fs.String("only", "", "run only the cases whose name contains this")
 	dir := fs.String("dir", "", "directory for logs, configs and raw reports (default: a new one in $TMPDIR)")
+	shared := fs.Bool("shared", false, "share live counts through the stack's Redis ([pools.shared_counts], default interval)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -103,6 +107,13 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
+	counts := "own counts each"
+	if *shared {
+		if err := shareCounts(st); err != nil {
+			return err
+		}
+		counts = "shared counts through Redis"
+	}
 	m := &meter{st: st, bins: bins, dir: env.Dir, log: stderr}
 	start, load0 := time.Now(), loadproc.LoadAvg()
 	res := make([][]spread, len(scenarios))
@@ -115,9 +126,13 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 			res[i] = append(res[i], s)
 		}
 	}
-	fmt.Fprintf(stdout, "two gateways (least_conn, own counts each) in front of %d relays, one wsload source each; relays' /info connections every 500ms; %d runs per case\n\n", *relays, *reps)
+	fmt.Fprintf(stdout, "two gateways (least_conn, %s) in front of %d relays, one wsload source each; relays' /info connections every 500ms; %d runs per case\n\n", counts, *relays, *reps)
 	fmt.Fprintf(stdout, "machine: %d CPUs, %s/%s; load average %s at start, %s at end; took %v\n\n",
 		runtime.NumCPU(), runtime.GOOS, runtime.GOARCH, load0, loadproc.LoadAvg(), time.Since(start).Round(time.Second))
 	writeTable(stdout, res)
+	if *shared {
+		fmt.Fprintln(stdout)
+		writeExchanges(stdout, st, time.Since(start))
+	}
 	return nil
 }
