@@ -61,7 +61,8 @@ type fanMember struct {
 	// per-connection relay.v1 offset checking (read loop only)
 	live    bool
 	checked bool                // connected with a since: the replay must be contiguous
-	maxSeen uint64              // highest offset seen on this connection
+	msgHi   uint64              // highest offset of a MSG or LIVE on this connection
+	ackHi   uint64              // highest offset of an ACK on this connection
 	water   uint64              // highest offset below which all were seen
 	above   map[uint64]struct{} // offsets seen above water
 }
@@ -181,7 +182,7 @@ func (f *fanout) prepare(m *fanMember, conn *Conn) {
 	m.live = false
 	m.checked = !m.since.IsZero()
 	m.water = m.since.Offset
-	m.maxSeen = m.water
+	m.msgHi, m.ackHi = m.water, m.water
 	m.above = nil
 	resend := m.resend
 	m.resend = nil
@@ -207,12 +208,12 @@ func (f *fanout) life(m *fanMember, conn *Conn) {
 		code, _ := conn.ReadLoop(func(op wsframe.Opcode, p []byte) { f.onMessage(m, op, p) })
 		m.mu.Lock()
 		m.conn = nil
+		var gaps int64
+		if f.resume {
+			gaps = m.gaps()
+		}
 		m.resend = append(m.resend, m.unacked...)
 		m.unacked = nil
-		var gaps int64
-		if f.resume && m.maxSeen > m.water {
-			gaps = int64(m.maxSeen-m.water) - int64(len(m.above))
-		}
 		m.mu.Unlock()
 		if gaps > 0 {
 			f.rec.Update(func(r *Report) { r.Gaps += gaps })
@@ -291,7 +292,7 @@ func (f *fanout) onMessage(m *fanMember, op wsframe.Opcode, p []byte) {
 			f.rec.Update(func(r *Report) { r.Resyncs++ })
 			m.mu.Lock()
 			m.since = relayclient.Since{Epoch: string(fr.Body)}
-			m.water, m.maxSeen, m.above, m.checked = 0, 0, nil, false
+			m.water, m.msgHi, m.ackHi, m.above, m.checked = 0, 0, 0, nil, false
 			m.mu.Unlock()
 			return
 		case relayclient.KindLive:
@@ -300,12 +301,13 @@ func (f *fanout) onMessage(m *fanMember, op wsframe.Opcode, p []byte) {
 			if !m.checked && m.water < fr.Offset && len(m.above) == 0 {
 				m.water = fr.Offset
 			}
-			m.maxSeen = max(m.maxSeen, fr.Offset, m.water)
+			m.msgHi = max(m.msgHi, fr.Offset, m.water)
 			m.since.Offset = m.water
 			m.mu.Unlock()
 			return
 		case relayclient.KindAck:
 			m.mu.Lock()
+			m.ackHi = max(m.ackHi, fr.Offset)
 			f.offset(m, fr.Offset)
 			if len(m.unacked) > 0 {
 				seq := m.unacked[0]
@@ -318,6 +320,7 @@ func (f *fanout) onMessage(m *fanMember, op wsframe.Opcode, p []byte) {
 			return
 		case relayclient.KindMsg:
 			m.mu.Lock()
+			m.msgHi = max(m.msgHi, fr.Offset)
 			f.offset(m, fr.Offset)
 			m.mu.Unlock()
 			p = fr.Body
@@ -358,7 +361,6 @@ func (f *fanout) onMessage(m *fanMember, op wsframe.Opcode, p []byte) {
 // connection saw: a repeat is a duplicate offset; the watermark advances
 // over contiguous offsets. Called with m.mu held.
 func (f *fanout) offset(m *fanMember, off uint64) {
-	m.maxSeen = max(m.maxSeen, off)
 	switch {
 	case off <= m.water:
 		if m.live || m.water != 0 {
@@ -389,6 +391,37 @@ func (f *fanout) offset(m *fanMember, off uint64) {
 		m.above[off] = struct{}{}
 	}
 	m.since.Offset = m.water
+}
+
+// gaps counts the offsets m's connection missed, once it has ended: those
+// below the highest one the room's delivery vouched for (its last MSG, or
+// LIVE) that came neither as a MSG nor as an ACK. The relay sends an ACK as
+// soon as the write is committed, ahead of the room's delivery, so ACK 40
+// may come before MSG 33; a connection that ends between the two has not
+// missed 33..39, they were still on their way, and its since (water) asks
+// for them again. The other way round, MSG 41 may come before the ACK of
+// the member's own 40: such own offsets lie above the last ACK (ACKs come
+// in order) and are at most one per write still unacknowledged, so up to
+// that many holes above the last ACK are not counted. Called with m.mu
+// held.
+func (m *fanMember) gaps() int64 {
+	missing := func(hi uint64) int64 { // offsets in (water, hi] not seen
+		if hi <= m.water {
+			return 0
+		}
+		n := int64(hi - m.water)
+		for off := range m.above {
+			if off <= hi {
+				n--
+			}
+		}
+		return n
+	}
+	g := missing(m.msgHi)
+	if m.ackHi < m.msgHi {
+		g -= min(g-missing(m.ackHi), int64(len(m.unacked)))
+	}
+	return g
 }
 
 // sendFor runs every connected member's sender for d.
