@@ -64,6 +64,7 @@ type fanMember struct {
 	msgHi   uint64              // highest offset of a MSG or LIVE on this connection
 	ackHi   uint64              // highest offset of an ACK on this connection
 	water   uint64              // highest offset below which all were seen
+	passed  [][2]uint64         // ranges (lo, hi] the watermark passed unseen (a replay without since)
 	above   map[uint64]struct{} // offsets seen above water
 }
 
@@ -182,7 +183,7 @@ func (f *fanout) prepare(m *fanMember, conn *Conn) {
 	m.live = false
 	m.checked = !m.since.IsZero()
 	m.water = m.since.Offset
-	m.msgHi, m.ackHi = m.water, m.water
+	m.msgHi, m.ackHi, m.passed = m.water, m.water, nil
 	m.above = nil
 	resend := m.resend
 	m.resend = nil
@@ -292,13 +293,14 @@ func (f *fanout) onMessage(m *fanMember, op wsframe.Opcode, p []byte) {
 			f.rec.Update(func(r *Report) { r.Resyncs++ })
 			m.mu.Lock()
 			m.since = relayclient.Since{Epoch: string(fr.Body)}
-			m.water, m.msgHi, m.ackHi, m.above, m.checked = 0, 0, 0, nil, false
+			m.water, m.msgHi, m.ackHi, m.passed, m.above, m.checked = 0, 0, 0, nil, nil, false
 			m.mu.Unlock()
 			return
 		case relayclient.KindLive:
 			m.mu.Lock()
 			m.live = true
 			if !m.checked && m.water < fr.Offset && len(m.above) == 0 {
+				m.passed = append(m.passed, [2]uint64{m.water, fr.Offset})
 				m.water = fr.Offset
 			}
 			m.msgHi = max(m.msgHi, fr.Offset, m.water)
@@ -307,8 +309,8 @@ func (f *fanout) onMessage(m *fanMember, op wsframe.Opcode, p []byte) {
 			return
 		case relayclient.KindAck:
 			m.mu.Lock()
+			f.offset(m, fr.Offset, true)
 			m.ackHi = max(m.ackHi, fr.Offset)
-			f.offset(m, fr.Offset)
 			if len(m.unacked) > 0 {
 				seq := m.unacked[0]
 				m.unacked = m.unacked[1:]
@@ -321,7 +323,7 @@ func (f *fanout) onMessage(m *fanMember, op wsframe.Opcode, p []byte) {
 		case relayclient.KindMsg:
 			m.mu.Lock()
 			m.msgHi = max(m.msgHi, fr.Offset)
-			f.offset(m, fr.Offset)
+			f.offset(m, fr.Offset, false)
 			m.mu.Unlock()
 			p = fr.Body
 		}
@@ -357,11 +359,17 @@ func (f *fanout) onMessage(m *fanMember, op wsframe.Opcode, p []byte) {
 	}
 }
 
-// offset checks a relay.v1 offset (MSG or ACK) against what this
+// offset checks a relay.v1 offset (MSG, or ACK when ack) against what this
 // connection saw: a repeat is a duplicate offset; the watermark advances
 // over contiguous offsets. Called with m.mu held.
-func (f *fanout) offset(m *fanMember, off uint64) {
+func (f *fanout) offset(m *fanMember, off uint64, ack bool) {
 	switch {
+	case ack && off <= m.water && off > m.ackHi && m.passedUnseen(off):
+		// A write of this connection committed before its admission:
+		// the replay leaves it out and its ACK comes after LIVE, below
+		// where a replay without a since started or where LIVE put the
+		// watermark. Not seen before: ACKs come in order.
+		return
 	case off <= m.water:
 		if m.live || m.water != 0 {
 			f.rec.Update(func(r *Report) { r.DupOffsets++ })
@@ -379,6 +387,7 @@ func (f *fanout) offset(m *fanMember, off uint64) {
 	default:
 		if !m.checked && !m.live && m.water == 0 && len(m.above) == 0 {
 			// First frame of a replay without a usable since: start here.
+			m.passed = append(m.passed, [2]uint64{0, off - 1})
 			m.water = off
 			break
 		}
@@ -391,6 +400,16 @@ func (f *fanout) offset(m *fanMember, off uint64) {
 		m.above[off] = struct{}{}
 	}
 	m.since.Offset = m.water
+}
+
+// passedUnseen reports whether the watermark passed off without seeing it.
+func (m *fanMember) passedUnseen(off uint64) bool {
+	for _, r := range m.passed {
+		if off > r[0] && off <= r[1] {
+			return true
+		}
+	}
+	return false
 }
 
 // gaps counts the offsets m's connection missed, once it has ended: those

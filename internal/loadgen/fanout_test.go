@@ -61,13 +61,16 @@ func scriptedRelay(t *testing.T, script []frame) string {
 	return strings.TrimPrefix(srv.URL, "http://")
 }
 
-// TestGapsOfOneConnection runs wsload's relay.v1 reader over one
+// TestOffsetsOfOneConnection runs wsload's relay.v1 reader over one
 // connection that ends with close 1001 after a scripted sequence of
-// frames, with writes still unacknowledged, and checks the gaps it counts:
-// offsets the relay skipped are gaps; offsets still on their way behind an
-// ACK that overtook them are not, nor are the member's own offsets whose
-// ACK had not come yet (at most one per unacknowledged write).
-func TestGapsOfOneConnection(t *testing.T) {
+// frames, with writes still unacknowledged, and checks the gaps and
+// repeated offsets it counts. Offsets the relay skipped are gaps; offsets
+// still on their way behind an ACK that overtook them are not, nor are the
+// member's own offsets whose ACK had not come yet (at most one per
+// unacknowledged write). An offset that comes twice is repeated; the ACK,
+// after LIVE, of a write committed before the join's replay (which leaves
+// it out) is not.
+func TestOffsetsOfOneConnection(t *testing.T) {
 	const (
 		msg  = relayclient.KindMsg
 		ack  = relayclient.KindAck
@@ -78,18 +81,26 @@ func TestGapsOfOneConnection(t *testing.T) {
 		unacked int // writes sent before the frames, oldest first
 		script  []frame
 		gaps    int64
+		dups    int64
 	}{
-		{"dense", 1, []frame{{live, 0}, {msg, 1}, {ack, 2}, {msg, 3}}, 0},
-		{"relay skips an offset", 0, []frame{{live, 0}, {msg, 1}, {msg, 3}}, 1},
-		{"relay skips in the replay", 0, []frame{{msg, 1}, {msg, 2}, {msg, 4}, {live, 4}}, 1},
+		{"dense", 1, []frame{{live, 0}, {msg, 1}, {ack, 2}, {msg, 3}}, 0, 0},
+		{"relay skips an offset", 0, []frame{{live, 0}, {msg, 1}, {msg, 3}}, 1, 0},
+		{"relay skips in the replay", 0, []frame{{msg, 1}, {msg, 2}, {msg, 4}, {live, 4}}, 1, 0},
 		// The relay sent ACK 5 at commit, before its room delivered 3
 		// and 4 to this member; the connection ended in between.
-		{"ACK ahead of the delivery", 1, []frame{{live, 0}, {msg, 1}, {msg, 2}, {ack, 5}}, 0},
-		{"ACK ahead, then a skip", 1, []frame{{live, 0}, {msg, 1}, {ack, 5}, {msg, 3}}, 1},
+		{"ACK ahead of the delivery", 1, []frame{{live, 0}, {msg, 1}, {msg, 2}, {ack, 5}}, 0, 0},
+		{"ACK ahead, then a skip", 1, []frame{{live, 0}, {msg, 1}, {ack, 5}, {msg, 3}}, 1, 0},
 		// 2 is the member's own write, committed; its ACK had not come.
-		{"own ACK behind the delivery", 1, []frame{{live, 0}, {msg, 1}, {msg, 3}}, 0},
-		{"more holes than unacknowledged writes", 1, []frame{{live, 0}, {msg, 1}, {msg, 4}}, 1},
-		{"hole below the last ACK", 2, []frame{{live, 0}, {msg, 1}, {ack, 3}, {msg, 4}}, 1},
+		{"own ACK behind the delivery", 1, []frame{{live, 0}, {msg, 1}, {msg, 3}}, 0, 0},
+		{"more holes than unacknowledged writes", 1, []frame{{live, 0}, {msg, 1}, {msg, 4}}, 1, 0},
+		{"hole below the last ACK", 2, []frame{{live, 0}, {msg, 1}, {ack, 3}, {msg, 4}}, 1, 0},
+		// The replay without since leaves out the member's own 2 (or
+		// 1), committed before the join; its ACK follows LIVE.
+		{"own write last in the replay", 1, []frame{{msg, 1}, {live, 2}, {ack, 2}}, 0, 0},
+		{"own write first in the history", 1, []frame{{msg, 2}, {live, 2}, {ack, 1}}, 0, 0},
+		{"MSG repeated", 0, []frame{{live, 0}, {msg, 1}, {msg, 2}, {msg, 2}}, 0, 1},
+		{"ACK repeated", 2, []frame{{live, 0}, {msg, 1}, {ack, 2}, {ack, 2}}, 0, 1},
+		{"ACK of a replayed offset", 1, []frame{{msg, 1}, {live, 3}, {ack, 1}}, 0, 1},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			addr := scriptedRelay(t, tc.script)
@@ -110,8 +121,8 @@ func TestGapsOfOneConnection(t *testing.T) {
 			f.stopping.Store(true) // one connection: no reconnect after the close
 			f.attach(m, conn)
 			f.wg.Wait()
-			if got := rec.Report().Gaps; got != tc.gaps {
-				t.Fatalf("gaps %d, want %d", got, tc.gaps)
+			if r := rec.Report(); r.Gaps != tc.gaps || r.DupOffsets != tc.dups {
+				t.Fatalf("gaps %d, repeated offsets %d; want %d, %d", r.Gaps, r.DupOffsets, tc.gaps, tc.dups)
 			}
 		})
 	}
