@@ -299,7 +299,11 @@ func (f *fanout) onMessage(m *fanMember, op wsframe.Opcode, p []byte) {
 		case relayclient.KindLive:
 			m.mu.Lock()
 			m.live = true
-			if !m.checked && m.water < fr.Offset && len(m.above) == 0 {
+			if !m.checked && m.water == 0 && len(m.above) == 0 {
+				// A join without since that replayed nothing: what LIVE
+				// stands for is this member's own writes (their ACKs
+				// follow) or history no longer retained. Once a replay
+				// began, offsets up to LIVE must come, as MSG or ACK.
 				m.passed = append(m.passed, [2]uint64{m.water, fr.Offset})
 				m.water = fr.Offset
 			}

@@ -98,9 +98,12 @@ func TestOffsetsOfOneConnection(t *testing.T) {
 		// 1), committed before the join; its ACK follows LIVE.
 		{"own write last in the replay", 1, []frame{{msg, 1}, {live, 2}, {ack, 2}}, 0, 0},
 		{"own write first in the history", 1, []frame{{msg, 2}, {live, 2}, {ack, 1}}, 0, 0},
+		{"own write last in the replay, ACK on its way", 1, []frame{{msg, 1}, {live, 2}}, 0, 0},
+		{"LIVE above what the replay gave", 0, []frame{{msg, 1}, {live, 3}}, 2, 0},
+		{"nothing replayed", 1, []frame{{live, 3}, {ack, 2}, {msg, 4}}, 0, 0},
 		{"MSG repeated", 0, []frame{{live, 0}, {msg, 1}, {msg, 2}, {msg, 2}}, 0, 1},
 		{"ACK repeated", 2, []frame{{live, 0}, {msg, 1}, {ack, 2}, {ack, 2}}, 0, 1},
-		{"ACK of a replayed offset", 1, []frame{{msg, 1}, {live, 3}, {ack, 1}}, 0, 1},
+		{"ACK of a replayed offset", 1, []frame{{msg, 2}, {live, 2}, {ack, 2}}, 0, 1},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			addr := scriptedRelay(t, tc.script)
