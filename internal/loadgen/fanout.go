@@ -61,8 +61,10 @@ type fanMember struct {
 	// per-connection relay.v1 offset checking (read loop only)
 	live    bool
 	checked bool                // connected with a since: the replay must be contiguous
-	maxSeen uint64              // highest offset seen on this connection
+	msgHi   uint64              // highest offset of a MSG or LIVE on this connection
+	ackHi   uint64              // highest offset of an ACK on this connection
 	water   uint64              // highest offset below which all were seen
+	passed  [][2]uint64         // ranges (lo, hi] the watermark passed unseen (a replay without since)
 	above   map[uint64]struct{} // offsets seen above water
 }
 
@@ -181,7 +183,7 @@ func (f *fanout) prepare(m *fanMember, conn *Conn) {
 	m.live = false
 	m.checked = !m.since.IsZero()
 	m.water = m.since.Offset
-	m.maxSeen = m.water
+	m.msgHi, m.ackHi, m.passed = m.water, m.water, nil
 	m.above = nil
 	resend := m.resend
 	m.resend = nil
@@ -207,12 +209,12 @@ func (f *fanout) life(m *fanMember, conn *Conn) {
 		code, _ := conn.ReadLoop(func(op wsframe.Opcode, p []byte) { f.onMessage(m, op, p) })
 		m.mu.Lock()
 		m.conn = nil
+		var gaps int64
+		if f.resume {
+			gaps = m.gaps()
+		}
 		m.resend = append(m.resend, m.unacked...)
 		m.unacked = nil
-		var gaps int64
-		if f.resume && m.maxSeen > m.water {
-			gaps = int64(m.maxSeen-m.water) - int64(len(m.above))
-		}
 		m.mu.Unlock()
 		if gaps > 0 {
 			f.rec.Update(func(r *Report) { r.Gaps += gaps })
@@ -291,22 +293,28 @@ func (f *fanout) onMessage(m *fanMember, op wsframe.Opcode, p []byte) {
 			f.rec.Update(func(r *Report) { r.Resyncs++ })
 			m.mu.Lock()
 			m.since = relayclient.Since{Epoch: string(fr.Body)}
-			m.water, m.maxSeen, m.above, m.checked = 0, 0, nil, false
+			m.water, m.msgHi, m.ackHi, m.passed, m.above, m.checked = 0, 0, 0, nil, nil, false
 			m.mu.Unlock()
 			return
 		case relayclient.KindLive:
 			m.mu.Lock()
 			m.live = true
-			if !m.checked && m.water < fr.Offset && len(m.above) == 0 {
+			if !m.checked && m.water == 0 && len(m.above) == 0 {
+				// A join without since that replayed nothing: what LIVE
+				// stands for is this member's own writes (their ACKs
+				// follow) or history no longer retained. Once a replay
+				// began, offsets up to LIVE must come, as MSG or ACK.
+				m.passed = append(m.passed, [2]uint64{m.water, fr.Offset})
 				m.water = fr.Offset
 			}
-			m.maxSeen = max(m.maxSeen, fr.Offset, m.water)
+			m.msgHi = max(m.msgHi, fr.Offset, m.water)
 			m.since.Offset = m.water
 			m.mu.Unlock()
 			return
 		case relayclient.KindAck:
 			m.mu.Lock()
-			f.offset(m, fr.Offset)
+			f.offset(m, fr.Offset, true)
+			m.ackHi = max(m.ackHi, fr.Offset)
 			if len(m.unacked) > 0 {
 				seq := m.unacked[0]
 				m.unacked = m.unacked[1:]
@@ -318,7 +326,8 @@ func (f *fanout) onMessage(m *fanMember, op wsframe.Opcode, p []byte) {
 			return
 		case relayclient.KindMsg:
 			m.mu.Lock()
-			f.offset(m, fr.Offset)
+			m.msgHi = max(m.msgHi, fr.Offset)
+			f.offset(m, fr.Offset, false)
 			m.mu.Unlock()
 			p = fr.Body
 		}
@@ -354,12 +363,17 @@ func (f *fanout) onMessage(m *fanMember, op wsframe.Opcode, p []byte) {
 	}
 }
 
-// offset checks a relay.v1 offset (MSG or ACK) against what this
+// offset checks a relay.v1 offset (MSG, or ACK when ack) against what this
 // connection saw: a repeat is a duplicate offset; the watermark advances
 // over contiguous offsets. Called with m.mu held.
-func (f *fanout) offset(m *fanMember, off uint64) {
-	m.maxSeen = max(m.maxSeen, off)
+func (f *fanout) offset(m *fanMember, off uint64, ack bool) {
 	switch {
+	case ack && off <= m.water && off > m.ackHi && m.passedUnseen(off):
+		// A write of this connection committed before its admission:
+		// the replay leaves it out and its ACK comes after LIVE, below
+		// where a replay without a since started or where LIVE put the
+		// watermark. Not seen before: ACKs come in order.
+		return
 	case off <= m.water:
 		if m.live || m.water != 0 {
 			f.rec.Update(func(r *Report) { r.DupOffsets++ })
@@ -377,6 +391,7 @@ func (f *fanout) offset(m *fanMember, off uint64) {
 	default:
 		if !m.checked && !m.live && m.water == 0 && len(m.above) == 0 {
 			// First frame of a replay without a usable since: start here.
+			m.passed = append(m.passed, [2]uint64{0, off - 1})
 			m.water = off
 			break
 		}
@@ -389,6 +404,47 @@ func (f *fanout) offset(m *fanMember, off uint64) {
 		m.above[off] = struct{}{}
 	}
 	m.since.Offset = m.water
+}
+
+// passedUnseen reports whether the watermark passed off without seeing it.
+func (m *fanMember) passedUnseen(off uint64) bool {
+	for _, r := range m.passed {
+		if off > r[0] && off <= r[1] {
+			return true
+		}
+	}
+	return false
+}
+
+// gaps counts the offsets m's connection missed, once it has ended: those
+// below the highest one the room's delivery vouched for (its last MSG, or
+// LIVE) that came neither as a MSG nor as an ACK. The relay sends an ACK as
+// soon as the write is committed, ahead of the room's delivery, so ACK 40
+// may come before MSG 33; a connection that ends between the two has not
+// missed 33..39, they were still on their way, and its since (water) asks
+// for them again. The other way round, MSG 41 may come before the ACK of
+// the member's own 40: such own offsets lie above the last ACK (ACKs come
+// in order) and are at most one per write still unacknowledged, so up to
+// that many holes above the last ACK are not counted. Called with m.mu
+// held.
+func (m *fanMember) gaps() int64 {
+	missing := func(hi uint64) int64 { // offsets in (water, hi] not seen
+		if hi <= m.water {
+			return 0
+		}
+		n := int64(hi - m.water)
+		for off := range m.above {
+			if off <= hi {
+				n--
+			}
+		}
+		return n
+	}
+	g := missing(m.msgHi)
+	if m.ackHi < m.msgHi {
+		g -= min(g-missing(m.ackHi), int64(len(m.unacked)))
+	}
+	return g
 }
 
 // sendFor runs every connected member's sender for d.
