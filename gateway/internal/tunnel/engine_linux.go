@@ -409,6 +409,7 @@ func (t *Tunnel) closeFDs() {
 		t.pl.forget(fd)
 		_ = unix.Close(fd)
 	}
+	t.pl.tunnelEnded()
 	_ = t.client.Close()
 	t.toNode.tail, t.toClient.tail = nil, nil
 	t.toNode.endSrc(net.ErrClosed)
