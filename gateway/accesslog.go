@@ -29,11 +29,14 @@ type accessLog struct {
 	timer    *time.Timer // writes the count of refusals left out once a flood stops
 }
 
-// tunnel writes the line of a tunnel that ended: e is its registry entry.
-func (a *accessLog) tunnel(e entry, st tunnel.Stats) {
+// tunnel writes the line of a tunnel that ended, from its hold. A tunnel
+// that began while the access log was off has no client, path, route or
+// start recorded: its line leaves them empty and has no duration_ms.
+func (a *accessLog) tunnel(hd *hold, st tunnel.Stats) {
 	if !a.on() {
 		return
 	}
+	e := hd.info()
 	code := uint16(0)
 	switch st.FirstClose {
 	case tunnel.ByClient:
@@ -43,23 +46,28 @@ func (a *accessLog) tunnel(e entry, st tunnel.Stats) {
 	case tunnel.ByGateway:
 		code = max(st.GatewayToClientCode, st.GatewayToNodeCode)
 	}
-	a.log.Info("access",
+	args := []any{
 		"kind", "tunnel",
 		"client", e.client,
 		"path", e.path,
 		"route", e.route,
-		"node", e.node.Addr(),
+		"node", hd.node().Addr(),
 		"status", fasthttp.StatusSwitchingProtocols,
 		"close_code", code,
 		"close_by", st.FirstClose.String(),
 		"end", st.End.String(),
-		"duration_ms", float64(time.Since(e.start).Microseconds())/1000,
+	}
+	if !e.start.IsZero() {
+		args = append(args, "duration_ms", float64(time.Since(e.start).Microseconds())/1000)
+	}
+	args = append(args,
 		"frames_in", st.FramesToNode,
 		"bytes_in", st.BytesToNode,
 		"frames_out", st.FramesToClient,
 		"bytes_out", st.BytesToClient,
 		"subject", e.subject,
 	)
+	a.log.Info("access", args...)
 }
 
 // handshake writes the line of a refused request (sampled).

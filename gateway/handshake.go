@@ -98,9 +98,13 @@ func (s *Server) serveUpgrade(ctx *fasthttp.RequestCtx, g *generation, rt *route
 			return
 		}
 		p.health.ReportSuccess(lease.Node().Addr())
-		ho.hd = &hold{lease: lease, expires: authz.Expires, subject: authz.Subject, key: authz.CredentialID}
-		if s.access.on() { // what only the access log reads: no copies when it is off
-			ho.hd.client, ho.hd.path = ctx.RemoteAddr().String(), string(ctx.Path())
+		ho.hd = &hold{lease: lease}
+		if s.access.on() || !authz.Expires.IsZero() || authz.Subject != "" || authz.CredentialID != "" {
+			ho.hd.ext = &holdExt{expires: authz.Expires, subject: authz.Subject, key: authz.CredentialID}
+			if s.access.on() { // what only the access log reads: no copies when it is off
+				ho.hd.ext.client, ho.hd.ext.path = ctx.RemoteAddr().String(), string(ctx.Path())
+				ho.hd.ext.route, ho.hd.ext.start = rt.name, ctx.Time()
+			}
 		}
 		ho.run(ctx)
 		return
@@ -228,23 +232,6 @@ func clientResponse(b []byte, h *fasthttp.ResponseHeader) []byte {
 	return append(b, "\r\n"...)
 }
 
-// hold is what a tunnel keeps for its life: the node slot. (The gateway's
-// connection slot belongs to the client socket and is freed when it
-// closes.) Release frees it, once.
-type hold struct {
-	lease   *balancer.Lease
-	expires time.Time // the credential's expiry, from the auth chain
-	subject string    // the credential's subject, for revocations
-	key     string    // the credential's id, for revocations by key
-	client  string    // the client's address, for the access log
-	path    string    // the request's path (no query string), for the access log
-}
-
-// Release frees the node's slot; it is idempotent.
-func (h *hold) Release() {
-	h.lease.Release()
-}
-
 // handoff carries a handshake whose node answered 101 from the handler to
 // the tunnel: the node connection, the client's 101 (rendered in hdr when
 // it fits) and the hijack's state. It lives until the tunnel starts.
@@ -332,20 +319,20 @@ func (s *Server) startTunnel(c net.Conn, ho *handoff) {
 		ByteRate:      rt.byteRate,
 		WriteTimeout:  g.cfg.Gateway.WriteTimeout.Duration,
 		Lease:         hd,
-		OnEnd:         s.tunnelEnded,
+		OnEnd:         s.onTunnelEnd,
 		Engine:        g.engine,
 	})
 	s.metrics.handshake("ok", start)
 	s.metrics.startedOn[t.Engine()].Inc()
-	e := entry{node: hd.lease.Node(), subject: hd.subject, key: hd.key,
-		client: hd.client, path: hd.path, route: rt.name, start: start}
-	if !hd.expires.IsZero() {
-		e.expiry = time.AfterFunc(time.Until(hd.expires)+g.cfg.Gateway.ExpiryGrace.Duration, func() {
+	hd.t = t
+	e := hd.info()
+	if !e.expires.IsZero() {
+		hd.expiry = time.AfterFunc(time.Until(e.expires)+g.cfg.Gateway.ExpiryGrace.Duration, func() {
 			s.metrics.expiries.Inc()
 			t.GoAway(tunnel.CodePolicy, "credential expired")
 		})
 	}
-	s.tunnels.add(t, e)
+	s.tunnels.add(hd)
 	t.Start()
 	// A revocation that scanned the registry just before this tunnel was
 	// added has already marked its subject or key: close it now.
@@ -359,10 +346,11 @@ func (s *Server) startTunnel(c net.Conn, ho *handoff) {
 // its access log line.
 func (s *Server) tunnelEnded(t *tunnel.Tunnel) {
 	st := t.Stats()
-	e, ok := s.tunnels.remove(t, st)
+	hd := t.Lease().(*hold)
+	ok := s.tunnels.remove(hd, st)
 	s.metrics.tunnelEnded(st)
 	if ok {
-		s.access.tunnel(e, st)
+		s.access.tunnel(hd, st)
 	}
 }
 

@@ -412,11 +412,13 @@ func remoteIP(c net.Conn) netip.Addr {
 type countedConn struct {
 	*net.TCPConn
 	slot *slot
-	peer
+	*peer
 }
 
 // peer is what a PROXY header changed about a connection: the client
 // address it carried (nil: the socket's own) and the bytes read past it.
+// A connection without a header has none (a nil *peer), so an idle tunnel's
+// client connection is three pointers.
 type peer struct {
 	remote net.Addr
 	head   []byte
@@ -425,7 +427,7 @@ type peer struct {
 // or returns the address the header carried, or, when it carried none,
 // own: the connection's own.
 func (p *peer) or(own net.Addr) net.Addr {
-	if p.remote != nil {
+	if p != nil && p.remote != nil {
 		return p.remote
 	}
 	return own
@@ -434,7 +436,7 @@ func (p *peer) or(own net.Addr) net.Addr {
 // readHead copies into b the bytes read past the header, if any are
 // left, and reports whether there were.
 func (p *peer) readHead(b []byte) (int, bool) {
-	if len(p.head) == 0 {
+	if p == nil || len(p.head) == 0 {
 		return 0, false
 	}
 	n := copy(b, p.head)
@@ -472,21 +474,22 @@ func (c *countedConn) Close() error {
 // header are still unread it returns nil, so the tunnel reads through Read
 // (on goroutines) and loses none of them.
 func (c *countedConn) Socket() *net.TCPConn {
-	if len(c.head) > 0 {
+	if c.peer != nil && len(c.head) > 0 {
 		return nil
 	}
 	return c.TCPConn
 }
 
-// DropSocket forgets the socket, which its new owner has closed: only
-// Close may be called afterwards, and it only frees the slot.
-func (c *countedConn) DropSocket() { c.TCPConn = nil }
+// DropSocket forgets the socket, which its new owner has closed, and what
+// a PROXY header said: only Close may be called afterwards, and it only
+// frees the slot.
+func (c *countedConn) DropSocket() { c.TCPConn, c.peer = nil, nil }
 
 // countedOther is countedConn for a connection that is not TCP.
 type countedOther struct {
 	net.Conn
 	slot *slot
-	peer
+	*peer
 }
 
 // RemoteAddr is the client address a PROXY header carried, or the
@@ -509,11 +512,11 @@ func (c *countedOther) Close() error {
 }
 
 func newCountedConn(c net.Conn, s *slot) net.Conn {
-	return newPeerConn(c, s, peer{})
+	return newPeerConn(c, s, nil)
 }
 
 // newPeerConn is newCountedConn for a connection behind a PROXY header.
-func newPeerConn(c net.Conn, s *slot, p peer) net.Conn {
+func newPeerConn(c net.Conn, s *slot, p *peer) net.Conn {
 	if tc, ok := c.(*net.TCPConn); ok {
 		return &countedConn{TCPConn: tc, slot: s, peer: p}
 	}

@@ -102,7 +102,7 @@ func (l *limitListener) readProxyHeader(c net.Conn, peerIP netip.Addr, s *slot) 
 		l.proxyRefused(c, "proxy_header", peerIP, err)
 		return
 	}
-	ip, pr := peerIP, peer{head: rest}
+	ip, pr := peerIP, &peer{head: rest}
 	if !h.Local {
 		ip = h.Source.Addr().Unmap()
 		pr.remote = net.TCPAddrFromAddrPort(netip.AddrPortFrom(ip, h.Source.Port()))

@@ -281,47 +281,38 @@ func (rb *rebalancer) settled(r *rebalanceRound, nodes []*balancer.Node, now tim
 }
 
 // oldest returns, for every node of want, its live tunnels oldest first
-// (by handshake time), at most twice as many as want names plus a few,
-// room for tunnels that end before their turn. It walks the registry once
-// under its lock and sorts outside it.
+// (in the order they were registered, a moment after their 101), at most
+// twice as many as want names plus a few, room for tunnels that end before
+// their turn. It walks the registry once under its lock; the list runs
+// newest first, so each node's run is reversed outside it.
 func (r *registry) oldest(want map[*balancer.Node]int) map[*balancer.Node][]*tunnel.Tunnel {
-	type aged struct {
-		t     *tunnel.Tunnel
-		start time.Time
-	}
-	by := make(map[*balancer.Node][]aged, len(want))
+	out := make(map[*balancer.Node][]*tunnel.Tunnel, len(want))
 	r.mu.Lock()
-	for t, e := range r.live {
-		if _, ok := want[e.node]; ok {
-			by[e.node] = append(by[e.node], aged{t, e.start})
+	for h := r.head; h != nil; h = h.next {
+		if n := h.node(); want[n] > 0 {
+			out[n] = append(out[n], h.t)
 		}
 	}
 	r.mu.Unlock()
-	out := make(map[*balancer.Node][]*tunnel.Tunnel, len(by))
-	for n, as := range by {
-		slices.SortFunc(as, func(a, b aged) int { return a.start.Compare(b.start) })
-		as = as[:min(len(as), 2*want[n]+16)]
-		ts := make([]*tunnel.Tunnel, len(as))
-		for i, a := range as {
-			ts[i] = a.t
-		}
-		out[n] = ts
+	for n, ts := range out {
+		slices.Reverse(ts)
+		out[n] = ts[:min(len(ts), 2*want[n]+16)]
 	}
 	return out
 }
 
 // alive reports whether t is live.
 func (r *registry) alive(t *tunnel.Tunnel) bool {
+	h := t.Lease().(*hold)
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	_, ok := r.live[t]
-	return ok
+	return r.linked(h)
 }
 
 // holds reports whether t is live and runs to n.
 func (r *registry) holds(t *tunnel.Tunnel, n *balancer.Node) bool {
+	h := t.Lease().(*hold)
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	e, ok := r.live[t]
-	return ok && e.node == n
+	return r.linked(h) && h.node() == n
 }

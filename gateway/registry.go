@@ -17,9 +17,14 @@ const tunnelGoAwayCode = tunnel.CodeGoingAway
 // tunnels that ended so totals stay monotonic. A tunnel added while a drain
 // runs is told to go away at once, and cut at once once the drain has cut
 // the tunnels left (a handshake still in flight then).
+//
+// The live tunnels are a list threaded through their holds (no map: an
+// idle tunnel costs the registry two pointers of its hold, and adding one
+// allocates nothing).
 type registry struct {
 	mu       sync.Mutex
-	live     map[*tunnel.Tunnel]entry
+	head     *hold                   // the live tunnels' holds, newest first
+	n        int                     // how many are live
 	retired  map[*balancer.Node]bool // nodes leaving: removed, or drained with migrate
 	draining bool
 	cut      bool          // the drain timeout passed: abortAll ran
@@ -28,29 +33,69 @@ type registry struct {
 	ended    tunnel.Stats  // frames and bytes of ended tunnels
 }
 
-// entry is what the registry knows of one tunnel.
-type entry struct {
-	node    *balancer.Node
-	subject string      // the credential's subject, from the auth chain ("" = none)
-	key     string      // the credential's id, from the auth chain ("" = none)
-	expiry  *time.Timer // closes the tunnel when its credential expires
+// hold is what a tunnel keeps for its life: the node slot (the gateway's
+// connection slot belongs to the client socket and is freed when it
+// closes), and what the registry knows of it. Release frees the node slot,
+// once. It is the tunnel's Lease (tunnel.Params), so the tunnel's end
+// finds its hold.
+type hold struct {
+	lease *balancer.Lease
+	t     *tunnel.Tunnel // set once the tunnel is made
+	// prev and next link the live tunnels' holds (registry.head), under
+	// the registry's lock.
+	prev, next *hold
+	expiry     *time.Timer // closes the tunnel when its credential expires
+	// ext is what only some tunnels have: a credential, or the access
+	// log's fields; nil otherwise.
+	ext *holdExt
+}
 
-	// For the access log:
+// holdExt is the part of a hold that the auth chain or the access log
+// fills in.
+type holdExt struct {
+	expires time.Time // the credential's expiry (zero: none)
+	subject string    // the credential's subject, for revocations
+	key     string    // the credential's id, for revocations by key
+
+	// For the access log (empty while it is off):
 	client string    // the client's address
 	path   string    // the request's path, without query string
 	route  string    // the route's name
 	start  time.Time // when the handshake arrived
 }
 
-func (r *registry) add(t *tunnel.Tunnel, e entry) {
-	n := e.node
-	r.mu.Lock()
-	if r.live == nil {
-		r.live = make(map[*tunnel.Tunnel]entry)
+// noExt is the ext of a hold that has none.
+var noExt holdExt
+
+// info is the hold's ext, or an empty one.
+func (h *hold) info() *holdExt {
+	if h.ext == nil {
+		return &noExt
 	}
-	r.live[t] = e
+	return h.ext
+}
+
+// node is the node the tunnel runs to.
+func (h *hold) node() *balancer.Node { return h.lease.Node() }
+
+// Release frees the node's slot; it is idempotent.
+func (h *hold) Release() {
+	h.lease.Release()
+}
+
+// add registers h's tunnel, h.t.
+func (r *registry) add(h *hold) {
+	n := h.node()
+	r.mu.Lock()
+	h.prev, h.next = nil, r.head
+	if r.head != nil {
+		r.head.prev = h
+	}
+	r.head = h
+	r.n++
 	draining, cut, retired := r.draining, r.cut, r.retired[n]
 	r.mu.Unlock()
+	t := h.t
 	switch {
 	case cut:
 		t.Abort()
@@ -84,9 +129,9 @@ func (r *registry) pruneRetired(keep func(*balancer.Node) bool) {
 		return
 	}
 	busy := make(map[*balancer.Node]bool, len(r.retired))
-	for _, e := range r.live {
-		if r.retired[e.node] {
-			busy[e.node] = true
+	for h := r.head; h != nil; h = h.next {
+		if n := h.node(); r.retired[n] {
+			busy[n] = true
 		}
 	}
 	for n := range r.retired {
@@ -111,22 +156,37 @@ func (r *registry) unretire(n *balancer.Node) {
 }
 
 // remove retires an ended tunnel, folding its counters into the totals
-// under the same lock a scrape takes, so no scrape counts it twice.
-func (r *registry) remove(t *tunnel.Tunnel, st tunnel.Stats) (entry, bool) {
+// under the same lock a scrape takes, so no scrape counts it twice. It
+// reports whether h was live.
+func (r *registry) remove(h *hold, st tunnel.Stats) bool {
 	r.mu.Lock()
-	e, ok := r.live[t]
-	if ok && e.expiry != nil {
-		e.expiry.Stop()
+	ok := r.linked(h)
+	if ok {
+		if h.expiry != nil {
+			h.expiry.Stop()
+		}
+		if h.prev != nil {
+			h.prev.next = h.next
+		} else {
+			r.head = h.next
+		}
+		if h.next != nil {
+			h.next.prev = h.prev
+		}
+		h.prev, h.next = nil, nil
+		r.n--
 	}
-	delete(r.live, t)
 	r.ended.FramesToNode += st.FramesToNode
 	r.ended.FramesToClient += st.FramesToClient
 	r.ended.BytesToNode += st.BytesToNode
 	r.ended.BytesToClient += st.BytesToClient
 	r.signalEmpty()
 	r.mu.Unlock()
-	return e, ok
+	return ok
 }
+
+// linked reports whether h is in the live list. Called with mu held.
+func (r *registry) linked(h *hold) bool { return h.prev != nil || r.head == h }
 
 // reserve counts a handshake that is about to become a tunnel: its 101 may
 // reach the client before add, and a drain's wait must not end in between
@@ -149,7 +209,7 @@ func (r *registry) unreserve() {
 // signalEmpty wakes wait once no tunnel is live and none is reserved.
 // Called with mu held.
 func (r *registry) signalEmpty() {
-	if len(r.live) == 0 && r.pending == 0 && r.empty != nil {
+	if r.n == 0 && r.pending == 0 && r.empty != nil {
 		close(r.empty)
 		r.empty = nil
 	}
@@ -158,7 +218,7 @@ func (r *registry) signalEmpty() {
 func (r *registry) len() int {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	return len(r.live)
+	return r.n
 }
 
 // totals returns frames and bytes forwarded so far by every tunnel, live
@@ -169,8 +229,8 @@ func (r *registry) totals() tunnel.Stats {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	sum := r.ended
-	for t := range r.live {
-		st := t.Stats()
+	for h := r.head; h != nil; h = h.next {
+		st := h.t.Stats()
 		sum.FramesToNode += st.FramesToNode
 		sum.FramesToClient += st.FramesToClient
 		sum.BytesToNode += st.BytesToNode
@@ -183,10 +243,10 @@ func (r *registry) totals() tunnel.Stats {
 func (r *registry) snapshot(n *balancer.Node) []*tunnel.Tunnel {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	ts := make([]*tunnel.Tunnel, 0, len(r.live))
-	for t, e := range r.live {
-		if n == nil || e.node == n {
-			ts = append(ts, t)
+	ts := make([]*tunnel.Tunnel, 0, r.n)
+	for h := r.head; h != nil; h = h.next {
+		if n == nil || h.node() == n {
+			ts = append(ts, h.t)
 		}
 	}
 	return ts
@@ -227,7 +287,7 @@ func spread(ctx context.Context, ts []*tunnel.Tunnel, window time.Duration, reas
 // ends, and returns how many tunnels are left.
 func (r *registry) wait(ctx context.Context) int {
 	r.mu.Lock()
-	if len(r.live) == 0 && r.pending == 0 {
+	if r.n == 0 && r.pending == 0 {
 		r.mu.Unlock()
 		return 0
 	}
@@ -250,9 +310,9 @@ func (r *registry) wait(ctx context.Context) int {
 func (r *registry) revoke(subject, key string) int {
 	r.mu.Lock()
 	var ts []*tunnel.Tunnel
-	for t, e := range r.live {
-		if (subject != "" && e.subject == subject) || (key != "" && e.key == key) {
-			ts = append(ts, t)
+	for h := r.head; h != nil; h = h.next {
+		if e := h.info(); (subject != "" && e.subject == subject) || (key != "" && e.key == key) {
+			ts = append(ts, h.t)
 		}
 	}
 	r.mu.Unlock()

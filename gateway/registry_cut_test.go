@@ -52,10 +52,12 @@ func TestDrainCutsTunnelAddedAfterCut(t *testing.T) {
 
 	client, _ := loopPair(t) // the peers never read nor answer
 	node, _ := loopPair(t)
-	tun := tunnel.New(tunnel.Params{Client: client, Node: node, CloseTimeout: time.Hour, OnEnd: func(tun *tunnel.Tunnel) {
-		r.remove(tun, tun.Stats())
+	hd := &hold{}
+	tun := tunnel.New(tunnel.Params{Client: client, Node: node, CloseTimeout: time.Hour, Lease: hd, OnEnd: func(tun *tunnel.Tunnel) {
+		r.remove(hd, tun.Stats())
 	}})
-	r.add(tun, entry{})
+	hd.t = tun
+	r.add(hd)
 	tun.Start()
 	select {
 	case <-tun.Done():
@@ -156,9 +158,11 @@ func TestDrainWaitsForReservedHandshake(t *testing.T) {
 
 	client, _ := loopPair(t) // a peer that never answers the 1001
 	node, _ := loopPair(t)
-	tun := tunnel.New(tunnel.Params{Client: client, Node: node, CloseTimeout: 300 * time.Millisecond,
-		OnEnd: func(tun *tunnel.Tunnel) { r.remove(tun, tun.Stats()) }})
-	r.add(tun, entry{})
+	hd := &hold{}
+	tun := tunnel.New(tunnel.Params{Client: client, Node: node, CloseTimeout: 300 * time.Millisecond, Lease: hd,
+		OnEnd: func(tun *tunnel.Tunnel) { r.remove(hd, tun.Stats()) }})
+	hd.t = tun
+	r.add(hd)
 	tun.Start()
 	r.unreserve()
 	select {

@@ -56,6 +56,11 @@ type Server struct {
 	limits  *limiter
 	ipRate  *ipRate // handshake_rate_per_ip
 	tunnels registry
+
+	// onTunnelEnd is tunnelEnded as a func value, made once: every
+	// tunnel's OnEnd shares it.
+	onTunnelEnd func(*tunnel.Tunnel)
+
 	metrics *metrics
 	reload  reloadState
 	plugins *pluginhost.Host // auth plugins; started by Start
@@ -111,6 +116,7 @@ func New(cfg *conf.Config, log *slog.Logger) (*Server, error) {
 	g.n = 1
 	s.gen.Store(g)
 	s.access = &accessLog{log: log, on: func() bool { return s.current().cfg.Log.Access }}
+	s.onTunnelEnd = s.tunnelEnded
 	s.metrics = newMetrics(s)
 	api, err := newAdminAPI(s)
 	if err != nil {

@@ -29,7 +29,8 @@ func BenchmarkForward(b *testing.B) {
 	}
 	t := &Tunnel{}
 	h := &t.toNode
-	h.t, h.dst = t, discardConn{}
+	h.t = t
+	h.initGo(nil, discardConn{})
 	h.sc = wsframe.Scanner{RequireMasked: true, MaxPayload: 1 << 20}
 	b.SetBytes(int64(len(chunk) / frames))
 	b.ReportAllocs()
@@ -72,7 +73,8 @@ func BenchmarkForwardTCP(b *testing.B) {
 	}
 	t := &Tunnel{}
 	h := &t.toNode
-	h.t, h.dst = t, dst
+	h.t = t
+	h.initGo(nil, dst)
 	h.sc = wsframe.Scanner{RequireMasked: true, MaxPayload: 1 << 20}
 	b.SetBytes(int64(len(chunk)))
 	b.ReportAllocs()

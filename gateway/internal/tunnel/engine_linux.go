@@ -79,7 +79,7 @@ func dupSocket(c net.Conn) (fd int, sock *net.TCPConn, ok bool) {
 // descriptors are closed, so a wrapper frees what it holds as before; a
 // wrapper with a DropSocket method is told to forget its socket, so the
 // closed Go connection's memory is freed at once.
-func (t *Tunnel) adopt() bool {
+func (t *Tunnel) adopt(node net.Conn) bool {
 	p := pickPoller()
 	if p == nil {
 		return false
@@ -88,7 +88,7 @@ func (t *Tunnel) adopt() bool {
 	if !ok {
 		return false
 	}
-	nfd, ns, ok := dupSocket(t.node)
+	nfd, ns, ok := dupSocket(node)
 	if !ok {
 		_ = unix.Close(cfd)
 		return false
@@ -97,7 +97,6 @@ func (t *Tunnel) adopt() bool {
 	_ = ns.Close()
 	// Nothing of the node's Go connection is needed any more; a wrapper
 	// of the client's socket drops it, keeping what it frees on Close.
-	t.node = nil
 	if d, ok := t.client.(interface{ DropSocket() }); ok {
 		d.DropSocket()
 	}
@@ -269,20 +268,20 @@ func (h *half) keepTail(out [][]byte, n int, lastIsClose bool) {
 	for _, b := range out {
 		size += len(b)
 	}
-	tail := make([]byte, 0, size)
+	tl := &tail{b: make([]byte, 0, size), close: lastIsClose}
 	for _, b := range out {
 		if n >= len(b) {
 			n -= len(b)
 			continue
 		}
-		tail = append(tail, b[n:]...)
+		tl.b = append(tl.b, b[n:]...)
 		n = 0
 	}
-	h.tail, h.tailClose = tail, lastIsClose
+	h.tail = tl
 	now := time.Now()
-	h.lastProgress = mono(now)
+	tl.lastProgress = mono(now)
 	if lastIsClose {
-		h.graceUntil = mono(now.Add(lastWordTimeout))
+		tl.graceUntil = mono(now.Add(lastWordTimeout))
 	}
 	if !h.stallArmed {
 		h.stallArmed = true
@@ -301,14 +300,15 @@ func (h *half) stallTimer() timerKind {
 // a close asked for meanwhile goes out and the source is read again.
 func (h *half) flushTail() {
 	t := h.t
-	n, err := rawWrite(h.dstFD(), h.tail)
+	tl := h.tail
+	n, err := rawWrite(h.dstFD(), tl.b)
 	if err == unix.EAGAIN {
 		return
 	}
-	if err == nil && n < len(h.tail) {
+	if err == nil && n < len(tl.b) {
 		if n > 0 {
-			h.tail = h.tail[n:]
-			h.lastProgress = mono(time.Now())
+			tl.b = tl.b[n:]
+			tl.lastProgress = mono(time.Now())
 		}
 		return
 	}
@@ -364,7 +364,7 @@ func (h *half) checkStall(now time.Time) {
 	if h.tail == nil {
 		return
 	}
-	due := monoTime(h.lastProgress).Add(h.t.writeTimeoutOrDefault())
+	due := monoTime(h.tail.lastProgress).Add(h.t.writeTimeoutOrDefault())
 	if now.Before(due) {
 		h.stallArmed = true
 		h.t.pl.after(due, h.t, h.stallTimer())
@@ -379,8 +379,8 @@ func (h *half) checkStall(now time.Time) {
 // read end as on a read deadline.
 func (t *Tunnel) closeDeadlinePassed(now time.Time) {
 	for _, h := range []*half{&t.toNode, &t.toClient} {
-		if h.tail != nil && h.tailClose && mono(now) < h.graceUntil {
-			t.pl.after(monoTime(h.graceUntil), t, timerClose)
+		if h.tail != nil && h.tail.close && mono(now) < h.tail.graceUntil {
+			t.pl.after(monoTime(h.tail.graceUntil), t, timerClose)
 			return
 		}
 	}
@@ -409,6 +409,7 @@ func (t *Tunnel) closeFDs() {
 		t.pl.forget(fd)
 		_ = unix.Close(fd)
 	}
+	t.pl.tunnelEnded()
 	_ = t.client.Close()
 	t.toNode.tail, t.toClient.tail = nil, nil
 	t.toNode.endSrc(net.ErrClosed)

@@ -2,7 +2,10 @@
 
 package tunnel
 
-import "time"
+import (
+	"net"
+	"time"
+)
 
 // poller is the event-driven engine's poller, which exists on Linux only;
 // elsewhere every tunnel runs on goroutines.
@@ -10,7 +13,7 @@ type poller struct{ out *outBuf }
 
 func (*poller) run(func()) {}
 
-func (t *Tunnel) adopt() bool              { return false }
+func (t *Tunnel) adopt(net.Conn) bool      { return false }
 func (t *Tunnel) startPolled(_, _ []byte)  {}
 func (t *Tunnel) armClose(time.Time)       {}
 func (t *Tunnel) closeFDs()                {}

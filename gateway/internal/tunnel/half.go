@@ -40,11 +40,13 @@ var (
 // every write is the poller's, and the turn stays taken while a tail waits.
 // mu guards the framing state and the turn and is never held across I/O;
 // the counters are atomics, so Stats never waits on a write.
+//
+// A half is 152 bytes and two of them are most of an idle tunnel's memory
+// (see TestTunnelSize): what only one engine uses, or only a closing or
+// stalled half, hangs off a pointer that is nil until then (g, why, tail).
 type half struct {
-	t        *Tunnel
-	src, dst net.Conn
-	g        *goState // the goroutine engine's own; nil on the poller
-	toClient bool     // dst is the client: close frames go unmasked
+	t *Tunnel
+	g *goState // the goroutine engine's own (src, dst, buffer); nil on the poller
 
 	frames    atomic.Uint64
 	bytes     atomic.Uint64
@@ -56,16 +58,10 @@ type half struct {
 	// carry holds the first bytes of a header that is not complete yet;
 	// they are not written until it is, so dst always sits at a frame
 	// boundary unless a payload is in flight.
-	carry       [wsframe.MaxHeaderLen]byte
-	carryN      int
-	pendingCode uint16 // close to inject at the next boundary, 0 = none
-	pendingWhy  string
-	// owedCode is the close dst gets in place of src's close frame, or
-	// when src ends without one (0 = none): set on the node→client half
-	// when the client broke the framing rules, so the node's replies to
-	// the client's earlier frames still reach it first.
-	owedCode uint16
-	owedWhy  string
+	carry  [wsframe.MaxHeaderLen]byte
+	carryN uint8
+
+	toClient bool // dst is the client: close frames go unmasked
 	writing  bool // the write turn is taken: someone is writing to dst
 	// pendingPing asks for the gateway's keepalive ping to dst at the
 	// next frame boundary (node→client half only).
@@ -75,49 +71,99 @@ type half struct {
 	broken      bool // framing lost: everything from src is dropped
 	dstFailed   bool
 
-	// ob is where forward queues what goes to dst: the half's own on
-	// goroutines, the poller's one for all its tunnels on the event-driven
-	// engine (forward never runs twice at once on a poller, and what dst
-	// does not take is copied to the tail). Only the holder of the write
-	// turn uses it.
-	ob *outBuf
-	// rate is the client's frame and byte rate limit, on the
-	// client→node half of a route with one; nil otherwise.
-	rate *rateLimit
+	// The event-driven engine's flags, used by the poller only.
+	readable   bool // src had an event since it last read short
+	hup        bool // src's peer hung up or the socket failed
+	ended      bool // reading src has ended
+	stallArmed bool // a write-timeout timer is pending
+	queued     bool // in the poller's list of halves to read on
 
-	// armed is the write deadline set on dst in Unix ns, 0 if none yet.
-	// Only the holder of the write turn uses it.
-	armed int64
+	pendingCode uint16 // close to inject at the next boundary, 0 = none
+	// owedCode is the close dst gets in place of src's close frame, or
+	// when src ends without one (0 = none): set on the node→client half
+	// when the client broke the framing rules, so the node's replies to
+	// the client's earlier frames still reach it first.
+	owedCode uint16
+	why      *closeWhy // the reasons of pendingCode and owedCode; nil until either is set
 
-	// The event-driven engine's state (see engine_linux.go), used by the
-	// poller only. tail holds what dst has not taken yet; while it is
-	// there the write turn stays taken and src is not read.
-	tail         []byte
+	// tail holds what dst has not taken yet, on the event-driven engine
+	// (poller only); nil while nothing waits. While it is there the write
+	// turn stays taken and src is not read.
+	tail *tail
+}
+
+// closeWhy holds the reason texts of a half's pending and owed closes,
+// apart from the half: most tunnels never close on the gateway's behalf.
+type closeWhy struct{ pending, owed string }
+
+// setPending asks for the gateway's close with code and reason at dst's
+// next frame boundary. Called with mu held.
+func (h *half) setPending(code uint16, reason string) {
+	h.pendingCode = code
+	if h.why == nil {
+		h.why = new(closeWhy)
+	}
+	h.why.pending = reason
+}
+
+// pendingWhy is the reason of the pending close. Called with mu held.
+func (h *half) pendingWhy() string {
+	if h.why == nil {
+		return ""
+	}
+	return h.why.pending
+}
+
+// owedWhy is the reason of the owed close. Called with mu held.
+func (h *half) owedWhy() string {
+	if h.why == nil {
+		return ""
+	}
+	return h.why.owed
+}
+
+// tail is what a destination has not taken yet on the event-driven
+// engine, with the clocks of its write timeout.
+type tail struct {
+	b            []byte
 	lastProgress int64 // mono ns: when dst last took a byte of the tail
 	graceUntil   int64 // mono ns: how long a tail ending in the gateway's close may wait past the close deadline
-	tailClose    bool  // tail ends with the gateway's close frame
-	readable     bool  // src had an event since it last read short
-	hup          bool  // src's peer hung up or the socket failed
-	ended        bool  // reading src has ended
-	stallArmed   bool  // a write-timeout timer is pending
-	queued       bool  // in the poller's list of halves to read on
+	close        bool  // b ends with the gateway's close frame
 }
 
 func (h *half) init(t *Tunnel, src, dst net.Conn, toClient, polled bool) {
 	h.t, h.toClient = t, toClient
 	if polled {
-		h.ob = t.pl.out
 		return // the poller has the sockets
 	}
-	h.ob = new(outBuf)
-	h.src, h.dst = src, dst
-	h.g = &goState{reader: pollread.NewReader(src, bufPool)}
+	h.initGo(src, dst)
+}
+
+// initGo gives the half its goroutine-engine state.
+func (h *half) initGo(src, dst net.Conn) {
+	h.g = &goState{src: src, dst: dst}
 	h.g.turn = sync.NewCond(&h.mu)
+	if src == nil {
+		return
+	}
+	h.g.reader = pollread.NewReader(src, bufPool)
 	if sc, ok := src.(syscall.Conn); ok {
 		if raw, err := sc.SyscallConn(); err == nil {
 			h.g.srcRaw = raw
 		}
 	}
+}
+
+// out is where forward queues what goes to dst: the half's own on
+// goroutines, the poller's one for all its tunnels on the event-driven
+// engine (forward never runs twice at once on a poller, and what dst does
+// not take is copied to the tail). Only the holder of the write turn uses
+// it.
+func (h *half) out() *outBuf {
+	if h.g != nil {
+		return &h.g.ob
+	}
+	return h.t.pl.out
 }
 
 // pump reads src until it fails, forwarding what it reads, and returns the
@@ -148,10 +194,7 @@ func (h *half) forward(p []byte) {
 		h.mu.Unlock()
 		return
 	}
-	if h.ob == nil { // a half not made by New, as in benchmarks
-		h.ob = new(outBuf)
-	}
-	ob := h.ob
+	ob := h.out()
 	ob.n, ob.close = 0, false
 	start, i := 0, 0
 	closed := false
@@ -170,7 +213,7 @@ func (h *half) forward(p []byte) {
 			h.carryN = 0
 			h.broken = true
 			if h.pendingCode != 0 {
-				h.queueClose(h.pendingCode, h.pendingWhy)
+				h.queueClose(h.pendingCode, h.pendingWhy())
 			}
 			ferr = err
 			break
@@ -187,7 +230,7 @@ func (h *half) forward(p []byte) {
 			}
 			h.queue(p[start:hdrAt])
 			start = i
-			h.queueClose(h.owedCode, h.owedWhy)
+			h.queueClose(h.owedCode, h.owedWhy())
 		}
 		if !end {
 			continue
@@ -209,7 +252,7 @@ func (h *half) forward(p []byte) {
 		if h.pendingCode != 0 && !h.sentClose {
 			h.queue(p[start:i])
 			start = i
-			h.queueClose(h.pendingCode, h.pendingWhy)
+			h.queueClose(h.pendingCode, h.pendingWhy())
 		} else if h.pendingPing && !h.sentClose && !h.dstFailed {
 			// The keepalive ping goes at the first frame end, also in
 			// the middle of a read: a client reading a stream of large
@@ -224,7 +267,7 @@ func (h *half) forward(p []byte) {
 	if ferr == nil {
 		h.flush(p[start:])
 	}
-	if ferr == nil && h.rate != nil && !h.rate.take(frames, len(p), mono(time.Now())) {
+	if ferr == nil && !h.toClient && h.t.rate != nil && !h.t.rate.take(frames, len(p), mono(time.Now())) {
 		// Over the route's rate: what this read brought still goes
 		// out; the client then gets 1008 as for a frame over the
 		// limit, and nothing it sends from now on goes on.
@@ -275,11 +318,11 @@ func (h *half) flush(rest []byte) {
 	held := h.sc.PartialHeader()
 	if held > len(rest) {
 		// The header began in an earlier read; all of rest belongs to it.
-		h.carryN += copy(h.carry[h.carryN:], rest)
+		h.carryN += uint8(copy(h.carry[h.carryN:], rest))
 		return
 	}
 	h.queue(rest[:len(rest)-held])
-	h.carryN = copy(h.carry[:], rest[len(rest)-held:])
+	h.carryN = uint8(copy(h.carry[:], rest[len(rest)-held:]))
 }
 
 // queue adds carried header bytes and b to what forward writes, unless dst
@@ -289,16 +332,16 @@ func (h *half) queue(b []byte) {
 		h.carryN = 0
 		return
 	}
+	ob := h.out()
 	if h.carryN > 0 {
-		ob := h.ob
 		n := copy(ob.held[:], h.carry[:h.carryN])
 		h.carryN = 0
 		ob.seg[ob.n] = ob.held[:n]
 		ob.n++
 	}
 	if len(b) > 0 {
-		h.ob.seg[h.ob.n] = b
-		h.ob.n++
+		ob.seg[ob.n] = b
+		ob.n++
 	}
 }
 
@@ -308,9 +351,10 @@ func (h *half) queueClose(code uint16, reason string) {
 	if h.sentClose || h.dstFailed {
 		return
 	}
-	h.ob.seg[h.ob.n] = h.takeClose(code, reason)
-	h.ob.n++
-	h.ob.close = true
+	ob := h.out()
+	ob.seg[ob.n] = h.takeClose(code, reason)
+	ob.n++
+	ob.close = true
 }
 
 // takeClose builds the gateway's close frame for dst and records it as
@@ -384,7 +428,7 @@ func (h *half) afterWrite(err error) (next [][]byte, isClose bool) {
 	case err != nil:
 		h.dstFailed = true
 	case h.pendingCode != 0 && !h.sentClose && h.closable():
-		return [][]byte{h.takeClose(h.pendingCode, h.pendingWhy)}, true
+		return [][]byte{h.takeClose(h.pendingCode, h.pendingWhy())}, true
 	case h.pendingPing && !h.sentClose && !h.broken && h.closable():
 		h.pendingPing = false
 		return [][]byte{pingFrame}, false
@@ -403,11 +447,19 @@ const outSegs = 5
 
 // goState is a half's state on the goroutine engine only.
 type goState struct {
-	reader *pollread.Reader
-	srcRaw syscall.RawConn // probed for a hang-up while dst stalls; nil if none
+	src, dst net.Conn
+	reader   *pollread.Reader
+	srcRaw   syscall.RawConn // probed for a hang-up while dst stalls; nil if none
 	// turn signals the write turn given back: a pump whose frames wait
 	// behind the gateway's keepalive ping sleeps on it.
 	turn *sync.Cond
+	ob   outBuf
+	// armed is the write deadline set on dst in Unix ns, 0 if none yet.
+	// Only the holder of the write turn uses it.
+	armed int64
+	// closeOnce, the client→node half's only, closes both connections
+	// (Tunnel.closeConns).
+	closeOnce sync.Once
 }
 
 // outBuf is what one forward queues for dst, written once the half's lock
@@ -456,7 +508,7 @@ func (h *half) injectPing() {
 // and at src: a source that hung up starts the close, so the tunnel ends
 // within the close timeout even when dst never reads again.
 func (h *half) send(b []byte, grace bool) error {
-	t := h.t
+	t, g := h.t, h.g
 	start := time.Now()
 	last, now := start, start // last: when dst last accepted a byte
 	wt, probe := t.writeTimeout, stallProbe
@@ -490,12 +542,12 @@ func (h *half) send(b []byte, grace bool) error {
 		// A deadline already set no later than wake and at least half a
 		// probe away serves as well: setting one costs about a tenth
 		// of a small write.
-		armed := time.Unix(0, h.armed)
-		if h.armed == 0 || wake.Before(armed) || armed.Sub(now) < probe/2 {
-			_ = h.dst.SetWriteDeadline(wake)
-			h.armed = wake.UnixNano()
+		armed := time.Unix(0, g.armed)
+		if g.armed == 0 || wake.Before(armed) || armed.Sub(now) < probe/2 {
+			_ = g.dst.SetWriteDeadline(wake)
+			g.armed = wake.UnixNano()
 		}
-		n, err := h.dst.Write(b)
+		n, err := g.dst.Write(b)
 		if err == nil {
 			return nil
 		}
@@ -536,7 +588,7 @@ func (h *half) failDst(err error) {
 		h.shutdownDst()
 		return
 	}
-	_ = h.dst.Close()
+	_ = h.g.dst.Close()
 }
 
 // srcEnded records why reading src stopped.
@@ -566,7 +618,7 @@ func (h *half) injectClose(code uint16, reason string) {
 		return
 	}
 	if h.writing || !h.closable() {
-		h.pendingCode, h.pendingWhy = code, reason
+		h.setPending(code, reason)
 		h.mu.Unlock()
 		return
 	}
@@ -595,13 +647,13 @@ func (h *half) lastWord(code uint16, reason string) {
 		return
 	}
 	if h.owedCode != 0 {
-		code, reason = h.owedCode, h.owedWhy
+		code, reason = h.owedCode, h.owedWhy()
 	}
 	if h.writing {
 		// A write to dst is in flight (a tail on the poller, the
 		// gateway's own frame on goroutines): the close follows it.
 		if h.pendingCode == 0 {
-			h.pendingCode, h.pendingWhy = code, reason
+			h.setPending(code, reason)
 		}
 		h.mu.Unlock()
 		return
@@ -649,7 +701,11 @@ func (h *half) owe(code uint16, reason string) {
 	if h.sentClose || h.srcClosed || h.dstFailed || h.owedCode != 0 {
 		return
 	}
-	h.owedCode, h.owedWhy = code, reason
+	h.owedCode = code
+	if h.why == nil {
+		h.why = new(closeWhy)
+	}
+	h.why.owed = reason
 }
 
 // sawClose reports whether src sent a close frame.

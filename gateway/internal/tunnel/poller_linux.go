@@ -38,13 +38,16 @@ type poller struct {
 	buf    []byte
 	events []unix.EpollEvent
 	iov    [outSegs]unix.Iovec // writev's vector, one per segment forward may queue; poller-owned so a write allocates nothing
-	out    *outBuf             // forward's queue for every half of the poller's (see half.ob)
+	out    *outBuf             // forward's queue for every half of the poller's (see half.out)
 
 	// byFD maps a socket's descriptor to its tunnel. Only the poller
 	// uses it.
 	byFD []*Tunnel
 
 	timers timerHeap
+	// ended counts the tunnels ended since the timer heap was last swept
+	// of their entries (see sweepTimers).
+	ended int
 
 	// again holds halves that used up their read budget with bytes still
 	// waiting; they are read on after the events at hand.
@@ -422,6 +425,34 @@ func (h *timerHeap) Pop() any {
 // after wakes t for kind at when.
 func (p *poller) after(when time.Time, t *Tunnel, kind timerKind) {
 	heap.Push(&p.timers, timer{when: mono(when), t: t, kind: kind})
+}
+
+// sweepMin is the fewest ended tunnels that make the poller sweep its
+// timer heap.
+const sweepMin = 64
+
+// tunnelEnded notes that a tunnel of the poller's has ended. Its timers
+// would do nothing when they fire, but each holds the ended Tunnel until
+// then: the close deadline for the close timeout, a keepalive look for a
+// whole ping interval. Once at least sweepMin tunnels, and at least half
+// as many as there are timers, have ended since the last sweep, the heap
+// drops every entry of an ended tunnel; each sweep costs one pass over the
+// heap, paid for by the ends since the last.
+func (p *poller) tunnelEnded() {
+	p.ended++
+	if p.ended < sweepMin || p.ended < len(p.timers)/2 {
+		return
+	}
+	p.ended = 0
+	live := p.timers[:0]
+	for _, tm := range p.timers {
+		if !tm.t.fdsClosed {
+			live = append(live, tm)
+		}
+	}
+	clear(p.timers[len(live):])
+	p.timers = live
+	heap.Init(&p.timers)
 }
 
 // runTimers fires the timers that are due.

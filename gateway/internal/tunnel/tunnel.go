@@ -43,7 +43,6 @@ package tunnel
 
 import (
 	"net"
-	"sync"
 	"sync/atomic"
 	"time"
 
@@ -149,47 +148,61 @@ const (
 
 // Tunnel is one live WebSocket tunnel. Its methods are safe for concurrent
 // use. A Tunnel must not be copied.
+//
+// An idle tunnel on the event-driven engine holds this value and nothing
+// else of its own (448 bytes, TestTunnelSize): state that only one engine,
+// a route option or a closing tunnel needs hangs off pointers that are nil
+// otherwise.
 type Tunnel struct {
 	toNode   half // client → node
 	toClient half // node → client
 
-	client, node net.Conn
+	// client is the client's connection, closed at the end (on the
+	// event-driven engine only that: a wrapper frees what it holds). The
+	// node's is the halves' (goroutine engine) or gone (event-driven).
+	client       net.Conn
+	lease        Releaser
+	onEnd        func(*Tunnel)
+	pending      *[2][]byte // the client's and the node's pending bytes, until Start
 	closeTimeout time.Duration
 	writeTimeout time.Duration
-	lease        Releaser
-
-	pending *[2][]byte // the client's and the node's pending bytes, until Start
-	onEnd   func(*Tunnel)
+	closeBy      atomic.Int64 // close deadline in Unix ns, 0 until the close starts
+	rate         *rateLimit   // the client's frame and byte rate limit; nil: none
+	ka           *keepalive   // nil: no keepalive pings
+	// done is the channel Done returned, made by its first call; once the
+	// tunnel has ended it holds closedDone (see finish).
+	done atomic.Pointer[chan struct{}]
 
 	// clientDone and nodeDone are set when that side has sent its close
 	// frame or its connection has failed; when both are set the close
 	// handshake is over and both connections are closed.
 	clientDone, nodeDone atomic.Bool
-	closeBy              atomic.Int64 // close deadline in Unix ns, 0 until the close starts
 	reason               atomic.Uint32
 	firstClose           atomic.Uint32 // the Closer of the first close frame
-	closeOnce            sync.Once
 	pumps                atomic.Int32
-	done                 chan struct{}
 
 	// The event-driven engine's state (see engine_linux.go); pl is nil on
 	// the goroutine engine. Only the poller uses the rest.
-	ka               *keepalive // nil: no keepalive pings
 	pl               *poller
 	clientFD, nodeFD int32
 	fdsClosed        bool
 }
 
+// closedDone is the closed channel Done returns once a tunnel has ended.
+var closedDone = func() *chan struct{} {
+	c := make(chan struct{})
+	close(c)
+	return &c
+}()
+
 // New prepares a tunnel; nothing moves until Start.
 func New(p Params) *Tunnel {
 	t := &Tunnel{
 		client:       p.Client,
-		node:         p.Node,
 		closeTimeout: p.CloseTimeout,
 		writeTimeout: p.WriteTimeout,
 		lease:        p.Lease,
 		onEnd:        p.OnEnd,
-		done:         make(chan struct{}),
 	}
 	if t.closeTimeout <= 0 {
 		t.closeTimeout = DefaultCloseTimeout
@@ -201,13 +214,13 @@ func New(p Params) *Tunnel {
 	// Start still ends (on the poller at once, on goroutines once Start
 	// finds its connections closed).
 	t.pumps.Store(2)
-	polled := p.Engine == EngineAuto && testEngine == EngineAuto && t.adopt()
+	polled := p.Engine == EngineAuto && testEngine == EngineAuto && t.adopt(p.Node)
 	t.toNode.init(t, p.Client, p.Node, false, polled)
 	t.toNode.sc = wsframe.Scanner{MaxPayload: p.MaxFrame, RequireMasked: true}
 	t.toClient.init(t, p.Node, p.Client, true, polled)
 	t.toClient.sc = wsframe.Scanner{RejectMasked: true}
 	if p.FrameRate > 0 || p.ByteRate > 0 {
-		t.toNode.rate = newRateLimit(p.FrameRate, p.ByteRate)
+		t.rate = newRateLimit(p.FrameRate, p.ByteRate)
 	}
 	if p.PingInterval > 0 {
 		t.ka = &keepalive{interval: p.PingInterval, timeout: p.PongTimeout}
@@ -247,8 +260,21 @@ func (t *Tunnel) Engine() string {
 	return "goroutines"
 }
 
-// Done is closed when the tunnel has ended and released its lease.
-func (t *Tunnel) Done() <-chan struct{} { return t.done }
+// Done is closed when the tunnel has ended and released its lease. The
+// channel is made by the first call (a tunnel nobody waits on holds none).
+func (t *Tunnel) Done() <-chan struct{} {
+	if d := t.done.Load(); d != nil {
+		return *d
+	}
+	c := make(chan struct{})
+	if t.done.CompareAndSwap(nil, &c) {
+		return c
+	}
+	return *t.done.Load() // made meanwhile, or the tunnel ended
+}
+
+// Lease is the Releaser the tunnel was made with (Params.Lease).
+func (t *Tunnel) Lease() Releaser { return t.lease }
 
 // GoAway closes the tunnel on the gateway's behalf: the client gets a close
 // with code at the next frame boundary, and from then on the node's frames
@@ -446,7 +472,7 @@ func (t *Tunnel) startClosing() {
 		return
 	}
 	_ = t.client.SetReadDeadline(dl)
-	_ = t.node.SetReadDeadline(dl)
+	_ = t.toClient.g.src.SetReadDeadline(dl)
 }
 
 // writeTimeoutOrDefault is the write timeout, also for a Tunnel not made
@@ -494,7 +520,9 @@ func (t *Tunnel) finish() {
 	if t.onEnd != nil {
 		t.onEnd(t)
 	}
-	close(t.done)
+	if !t.done.CompareAndSwap(nil, closedDone) {
+		close(*t.done.Load()) // made by Done before the end
+	}
 }
 
 func (t *Tunnel) closeConns() {
@@ -502,8 +530,8 @@ func (t *Tunnel) closeConns() {
 		t.closeFDs()
 		return
 	}
-	t.closeOnce.Do(func() {
+	t.toNode.g.closeOnce.Do(func() {
 		_ = t.client.Close()
-		_ = t.node.Close()
+		_ = t.toClient.g.src.Close()
 	})
 }
