@@ -148,7 +148,7 @@ func readHead(c net.Conn, buf []byte) (int, error) {
 		n += k
 		if i := bytes.Index(buf[:n], []byte("\r\n\r\n")); i >= 0 {
 			if i+4 != n {
-				return 0, fmt.Errorf("%d bytes after the head", n-i-4)
+				return 0, fmt.Errorf("%d bytes after the head: %q", n-i-4, buf[:n])
 			}
 			return n, nil
 		}
