@@ -17,7 +17,8 @@
 # wsload's table, the gateway's RSS per connection where it applies, and
 # where the raw reports are. Exit status 1 when a wsload threshold failed.
 # BENCH_ENGINE=goroutines runs the gateways on the goroutine tunnel engine
-# (gateway.tunnel_engine), to compare with the default, epoll.
+# (gateway.tunnel_engine), to compare with the default, epoll; BENCH_POLLERS=N
+# sets the gateways' gateway.pollers (default: the gateway's own).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -35,7 +36,7 @@ esac
 
 dir=$(mktemp -d /tmp/wsgate-byhand-XXXXXX)
 go build -o "$dir/benchrun" ./bench/cmd/benchrun
-"$dir/benchrun" -up -relays "$relays" -gateways "$gateways" -engine "${BENCH_ENGINE:-}" -dir "$dir" >"$dir/up.out" 2>"$dir/up.err" &
+"$dir/benchrun" -up -relays "$relays" -gateways "$gateways" -engine "${BENCH_ENGINE:-}" -pollers "${BENCH_POLLERS:-0}" -dir "$dir" >"$dir/up.out" 2>"$dir/up.err" &
 up=$!
 load="" perfpid=""
 stop() {

@@ -126,7 +126,7 @@ func newMetrics(s *Server) *metrics {
 	}, []string{"result"})
 	m.tunnelStarts = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "wsgate_tunnels_started_total",
-		Help: "Tunnels started, by the engine that runs them: epoll (an event loop per core) or goroutines (a TLS client's tunnel, or every tunnel with gateway.tunnel_engine = \"goroutines\").",
+		Help: "Tunnels started, by the engine that runs them: epoll (the event loops of gateway.pollers) or goroutines (a TLS client's tunnel, or every tunnel with gateway.tunnel_engine = \"goroutines\").",
 	}, []string{"engine"})
 	m.startedOn = map[string]prometheus.Counter{
 		"epoll":      m.tunnelStarts.WithLabelValues("epoll"),

@@ -10,7 +10,7 @@
 //
 //	benchrun [-quick] [-dir DIR]     the benchmark (BENCH_QUICK=1 = -quick)
 //	benchrun -smoke                  CI smoke: generous thresholds, exit 1 on a violation
-//	benchrun -up [-relays N] [-gateways N] [-engine epoll|goroutines]
+//	benchrun -up [-relays N] [-gateways N] [-engine epoll|goroutines] [-pollers N]
 //	                                 start a stack, print its addresses, wait for Ctrl-C
 package main
 
@@ -93,6 +93,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	relays := fs.Int("relays", 2, "relay-backend processes (-up)")
 	gateways := fs.Int("gateways", 1, "wsgate processes, one port each (-up)")
 	engine := fs.String("engine", "", `the gateways' gateway.tunnel_engine, "epoll" or "goroutines" (default: wsgate's own)`)
+	pollers := fs.Int("pollers", 0, "the gateways' gateway.pollers (default: wsgate's own)")
 	dir := fs.String("dir", "", "directory for logs, configs and raw reports (default: a new one in $TMPDIR)")
 	if err := fs.Parse(args); err != nil {
 		return 2
@@ -101,7 +102,11 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "benchrun: -relays and -gateways must be 1-16")
 		return 2
 	}
-	if err := execute(ctx, *dir, *quick, *smoke, *up, stack.Options{Relays: *relays, Gateways: *gateways, TunnelEngine: *engine}, stdout, stderr); err != nil {
+	if *pollers < 0 || *pollers > 1024 {
+		fmt.Fprintln(stderr, "benchrun: -pollers must be 0-1024")
+		return 2
+	}
+	if err := execute(ctx, *dir, *quick, *smoke, *up, stack.Options{Relays: *relays, Gateways: *gateways, TunnelEngine: *engine, Pollers: *pollers}, stdout, stderr); err != nil {
 		fmt.Fprintln(stderr, "benchrun:", err)
 		return 1
 	}
@@ -109,7 +114,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 }
 
 // execute runs what the flags asked for; opt carries the stack's relay
-// and gateway counts (-up only) and the gateways' tunnel engine.
+// and gateway counts (-up only) and the gateways' tunnel engine and pollers.
 func execute(ctx context.Context, dir string, quick, smoke, up bool, opt stack.Options, stdout, stderr io.Writer) error {
 	if dir == "" {
 		d, err := os.MkdirTemp("", "wsgate-bench-")

@@ -62,6 +62,8 @@ type Options struct {
 	// TunnelEngine is the gateways' gateway.tunnel_engine ("" = their
 	// default).
 	TunnelEngine string
+	// Pollers is the gateways' gateway.pollers (0 = their default).
+	Pollers int
 }
 
 // Relay is one running relay-backend.
@@ -223,6 +225,9 @@ func (s *Stack) GatewayConfig(addr, admin string) string {
 	fmt.Fprintf(&b, "[gateway]\nlisten = %q\ndrain_window = %q\ndrain_timeout = \"30s\"\n", addr, s.opt.DrainWindow.String())
 	if s.opt.TunnelEngine != "" {
 		fmt.Fprintf(&b, "tunnel_engine = %q\n", s.opt.TunnelEngine)
+	}
+	if s.opt.Pollers > 0 {
+		fmt.Fprintf(&b, "pollers = %d\n", s.opt.Pollers)
 	}
 	b.WriteString("\n")
 	fmt.Fprintf(&b, "[admin]\nlisten = %q\n\n", admin)
