@@ -620,10 +620,11 @@ func failover(t *testing.T, addrs []string, room, plainRoom string, kill func())
 	// message reach them (a plain reader that lost its connection gets
 	// the rest from the history replayed on its next join).
 	last := fmt.Sprint("p", len(sent)-1)
-	waitUntil("the readers to catch up", func() bool {
+	waitUntil("the relay.v1 reader to catch up", func() bool { return len(r.has(acked[len(acked)-1:])) == 0 })
+	waitUntil("the plain reader to catch up", func() bool {
 		pr.mu.Lock()
 		defer pr.mu.Unlock()
-		return len(r.has(acked[len(acked)-1:])) == 0 && pr.got[last]
+		return pr.got[last]
 	})
 	stopReaders()
 	wg.Wait()
