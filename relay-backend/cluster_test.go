@@ -187,7 +187,7 @@ var roomCommands = []string{"spublish", "ssubscribe", "evalsha", "eval", "xadd",
 // replica to acknowledge each commit (-redis-wait-replicas 1).
 func TestCluster(t *testing.T) {
 	cl := redistest.StartCluster(t)
-	addrs := startReplicas(t, "-redis-cluster", cl.Seeds(), "-redis-wait-replicas", "1")
+	addrs := startReplicas(t, "-redis-cluster", cl.Seeds(), "-redis-wait-replicas", "1", "-redis-wait-timeout", "1s")
 
 	t.Run("frames once across replicas", func(t *testing.T) {
 		rooms := []string{"alpha", "beta", "gamma", "delta"}
@@ -676,9 +676,11 @@ func TestSentinel(t *testing.T) {
 	// which it reads at start and then every 10 s.
 	_, rport, _ := strings.Cut(replica.Addr, ":")
 	waitReply(t, replica.Addr, "master_link_status:up", "INFO", "replication")
+	// Online on the master's side too: until then WAIT does not count it.
+	waitReply(t, master.Addr, "state=online", "INFO", "replication")
 	sentinel := redistest.StartSentinel(t, "relay", master)
 	waitReply(t, sentinel.Addr, rport, "SENTINEL", "REPLICAS", "relay")
-	addrs := startReplicas(t, "-redis-sentinel", "relay@"+sentinel.Addr, "-redis-wait-replicas", "1")
+	addrs := startReplicas(t, "-redis-sentinel", "relay@"+sentinel.Addr, "-redis-wait-replicas", "1", "-redis-wait-timeout", "1s")
 
 	t.Run("frames once across replicas", func(t *testing.T) {
 		exchange(t, addrs, "sentinel", 20)

@@ -13,14 +13,15 @@ import (
 )
 
 // startReplicated runs a master and one replica of it, and waits until the
-// replica's link is up.
+// master counts the replica as online.
 func startReplicated(t testing.TB) (master, replica *redistest.Server) {
 	master = redistest.StartArgs(t, "--save", "", "--appendonly", "no", "--repl-diskless-sync-delay", "0")
 	host, port, _ := strings.Cut(master.Addr, ":")
 	replica = redistest.StartArgs(t, "--save", "", "--appendonly", "no", "--replicaof", host, port)
 	for i := 0; ; i++ {
-		out, err := redistest.Cmd(replica.Addr, "INFO", "replication")
-		if err == nil && strings.Contains(out, "master_link_status:up") {
+		// Online on the master's side: until then WAIT does not count it.
+		out, err := redistest.Cmd(master.Addr, "INFO", "replication")
+		if err == nil && strings.Contains(out, "state=online") {
 			return master, replica
 		}
 		if i == 400 {
