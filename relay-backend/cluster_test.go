@@ -259,6 +259,7 @@ func TestCluster(t *testing.T) {
 		}
 		oa, ob := join(t, addrs[0], other), join(t, addrs[1], other)
 		closes := failover(t, addrs, room, plainRoom, func() {
+			resubs := resubscribes(t, addrs[1])
 			killed := time.Now()
 			if err := victim.Kill(); err != nil {
 				t.Error(err)
@@ -282,7 +283,18 @@ func TestCluster(t *testing.T) {
 			// The promoted master has no replica, so no commit on its
 			// shard can be acknowledged (its senders get 1011) until the
 			// killed node comes back: it rejoins from its nodes.conf as
-			// the new master's replica.
+			// the new master's replica. Not before the relays follow the
+			// promoted master (the reader's relay subscribed both rooms
+			// there): until gossip demotes it, the restarted node claims
+			// its old slots, and a relay with the old slot map would
+			// subscribe and write there.
+			for i := 0; resubscribes(t, addrs[1]) < resubs+2; i++ {
+				if i == 400 {
+					t.Errorf("the reader's relay did not subscribe the rooms again within 10s")
+					return
+				}
+				time.Sleep(25 * time.Millisecond)
+			}
 			if err := victim.Restart(); err != nil {
 				t.Error(err)
 				return
@@ -306,6 +318,19 @@ func TestCluster(t *testing.T) {
 			t.Fatalf("member of room %s on another shard read %q %v\n/info one: %s\n/info two: %s", other, m, err, info1, info2)
 		}
 	})
+}
+
+// resubscribes returns the "resubscribes" count in the /info of the relay
+// at addr.
+func resubscribes(t *testing.T, addr string) int {
+	t.Helper()
+	status, body := get(addr, "/info")
+	_, rest, ok := strings.Cut(body, `"resubscribes":`)
+	n, err := strconv.Atoi(strings.TrimRightFunc(rest[:strings.IndexAny(rest+",", ",}")], func(r rune) bool { return r == ' ' }))
+	if status != 200 || !ok || err != nil {
+		t.Fatalf("/info of %s = %d %s", addr, status, body)
+	}
+	return n
 }
 
 // v1Writer sends numbered messages on room through the relay at addr with

@@ -193,15 +193,20 @@ func (r *Redis) Append(ctx context.Context, room string, data []byte) (Position,
 	if r.waitN > 0 {
 		return r.appendWait(ctx, room, keys, args)
 	}
-	v, err := r.append.Run(ctx, r.client, keys, args...).Slice()
-	if err != nil {
-		return Position{}, fmt.Errorf("append to room %q: %w", room, err)
-	}
-	p, err := parsePosition(v)
+	p, err := scriptPosition(r.append.Run(ctx, r.client, keys, args...))
 	if err != nil {
 		return Position{}, fmt.Errorf("append to room %q: %w", room, err)
 	}
 	return p, nil
+}
+
+// scriptPosition reads the {epoch, offset} a script run returned.
+func scriptPosition(cmd *redis.Cmd) (Position, error) {
+	v, err := cmd.Slice()
+	if err != nil {
+		return Position{}, err
+	}
+	return parsePosition(v)
 }
 
 // canWait reports whether appendWait can find the connection to a key's
@@ -260,11 +265,7 @@ func (r *Redis) appendWait(ctx context.Context, room string, keys []string, args
 		}
 		return Position{}, fmt.Errorf("append to room %q: %w", room, err)
 	}
-	v, err := res.Slice()
-	if err != nil {
-		return Position{}, fmt.Errorf("append to room %q: %w", room, err)
-	}
-	p, err := parsePosition(v)
+	p, err := scriptPosition(res)
 	if err != nil {
 		return Position{}, fmt.Errorf("append to room %q: %w", room, err)
 	}
@@ -278,11 +279,7 @@ func (r *Redis) appendWait(ctx context.Context, room string, keys []string, args
 // Position returns room's epoch and last committed offset, creating the
 // epoch if the room has none.
 func (r *Redis) Position(ctx context.Context, room string) (Position, error) {
-	v, err := readScript.Run(ctx, r.client, r.roomKeys(room), NewEpoch(), r.ttlMS, "").Slice()
-	if err != nil {
-		return Position{}, fmt.Errorf("position of room %q: %w", room, err)
-	}
-	p, err := parsePosition(v)
+	p, err := scriptPosition(readScript.Run(ctx, r.client, r.roomKeys(room), NewEpoch(), r.ttlMS, ""))
 	if err != nil {
 		return Position{}, fmt.Errorf("position of room %q: %w", room, err)
 	}
