@@ -183,10 +183,11 @@ var roomCommands = []string{"spublish", "ssubscribe", "evalsha", "eval", "xadd",
 // masters and three replicas: rooms whose members sit on both replicas get
 // every frame exactly once, a room's traffic reaches only the shard that
 // owns its hash tag, and when that shard's master is killed relay.v1
-// clients that resume lose no acknowledged write.
+// clients that resume lose no acknowledged write: the relays wait for one
+// replica to acknowledge each commit (-redis-wait-replicas 1).
 func TestCluster(t *testing.T) {
 	cl := redistest.StartCluster(t)
-	addrs := startReplicas(t, "-redis-cluster", cl.Seeds())
+	addrs := startReplicas(t, "-redis-cluster", cl.Seeds(), "-redis-wait-replicas", "1", "-redis-wait-timeout", "1s")
 
 	t.Run("frames once across replicas", func(t *testing.T) {
 		rooms := []string{"alpha", "beta", "gamma", "delta"}
@@ -258,22 +259,48 @@ func TestCluster(t *testing.T) {
 		}
 		oa, ob := join(t, addrs[0], other), join(t, addrs[1], other)
 		closes := failover(t, addrs, room, plainRoom, func() {
+			resubs := resubscribes(t, addrs[1])
 			killed := time.Now()
 			if err := victim.Kill(); err != nil {
 				t.Error(err)
 			}
 			// Its replica takes over (the clients keep going meanwhile):
 			// logged, for the loss window's sake.
-			for range 400 {
+			promoted := ""
+			for i := 0; promoted == "" && i < 400; i++ {
 				for _, a := range shard {
 					if out, err := redistest.Cmd(a, "ROLE"); a != master && err == nil && strings.HasPrefix(out, "master") {
 						t.Logf("replica %s took over %v after the kill", a, time.Since(killed).Round(10*time.Millisecond))
-						return
+						promoted = a
 					}
 				}
 				time.Sleep(25 * time.Millisecond)
 			}
-			t.Errorf("no replica of %s took over within 10s", master)
+			if promoted == "" {
+				t.Errorf("no replica of %s took over within 10s", master)
+				return
+			}
+			// The promoted master has no replica, so no commit on its
+			// shard can be acknowledged (its senders get 1011) until the
+			// killed node comes back: it rejoins from its nodes.conf as
+			// the new master's replica. Not before the relays follow the
+			// promoted master (the reader's relay subscribed both rooms
+			// there): until gossip demotes it, the restarted node claims
+			// its old slots, and a relay with the old slot map would
+			// subscribe and write there.
+			for i := 0; resubscribes(t, addrs[1]) < resubs+2; i++ {
+				if i == 400 {
+					t.Errorf("the reader's relay did not subscribe the rooms again within 10s")
+					return
+				}
+				time.Sleep(25 * time.Millisecond)
+			}
+			if err := victim.Restart(); err != nil {
+				t.Error(err)
+				return
+			}
+			waitReply(t, promoted, "state=online", "INFO", "replication")
+			t.Logf("the killed node serves as its replica %v after the kill", time.Since(killed).Round(10*time.Millisecond))
 		})
 		// Nobody was closed for the bus: the room's reader on the other
 		// relay kept its connection, and so did the other shard's members.
@@ -291,6 +318,19 @@ func TestCluster(t *testing.T) {
 			t.Fatalf("member of room %s on another shard read %q %v\n/info one: %s\n/info two: %s", other, m, err, info1, info2)
 		}
 	})
+}
+
+// resubscribes returns the "resubscribes" count in the /info of the relay
+// at addr.
+func resubscribes(t *testing.T, addr string) int {
+	t.Helper()
+	status, body := get(addr, "/info")
+	_, rest, ok := strings.Cut(body, `"resubscribes":`)
+	n, err := strconv.Atoi(strings.TrimRightFunc(rest[:strings.IndexAny(rest+",", ",}")], func(r rune) bool { return r == ' ' }))
+	if status != 200 || !ok || err != nil {
+		t.Fatalf("/info of %s = %d %s", addr, status, body)
+	}
+	return n
 }
 
 // v1Writer sends numbered messages on room through the relay at addr with
@@ -605,30 +645,21 @@ func failover(t *testing.T, addrs []string, room, plainRoom string, kill func())
 	// message reach them (a plain reader that lost its connection gets
 	// the rest from the history replayed on its next join).
 	last := fmt.Sprint("p", len(sent)-1)
-	waitUntil("the readers to catch up", func() bool {
+	waitUntil("the relay.v1 reader to catch up", func() bool { return len(r.has(acked[len(acked)-1:])) == 0 })
+	waitUntil("the plain reader to catch up", func() bool {
 		pr.mu.Lock()
 		defer pr.mu.Unlock()
-		return len(r.has(acked[len(acked)-1:])) == 0 && pr.got[last]
+		return pr.got[last]
 	})
 	stopReaders()
 	wg.Wait()
 
-	// Redis replicates asynchronously: a write the master acknowledged
-	// just before it was killed, and had not yet sent to its replica, is
-	// lost with it. Only the write in flight at the kill (the writer has
-	// one at a time) and those acknowledged just before can be; nothing
-	// sent after the kill may be.
+	// The relays wait for a replica to acknowledge each commit before its
+	// ACK (-redis-wait-replicas 1), so no acknowledged write may be lost,
+	// not even the one acknowledged just before the kill.
 	missing := r.has(acked)
-	var beforeKill []string
 	for _, b := range missing {
-		if w.sentAt[b].After(killedAt) {
-			t.Errorf("acknowledged relay.v1 write %s, sent %v after the kill, never reached the reader", b, w.sentAt[b].Sub(killedAt))
-		} else {
-			beforeKill = append(beforeKill, b)
-		}
-	}
-	if len(beforeKill) > 3 {
-		t.Errorf("%d acknowledged relay.v1 writes sent before the kill never reached the reader: %v", len(beforeKill), beforeKill)
+		t.Errorf("acknowledged relay.v1 write %s, sent %v after the kill, never reached the reader", b, w.sentAt[b].Sub(killedAt))
 	}
 	var lost []int
 	for i := range sent {
@@ -641,8 +672,8 @@ func failover(t *testing.T, addrs []string, room, plainRoom string, kill func())
 		span = sent[lost[len(lost)-1]].Sub(sent[lost[0]])
 	}
 	t.Logf("waits: %s", strings.Join(stages, ", "))
-	t.Logf("relay.v1: %d writes acknowledged, %d lost (sent before the kill: %v); writer reconnects %d, reader closed with %v, resyncs %d",
-		len(acked), len(missing), beforeKill, w.reconnects, r.closes, r.resyncs)
+	t.Logf("relay.v1: %d writes acknowledged, %d lost; writer reconnects %d, reader closed with %v, resyncs %d",
+		len(acked), len(missing), w.reconnects, r.closes, r.resyncs)
 	if len(lost) == 0 {
 		t.Logf("plain: %d messages written, none lost", len(sent))
 		return r.closes
@@ -656,19 +687,25 @@ func failover(t *testing.T, addrs []string, room, plainRoom string, kill func())
 // TestSentinel runs two relay-backend replicas on a master found through
 // Sentinel (a master, its replica and one Sentinel): frames flow across the
 // replicas, and when the master is killed and Sentinel promotes its
-// replica, relay.v1 clients that resume lose no acknowledged write.
+// replica, relay.v1 clients that resume lose no acknowledged write: the
+// relays wait for one replica to acknowledge each commit
+// (-redis-wait-replicas 1).
 func TestSentinel(t *testing.T) {
 	// No 5 s wait before the replica's first sync.
 	master := redistest.StartArgs(t, "--save", "", "--appendonly", "no", "--repl-diskless-sync-delay", "0")
 	host, port, _ := strings.Cut(master.Addr, ":")
-	replica := redistest.StartArgs(t, "--save", "", "--appendonly", "no", "--replicaof", host, port)
+	// The replica is promoted later: no 5 s wait before it syncs its own
+	// replica either.
+	replica := redistest.StartArgs(t, "--save", "", "--appendonly", "no", "--replicaof", host, port, "--repl-diskless-sync-delay", "0")
 	// The replica first: Sentinel learns of it from the master's INFO,
 	// which it reads at start and then every 10 s.
 	_, rport, _ := strings.Cut(replica.Addr, ":")
 	waitReply(t, replica.Addr, "master_link_status:up", "INFO", "replication")
+	// Online on the master's side too: until then WAIT does not count it.
+	waitReply(t, master.Addr, "state=online", "INFO", "replication")
 	sentinel := redistest.StartSentinel(t, "relay", master)
 	waitReply(t, sentinel.Addr, rport, "SENTINEL", "REPLICAS", "relay")
-	addrs := startReplicas(t, "-redis-sentinel", "relay@"+sentinel.Addr)
+	addrs := startReplicas(t, "-redis-sentinel", "relay@"+sentinel.Addr, "-redis-wait-replicas", "1", "-redis-wait-timeout", "1s")
 
 	t.Run("frames once across replicas", func(t *testing.T) {
 		exchange(t, addrs, "sentinel", 20)
@@ -683,6 +720,25 @@ func TestSentinel(t *testing.T) {
 			for range 600 {
 				if out, err := redistest.Cmd(replica.Addr, "ROLE"); err == nil && strings.HasPrefix(out, "master") {
 					t.Logf("sentinel promoted the replica %v after the kill", time.Since(killed).Round(10*time.Millisecond))
+					// No commit can be acknowledged until the promoted
+					// master has a replica again: the old master comes
+					// back (empty) as its replica, as an operator would
+					// bring it back. Not before Sentinel names the new
+					// master: until its failover ends it gives out the old
+					// address, and relays would write to the empty server.
+					_, rport, _ := strings.Cut(replica.Addr, ":")
+					waitReply(t, sentinel.Addr, rport, "SENTINEL", "GET-MASTER-ADDR-BY-NAME", "relay")
+					if err := master.Restart(); err != nil {
+						t.Error(err)
+						return
+					}
+					rhost, _, _ := strings.Cut(replica.Addr, ":")
+					if _, err := redistest.Cmd(master.Addr, "REPLICAOF", rhost, rport); err != nil {
+						t.Error(err)
+						return
+					}
+					waitReply(t, replica.Addr, "state=online", "INFO", "replication")
+					t.Logf("the old master serves as its replica %v after the kill", time.Since(killed).Round(10*time.Millisecond))
 					return
 				}
 				time.Sleep(25 * time.Millisecond)
@@ -710,5 +766,49 @@ func waitReply(t *testing.T, addr, want string, args ...string) {
 			t.Fatalf("%s on %s: no %q within 20s: %v\n%s", strings.Join(args, " "), addr, want, err, out)
 		}
 		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// TestWaitReplicasShortfall runs a relay with -redis-wait-replicas 1 on a
+// Redis that has no replica: a relay.v1 sender's message is committed but
+// never acknowledged by a replica, so the sender gets no ACK and is closed
+// with 1011, to resend it on a new connection. A member reading the room
+// still gets the message (it was published with the commit).
+func TestWaitReplicasShortfall(t *testing.T) {
+	srv := redistest.Start(t)
+	addrs := startReplicas(t, "-redis", srv.URL(), "-redis-wait-replicas", "1", "-redis-wait-timeout", "50ms")
+	ctx, cancel := context.WithTimeout(context.Background(), ioTimeout)
+	defer cancel()
+	reader := join(t, addrs[1], "shortfall")
+	c, err := dialV1(ctx, addrs[0], "shortfall", relayclient.Since{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	_ = c.WS().SetWriteDeadline(time.Now().Add(ioTimeout))
+	if err := c.Send(websocket.TextMessage, []byte("unreplicated")); err != nil {
+		t.Fatal(err)
+	}
+	_ = c.WS().SetReadDeadline(time.Now().Add(ioTimeout))
+	closed := false
+	for i := 0; !closed && i < 100; i++ {
+		f, err := c.Next()
+		if f.Kind == relayclient.KindAck {
+			t.Fatalf("ACK at offset %d for a commit no replica acknowledged", f.Offset)
+		}
+		if err != nil {
+			var ce *websocket.CloseError
+			if !errors.As(err, &ce) || ce.Code != websocket.CloseInternalServerErr {
+				t.Fatalf("sender's connection ended with %v, want close 1011", err)
+			}
+			closed = true
+		}
+	}
+	if !closed {
+		t.Fatal("sender not closed after 100 frames")
+	}
+	_ = reader.SetReadDeadline(time.Now().Add(ioTimeout))
+	if _, m, err := reader.ReadMessage(); err != nil || string(m) != "unreplicated" {
+		t.Fatalf("reader got %q %v", m, err)
 	}
 }

@@ -8,7 +8,8 @@ import (
 )
 
 // TestRedisFlags: -redis, -redis-cluster and -redis-sentinel exclude each
-// other, and each is parsed into its target or refused with its name.
+// other, and each is parsed into its target or refused with its name; so
+// is -redis-wait-replicas with -redis-wait-timeout.
 func TestRedisFlags(t *testing.T) {
 	for _, tc := range []struct {
 		name    string
@@ -18,6 +19,7 @@ func TestRedisFlags(t *testing.T) {
 		cluster []string
 		master  string
 		sents   []string
+		waitN   int
 	}{
 		{name: "none", args: nil},
 		{name: "url", args: []string{"-redis", "redis://127.0.0.1:6379/0"}, url: "redis://127.0.0.1:6379/0"},
@@ -39,6 +41,14 @@ func TestRedisFlags(t *testing.T) {
 			err: "is not MASTER@ADDR"},
 		{name: "sentinel bad address", args: []string{"-redis-sentinel", "m@127.0.0.1:"},
 			err: `-redis-sentinel: address "127.0.0.1:" is not host:port`},
+		{name: "wait", args: []string{"-redis-cluster", "x:1", "-redis-wait-replicas", "1", "-redis-wait-timeout", "1ms"},
+			cluster: []string{"x:1"}, waitN: 1},
+		{name: "wait negative", args: []string{"-redis", "redis://x:1/0", "-redis-wait-replicas", "-1"},
+			err: "-redis-wait-replicas must be 0 (off) or positive, got -1"},
+		{name: "wait without redis", args: []string{"-redis-wait-replicas", "1"},
+			err: "-redis-wait-replicas needs -redis, -redis-cluster or -redis-sentinel"},
+		{name: "wait timeout too short", args: []string{"-redis", "redis://x:1/0", "-redis-wait-replicas", "1", "-redis-wait-timeout", "999us"},
+			err: "-redis-wait-timeout must be at least 1ms, got 999µs"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			c, err := parseFlags(tc.args, io.Discard)
@@ -52,7 +62,7 @@ func TestRedisFlags(t *testing.T) {
 				t.Fatal(err)
 			}
 			r := c.redis
-			if r.URL != tc.url || !slices.Equal(r.Cluster, tc.cluster) || r.SentinelMaster != tc.master || !slices.Equal(r.Sentinels, tc.sents) {
+			if r.URL != tc.url || !slices.Equal(r.Cluster, tc.cluster) || r.SentinelMaster != tc.master || !slices.Equal(r.Sentinels, tc.sents) || c.waitN != tc.waitN {
 				t.Fatalf("target %+v", r)
 			}
 		})

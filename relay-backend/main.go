@@ -9,6 +9,7 @@
 //
 //	relay-backend [-listen 127.0.0.1:7001] [-redis redis://127.0.0.1:6379/0
 //	              | -redis-cluster ADDR[,ADDR...] | -redis-sentinel MASTER@ADDR[,ADDR...]]
+//	              [-redis-wait-replicas 0] [-redis-wait-timeout 200ms]
 //	              [-drain-window 5s] [-id NAME] [-room-prefix /room/]
 //	              [-send-queue 256] [-max-message 1048576] [-max-members 10000]
 //	              [-history 1000] [-history-ttl 24h] [-weight 0]
@@ -53,6 +54,8 @@ type config struct {
 	listen      string
 	redisURL    string          // -redis; after parseFlags, c.redis as text
 	redis       bus.RedisTarget // from -redis, -redis-cluster or -redis-sentinel
+	waitN       int             // -redis-wait-replicas
+	waitFor     time.Duration   // -redis-wait-timeout
 	drainWindow time.Duration
 	id          string
 	roomPrefix  string
@@ -74,6 +77,8 @@ func parseFlags(args []string, out io.Writer) (config, error) {
 	var cluster, sentinel string
 	fs.StringVar(&cluster, "redis-cluster", "", "seed addresses of a Redis Cluster, ADDR[,ADDR...] (instead of -redis)")
 	fs.StringVar(&sentinel, "redis-sentinel", "", "a Redis master found through Sentinel, MASTER@ADDR[,ADDR...] (instead of -redis)")
+	fs.IntVar(&c.waitN, "redis-wait-replicas", 0, "replicas that must acknowledge each committed message (Redis WAIT) before its relay.v1 ACK; fewer closes the sender with 1011 (0: no wait)")
+	fs.DurationVar(&c.waitFor, "redis-wait-timeout", roomlog.DefaultWaitTimeout, "longest wait for -redis-wait-replicas")
 	fs.DurationVar(&c.drainWindow, "drain-window", relay.DefaultDrainWindow, "window over which the 1001 closes of a drain are spread")
 	fs.StringVar(&c.id, "id", "", `replica name shown in /info and hello frames (default "<hostname>:<port>")`)
 	fs.StringVar(&c.roomPrefix, "room-prefix", relay.DefaultRoomPrefix, "path prefix before the room id")
@@ -112,6 +117,14 @@ func parseFlags(args []string, out io.Writer) (config, error) {
 	}
 	if err := c.parseRedis(cluster, sentinel); err != nil {
 		return c, err
+	}
+	switch {
+	case c.waitN < 0:
+		return c, fmt.Errorf("-redis-wait-replicas must be 0 (off) or positive, got %d", c.waitN)
+	case c.waitN > 0 && c.redisURL == "":
+		return c, errors.New("-redis-wait-replicas needs -redis, -redis-cluster or -redis-sentinel")
+	case c.waitFor < time.Millisecond:
+		return c, fmt.Errorf("-redis-wait-timeout must be at least 1ms, got %s", c.waitFor)
 	}
 	return c, nil
 }
@@ -185,7 +198,8 @@ func run(ctx context.Context, args []string, log *slog.Logger) error {
 			return fmt.Errorf("connect bus to %s: %w", c.redis, err)
 		}
 		defer rb.Close()
-		lg, err := roomlog.NewRedis(rctx, roomlog.RedisOptions{Client: client, History: c.history, TTL: c.historyTTL})
+		lg, err := roomlog.NewRedis(rctx, roomlog.RedisOptions{Client: client, History: c.history, TTL: c.historyTTL,
+			WaitReplicas: c.waitN, WaitTimeout: c.waitFor})
 		cancel()
 		if err != nil {
 			return fmt.Errorf("connect room log: %w", err)

@@ -523,13 +523,20 @@ func (s *subscriber) receiveLoop() {
 				r.log.Warn("redis bus receive failed", "err", err, "errors", n)
 			}
 			if up, _ := r.State(); up {
-				if perr := r.reachable(s.ctx); perr != nil {
+				// A subscriber closed meanwhile (its slot's last room
+				// left) cancels the probe: that says nothing of Redis.
+				if perr := r.reachable(s.ctx); perr != nil && s.ctx.Err() == nil {
 					r.log.Warn("redis does not answer a ping", "err", perr)
 					r.setUp(false)
 				}
 			}
 			if cc, ok := r.client.(*redis.ClusterClient); ok {
 				cc.ReloadState(s.ctx)
+				if redis.HasErrorPrefix(err, "MOVED") {
+					// The node no longer serves the slot, and go-redis
+					// keeps the connection: subscribe on a new one.
+					go r.replaceShard(s, "")
+				}
 			}
 			t := time.NewTimer(backoff)
 			select {
@@ -548,11 +555,17 @@ func (s *subscriber) receiveLoop() {
 		case *redis.Message:
 			r.dispatch(m.Channel, []byte(m.Payload))
 		case *redis.Subscription:
-			if (m.Kind == "subscribe" || m.Kind == "ssubscribe") && !r.confirmed(m.Channel) {
+			switch {
+			case (m.Kind == "subscribe" || m.Kind == "ssubscribe") && !r.confirmed(m.Channel):
 				// Nobody waits for it: go-redis re-subscribed the channel
 				// on a new connection, and what was published on the old
 				// one since it failed is lost.
 				r.resubscribed(m.Channel)
+			case m.Kind == "sunsubscribe" && r.wanted(m.Channel):
+				// Not asked for: Redis drops the sharded subscriptions of
+				// a slot its node stopped serving (a failed master that
+				// came back as a replica, a migrated slot).
+				go r.replaceShard(s, m.Channel)
 			}
 		}
 	}
@@ -585,6 +598,70 @@ func (r *Redis) resubscribed(ch string) {
 	r.resubs.Add(1)
 	r.log.Info("redis bus re-subscribed a channel", "channel", ch)
 	r.deliver(ch, room, nil)
+}
+
+// wanted reports whether ch has local subscribers.
+func (r *Redis) wanted(ch string) bool {
+	r.mu.RLock()
+	defer r.mu.RUnlock()
+	return len(r.subs[ch]) > 0
+}
+
+// replaceShard moves the channels of old, a cluster subscriber whose node
+// dropped them (ch, one of them) or answered MOVED, to a new subscriber
+// connection, made after the slot map is reloaded so that it reaches the
+// slot's current master. Each channel's confirmation then counts as a
+// resubscribe, so its rooms repair the gap from their logs. Nothing happens
+// if old was replaced or closed meanwhile.
+func (r *Redis) replaceShard(old *subscriber, ch string) {
+	cc, ok := r.client.(*redis.ClusterClient)
+	if !ok {
+		return
+	}
+	// go-redis reloads lazily: wait for the reload (bounded) before
+	// choosing the node.
+	ctx, cancel := context.WithTimeout(old.ctx, r.confirm)
+	defer cancel()
+	cc.ReloadState(ctx)
+	t := time.NewTimer(300 * time.Millisecond)
+	select {
+	case <-t.C:
+	case <-ctx.Done():
+		t.Stop()
+		return
+	}
+	r.cmdMu.Lock()
+	k := -1
+	for key, s := range r.shards {
+		if s == old {
+			k = key
+		}
+	}
+	if k < 0 {
+		r.cmdMu.Unlock()
+		return
+	}
+	r.mu.RLock()
+	var chans []string
+	for c := range r.subs {
+		if slot(c) == k {
+			chans = append(chans, c)
+		}
+	}
+	r.mu.RUnlock()
+	if len(chans) == 0 {
+		r.cmdMu.Unlock()
+		return
+	}
+	ns := r.newSubscriber()
+	ns.channels = old.channels
+	r.shards[k] = ns
+	err := ns.ps.SSubscribe(ctx, chans...)
+	go ns.receiveLoop()
+	r.cmdMu.Unlock()
+	_ = old.close()
+	r.log.Warn("redis dropped a slot's subscriptions, subscribed them on a new connection",
+		"slot", k, "channel", ch, "channels", len(chans), "err", err)
 }
 
 func (r *Redis) deliver(ch, room string, msg []byte) {

@@ -2,6 +2,7 @@ package roomlog
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strconv"
 	"strings"
@@ -38,7 +39,26 @@ type RedisOptions struct {
 	// committed messages are published on (default "wsgate:room:", the
 	// bus's default).
 	ChannelPrefix string
+	// WaitReplicas, when above 0, makes Append wait after each commit until
+	// that many replicas of the room's master acknowledged it (Redis WAIT,
+	// on the connection that ran the append script), for at most
+	// WaitTimeout; fewer makes Append fail with ErrNotReplicated. Redis
+	// replicates asynchronously: without it, a commit its master had not
+	// yet sent to a replica is lost when the replica takes over.
+	WaitReplicas int
+	// WaitTimeout bounds the WAIT (default 200ms; Redis reads 0 as
+	// forever, which is never used).
+	WaitTimeout time.Duration
 }
+
+// DefaultWaitTimeout is RedisOptions.WaitTimeout's default.
+const DefaultWaitTimeout = 200 * time.Millisecond
+
+// ErrNotReplicated is returned by Redis.Append when fewer than
+// RedisOptions.WaitReplicas replicas acknowledged the commit within
+// WaitTimeout. The message was committed on the master (and published), so
+// it may survive or be lost with the master; it must not be acknowledged.
+var ErrNotReplicated = errors.New("roomlog: commit not acknowledged by enough replicas")
 
 // Redis is a room log in Redis: per room a hash {e: epoch, o: offset} and a
 // Stream whose entry ids are "<offset>-0". Every call is one script run
@@ -53,6 +73,8 @@ type Redis struct {
 	ttlMS   string
 	keys    string
 	channel string
+	waitN   int           // RedisOptions.WaitReplicas
+	waitFor time.Duration // RedisOptions.WaitTimeout
 }
 
 // appendScript commits one message: KEYS meta, stream; ARGV new epoch,
@@ -119,6 +141,15 @@ func NewRedis(ctx context.Context, o RedisOptions) (*Redis, error) {
 	if o.ChannelPrefix == "" {
 		o.ChannelPrefix = DefaultChannelPrefix
 	}
+	if o.WaitReplicas > 0 && o.WaitTimeout <= 0 {
+		o.WaitTimeout = DefaultWaitTimeout
+	}
+	if o.WaitReplicas > 0 && !canWait(client) {
+		if owned {
+			_ = client.Close()
+		}
+		return nil, fmt.Errorf("room log: waiting for replicas needs a Redis, cluster or Sentinel client, not %T", client)
+	}
 	app := appendScript
 	if sharded {
 		app = shardedAppendScript
@@ -142,6 +173,8 @@ func NewRedis(ctx context.Context, o RedisOptions) (*Redis, error) {
 		ttlMS:   strconv.FormatInt(max(o.TTL.Milliseconds(), 1), 10),
 		keys:    o.KeyPrefix,
 		channel: o.ChannelPrefix,
+		waitN:   o.WaitReplicas,
+		waitFor: o.WaitTimeout,
 	}, nil
 }
 
@@ -152,15 +185,93 @@ func (r *Redis) roomKeys(room string) []string {
 
 // Append commits data to room and publishes it; it returns the entry's
 // position. data is sent as is.
+// With WaitReplicas set, a commit too few replicas acknowledged returns its
+// position and an error wrapping ErrNotReplicated.
 func (r *Redis) Append(ctx context.Context, room string, data []byte) (Position, error) {
-	v, err := r.append.Run(ctx, r.client, r.roomKeys(room),
-		NewEpoch(), r.history, r.ttlMS, bus.ChannelName(r.channel, room, r.sharded), data).Slice()
+	keys := r.roomKeys(room)
+	args := []any{NewEpoch(), r.history, r.ttlMS, bus.ChannelName(r.channel, room, r.sharded), data}
+	if r.waitN > 0 {
+		return r.appendWait(ctx, room, keys, args)
+	}
+	p, err := scriptPosition(r.append.Run(ctx, r.client, keys, args...))
 	if err != nil {
 		return Position{}, fmt.Errorf("append to room %q: %w", room, err)
 	}
-	p, err := parsePosition(v)
+	return p, nil
+}
+
+// scriptPosition reads the {epoch, offset} a script run returned.
+func scriptPosition(cmd *redis.Cmd) (Position, error) {
+	v, err := cmd.Slice()
+	if err != nil {
+		return Position{}, err
+	}
+	return parsePosition(v)
+}
+
+// canWait reports whether appendWait can find the connection to a key's
+// master for c: a cluster client (MasterForKey) or a client of one server,
+// which a Sentinel failover client also is.
+func canWait(c redis.UniversalClient) bool {
+	switch c.(type) {
+	case *redis.ClusterClient, *redis.Client:
+		return true
+	}
+	return false
+}
+
+// appendWait runs the append script and WAIT in one pipeline on a client
+// of the key's master: go-redis writes a pipeline's commands on one pooled
+// connection (a retry resends them all on another), and WAIT counts the
+// replicas that acknowledged every write made before it on its connection.
+// WAIT cannot run inside the script (Redis refuses it there).
+func (r *Redis) appendWait(ctx context.Context, room string, keys []string, args []any) (Position, error) {
+	var c *redis.Client
+	cc, cluster := r.client.(*redis.ClusterClient)
+	if cluster {
+		var err error
+		if c, err = cc.MasterForKey(ctx, keys[0]); err != nil {
+			return Position{}, fmt.Errorf("append to room %q: master of its slot: %w", room, err)
+		}
+	} else {
+		c = r.client.(*redis.Client) // checked by NewRedis
+	}
+	var res *redis.Cmd
+	var wait *redis.Cmd // Pipeliner has no Wait method
+	run := func(sha bool) error {
+		_, err := c.Pipelined(ctx, func(p redis.Pipeliner) error {
+			if sha {
+				res = r.append.EvalSha(ctx, p, keys, args...)
+			} else { // a promoted replica or restarted server lost the script
+				res = r.append.Eval(ctx, p, keys, args...)
+			}
+			wait = p.Do(ctx, "wait", r.waitN, max(r.waitFor.Milliseconds(), 1))
+			return nil
+		})
+		return err
+	}
+	err := run(true)
+	if redis.HasErrorPrefix(res.Err(), "NOSCRIPT") {
+		err = run(false)
+	}
+	if err == nil {
+		err = res.Err()
+	}
+	if err != nil {
+		if cluster {
+			// The node client is outside the cluster client's hooks: a dead
+			// master or a MOVED reply must refresh the slot map here.
+			cc.ReloadState(ctx)
+		}
+		return Position{}, fmt.Errorf("append to room %q: %w", room, err)
+	}
+	p, err := scriptPosition(res)
 	if err != nil {
 		return Position{}, fmt.Errorf("append to room %q: %w", room, err)
+	}
+	if n, err := wait.Int64(); err != nil || n < int64(r.waitN) {
+		return p, fmt.Errorf("append to room %q: offset %d reached %d of %d replicas in %v (%v): %w",
+			room, p.Offset, n, r.waitN, r.waitFor, err, ErrNotReplicated)
 	}
 	return p, nil
 }
@@ -168,11 +279,7 @@ func (r *Redis) Append(ctx context.Context, room string, data []byte) (Position,
 // Position returns room's epoch and last committed offset, creating the
 // epoch if the room has none.
 func (r *Redis) Position(ctx context.Context, room string) (Position, error) {
-	v, err := readScript.Run(ctx, r.client, r.roomKeys(room), NewEpoch(), r.ttlMS, "").Slice()
-	if err != nil {
-		return Position{}, fmt.Errorf("position of room %q: %w", room, err)
-	}
-	p, err := parsePosition(v)
+	p, err := scriptPosition(readScript.Run(ctx, r.client, r.roomKeys(room), NewEpoch(), r.ttlMS, ""))
 	if err != nil {
 		return Position{}, fmt.Errorf("position of room %q: %w", room, err)
 	}
