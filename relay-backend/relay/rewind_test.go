@@ -9,10 +9,8 @@ import (
 	"github.com/fasthttp/websocket"
 	"github.com/redis/go-redis/v9"
 
-	"github.com/wsgate/wsgate/internal/redistest"
 	"github.com/wsgate/wsgate/relay-backend/relay"
 	"github.com/wsgate/wsgate/relay-backend/relayclient"
-	"github.com/wsgate/wsgate/relay-backend/roomlog"
 )
 
 // rewindLog makes room's log in Redis end at offset keep within its epoch,
@@ -131,11 +129,7 @@ func TestLogRewind(t *testing.T) {
 }
 
 func testLogRewind(t *testing.T, sent int, how, wantPlain string) {
-	srv := redistest.Start(t)
-	r1 := startRelay(t, redisReplica(t, srv.URL(), roomlog.RedisOptions{}).options(relay.Options{ID: "r1"}))
-	r2 := startRelay(t, redisReplica(t, srv.URL(), roomlog.RedisOptions{}).options(relay.Options{ID: "r2"}))
-	admin := redis.NewClient(&redis.Options{Addr: srv.Addr})
-	t.Cleanup(func() { _ = admin.Close() })
+	r1, r2, admin := redisPair(t)
 
 	writer := v1Dial(t, r1, "tail", relayclient.Since{})
 	joinV1(t, writer)
