@@ -46,6 +46,7 @@ type room struct {
 	epoch  string // "" until the first admission read the position
 	last   uint64 // last offset delivered to the members
 	recent []sent // what was delivered at the last offsets; nil until the first
+	unsure bool   // an entry came at a delivered offset older than recent
 }
 
 // recentOffsets is how many of the last delivered offsets a room remembers
@@ -263,8 +264,12 @@ func (r *Relay) runRoom(rm *room) {
 		}
 		if gap && rm.epoch != "" {
 			r.repairs.Add(1)
+		}
+		if (gap || rm.unsure) && rm.epoch != "" {
+			// One read of the log checks every unsure entry of the batch.
 			r.catchUp(rm, false)
 		}
+		rm.unsure = false
 		for _, m := range joins {
 			r.admit(rm, m)
 		}
@@ -297,8 +302,8 @@ func (r *Relay) deliver(rm *room, e roomlog.Entry) {
 			r.catchUp(rm, true)
 		default:
 			// Older than what is remembered: the log tells whether it
-			// went back.
-			r.catchUp(rm, false)
+			// went back, once the batch is delivered.
+			rm.unsure = true
 		}
 	}
 }
