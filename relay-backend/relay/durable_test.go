@@ -290,15 +290,23 @@ func TestPlainHistoryNoEcho(t *testing.T) {
 	}
 }
 
+// redisPair starts a Redis server, two relays r1 and r2 on it, and an
+// admin client of it.
+func redisPair(t *testing.T) (r1, r2 *server, admin *redis.Client) {
+	t.Helper()
+	srv := redistest.Start(t)
+	r1 = startRelay(t, redisReplica(t, srv.URL(), roomlog.RedisOptions{}).options(relay.Options{ID: "r1"}))
+	r2 = startRelay(t, redisReplica(t, srv.URL(), roomlog.RedisOptions{}).options(relay.Options{ID: "r2"}))
+	admin = redis.NewClient(&redis.Options{Addr: srv.Addr})
+	t.Cleanup(func() { _ = admin.Close() })
+	return r1, r2, admin
+}
+
 // TestPubSubInterrupted: a replica whose Redis subscription is killed
 // repairs the gap from the Stream, so its relay.v1 member sees every offset
 // exactly once, in order.
 func TestPubSubInterrupted(t *testing.T) {
-	srv := redistest.Start(t)
-	r1 := startRelay(t, redisReplica(t, srv.URL(), roomlog.RedisOptions{}).options(relay.Options{ID: "r1"}))
-	r2 := startRelay(t, redisReplica(t, srv.URL(), roomlog.RedisOptions{}).options(relay.Options{ID: "r2"}))
-	admin := redis.NewClient(&redis.Options{Addr: srv.Addr})
-	t.Cleanup(func() { _ = admin.Close() })
+	r1, r2, admin := redisPair(t)
 	writer := v1Dial(t, r1, "cut", relayclient.Since{})
 	joinV1(t, writer)
 	reader := v1Dial(t, r2, "cut", relayclient.Since{})

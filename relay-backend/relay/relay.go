@@ -110,6 +110,10 @@ type Info struct {
 	// offsets delivered (a missed or late publication, a resubscribe, a
 	// full room queue, an epoch change).
 	Repairs uint64 `json:"repairs"`
+	// Rewinds counts rooms resynced because the room log's offsets went
+	// back within its epoch (Redis lost the tail of the log on a failover
+	// and reused offsets already delivered).
+	Rewinds uint64 `json:"rewinds"`
 	// Resubscribes counts bus channels re-subscribed after a reconnect.
 	Resubscribes uint64 `json:"resubscribes"`
 	// LogErrors counts failed room log calls.
@@ -141,6 +145,7 @@ type Relay struct {
 	slowClosed  atomic.Uint64
 	busErrors   atomic.Uint64
 	repairs     atomic.Uint64
+	rewinds     atomic.Uint64
 	logErrors   atomic.Uint64
 	invalidText atomic.Uint64
 	busDown     atomic.Bool // set and cleared under mu
@@ -305,6 +310,7 @@ func (r *Relay) Info() Info {
 		SlowClosed:    r.slowClosed.Load(),
 		BusErrors:     errs,
 		Repairs:       r.repairs.Load(),
+		Rewinds:       r.rewinds.Load(),
 		Resubscribes:  resubs,
 		LogErrors:     r.logErrors.Load(),
 		InvalidText:   r.invalidText.Load(),

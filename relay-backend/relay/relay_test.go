@@ -219,7 +219,7 @@ func TestHTTP(t *testing.T) {
 		body   string // prefix
 	}{
 		{"/healthz", 200, "ok"},
-		{"/info", 200, `{"replica":"h1","connections":0,"rooms":0,"subscriptions":0,"slow_closed":0,"bus_errors":0,"repairs":0,"resubscribes":0,"log_errors":0,"invalid_text":0,"bus_down":false}`},
+		{"/info", 200, `{"replica":"h1","connections":0,"rooms":0,"subscriptions":0,"slow_closed":0,"bus_errors":0,"repairs":0,"rewinds":0,"resubscribes":0,"log_errors":0,"invalid_text":0,"bus_down":false}`},
 		{"/", 200, "<!doctype html>"},
 		{"/nope", 404, ""},
 		{"/room/", 400, ""},

@@ -3,6 +3,7 @@ package relay
 import (
 	"context"
 	"errors"
+	"hash/maphash"
 	"sync"
 	"time"
 	"unicode/utf8"
@@ -42,8 +43,46 @@ type room struct {
 	members map[uint64]*member // admitted members
 
 	// Owned by runRoom.
-	epoch string // "" until the first admission read the position
-	last  uint64 // last offset delivered to the members
+	epoch  string // "" until the first admission read the position
+	last   uint64 // last offset delivered to the members
+	recent []sent // what was delivered at the last offsets; nil until the first
+	unsure bool   // an entry came at a delivered offset older than recent
+}
+
+// recentOffsets is how many of the last delivered offsets a room remembers
+// a hash of, to tell a duplicate (the local push and the bus echo of one
+// commit) from another message at an offset already delivered (the log
+// went back: Redis lost its tail).
+const recentOffsets = 256
+
+// sent is one remembered delivery: offset and a hash of the entry's data.
+type sent struct{ off, sum uint64 }
+
+var sumSeed = maphash.MakeSeed()
+
+func entrySum(e roomlog.Entry) uint64 { return maphash.Bytes(sumSeed, e.Data) }
+
+// remember records that e was delivered at its offset.
+func (rm *room) remember(e roomlog.Entry) {
+	if rm.recent == nil {
+		rm.recent = make([]sent, recentOffsets)
+	}
+	rm.recent[e.Offset%recentOffsets] = sent{e.Offset, entrySum(e)}
+}
+
+// sumAt returns the hash of what was delivered at off, if remembered.
+func (rm *room) sumAt(off uint64) (uint64, bool) {
+	if rm.recent == nil || off == 0 {
+		return 0, false
+	}
+	s := rm.recent[off%recentOffsets]
+	return s.sum, s.off == off
+}
+
+// delivered reports whether e is known to be what was delivered at its offset.
+func (rm *room) delivered(e roomlog.Entry) bool {
+	sum, ok := rm.sumAt(e.Offset)
+	return ok && sum == entrySum(e)
 }
 
 // outMsg is one message on its way to members; data is shared, read-only.
@@ -225,8 +264,12 @@ func (r *Relay) runRoom(rm *room) {
 		}
 		if gap && rm.epoch != "" {
 			r.repairs.Add(1)
-			r.catchUp(rm)
 		}
+		if (gap || rm.unsure) && rm.epoch != "" {
+			// One read of the log checks every unsure entry of the batch.
+			r.catchUp(rm, false)
+		}
+		rm.unsure = false
 		for _, m := range joins {
 			r.admit(rm, m)
 		}
@@ -235,32 +278,70 @@ func (r *Relay) runRoom(rm *room) {
 
 // deliver fans e out if it is the next offset, drops it if it was
 // delivered, and repairs from the log first if offsets are missing or e is
-// of another epoch.
+// of another epoch. An entry at an offset already delivered that is not the
+// message delivered there means the log went back (Redis lost its tail and
+// reused the offsets): the room is resynced from the log.
 func (r *Relay) deliver(rm *room, e roomlog.Entry) {
 	switch {
 	case rm.epoch == "":
 		// Nobody admitted yet: the first admission reads the position.
 	case e.Epoch != rm.epoch || e.Offset > rm.last+1:
 		r.repairs.Add(1)
-		r.catchUp(rm)
+		r.catchUp(rm, false)
 	case e.Offset == rm.last+1:
-		r.fanout(rm, e, time.Time{})
+		r.fanout(rm, e, time.Time{}, false)
 		rm.last = e.Offset
+		rm.remember(e)
+	default:
+		sum, ok := rm.sumAt(e.Offset)
+		switch {
+		case ok && sum == entrySum(e):
+			// The same commit again (the local push and the bus echo).
+		case ok:
+			r.repairs.Add(1)
+			r.catchUp(rm, true)
+		default:
+			// Older than what is remembered: the log tells whether it
+			// went back, once the batch is delivered.
+			rm.unsure = true
+		}
 	}
 }
 
 // catchUp delivers what the log committed after rm.last. If the room's
-// epoch changed (Redis lost the room) or the log no longer holds the next
-// offset, relay.v1 members get RESYNC, the retained entries, then LIVE.
-func (r *Relay) catchUp(rm *room) bool {
+// epoch changed (Redis lost the room), the log no longer holds the next
+// offset, or its offsets went back within the epoch (Redis lost the tail of
+// the log on a failover and reused the offsets: the log ends below rm.last,
+// holds another message at rm.last, or rewound says deliver saw another
+// message at an offset already delivered), relay.v1 members get RESYNC, the
+// retained entries, then LIVE. After a rewind, plain members get the
+// entries after the last one they are known to have got.
+func (r *Relay) catchUp(rm *room, rewound bool) bool {
 	ctx, cancel := context.WithTimeout(r.ctx, logTimeout)
 	defer cancel()
-	pos, entries, err := r.roomLog.Range(ctx, rm.id, rm.last)
+	var pos roomlog.Position
+	var entries []roomlog.Entry
+	var err error
+	if !rewound {
+		// From the last delivered offset, to check it is still there.
+		pos, entries, err = r.roomLog.Range(ctx, rm.id, max(rm.last, 1)-1)
+		if err == nil && pos.Epoch == rm.epoch {
+			rewound = pos.Offset < rm.last || rm.replaced(entries)
+		}
+	}
 	resync := false
-	if err == nil && pos.Epoch != rm.epoch {
+	var kept uint64 // plain members got every entry up to kept
+	if err == nil && (rewound || pos.Epoch != rm.epoch) {
+		from := rm.last
 		pos, entries, err = r.roomLog.Range(ctx, rm.id, 0)
 		if err == nil {
-			rm.epoch, rm.last, resync = pos.Epoch, 0, true
+			if rewound && pos.Epoch == rm.epoch {
+				kept = rm.lastKnown(entries)
+				n := r.rewinds.Add(1)
+				r.log.Warn("room log went back within its epoch, resyncing the room",
+					"room", rm.id, "delivered", from, "log", pos.Offset, "rewinds", n)
+			}
+			rm.epoch, rm.last, rm.recent, resync = pos.Epoch, 0, nil, true
 		}
 	}
 	if err != nil {
@@ -270,7 +351,7 @@ func (r *Relay) catchUp(rm *room) bool {
 		rm.qmu.Unlock()
 		return false
 	}
-	if pos.Offset > rm.last && (len(entries) == 0 || entries[0].Offset != rm.last+1) {
+	if pos.Offset > rm.last && firstAfter(entries, rm.last) != rm.last+1 {
 		resync = true // trimmed past rm.last
 	}
 	if resync {
@@ -283,8 +364,9 @@ func (r *Relay) catchUp(rm *room) bool {
 	patience := time.Now().Add(r.opt.WriteTimeout)
 	for _, e := range entries {
 		if e.Offset > rm.last && e.Offset <= pos.Offset {
-			r.fanout(rm, e, patience)
+			r.fanout(rm, e, patience, e.Offset <= kept)
 			rm.last = e.Offset
+			rm.remember(e)
 		}
 	}
 	rm.last = max(rm.last, pos.Offset) // entries the log lost are not waited for
@@ -293,6 +375,40 @@ func (r *Relay) catchUp(rm *room) bool {
 			relayclient.Frame{Kind: relayclient.KindLive, Offset: rm.last})})
 	}
 	return true
+}
+
+// replaced reports whether entries, read from the log from rm.last on,
+// hold another message at rm.last than the one delivered there.
+func (rm *room) replaced(entries []roomlog.Entry) bool {
+	for _, e := range entries {
+		if e.Offset == rm.last {
+			sum, ok := rm.sumAt(e.Offset)
+			return ok && sum != entrySum(e)
+		}
+	}
+	return false
+}
+
+// lastKnown returns the highest offset among entries whose message is the
+// one delivered at that offset: the log lost only a tail, so everything up
+// to it was delivered as the log holds it (0 when none is remembered).
+func (rm *room) lastKnown(entries []roomlog.Entry) uint64 {
+	for i := len(entries) - 1; i >= 0; i-- {
+		if rm.delivered(entries[i]) {
+			return entries[i].Offset
+		}
+	}
+	return 0
+}
+
+// firstAfter returns the first offset in entries above after (0 if none).
+func firstAfter(entries []roomlog.Entry, after uint64) uint64 {
+	for _, e := range entries {
+		if e.Offset > after {
+			return e.Offset
+		}
+	}
+	return 0
 }
 
 // admit brings the room up to date, gives m its preamble (POS, RESYNC,
@@ -315,7 +431,7 @@ func (r *Relay) admit(rm *room, m *member) {
 			return
 		}
 		rm.epoch, rm.last = pos.Epoch, pos.Offset
-	} else if !r.catchUp(rm) {
+	} else if !r.catchUp(rm, false) {
 		r.refuse(rm, m, "range", errors.New("room log unavailable"))
 		return
 	}
@@ -396,10 +512,10 @@ func v1Frame(k relayclient.Kind, typ byte, off uint64, body []byte) outMsg {
 	return outMsg{websocket.BinaryMessage, b}
 }
 
-// fanout queues e for every admitted member of rm except its sender. With a
-// zero patience it never blocks; otherwise a full queue is waited on until
-// that time.
-func (r *Relay) fanout(rm *room, e roomlog.Entry, patience time.Time) {
+// fanout queues e for every admitted member of rm except its sender, or
+// only for its relay.v1 members with v1Only. With a zero patience it never
+// blocks; otherwise a full queue is waited on until that time.
+func (r *Relay) fanout(rm *room, e roomlog.Entry, patience time.Time, v1Only bool) {
 	env, err := parseEnvelope(e.Data)
 	if err != nil {
 		r.countBusError("decode", err)
@@ -407,7 +523,7 @@ func (r *Relay) fanout(rm *room, e roomlog.Entry, patience time.Time) {
 	}
 	own := env.origin == r.origin
 	plain := outMsg{env.typ, env.data}
-	toPlain := r.plainSafe(env)
+	toPlain := !v1Only && r.plainSafe(env)
 	var v1 outMsg
 	pick := func(p *member) (outMsg, bool) {
 		if !p.v1 {
