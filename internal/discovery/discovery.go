@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"slices"
 	"sync"
@@ -41,6 +42,16 @@ const (
 	MinWeight = 1
 	MaxWeight = 1000
 )
+
+// MaxNodes bounds the nodes one answer may name. An answer with more
+// (a DNS name or a Redis prefix filled by mistake or on purpose) is a
+// failed lookup: the last good set stays, rather than the pool growing
+// to as many nodes, each health-checked and holding its own state.
+const MaxNodes = 1000
+
+// ErrTooMany is returned (wrapped) by a lookup whose answer names more
+// than MaxNodes distinct nodes.
+var ErrTooMany = fmt.Errorf("discovery: the answer names more than %d nodes", MaxNodes)
 
 // Options configure a Watcher.
 type Options struct {
@@ -154,6 +165,9 @@ func (w *Watcher) lookup() ([]Node, error) {
 	nodes = normalize(nodes)
 	if len(nodes) == 0 {
 		return nil, ErrEmpty
+	}
+	if len(nodes) > MaxNodes {
+		return nil, fmt.Errorf("%w (%d)", ErrTooMany, len(nodes))
 	}
 	return nodes, nil
 }

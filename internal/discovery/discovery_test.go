@@ -3,6 +3,7 @@ package discovery
 import (
 	"context"
 	"errors"
+	"fmt"
 	"slices"
 	"sync"
 	"testing"
@@ -186,5 +187,89 @@ func TestRedisLookup(t *testing.T) {
 	_ = rs.Kill()
 	if _, err := lookup(t, src); err == nil {
 		t.Fatal("lookup with Redis down succeeded")
+	}
+}
+
+// TestWatcherRefusesTooManyNodes keeps the last good set when an answer
+// names more than MaxNodes nodes, and takes an answer of exactly
+// MaxNodes.
+func TestWatcherRefusesTooManyNodes(t *testing.T) {
+	many := func(n int) []Node {
+		out := make([]Node, n)
+		for i := range out {
+			out[i] = Node{fmt.Sprintf("10.0.%d.%d:7001", i/256, i%256), 1}
+		}
+		return out
+	}
+	src := &fakeSource{}
+	src.set(nil, Node{"a:1", 1})
+	applied := make(chan []Node, 10)
+	results := make(chan string, 1000)
+	w := Watch(src, Options{
+		Interval: 5 * time.Millisecond,
+		Apply:    func(n []Node) error { applied <- n; return nil },
+		Observe:  func(r string, _ int) { results <- r },
+	})
+	defer w.Stop()
+	if got := <-applied; len(got) != 1 {
+		t.Fatalf("first set %v", got)
+	}
+	timeout := time.After(10 * time.Second)
+	src.set(nil, many(MaxNodes+1)...)
+	for r := ResultOK; r != ResultError; {
+		select {
+		case r = <-results:
+		case got := <-applied:
+			t.Fatalf("an answer of %d nodes applied", len(got))
+		case <-timeout:
+			t.Fatal("no failed lookup")
+		}
+	}
+	src.set(nil, many(MaxNodes)...)
+	select {
+	case got := <-applied:
+		if len(got) != MaxNodes {
+			t.Fatalf("applied %d nodes, want %d", len(got), MaxNodes)
+		}
+	case <-timeout:
+		t.Fatal("an answer of MaxNodes nodes not applied")
+	}
+}
+
+// TestRedisLookupBounded refuses a prefix holding more than MaxNodes keys
+// on a real redis-server (100,000 here), and reads exactly MaxNodes.
+func TestRedisLookupBounded(t *testing.T) {
+	rs := redistest.Start(t)
+	c := redis.NewClient(&redis.Options{Addr: rs.Addr})
+	defer c.Close()
+	ctx := context.Background()
+	fill := func(prefix string, n int) {
+		t.Helper()
+		for start := 0; start < n; start += 5000 {
+			args := make([]any, 0, 10000)
+			for i := start; i < min(n, start+5000); i++ {
+				args = append(args, Key(prefix, fmt.Sprintf("10.%d.%d.%d:7001", i>>16, (i>>8)&255, i&255)), "1")
+			}
+			if err := c.MSet(ctx, args...).Err(); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	fill("many", 100_000)
+	fill("enough", MaxNodes)
+	for _, tc := range []struct {
+		prefix string
+		nodes  int
+		err    error
+	}{{"many", 0, ErrTooMany}, {"enough", MaxNodes, nil}} {
+		src, err := NewRedis(rs.URL(), tc.prefix)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, err := lookup(t, src)
+		src.Close()
+		if len(got) != tc.nodes || !errors.Is(err, tc.err) {
+			t.Fatalf("%s: %d nodes, %v; want %d, %v", tc.prefix, len(got), err, tc.nodes, tc.err)
+		}
 	}
 }
