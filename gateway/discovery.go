@@ -130,6 +130,11 @@ func (s *Server) syncDiscovery() {
 	}
 }
 
+// dnsMisses is how many DNS answers in a row must leave a node out before
+// it leaves the pool: servers that rotate or cap their records would
+// otherwise drain a node's tunnels at every other lookup.
+const dnsMisses = 3
+
 // startWatch starts the watcher of pool name.
 func (s *Server) startWatch(name string, spec conf.Discovery) (*watch, error) {
 	var (
@@ -151,8 +156,13 @@ func (s *Server) startWatch(name string, spec conf.Discovery) (*watch, error) {
 	log := s.log.With("pool", name, "discovery", spec.Kind, "name", spec.Name)
 	wt := &watch{spec: spec}
 	d := &s.disc
+	misses := 1 // a Redis key's lifetime already outlasts a missed refresh
+	if spec.Kind == "dns" {
+		misses = dnsMisses
+	}
 	wt.w = discovery.Watch(src, discovery.Options{
 		Interval: spec.Interval.Duration,
+		Misses:   misses,
 		Log:      log,
 		Apply:    func(nodes []discovery.Node) error { return s.discovered(name, wt, nodes, log) },
 		Observe: func(result string, n int) {

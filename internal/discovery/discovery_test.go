@@ -273,3 +273,78 @@ func TestRedisLookupBounded(t *testing.T) {
 		}
 	}
 }
+
+// flapSource answers a set that changes at every lookup, in turn.
+type flapSource struct {
+	mu    sync.Mutex
+	n     int
+	turns [][]Node
+}
+
+func (f *flapSource) Lookup(context.Context) ([]Node, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.n++
+	return slices.Clone(f.turns[f.n%len(f.turns)]), nil
+}
+
+func (f *flapSource) lookups() int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.n
+}
+
+func (f *flapSource) set(turns ...[]Node) {
+	f.mu.Lock()
+	f.turns = turns
+	f.mu.Unlock()
+}
+
+// TestWatcherMisses keeps a node that an answer leaves out until Misses
+// answers in a row have: a source answering A, B, A, B... (a DNS server
+// rotating a subset of its records) removes no node, and a node left out
+// for good leaves at the Misses-th answer without it.
+func TestWatcherMisses(t *testing.T) {
+	a, b := Node{"a:1", 1}, Node{"b:1", 1}
+	src := &flapSource{}
+	src.set([]Node{a}, []Node{b})
+	applied := make(chan []Node, 100)
+	w := Watch(src, Options{
+		Interval: 2 * time.Millisecond,
+		Misses:   3,
+		Apply:    func(n []Node) error { applied <- n; return nil },
+	})
+	defer w.Stop()
+	timeout := time.After(10 * time.Second)
+	next := func() []Node {
+		t.Helper()
+		select {
+		case got := <-applied:
+			return got
+		case <-timeout:
+			t.Fatal("no set applied")
+			return nil
+		}
+	}
+	first := next()
+	if got := next(); !slices.Equal(got, []Node{a, b}) {
+		t.Fatalf("after %v, applied %v; want both", first, got)
+	}
+	for start := src.lookups(); src.lookups() < start+30; {
+		select {
+		case got := <-applied:
+			t.Fatalf("a flapping answer applied %v", got)
+		case <-timeout:
+			t.Fatal("lookups stopped")
+		case <-time.After(time.Millisecond):
+		}
+	}
+	src.set([]Node{b})
+	start := src.lookups()
+	if got := next(); !slices.Equal(got, []Node{b}) {
+		t.Fatalf("applied %v, want only b", got)
+	}
+	if n := src.lookups() - start; n < 3 {
+		t.Fatalf("a left after %d answers without it, want 3", n)
+	}
+}
