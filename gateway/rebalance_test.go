@@ -389,3 +389,64 @@ func TestRebalancerStopsAtShutdown(t *testing.T) {
 	}
 	stopRebalancer(rb)
 }
+
+// TestRebalanceReloadKeepsSettle moves 20 of 40 clients off node A to an
+// empty node B; the clients never come back. A reload in the settle wait
+// that follows (a file reload, or a discovery answer: both make a new
+// generation) must not plan a new round from the counts of a pool whose
+// moved clients are still away: nothing more moves until the wait ends.
+func TestRebalanceReloadKeepsSettle(t *testing.T) {
+	e := newEnv(t, 2, strings.Replace(capConf, "%[4]d", "50", 1))
+	path := filepath.Join(t.TempDir(), "wsgate.toml")
+	e.writeConfig(path, strings.Replace(capConf, "%[4]d", "50", 1))
+	rb := e.srv.rebal
+	stopRebalancer(rb)
+	e.srv.rebal = nil
+	p := e.srv.current().pools["relay"]
+	a, b := p.node(e.addrs[0]), p.node(e.addrs[1])
+	waitRebalance(t, "both nodes up", func() bool { return a.State() == balancer.StateUp && b.State() == balancer.StateUp })
+	e.srv.drainNode(p, b, false)
+	var wg sync.WaitGroup
+	for i := range 40 {
+		c, _, err := e.dial(fmt.Sprintf("/room/gone%d", i%4), nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		wg.Add(1)
+		go func() { // reads until the end, and does not come back
+			defer wg.Done()
+			for err == nil {
+				_, _, err = c.ReadMessage()
+			}
+			c.Close()
+		}()
+	}
+	t.Cleanup(func() {
+		e.srv.tunnels.abortAll()
+		wg.Wait()
+	})
+	waitRebalance(t, "40 clients on A", func() bool { return a.Live() == 40 })
+	e.srv.undrainNode(p, b)
+	waitRebalance(t, "B up", func() bool { return b.State() == balancer.StateUp })
+	now := time.Now()
+	ticks := func(n int) {
+		for range n {
+			now = now.Add(rebalanceTick)
+			rb.tick(now)
+		}
+	}
+	moved := func() float64 { return movesOf(t, &Server{rebal: rb}, e.addrs[0]) }
+	ticks(5)
+	waitRebalance(t, "20 moved off A", func() bool { return moved() == 20 && a.Live() == 20 })
+	for range 3 { // reloads every tick or so, well within rebalanceSettle
+		if err := e.srv.ReloadFrom(path); err != nil {
+			t.Fatal(err)
+		}
+		ticks(5)
+	}
+	if m := moved(); m != 20 || a.Live() != 20 {
+		t.Fatalf("after reloads in the settle wait: moves %v, A holds %d; want 20 and 20", m, a.Live())
+	}
+	ticks(int(rebalanceSettle / rebalanceTick))
+	waitRebalance(t, "the next round after the settle wait", func() bool { ticks(1); return moved() == 30 })
+}
