@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"slices"
 	"sync"
 	"testing"
@@ -346,5 +347,57 @@ func TestWatcherMisses(t *testing.T) {
 	}
 	if n := src.lookups() - start; n < 3 {
 		t.Fatalf("a left after %d answers without it, want 3", n)
+	}
+}
+
+// TestRedisLookupSilentServer looks up a server that accepts connections
+// and never answers: the lookup ends with its context (100ms here), not
+// after go-redis's own timeouts (5s), so a hung Redis holds no lookup
+// past the interval. The test waits at most 3s for it.
+func TestRedisLookupSilentServer(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var conns []net.Conn
+	var mu sync.Mutex
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			mu.Lock()
+			conns = append(conns, c)
+			mu.Unlock()
+		}
+	}()
+	t.Cleanup(func() {
+		ln.Close()
+		mu.Lock()
+		defer mu.Unlock()
+		for _, c := range conns {
+			c.Close()
+		}
+	})
+	src, err := NewRedis("redis://"+ln.Addr().String(), "p")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer src.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+	defer cancel()
+	done := make(chan error, 1)
+	go func() {
+		_, err := src.Lookup(ctx)
+		done <- err
+	}()
+	select {
+	case err := <-done:
+		if err == nil {
+			t.Fatal("a silent server answered")
+		}
+	case <-time.After(3 * time.Second):
+		t.Fatal("the lookup outlived its context by seconds")
 	}
 }

@@ -77,6 +77,10 @@ func NewRedis(url, prefix string) (*Redis, error) {
 		}
 		return nil, fmt.Errorf("discovery redis URL: %w", err)
 	}
+	// A lookup's context bounds it: without this, a Redis that accepts
+	// and never answers held each lookup for go-redis's own timeouts
+	// (seconds), whatever the interval.
+	opt.ContextTimeoutEnabled = true
 	return &Redis{prefix: prefix, c: redis.NewClient(opt)}, nil
 }
 
