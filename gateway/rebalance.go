@@ -136,7 +136,7 @@ func (rb *rebalancer) tick(now time.Time) {
 			// The round's moves end, but not its settle wait: planned
 			// now, the next round would count the clients still away
 			// as missing and move more than needed, at every reload
-			// (or discovery answer) that came during the wait.
+			// that came during the wait.
 			if ps.round != nil {
 				clear(ps.round.left)
 			}

@@ -391,9 +391,8 @@ func TestRebalancerStopsAtShutdown(t *testing.T) {
 }
 
 // TestRebalanceReloadKeepsSettle moves 20 of 40 clients off node A to an
-// empty node B; the clients never come back. A reload in the settle wait
-// that follows (a file reload, or a discovery answer: both make a new
-// generation) must not plan a new round from the counts of a pool whose
+// empty node B; the clients never come back. Reloads in the settle wait
+// that follows must not plan a new round from the counts of a pool whose
 // moved clients are still away: nothing more moves until the wait ends.
 func TestRebalanceReloadKeepsSettle(t *testing.T) {
 	e := newEnv(t, 2, strings.Replace(capConf, "%[4]d", "50", 1))
