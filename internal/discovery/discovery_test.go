@@ -76,11 +76,9 @@ func (f *fakeSource) Lookup(context.Context) ([]Node, error) {
 	return slices.Clone(f.nodes), f.err
 }
 
-// TestWatcherKeepsLastGoodSet applies each new set once and keeps the last
-// one through failures and empty answers.
-func TestWatcherKeepsLastGoodSet(t *testing.T) {
-	src := &fakeSource{}
-	src.set(nil, Node{"b:1", 1}, Node{"a:1", 0})
+// watchFake watches src every 5ms until the test ends, and returns the
+// watcher, the sets it applies and the results of its lookups.
+func watchFake(t *testing.T, src Source) (*Watcher, chan []Node, chan string) {
 	applied := make(chan []Node, 10)
 	results := make(chan string, 1000)
 	w := Watch(src, Options{
@@ -88,7 +86,16 @@ func TestWatcherKeepsLastGoodSet(t *testing.T) {
 		Apply:    func(n []Node) error { applied <- n; return nil },
 		Observe:  func(r string, _ int) { results <- r },
 	})
-	defer w.Stop()
+	t.Cleanup(w.Stop)
+	return w, applied, results
+}
+
+// TestWatcherKeepsLastGoodSet applies each new set once and keeps the last
+// one through failures and empty answers.
+func TestWatcherKeepsLastGoodSet(t *testing.T) {
+	src := &fakeSource{}
+	src.set(nil, Node{"b:1", 1}, Node{"a:1", 0})
+	w, applied, results := watchFake(t, src)
 	if got := <-applied; !slices.Equal(got, []Node{{"a:1", 1}, {"b:1", 1}}) {
 		t.Fatalf("first set %v", got)
 	}
@@ -204,14 +211,7 @@ func TestWatcherRefusesTooManyNodes(t *testing.T) {
 	}
 	src := &fakeSource{}
 	src.set(nil, Node{"a:1", 1})
-	applied := make(chan []Node, 10)
-	results := make(chan string, 1000)
-	w := Watch(src, Options{
-		Interval: 5 * time.Millisecond,
-		Apply:    func(n []Node) error { applied <- n; return nil },
-		Observe:  func(r string, _ int) { results <- r },
-	})
-	defer w.Stop()
+	_, applied, results := watchFake(t, src)
 	if got := <-applied; len(got) != 1 {
 		t.Fatalf("first set %v", got)
 	}
@@ -340,8 +340,17 @@ func TestWatcherMisses(t *testing.T) {
 		case <-time.After(time.Millisecond):
 		}
 	}
-	src.set([]Node{b})
+	// Both answered for a while: no miss is counted when a starts missing.
+	src.set([]Node{a, b})
+	for start := src.lookups(); src.lookups() < start+2; {
+		select {
+		case <-timeout:
+			t.Fatal("lookups stopped")
+		case <-time.After(time.Millisecond):
+		}
+	}
 	start := src.lookups()
+	src.set([]Node{b})
 	if got := next(); !slices.Equal(got, []Node{b}) {
 		t.Fatalf("applied %v, want only b", got)
 	}
