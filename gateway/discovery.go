@@ -209,6 +209,9 @@ func (s *Server) discovered(pool string, wt *watch, nodes []discovery.Node, log 
 	if len(loops) > 0 {
 		log.Warn("discovered nodes left out: they are this gateway's own listeners, and would loop clients through it", "nodes", loops)
 	}
+	if len(set) == 0 { // as an empty answer: discovery never empties a pool
+		return nil
+	}
 	s.disc.mu.Lock()
 	current := s.disc.running[pool] == wt
 	if current {

@@ -459,6 +459,16 @@ func TestDiscoveryLeavesOutOwnListeners(t *testing.T) {
 	if n := srv.Tunnels(); n != 10 {
 		t.Fatalf("10 clients hold %d tunnels, want 10", n)
 	}
+	// Only the gateway's own listeners left: as an empty answer, the
+	// pool keeps the node it has.
+	if err := c.Del(context.Background(), discovery.Key("wsgate:test", relayAddr)).Err(); err != nil {
+		t.Fatal(err)
+	}
+	before = counter(e.scrape(), "wsgate_discovery_lookups_total", "result", "ok")
+	waitUntil(t, func() bool { return counter(e.scrape(), "wsgate_discovery_lookups_total", "result", "ok") >= before+3 })
+	if nodes := srv.current().pools["relay"].bal.Nodes(); len(nodes) != 1 || nodes[0].Addr() != relayAddr {
+		t.Fatalf("with only its own listeners found, the pool has %v, want %s", nodes, relayAddr)
+	}
 }
 
 // TestReachesOwn pins which node addresses are this gateway's listeners.
