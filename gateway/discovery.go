@@ -3,6 +3,8 @@ package gateway
 import (
 	"fmt"
 	"log/slog"
+	"net"
+	"net/netip"
 	"slices"
 	"sync"
 
@@ -130,6 +132,11 @@ func (s *Server) syncDiscovery() {
 	}
 }
 
+// dnsMisses is how many DNS answers in a row must leave a node out before
+// it leaves the pool: servers that rotate or cap their records would
+// otherwise drain a node's tunnels at every other lookup.
+const dnsMisses = 3
+
 // startWatch starts the watcher of pool name.
 func (s *Server) startWatch(name string, spec conf.Discovery) (*watch, error) {
 	var (
@@ -151,8 +158,13 @@ func (s *Server) startWatch(name string, spec conf.Discovery) (*watch, error) {
 	log := s.log.With("pool", name, "discovery", spec.Kind, "name", spec.Name)
 	wt := &watch{spec: spec}
 	d := &s.disc
+	misses := 1 // a Redis key's lifetime already outlasts a missed refresh
+	if spec.Kind == "dns" {
+		misses = dnsMisses
+	}
 	wt.w = discovery.Watch(src, discovery.Options{
 		Interval: spec.Interval.Duration,
+		Misses:   misses,
 		Log:      log,
 		Apply:    func(nodes []discovery.Node) error { return s.discovered(name, wt, nodes, log) },
 		Observe: func(result string, n int) {
@@ -182,11 +194,23 @@ func (s *Server) discovered(pool string, wt *watch, nodes []discovery.Node, log 
 	if s.draining.Load() {
 		return nil
 	}
-	set := make([]conf.Node, len(nodes))
-	addrs := make([]string, len(nodes))
-	for i, n := range nodes {
-		set[i] = conf.Node{Addr: n.Addr, Weight: n.Weight}
-		addrs[i] = n.Addr
+	set := make([]conf.Node, 0, len(nodes))
+	addrs := make([]string, 0, len(nodes))
+	var loops []string
+	own := s.ownAddrs()
+	for _, n := range nodes {
+		if reachesOwn(n.Addr, own, localIPs) {
+			loops = append(loops, n.Addr)
+			continue
+		}
+		set = append(set, conf.Node{Addr: n.Addr, Weight: n.Weight})
+		addrs = append(addrs, n.Addr)
+	}
+	if len(loops) > 0 {
+		log.Warn("discovered nodes left out: they are this gateway's own listeners, and would loop clients through it", "nodes", loops)
+	}
+	if len(set) == 0 { // as an empty answer: discovery never empties a pool
+		return nil
 	}
 	s.disc.mu.Lock()
 	current := s.disc.running[pool] == wt
@@ -213,4 +237,72 @@ func (s *Server) stopDiscovery() {
 		w.w.Stop()
 		delete(d.running, name)
 	}
+}
+
+// ownAddrs returns the addresses this gateway listens on: its client,
+// TLS and admin listeners. The caller holds reload.mu.
+func (s *Server) ownAddrs() []netip.AddrPort {
+	var out []netip.AddrPort
+	add := func(ln net.Listener) {
+		if ln == nil {
+			return
+		}
+		if ap, err := netip.ParseAddrPort(ln.Addr().String()); err == nil {
+			out = append(out, netip.AddrPortFrom(ap.Addr().Unmap(), ap.Port()))
+		}
+	}
+	for _, ln := range s.listeners {
+		add(ln)
+	}
+	add(s.tlsLn)
+	add(s.adminLn)
+	return out
+}
+
+// reachesOwn reports whether node address addr (IP:port; a host name is
+// never taken for one) is one of own, or has the port of one of own bound
+// to every address and an IP of this host: loopback, or one of local's.
+func reachesOwn(addr string, own []netip.AddrPort, local func() []netip.Addr) bool {
+	ap, err := netip.ParseAddrPort(addr)
+	if err != nil {
+		return false
+	}
+	ip := ap.Addr().Unmap()
+	var ips []netip.Addr
+	for _, o := range own {
+		if o.Port() != ap.Port() {
+			continue
+		}
+		if o.Addr() == ip {
+			return true
+		}
+		if !o.Addr().IsUnspecified() {
+			continue
+		}
+		if ip.IsLoopback() || ip.IsUnspecified() {
+			return true
+		}
+		if ips == nil {
+			ips = local()
+		}
+		if slices.Contains(ips, ip) {
+			return true
+		}
+	}
+	return false
+}
+
+// localIPs returns the addresses of this host's interfaces.
+func localIPs() []netip.Addr {
+	as, err := net.InterfaceAddrs()
+	if err != nil {
+		return []netip.Addr{}
+	}
+	out := make([]netip.Addr, 0, len(as))
+	for _, a := range as {
+		if p, err := netip.ParsePrefix(a.String()); err == nil {
+			out = append(out, p.Addr().Unmap())
+		}
+	}
+	return out
 }

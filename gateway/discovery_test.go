@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"net/netip"
 	"strings"
 	"syscall"
 	"testing"
@@ -14,6 +15,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/wsgate/wsgate/balancer"
 	"github.com/wsgate/wsgate/conf"
+	"github.com/wsgate/wsgate/internal/discovery"
 	"github.com/wsgate/wsgate/internal/discovery/dnstest"
 	"github.com/wsgate/wsgate/internal/redistest"
 	"github.com/wsgate/wsgate/internal/testproc"
@@ -408,4 +410,87 @@ func TestReloadTurnsDiscoveryOn(t *testing.T) {
 	}
 	c.Close()
 	e.waitZero()
+}
+
+// TestDiscoveryLeavesOutOwnListeners registers, in a real redis-server,
+// the gateway's own client and admin listeners next to a real relay (an
+// -advertise or a Redis key written by mistake). Taken as nodes, the
+// client listener passed its probes through the gateway itself, to the
+// relay, and every client placed on it looped through the gateway: ten
+// clients held twenty tunnels. They are left out: ten clients, ten
+// tunnels, all on the relay.
+func TestDiscoveryLeavesOutOwnListeners(t *testing.T) {
+	rs := redistest.Start(t)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	mem := bus.NewMemory()
+	r1 := relay.New(relay.Options{ID: "relay-1", Bus: mem.Endpoint(), Logger: quietLog()})
+	go func() { _ = r1.Serve(ln) }()
+	t.Cleanup(func() {
+		_ = r1.Close(context.Background())
+		_ = mem.Close()
+	})
+	srv := startGateway(t, fmt.Sprintf(redisDiscoveryCfg, rs.URL()))
+	c := redis.NewClient(&redis.Options{Addr: rs.Addr})
+	defer c.Close()
+	self, admin, relayAddr := srv.Addr().String(), srv.AdminAddr().String(), ln.Addr().String()
+	for _, a := range []string{self, admin, relayAddr} {
+		if err := c.Set(context.Background(), discovery.Key("wsgate:test", a), "1", time.Minute).Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	e := &env{t: t, srv: srv, gw: self}
+	waitUntil(t, func() bool { st, ok := srv.nodeState("relay", relayAddr); return ok && st == balancer.StateUp })
+	// Lookups go on; the pool keeps only the relay.
+	before := counter(e.scrape(), "wsgate_discovery_lookups_total", "result", "ok")
+	waitUntil(t, func() bool { return counter(e.scrape(), "wsgate_discovery_lookups_total", "result", "ok") >= before+3 })
+	if nodes := srv.current().pools["relay"].bal.Nodes(); len(nodes) != 1 || nodes[0].Addr() != relayAddr {
+		t.Fatalf("pool nodes %v, want only %s", nodes, relayAddr)
+	}
+	for i := range 10 {
+		cc, replica := e.helloReplica(fmt.Sprintf("/room/own%d", i))
+		if replica != "relay-1" {
+			t.Fatalf("client on %q", replica)
+		}
+		defer cc.Close()
+	}
+	if n := srv.Tunnels(); n != 10 {
+		t.Fatalf("10 clients hold %d tunnels, want 10", n)
+	}
+	// Only the gateway's own listeners left: as an empty answer, the
+	// pool keeps the node it has.
+	if err := c.Del(context.Background(), discovery.Key("wsgate:test", relayAddr)).Err(); err != nil {
+		t.Fatal(err)
+	}
+	before = counter(e.scrape(), "wsgate_discovery_lookups_total", "result", "ok")
+	waitUntil(t, func() bool { return counter(e.scrape(), "wsgate_discovery_lookups_total", "result", "ok") >= before+3 })
+	if nodes := srv.current().pools["relay"].bal.Nodes(); len(nodes) != 1 || nodes[0].Addr() != relayAddr {
+		t.Fatalf("with only its own listeners found, the pool has %v, want %s", nodes, relayAddr)
+	}
+}
+
+// TestReachesOwn pins which node addresses are this gateway's listeners.
+func TestReachesOwn(t *testing.T) {
+	own := []netip.AddrPort{netip.MustParseAddrPort("127.0.0.1:8080"), netip.MustParseAddrPort("0.0.0.0:9090"), netip.MustParseAddrPort("[::]:9443")}
+	local := func() []netip.Addr {
+		return []netip.Addr{netip.MustParseAddr("10.0.0.5"), netip.MustParseAddr("fd00::5")}
+	}
+	for addr, want := range map[string]bool{
+		"127.0.0.1:8080":         true,
+		"127.0.0.2:8080":         false, // another loopback address: another listener
+		"10.0.0.5:8080":          false,
+		"10.0.0.5:9090":          true, // bound to every address
+		"127.0.0.9:9090":         true,
+		"[::ffff:10.0.0.5]:9090": true,
+		"[fd00::5]:9443":         true,
+		"10.0.0.6:9090":          false, // another host
+		"relay-0.relay:9090":     false, // a name is not resolved
+		"10.0.0.5:7001":          false,
+	} {
+		if got := reachesOwn(addr, own, local); got != want {
+			t.Errorf("reachesOwn(%q) = %v, want %v", addr, got, want)
+		}
+	}
 }

@@ -35,8 +35,8 @@ const rebalanceIdle = time.Second
 // then. Planning again only once the clients are back keeps a client in
 // flight from being counted as missing, and a tunnel still closing from
 // being counted twice, either of which would move more than needed. A
-// reload ends the round in progress; the next tick plans from the new
-// config.
+// reload ends the round in progress (its moves, not its wait): the next
+// round plans from the new config once the moved clients are back.
 //
 // It is one goroutine for the whole gateway; its state is that
 // goroutine's alone. It takes the registry's lock only to look tunnels
@@ -133,7 +133,14 @@ func (rb *rebalancer) tick(now time.Time) {
 			rb.pools[name] = ps
 		}
 		if ps.gen != g.n || ps.conf != *rc {
-			ps.round, ps.gen, ps.conf = nil, g.n, *rc
+			// The round's moves end, but not its settle wait: planned
+			// now, the next round would count the clients still away
+			// as missing and move more than needed, at every reload
+			// that came during the wait.
+			if ps.round != nil {
+				clear(ps.round.left)
+			}
+			ps.gen, ps.conf = g.n, *rc
 		}
 		ps.tokens = min(burstOf(rc.Rate), ps.tokens+now.Sub(ps.last).Seconds()*rc.Rate)
 		ps.last = now

@@ -264,13 +264,7 @@ func TestRebalanceStopsAtCap(t *testing.T) {
 	if err := e.srv.ReloadFrom(path); err != nil {
 		t.Fatal(err)
 	}
-	rb := e.srv.rebal
-	stopRebalancer(rb)
-	e.srv.rebal = nil
-	p := e.srv.current().pools["relay"]
-	a, b := p.node(e.addrs[0]), p.node(e.addrs[1])
-	waitRebalance(t, "both nodes up", func() bool { return a.State() == balancer.StateUp && b.State() == balancer.StateUp })
-	e.srv.drainNode(p, b, false)
+	rb, p, a, b := stopForTicks(t, e)
 
 	// Clients that come back after a 1001, and count what closed them.
 	var goaways, others atomic.Int64
@@ -313,14 +307,7 @@ func TestRebalanceStopsAtCap(t *testing.T) {
 		wg.Wait()
 	})
 	waitRebalance(t, "40 clients on A", func() bool { return a.Live() == 40 })
-	now := time.Now()
-	ticks := func(n int) {
-		for range n {
-			now = now.Add(rebalanceTick)
-			rb.tick(now)
-		}
-	}
-	moved := func() float64 { return movesOf(t, &Server{rebal: rb}, e.addrs[0]) }
+	ticks, moved := driveRebalancer(t, rb, e.addrs[0])
 	// B draining takes nobody: nothing moves.
 	ticks(20)
 	if m := moved(); m != 0 || a.Live() != 40 {
@@ -361,6 +348,35 @@ func TestRebalanceStopsAtCap(t *testing.T) {
 	}
 }
 
+// stopForTicks stops e's rebalancer loop so that the test runs its ticks,
+// waits until e's two nodes A and B are up, and drains B: it takes no
+// client until the test undrains it.
+func stopForTicks(t *testing.T, e *env) (rb *rebalancer, p *pool, a, b *balancer.Node) {
+	t.Helper()
+	rb = e.srv.rebal
+	stopRebalancer(rb)
+	e.srv.rebal = nil
+	p = e.srv.current().pools["relay"]
+	a, b = p.node(e.addrs[0]), p.node(e.addrs[1])
+	waitRebalance(t, "both nodes up", func() bool { return a.State() == balancer.StateUp && b.State() == balancer.StateUp })
+	e.srv.drainNode(p, b, false)
+	return rb, p, a, b
+}
+
+// driveRebalancer returns a function that runs n ticks of rb, a tick
+// apart on a clock of the test's own, and one that reads the moves off
+// node addr.
+func driveRebalancer(t *testing.T, rb *rebalancer, addr string) (ticks func(n int), moved func() float64) {
+	now := time.Now()
+	ticks = func(n int) {
+		for range n {
+			now = now.Add(rebalanceTick)
+			rb.tick(now)
+		}
+	}
+	return ticks, func() float64 { return movesOf(t, &Server{rebal: rb}, addr) }
+}
+
 // waitRebalance polls cond until it holds, failing the test after 10 seconds.
 func waitRebalance(t *testing.T, what string, cond func() bool) {
 	t.Helper()
@@ -388,4 +404,51 @@ func TestRebalancerStopsAtShutdown(t *testing.T) {
 		t.Fatal("the rebalancer still runs after Shutdown")
 	}
 	stopRebalancer(rb)
+}
+
+// TestRebalanceReloadKeepsSettle moves 20 of 40 clients off node A to an
+// empty node B; the clients never come back. Reloads in the settle wait
+// that follows must not plan a new round from the counts of a pool whose
+// moved clients are still away: nothing more moves until the wait ends.
+func TestRebalanceReloadKeepsSettle(t *testing.T) {
+	e := newEnv(t, 2, strings.Replace(capConf, "%[4]d", "50", 1))
+	path := filepath.Join(t.TempDir(), "wsgate.toml")
+	e.writeConfig(path, strings.Replace(capConf, "%[4]d", "50", 1))
+	rb, p, a, b := stopForTicks(t, e)
+	var wg sync.WaitGroup
+	for i := range 40 {
+		c, _, err := e.dial(fmt.Sprintf("/room/gone%d", i%4), nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		wg.Add(1)
+		go func() { // reads until the end, and does not come back
+			defer wg.Done()
+			for err == nil {
+				_, _, err = c.ReadMessage()
+			}
+			c.Close()
+		}()
+	}
+	t.Cleanup(func() {
+		e.srv.tunnels.abortAll()
+		wg.Wait()
+	})
+	waitRebalance(t, "40 clients on A", func() bool { return a.Live() == 40 })
+	e.srv.undrainNode(p, b)
+	waitRebalance(t, "B up", func() bool { return b.State() == balancer.StateUp })
+	ticks, moved := driveRebalancer(t, rb, e.addrs[0])
+	ticks(5)
+	waitRebalance(t, "20 moved off A", func() bool { return moved() == 20 && a.Live() == 20 })
+	for range 3 { // reloads every tick or so, well within rebalanceSettle
+		if err := e.srv.ReloadFrom(path); err != nil {
+			t.Fatal(err)
+		}
+		ticks(5)
+	}
+	if m := moved(); m != 20 || a.Live() != 20 {
+		t.Fatalf("after reloads in the settle wait: moves %v, A holds %d; want 20 and 20", m, a.Live())
+	}
+	ticks(int(rebalanceSettle / rebalanceTick))
+	waitRebalance(t, "the next round after the settle wait", func() bool { ticks(1); return moved() == 30 })
 }

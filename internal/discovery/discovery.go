@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"slices"
 	"sync"
@@ -42,6 +43,16 @@ const (
 	MaxWeight = 1000
 )
 
+// MaxNodes bounds the nodes one answer may name. An answer with more
+// (a DNS name or a Redis prefix filled by mistake or on purpose) is a
+// failed lookup: the last good set stays, rather than the pool growing
+// to as many nodes, each health-checked and holding its own state.
+const MaxNodes = 1000
+
+// ErrTooMany is returned (wrapped) by a lookup whose answer names more
+// than MaxNodes distinct nodes.
+var ErrTooMany = fmt.Errorf("discovery: the answer names more than %d nodes", MaxNodes)
+
 // Options configure a Watcher.
 type Options struct {
 	// Interval is the time between two lookups; required, > 0.
@@ -58,6 +69,14 @@ type Options struct {
 	// Log receives one line when lookups start failing, with the error,
 	// and one when they recover (default: discarded).
 	Log *slog.Logger
+	// Misses is how many answers in a row must leave a node out before
+	// it leaves the set (default 1: the first answer without it). A
+	// source that answers with a changing subset of its nodes (DNS
+	// servers that rotate or cap their records) would otherwise have a
+	// node removed, and its tunnels drained, at every other lookup. Only
+	// answers that name nodes count; failures and empty answers keep the
+	// set as it is.
+	Misses int
 }
 
 // Watcher asks one source every interval. Create it with Watch; it runs
@@ -80,6 +99,7 @@ func Watch(src Source, opt Options) *Watcher {
 	if opt.Log == nil {
 		opt.Log = slog.New(slog.DiscardHandler)
 	}
+	opt.Misses = max(opt.Misses, 1)
 	ctx, cancel := context.WithCancel(context.Background())
 	w := &Watcher{src: src, opt: opt, ctx: ctx, cancel: cancel, done: make(chan struct{})}
 	go w.loop()
@@ -98,8 +118,9 @@ func (w *Watcher) Done() <-chan struct{} { return w.done }
 func (w *Watcher) loop() {
 	defer close(w.done)
 	var (
-		taken   []Node // the last set Apply took
-		failing bool   // the last lookup failed: said once in the log
+		taken   []Node         // the last set Apply took
+		missed  map[string]int // answers in a row without a node of taken
+		failing bool           // the last lookup failed: said once in the log
 	)
 	tick := time.NewTicker(w.opt.Interval)
 	defer tick.Stop()
@@ -125,6 +146,7 @@ func (w *Watcher) loop() {
 				failing = false
 				w.opt.Log.Info("discovery lookups answer again", "nodes", len(nodes))
 			}
+			nodes, missed = keepMissing(nodes, taken, missed, w.opt.Misses)
 			if !slices.Equal(nodes, taken) {
 				if err := w.opt.Apply(nodes); err != nil {
 					w.opt.Log.Error("discovered nodes not applied; trying again at the next lookup", "err", err)
@@ -155,7 +177,38 @@ func (w *Watcher) lookup() ([]Node, error) {
 	if len(nodes) == 0 {
 		return nil, ErrEmpty
 	}
+	if len(nodes) > MaxNodes {
+		return nil, fmt.Errorf("%w (%d)", ErrTooMany, len(nodes))
+	}
 	return nodes, nil
+}
+
+// keepMissing returns answer plus the nodes of taken it leaves out that
+// have been missing from fewer than misses answers in a row (with their
+// weight in taken), sorted by address, and the updated counts of misses.
+// The nodes kept never take the set past MaxNodes.
+func keepMissing(answer, taken []Node, missed map[string]int, misses int) ([]Node, map[string]int) {
+	next := map[string]int{}
+	if misses <= 1 {
+		return answer, next
+	}
+	out := answer
+	for _, n := range taken {
+		if _, found := slices.BinarySearchFunc(answer, n.Addr, func(a Node, addr string) int { return cmp.Compare(a.Addr, addr) }); found {
+			continue
+		}
+		if k := missed[n.Addr] + 1; k < misses && len(out) < MaxNodes {
+			if len(out) == len(answer) {
+				out = slices.Clone(answer)
+			}
+			out = append(out, n)
+			next[n.Addr] = k
+		}
+	}
+	if len(out) != len(answer) {
+		slices.SortFunc(out, func(a, b Node) int { return cmp.Compare(a.Addr, b.Addr) })
+	}
+	return out, next
 }
 
 // normalize sorts nodes by address, keeps the first of each address and

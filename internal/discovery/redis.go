@@ -77,12 +77,17 @@ func NewRedis(url, prefix string) (*Redis, error) {
 		}
 		return nil, fmt.Errorf("discovery redis URL: %w", err)
 	}
+	// A lookup's context bounds it: without this, a Redis that accepts
+	// and never answers held each lookup for go-redis's own timeouts
+	// (seconds), whatever the interval.
+	opt.ContextTimeoutEnabled = true
 	return &Redis{prefix: prefix, c: redis.NewClient(opt)}, nil
 }
 
 // Lookup scans the keys under the prefix once.
 func (r *Redis) Lookup(ctx context.Context) ([]Node, error) {
 	var nodes []Node
+	seen := map[string]bool{}
 	match := matchPattern(r.prefix)
 	var cursor uint64
 	for range maxScanPages {
@@ -91,9 +96,13 @@ func (r *Redis) Lookup(ctx context.Context) ([]Node, error) {
 			return nil, fmt.Errorf("scan %s: %w", match, err)
 		}
 		for _, k := range keys {
-			if addr, ok := ParseKey(r.prefix, k); ok {
+			if addr, ok := ParseKey(r.prefix, k); ok && !seen[addr] {
+				seen[addr] = true // SCAN may return a key twice
 				nodes = append(nodes, Node{Addr: addr, Weight: 1})
 			}
+		}
+		if len(nodes) > MaxNodes { // stop before reading a million keys
+			return nil, fmt.Errorf("scan %s: %w", match, ErrTooMany)
 		}
 		if cursor = next; cursor == 0 {
 			return nodes, nil

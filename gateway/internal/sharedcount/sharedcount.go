@@ -188,20 +188,23 @@ func (s *Sharer) leave() {
 // exchangeScript stores this gateway's counts and returns the others'.
 // KEYS[1] is the pool's set of gateway ids, KEYS[2] this gateway's key;
 // ARGV[1] its id, ARGV[2] its counts, ARGV[3] the ttl in milliseconds,
-// ARGV[4] the start of every gateway's key (KEYS[1] .. ":"). A member
-// whose key has expired leaves the set. It returns id, counts, id,
-// counts...
+// ARGV[4] the start of every gateway's key (KEYS[1] .. ":"), ARGV[5]
+// MaxPeers. A member whose key has expired leaves the set. It returns id,
+// counts, id, counts... for at most MaxPeers other gateways.
 var exchangeScript = redis.NewScript(`
 redis.call('SET', KEYS[2], ARGV[2], 'PX', ARGV[3])
 redis.call('SADD', KEYS[1], ARGV[1])
 redis.call('PEXPIRE', KEYS[1], ARGV[3])
 local out = {}
+local room = 2 * tonumber(ARGV[5])
 for _, id in ipairs(redis.call('SMEMBERS', KEYS[1])) do
   if id ~= ARGV[1] then
     local v = redis.call('GET', ARGV[4] .. id)
     if v then
-      out[#out+1] = id
-      out[#out+1] = v
+      if #out < room then
+        out[#out+1] = id
+        out[#out+1] = v
+      end
     else
       redis.call('SREM', KEYS[1], id)
     end
@@ -217,16 +220,21 @@ func (s *Sharer) exchange() {
 	defer cancel()
 	ttl := strconv.FormatInt((TTLIntervals * s.cfg.Interval).Milliseconds(), 10)
 	res, err := exchangeScript.Run(ctx, s.client, []string{s.setKey, s.ownKey},
-		s.cfg.ID, Encode(nodes), ttl, s.setKey+":").StringSlice()
+		s.cfg.ID, Encode(nodes), ttl, s.setKey+":", MaxPeers).StringSlice()
 	if err != nil {
 		s.failed(nodes, err)
 		return
 	}
 	others := make(map[string]int, len(nodes))
+	peer := map[string]int{}
 	peers := 0
-	for i := 0; i+1 < len(res); i += 2 {
+	for i := 0; i+1 < len(res) && peers < MaxPeers; i += 2 {
 		peers++
-		Decode(res[i+1], others)
+		clear(peer)
+		Decode(res[i+1], peer)
+		for _, n := range nodes {
+			others[n.Addr()] = min(others[n.Addr()]+peerCount(peer[n.Addr()], n), maxCount)
+		}
 	}
 	for _, n := range nodes {
 		n.SetOthers(others[n.Addr()])
@@ -267,6 +275,22 @@ func (s *Sharer) observeFallback(on bool) {
 	if s.cfg.Observer != nil {
 		s.cfg.Observer.Fallback(s.cfg.Pool, on)
 	}
+}
+
+// MaxPeers bounds the other gateways whose counts one exchange reads;
+// the others beyond it are not counted.
+const MaxPeers = 256
+
+// peerCount is one other gateway's count c on n, held to n's cap: a
+// gateway in front of the same nodes holds at most that many, so a peer
+// that writes more (a bug, or anyone with access to Redis) cannot make
+// the node look busier than one full gateway and steer every client
+// away from it.
+func peerCount(c int, n *balancer.Node) int {
+	if m := n.MaxConns(); m > 0 {
+		return min(c, m)
+	}
+	return c
 }
 
 // Encode writes the live count of every node, one "ADDR COUNT" line each.

@@ -1,10 +1,14 @@
 package sharedcount
 
 import (
+	"context"
+	"fmt"
+	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
 	"github.com/wsgate/wsgate/balancer"
 	"github.com/wsgate/wsgate/internal/redistest"
 )
@@ -235,6 +239,57 @@ func TestEncodeDecode(t *testing.T) {
 	for k, w := range want {
 		if got[k] != w {
 			t.Fatalf("Decode = %v, want %v", got, want)
+		}
+	}
+}
+
+// TestPeersBounded plants, on a real redis-server, what a faulty gateway
+// (or anyone who can write to Redis) might: in one pool a peer claiming
+// 2^40 tunnels on the first node, in another 300 peers holding one tunnel
+// each on the second. A peer counts at most the node's cap (10 here) and
+// at most MaxPeers peers count, so no node looks far busier than the
+// peers' gateways could make it.
+func TestPeersBounded(t *testing.T) {
+	rs := redistest.Start(t)
+	c := redis.NewClient(&redis.Options{Addr: rs.Addr})
+	defer c.Close()
+	ctx := context.Background()
+	plant := func(pool, id, v string) {
+		t.Helper()
+		set := "test:counts:{" + pool + "}"
+		if err := c.Set(ctx, set+":"+id, v, time.Minute).Err(); err != nil {
+			t.Fatal(err)
+		}
+		if err := c.SAdd(ctx, set, id).Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	plant("huge", "liar", addrs[0]+" 1099511627776\n"+strings.Repeat("junk 5\n", 100))
+	for i := range 300 {
+		plant("many", fmt.Sprintf("peer-%d", i), addrs[1]+" 1\n")
+	}
+	for _, tc := range []struct {
+		pool   string
+		others []int
+		peers  int
+	}{{"huge", []int{10, 0, 0}, 1}, {"many", []int{0, 10, 0}, MaxPeers}} {
+		g := &gateway{o: &obs{}}
+		for _, a := range addrs {
+			g.nodes = append(g.nodes, balancer.NewNode(a, 1, 10))
+		}
+		if tc.pool == "many" {
+			g.nodes[1].SetMaxConns(0) // unlimited: the peers' bound shows
+			tc.others[1] = MaxPeers
+		}
+		s, err := Start(Config{URL: rs.URL(), Pool: tc.pool, ID: "gw", KeyPrefix: "test:counts", Interval: 50 * time.Millisecond,
+			Nodes: func() []*balancer.Node { return g.nodes }, Observer: g.o}, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { s.Stop(true); <-s.Done() })
+		waitOthers(t, g, tc.others, tc.pool)
+		if _, _, peers := g.o.state(); peers != tc.peers {
+			t.Fatalf("%s: %d peers counted, want %d", tc.pool, peers, tc.peers)
 		}
 	}
 }
