@@ -12,6 +12,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/wsgate/wsgate/bench/internal/loadproc"
 )
 
 // results are what one target measured over the run.
@@ -110,11 +112,11 @@ func (r *runner) bench(ctx context.Context, w io.Writer) error {
 	rows = append(rows,
 		only(nanRow("reconnect after drain p50 / p99 / max (ms)", "", "relay.v1 drain of 100 clients, admin drain?migrate=1 of relay 1 at 2s, 1001 spread over 2s; "+
 			"from the close to the new 101, including the client's random 0-1s wait (-window 1s); wsgate only; "+med), colWSGate, math.NaN(),
-			fmt.Sprintf("%.0f / %.0f / %.0f", median(rec50), median(rec99), median(recMax))),
+			fmt.Sprintf("%.0f / %.0f / %.0f", loadproc.Median(rec50), loadproc.Median(rec99), loadproc.Median(recMax))),
 		only(nanRow("clients back / not back after drain", "", med), colWSGate, math.NaN(),
-			fmt.Sprintf("%.0f / %.0f", median(back), median(notBack))),
+			fmt.Sprintf("%.0f / %.0f", loadproc.Median(back), loadproc.Median(notBack))),
 		only(nanRow("lost writes / duplicates after drain", "", "close codes seen: "+codesText(codes)+"; "+med), colWSGate, math.NaN(),
-			fmt.Sprintf("%.0f / %.0f (resent dups %.0f)", median(lost), median(dups), median(dupsResent))),
+			fmt.Sprintf("%.0f / %.0f (resent dups %.0f)", loadproc.Median(lost), loadproc.Median(dups), loadproc.Median(dupsResent))),
 	)
 	fmt.Fprintf(w, "wsgate benchmark (%s), %s\n\n", modeName(p), time.Now().UTC().Format("2006-01-02 15:04 UTC"))
 	fmt.Fprintf(w, "machine: %d CPUs (%s), %s, %s; load average %s at start, %s at end; took %v\n\n",
@@ -148,7 +150,7 @@ func (r *runner) rows(res [numCols]results) []row {
 		for i, x := range rs {
 			xs[i] = f(x)
 		}
-		return median(xs)
+		return loadproc.Median(xs)
 	}
 	p50 := func(x fanoutResult) float64 { return x.p50 }
 	p99 := func(x fanoutResult) float64 { return x.p99 }
@@ -213,8 +215,8 @@ func (r *runner) rows(res [numCols]results) []row {
 		})
 	hps := per(nanRow("handshakes per second (churn)", "%.0f",
 		fmt.Sprintf("churn -c %d, %v, connect + one round trip + close; %s", p.churnWorkers, p.churnDuration, med)),
-		func(x *results) float64 { return median(x.hps) })
-	rtt := per(nanRow("churn round trip p50 (ms)", "%.2f", med), func(x *results) float64 { return median(x.rtt) })
+		func(x *results) float64 { return loadproc.Median(x.hps) })
+	rtt := per(nanRow("churn round trip p50 (ms)", "%.2f", med), func(x *results) float64 { return loadproc.Median(x.rtt) })
 	return append(rows, ladder, delivered, hps, rtt)
 }
 

@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/wsgate/wsgate/bench/internal/loadproc"
 	"github.com/wsgate/wsgate/bench/internal/probe"
 	"github.com/wsgate/wsgate/internal/loadgen"
 )
@@ -69,7 +70,7 @@ func (r *runner) idle(ctx context.Context, t *target) (idleResult, error) {
 		rss = append(rss, float64(v))
 		time.Sleep(500 * time.Millisecond)
 	}
-	res.perConn = (median(rss) - float64(before)) / float64(n)
+	res.perConn = (loadproc.Median(rss) - float64(before)) / float64(n)
 	if t.proxy() {
 		for _, rl := range r.st.Relays {
 			info, err := rl.Info()

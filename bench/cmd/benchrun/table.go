@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"io"
 	"math"
-	"slices"
 	"strings"
 )
 
@@ -68,19 +67,4 @@ func writeTable(w io.Writer, rows []row) error {
 	}
 	_, err := io.WriteString(w, b.String())
 	return err
-}
-
-// median is the middle value of xs (the mean of the two middle ones for an
-// even count), NaN for none. NaN values are ignored.
-func median(xs []float64) float64 {
-	s := slices.DeleteFunc(slices.Clone(xs), math.IsNaN)
-	if len(s) == 0 {
-		return math.NaN()
-	}
-	slices.Sort(s)
-	m := len(s) / 2
-	if len(s)%2 == 1 {
-		return s[m]
-	}
-	return (s[m-1] + s[m]) / 2
 }

@@ -5,6 +5,8 @@ import (
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/wsgate/wsgate/bench/internal/loadproc"
 )
 
 func TestMedian(t *testing.T) {
@@ -21,19 +23,19 @@ func TestMedian(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			if got := median(tc.in); got != tc.want {
-				t.Fatalf("median(%v) = %v, want %v", tc.in, got, tc.want)
+			if got := loadproc.Median(tc.in); got != tc.want {
+				t.Fatalf("loadproc.Median(%v) = %v, want %v", tc.in, got, tc.want)
 			}
 		})
 	}
 	t.Run("empty", func(t *testing.T) {
-		if got := median(nil); !math.IsNaN(got) {
-			t.Fatalf("median(nil) = %v, want NaN", got)
+		if got := loadproc.Median(nil); !math.IsNaN(got) {
+			t.Fatalf("loadproc.Median(nil) = %v, want NaN", got)
 		}
 	})
 	t.Run("input untouched", func(t *testing.T) {
 		in := []float64{3, 1, 2}
-		median(in)
+		loadproc.Median(in)
 		if in[0] != 3 || in[1] != 1 {
 			t.Fatalf("median sorted its input: %v", in)
 		}
