@@ -2,7 +2,6 @@ package gateway
 
 import (
 	"bytes"
-	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -12,8 +11,6 @@ import (
 	"syscall"
 	"testing"
 	"time"
-
-	"github.com/wsgate/wsgate/conf"
 )
 
 // BenchmarkHandshakeChurn measures what one WebSocket handshake costs the
@@ -31,20 +28,9 @@ import (
 //	go test -run '^$' -bench HandshakeChurn -benchmem -count 6 ./gateway
 func BenchmarkHandshakeChurn(b *testing.B) {
 	node := newEchoNode(b)
-	cfg, err := conf.Parse("bench.toml", []byte(fmt.Sprintf(oneNode, "127.0.0.1:0", node.addr)))
-	if err != nil {
-		b.Fatal(err)
-	}
-	srv, err := New(cfg, quietLog())
-	if err != nil {
-		b.Fatal(err)
-	}
-	if err := srv.Start(); err != nil {
-		b.Fatal(err)
-	}
-	b.Cleanup(func() { _ = srv.Shutdown(context.Background()) })
+	gw := benchGateway(b, oneNode, []any{"127.0.0.1:0", node.addr})
 	b.Run("direct", func(b *testing.B) { churn(b, node.addr) })
-	b.Run("gateway", func(b *testing.B) { churn(b, srv.Addr().String()) })
+	b.Run("gateway", func(b *testing.B) { churn(b, gw) })
 }
 
 // churnRequest is the client's upgrade request; its key's accept is
