@@ -87,14 +87,13 @@ type Gateway struct {
 	// (default 30s; > 0).
 	WriteTimeout Duration `toml:"write_timeout" json:"write_timeout"`
 	// TunnelEngine says how tunnels run after the handshake: "epoll", one
-	// event loop per two cores for every tunnel between two TCP sockets (a TLS
+	// event loop per core for every tunnel between two TCP sockets (a TLS
 	// client stays on goroutines), or "goroutines", two goroutines a
 	// tunnel (default "epoll"). A reload applies it to new tunnels.
 	TunnelEngine string `toml:"tunnel_engine" json:"tunnel_engine"`
 	// Pollers is how many event loops the "epoll" engine runs (default
-	// 0: one per two cores, at least one; 0-1024). Fewer cost less CPU
-	// per frame at moderate rates and carry less at the most. Changing it
-	// needs a restart.
+	// 0: one per core; 0-1024). Fewer cost less CPU per frame at moderate
+	// rates and carry less at the most. Changing it needs a restart.
 	Pollers int `toml:"pollers" json:"pollers"`
 	// DrainWindow is the time over which close 1001 frames are spread when
 	// draining (default 10s; >= 0).

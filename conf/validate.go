@@ -93,7 +93,7 @@ func (g *Gateway) validate(e *errorList) {
 	positive(e, "gateway.write_timeout", g.WriteTimeout)
 	switch {
 	case g.Pollers < 0:
-		e.add("gateway.pollers", fmt.Sprintf("must be >= 0 (0: one per two cores), got %d", g.Pollers))
+		e.add("gateway.pollers", fmt.Sprintf("must be >= 0 (0: one per core), got %d", g.Pollers))
 	case g.Pollers > maxPollers:
 		// Each poller holds descriptors and a read buffer: a typo must
 		// not cost the gateway its open-file budget.

@@ -168,21 +168,20 @@ func readServerFrame(br *bufio.Reader) (wsframe.Opcode, []byte) {
 	}
 }
 
-// TestPollersKey starts wsgate with gateway.pollers = 2: after the first
-// tunnel two event loops run (more than the default, one per two cores,
-// on a machine of up to two), and the tunnel is on the epoll engine.
+// TestPollersKey starts wsgate with gateway.pollers = 1: after the first
+// tunnel one event loop runs, and the tunnel is on the epoll engine.
 func TestPollersKey(t *testing.T) {
 	st := &stack{}
 	startRelays(t, st, 1, "")
-	startGatewayCmd(t, st, "", "", withGatewayKeys(t, "pollers = 2\n"))
+	startGatewayCmd(t, st, "", "", withGatewayKeys(t, "pollers = 1\n"))
 	c, err := rawHandshake(st.gwAddr, "/room/pollers")
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer c.Close()
 	waitFor(t, func() bool { return metricValue(t, st.adminAddr, "wsgate_tunnels") == 1 })
-	if got := metricValue(t, st.adminAddr, "wsgate_tunnel_pollers"); got != 2 {
-		t.Errorf("wsgate_tunnel_pollers = %v, want 2", got)
+	if got := metricValue(t, st.adminAddr, "wsgate_tunnel_pollers"); got != 1 {
+		t.Errorf("wsgate_tunnel_pollers = %v, want 1", got)
 	}
 	if got := metricValue(t, st.adminAddr, `wsgate_tunnels_started_total{engine="epoll"}`); got != 1 {
 		t.Errorf("epoll tunnels started = %v, want 1", got)

@@ -67,14 +67,13 @@ var (
 	pollersOnce sync.Once
 	pollers     []*poller
 	pollerNext  atomic.Uint32
-	pollersWant atomic.Int32 // SetPollers; 0 = defaultPollers
+	pollersWant atomic.Int32 // SetPollers; 0 = one per core
 	pollersUp   atomic.Int32 // pollers started
 )
 
 // SetPollers sets how many pollers the event-driven engine starts with its
-// first tunnel: n > 0, or 0 for the default, one per two cores (see
-// defaultPollers). It reports false, changing nothing, once the pollers
-// have started.
+// first tunnel: n > 0, or 0 for one per core (GOMAXPROCS). It reports false,
+// changing nothing, once the pollers have started.
 func SetPollers(n int) bool {
 	if pollersUp.Load() != 0 {
 		return false
@@ -91,7 +90,7 @@ func Pollers() int { return int(pollersUp.Load()) }
 // first use; nil when the engine cannot run (epoll or eventfd failed).
 func pickPoller() *poller {
 	pollersOnce.Do(func() {
-		n := defaultPollers(runtime.GOMAXPROCS(0))
+		n := runtime.GOMAXPROCS(0)
 		if w := int(pollersWant.Load()); w > 0 {
 			n = w
 		}
@@ -111,13 +110,6 @@ func pickPoller() *poller {
 	i := pollerNext.Add(1) % uint32(len(pollers))
 	return pollers[i]
 }
-
-// defaultPollers is the number of pollers for procs cores (GOMAXPROCS):
-// one per two, rounded up. Each poller that parks and wakes on its own
-// costs the runtime thread wake-ups; at the bench's 12,000 frames/s one
-// poller spent less CPU per frame than two on two cores, and carried as
-// many frames per second within the latency bound (docs/architecture.md).
-func defaultPollers(procs int) int { return max(1, (procs+1)/2) }
 
 func newPoller() (*poller, error) {
 	epfd, err := unix.EpollCreate1(unix.EPOLL_CLOEXEC)

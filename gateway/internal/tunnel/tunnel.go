@@ -26,7 +26,7 @@
 //
 // Two engines run tunnels; they share the framing code and behave the
 // same. A tunnel between two TCP sockets runs on the event-driven engine
-// (Linux; see engine_linux.go): a few pollers, one per two cores, each carrying
+// (Linux; see engine_linux.go): a few pollers, one per core, each carrying
 // many tunnels with no goroutine and no buffer per idle tunnel. Any other
 // (a TLS client) runs as a goroutine pair that reads through the runtime
 // poller without holding a buffer while idle; buffers come from a shared
