@@ -277,7 +277,7 @@ func TestCluster(t *testing.T) {
 				time.Sleep(25 * time.Millisecond)
 			}
 			if promoted == "" {
-				t.Errorf("no replica of %s took over within 10s", master)
+				t.Errorf("no replica of %s took over within 10s\n%s", master, clusterReport(cl, addrs))
 				return
 			}
 			// The promoted master has no replica, so no commit on its
@@ -290,7 +290,8 @@ func TestCluster(t *testing.T) {
 			// subscribe and write there.
 			for i := 0; resubscribes(t, addrs[1]) < resubs+2; i++ {
 				if i == 400 {
-					t.Errorf("the reader's relay did not subscribe the rooms again within 10s")
+					t.Errorf("the reader's relay did not subscribe the rooms again within 10s (resubscribes %d, want %d)\n%s",
+						resubscribes(t, addrs[1]), resubs+2, clusterReport(cl, addrs))
 					return
 				}
 				time.Sleep(25 * time.Millisecond)
@@ -318,6 +319,21 @@ func TestCluster(t *testing.T) {
 			t.Fatalf("member of room %s on another shard read %q %v\n/info one: %s\n/info two: %s", other, m, err, info1, info2)
 		}
 	})
+}
+
+// clusterReport describes the cluster as each live node sees it and the
+// relays' /info, for a wait that gives up.
+func clusterReport(cl *redistest.Cluster, addrs []string) string {
+	var b strings.Builder
+	for _, n := range cl.Nodes {
+		out, err := redistest.Cmd(n.Addr, "CLUSTER", "NODES")
+		fmt.Fprintf(&b, "CLUSTER NODES on %s: %v\n%s", n.Addr, err, out)
+	}
+	for _, a := range addrs {
+		_, info := get(a, "/info")
+		fmt.Fprintf(&b, "/info of %s: %s\n", a, info)
+	}
+	return b.String()
 }
 
 // resubscribes returns the "resubscribes" count in the /info of the relay
@@ -613,13 +629,37 @@ func failover(t *testing.T, addrs []string, room, plainRoom string, kill func())
 		go func() { defer wg.Done(); f(rctx) }()
 	}
 	var stages []string // how long each wait took, for the log
+	// progress says how far the clients got, for a wait that gives up.
+	progress := func() string {
+		w.mu.Lock()
+		acked, reconnects := len(w.ackedSet), w.reconnects
+		w.mu.Unlock()
+		r.mu.Lock()
+		got, rcloses, resyncs := len(r.got), slices.Clone(r.closes), r.resyncs
+		r.mu.Unlock()
+		pw.mu.Lock()
+		sent, joins := len(pw.sent), len(pw.joinedAt)
+		pw.mu.Unlock()
+		pr.mu.Lock()
+		pgot := len(pr.got)
+		pr.mu.Unlock()
+		_, info1 := get(addrs[0], "/info")
+		_, info2 := get(addrs[1], "/info")
+		return fmt.Sprintf("relay.v1 writer: %d acknowledged, %d reconnects; reader: %d distinct, closed with %v, %d resyncs; "+
+			"plain writer: %d sent, %d joins; plain reader: %d distinct\n/info one: %s\n/info two: %s",
+			acked, reconnects, got, rcloses, resyncs, sent, joins, pgot, info1, info2)
+	}
+	// Each wait has its own bound, well within ctx's, so the one that
+	// gives up is named while the clients still run.
+	const waitBound = 20 * time.Second
 	waitUntil := func(what string, ok func() bool) {
 		t.Helper()
 		start := time.Now()
 		defer func() { stages = append(stages, fmt.Sprintf("%s %v", what, time.Since(start).Round(time.Millisecond))) }()
 		for !ok() {
-			if ctx.Err() != nil {
-				t.Fatalf("gave up waiting for %s", what)
+			if ctx.Err() != nil || time.Since(start) > waitBound {
+				t.Fatalf("gave up waiting %v for %s (waits so far: %s)\n%s", time.Since(start).Round(time.Millisecond),
+					what, strings.Join(stages, ", "), progress())
 			}
 			time.Sleep(10 * time.Millisecond)
 		}
