@@ -23,15 +23,37 @@ import (
 // flags) and returns their addresses once /healthz answers 200.
 func startReplicas(t *testing.T, args ...string) []string {
 	t.Helper()
+	addrs, _ := startRelays(t, args...)
+	return addrs
+}
+
+// startRelays is startReplicas that returns the processes too.
+func startRelays(t *testing.T, args ...string) ([]string, []*testproc.Proc) {
+	t.Helper()
 	bin := testproc.Build(t, "./relay-backend")
-	var addrs []string
+	var (
+		addrs []string
+		procs []*testproc.Proc
+	)
 	for _, id := range []string{"one", "two"} {
 		addr := testproc.FreeAddr(t)
-		testproc.Start(t, id, bin, append([]string{"-listen", addr, "-id", id, "-drain-window", "100ms"}, args...)...)
+		procs = append(procs, testproc.Start(t, id, bin, append([]string{"-listen", addr, "-id", id, "-drain-window", "100ms"}, args...)...))
 		testproc.WaitHTTP(t, "http://"+addr+"/healthz", 200, 20*time.Second)
 		addrs = append(addrs, addr)
 	}
-	return addrs
+	return addrs, procs
+}
+
+// busLines returns the lines of a relay's output that its Redis bus
+// logged.
+func busLines(p *testproc.Proc) string {
+	var b strings.Builder
+	for line := range strings.Lines(p.Output()) {
+		if strings.Contains(line, "redis") {
+			b.WriteString(line)
+		}
+	}
+	return b.String()
 }
 
 // exchange joins room with a and c on the first replica and b on the
@@ -187,7 +209,7 @@ var roomCommands = []string{"spublish", "ssubscribe", "evalsha", "eval", "xadd",
 // replica to acknowledge each commit (-redis-wait-replicas 1).
 func TestCluster(t *testing.T) {
 	cl := redistest.StartCluster(t)
-	addrs := startReplicas(t, "-redis-cluster", cl.Seeds(), "-redis-wait-replicas", "1", "-redis-wait-timeout", "1s")
+	addrs, procs := startRelays(t, "-redis-cluster", cl.Seeds(), "-redis-wait-replicas", "1", "-redis-wait-timeout", "1s")
 
 	t.Run("frames once across replicas", func(t *testing.T) {
 		rooms := []string{"alpha", "beta", "gamma", "delta"}
@@ -277,7 +299,7 @@ func TestCluster(t *testing.T) {
 				time.Sleep(25 * time.Millisecond)
 			}
 			if promoted == "" {
-				t.Errorf("no replica of %s took over within 10s", master)
+				t.Errorf("no replica of %s took over within 10s\n%s", master, clusterReport(cl, addrs))
 				return
 			}
 			// The promoted master has no replica, so no commit on its
@@ -290,7 +312,8 @@ func TestCluster(t *testing.T) {
 			// subscribe and write there.
 			for i := 0; resubscribes(t, addrs[1]) < resubs+2; i++ {
 				if i == 400 {
-					t.Errorf("the reader's relay did not subscribe the rooms again within 10s")
+					t.Errorf("the reader's relay did not subscribe the rooms again within 10s (resubscribes %d, want %d)\n%s",
+						resubscribes(t, addrs[1]), resubs+2, clusterReport(cl, addrs))
 					return
 				}
 				time.Sleep(25 * time.Millisecond)
@@ -302,6 +325,9 @@ func TestCluster(t *testing.T) {
 			waitReply(t, promoted, "state=online", "INFO", "replication")
 			t.Logf("the killed node serves as its replica %v after the kill", time.Since(killed).Round(10*time.Millisecond))
 		})
+		for _, p := range procs {
+			t.Logf("relay %s's bus after the kill:\n%s", p.Name, busLines(p))
+		}
 		// Nobody was closed for the bus: the room's reader on the other
 		// relay kept its connection, and so did the other shard's members.
 		if len(closes) != 0 {
@@ -318,6 +344,21 @@ func TestCluster(t *testing.T) {
 			t.Fatalf("member of room %s on another shard read %q %v\n/info one: %s\n/info two: %s", other, m, err, info1, info2)
 		}
 	})
+}
+
+// clusterReport describes the cluster as each live node sees it and the
+// relays' /info, for a wait that gives up.
+func clusterReport(cl *redistest.Cluster, addrs []string) string {
+	var b strings.Builder
+	for _, n := range cl.Nodes {
+		out, err := redistest.Cmd(n.Addr, "CLUSTER", "NODES")
+		fmt.Fprintf(&b, "CLUSTER NODES on %s: %v\n%s", n.Addr, err, out)
+	}
+	for _, a := range addrs {
+		_, info := get(a, "/info")
+		fmt.Fprintf(&b, "/info of %s: %s\n", a, info)
+	}
+	return b.String()
 }
 
 // resubscribes returns the "resubscribes" count in the /info of the relay
@@ -403,6 +444,14 @@ func dialV1(ctx context.Context, addr, room string, since relayclient.Since) (*r
 	dctx, cancel := context.WithTimeout(ctx, ioTimeout)
 	defer cancel()
 	c, _, err := relayclient.Dial(dctx, &websocket.Dialer{HandshakeTimeout: ioTimeout}, "ws://"+addr+"/room/"+room, since)
+	return c, err
+}
+
+// dialPlainHello is dialPlain asking for the hello frame, which the relay
+// sends once it admitted the connection.
+func dialPlainHello(ctx context.Context, addr, room string) (*websocket.Conn, error) {
+	d := websocket.Dialer{HandshakeTimeout: ioTimeout}
+	c, _, err := d.DialContext(ctx, "ws://"+addr+"/room/"+room+"?hello=1", nil)
 	return c, err
 }
 
@@ -496,37 +545,61 @@ func (r *v1Reader) has(bodies []string) (missing []string) {
 
 // plainWriter sends a numbered message on room every 5 ms through the relay
 // at addr on a plain connection, reconnecting after an error, and records
-// when each message was written.
+// when each message was written. It sends only once the relay admitted it
+// (its hello frame came): until then the relay does not read the
+// connection (it waits for the room's bus subscription and position, which
+// takes seconds while a master is down), and what a client wrote before a
+// close it did not see coming is lost unread. When ctx ends it closes
+// with 1000 and waits for the relay's answer, which comes after the relay
+// handled every message sent before it.
 type plainWriter struct {
 	addr, room string
 	mu         sync.Mutex
 	sent       []time.Time // by number
 	closedAt   []time.Time // connection ends
-	joinedAt   []time.Time // connections made
+	joinedAt   []time.Time // admissions (hello received)
+	lastClose  int         // close code of the last connection's end (-1: none)
+	live       bool        // the current connection was admitted and not closed
 }
 
 func (w *plainWriter) run(ctx context.Context) {
 	for {
-		c, ok := redial(ctx, func() (*websocket.Conn, error) { return dialPlain(ctx, w.addr, w.room) })
+		c, ok := redial(ctx, func() (*websocket.Conn, error) { return dialPlainHello(ctx, w.addr, w.room) })
 		if !ok {
 			return
 		}
-		w.mu.Lock()
-		w.joinedAt = append(w.joinedAt, time.Now())
-		w.mu.Unlock()
-		// Read (and drop) what the room sends, so a close is noticed.
-		ended := make(chan struct{})
+		// Read (and drop) what the room sends, so a close is noticed; the
+		// first frame is the hello that says the relay admitted us.
+		ended, admitted := make(chan struct{}), make(chan struct{})
+		code := -1
 		go func() {
 			defer close(ended)
-			for {
+			for first := true; ; first = false {
+				_ = c.SetReadDeadline(time.Now().Add(2 * ioTimeout))
 				if _, _, err := c.ReadMessage(); err != nil {
+					var ce *websocket.CloseError
+					if errors.As(err, &ce) {
+						code = ce.Code
+					}
 					return
+				}
+				if first {
+					close(admitted)
 				}
 			}
 		}()
+		select {
+		case <-admitted:
+			w.mu.Lock()
+			w.joinedAt = append(w.joinedAt, time.Now())
+			w.live = true
+			w.mu.Unlock()
+		case <-ended:
+		case <-ctx.Done():
+		}
 		tick := time.NewTicker(5 * time.Millisecond)
 	send:
-		for {
+		for ctx.Err() == nil {
 			select {
 			case <-ctx.Done():
 				break send
@@ -546,10 +619,19 @@ func (w *plainWriter) run(ctx context.Context) {
 			w.mu.Unlock()
 		}
 		tick.Stop()
+		// A clean close: the relay answers it once it read (and
+		// committed) everything before it.
+		_ = c.WriteControl(websocket.CloseMessage, websocket.FormatCloseMessage(websocket.CloseNormalClosure, ""),
+			time.Now().Add(ioTimeout))
+		select {
+		case <-ended:
+		case <-time.After(ioTimeout):
+		}
 		_ = c.Close()
 		<-ended
 		w.mu.Lock()
 		w.closedAt = append(w.closedAt, time.Now())
+		w.lastClose, w.live = code, false
 		w.mu.Unlock()
 	}
 }
@@ -602,10 +684,11 @@ func failover(t *testing.T, addrs []string, room, plainRoom string, kill func())
 	pw := &plainWriter{addr: addrs[0], room: plainRoom}
 	pr := &plainReader{addr: addrs[1], room: plainRoom, got: map[string]bool{}}
 	var wg sync.WaitGroup
-	for _, f := range []func(context.Context){w.run, pw.run} {
-		wg.Add(1)
-		go func() { defer wg.Done(); f(wctx) }()
-	}
+	wg.Add(1)
+	go func() { defer wg.Done(); w.run(wctx) }()
+	pwDone := make(chan struct{})
+	go func() { defer close(pwDone); pw.run(wctx) }()
+	defer func() { stopWriters(); <-pwDone }()
 	rctx, stopReaders := context.WithCancel(ctx)
 	defer stopReaders()
 	for _, f := range []func(context.Context){r.run, pr.run} {
@@ -613,34 +696,101 @@ func failover(t *testing.T, addrs []string, room, plainRoom string, kill func())
 		go func() { defer wg.Done(); f(rctx) }()
 	}
 	var stages []string // how long each wait took, for the log
+	var killedAt time.Time
+	// since lists times relative to the kill.
+	since := func(ts []time.Time) (d []time.Duration) {
+		for _, x := range ts {
+			d = append(d, x.Sub(killedAt).Round(time.Millisecond))
+		}
+		return d
+	}
+	// progress says how far the clients got, for a wait that gives up.
+	progress := func() string {
+		w.mu.Lock()
+		acked, reconnects := len(w.ackedSet), w.reconnects
+		w.mu.Unlock()
+		r.mu.Lock()
+		got, rcloses, resyncs := len(r.got), slices.Clone(r.closes), r.resyncs
+		r.mu.Unlock()
+		pw.mu.Lock()
+		sent, joins := len(pw.sent), len(pw.joinedAt)
+		conns := fmt.Sprintf("joined %v, closed %v after the kill", since(pw.joinedAt), since(pw.closedAt))
+		pw.mu.Unlock()
+		pr.mu.Lock()
+		pgot := len(pr.got)
+		var pmissing []string // ranges of plain messages not received
+		for i := 0; i < sent; i++ {
+			if pr.got[fmt.Sprint("p", i)] {
+				continue
+			}
+			j := i
+			for j+1 < sent && !pr.got[fmt.Sprint("p", j+1)] {
+				j++
+			}
+			pmissing = append(pmissing, fmt.Sprintf("p%d..p%d", i, j))
+			i = j
+		}
+		pr.mu.Unlock()
+		_, info1 := get(addrs[0], "/info")
+		_, info2 := get(addrs[1], "/info")
+		return fmt.Sprintf("relay.v1 writer: %d acknowledged, %d reconnects; reader: %d distinct, closed with %v, %d resyncs; "+
+			"plain writer: %d sent, %d joins (%s); plain reader: %d distinct, missing %v\n/info one: %s\n/info two: %s",
+			acked, reconnects, got, rcloses, resyncs, sent, joins, conns, pgot, pmissing, info1, info2)
+	}
+	// Each wait has its own bound, well within ctx's, so the one that
+	// gives up is named while the clients still run.
+	const waitBound = 20 * time.Second
 	waitUntil := func(what string, ok func() bool) {
 		t.Helper()
 		start := time.Now()
 		defer func() { stages = append(stages, fmt.Sprintf("%s %v", what, time.Since(start).Round(time.Millisecond))) }()
 		for !ok() {
-			if ctx.Err() != nil {
-				t.Fatalf("gave up waiting for %s", what)
+			if ctx.Err() != nil || time.Since(start) > waitBound {
+				t.Fatalf("gave up waiting %v for %s (waits so far: %s)\n%s", time.Since(start).Round(time.Millisecond),
+					what, strings.Join(stages, ", "), progress())
 			}
 			time.Sleep(10 * time.Millisecond)
 		}
 	}
 	waitUntil("50 acknowledged writes", func() bool { return w.acked.Load() >= 50 })
-	killedAt := time.Now()
+	killedAt = time.Now()
 	kill()
+	back := time.Now() // the shard has its replica again
 	base := w.acked.Load()
 	waitUntil("100 acknowledged writes after the kill", func() bool { return w.acked.Load() >= base+100 })
-	waitUntil("the plain writer to send after a reconnect", func() bool {
+	// The plain writer sends on a connection the relay admitted after a
+	// reconnect, and past the moment a commit made before the shard had
+	// its replica again (a WAIT of up to 1 s that fails closes the sender
+	// with 1011) could still close it: what it sends from now on is
+	// committed.
+	waitUntil("the plain writer to send on an admitted connection after a reconnect, 1.5s after the shard has its replica", func() bool {
 		pw.mu.Lock()
 		defer pw.mu.Unlock()
-		return len(pw.joinedAt) >= 2 && len(pw.sent) > 0 && pw.sent[len(pw.sent)-1].Sub(pw.joinedAt[len(pw.joinedAt)-1]) > 200*time.Millisecond
+		return len(pw.joinedAt) >= 2 && pw.live && len(pw.sent) > 0 &&
+			pw.sent[len(pw.sent)-1].Sub(pw.joinedAt[len(pw.joinedAt)-1]) > 200*time.Millisecond &&
+			time.Since(back) > 1500*time.Millisecond
 	})
 	stopWriters()
 	w.mu.Lock()
 	acked := slices.Clone(w.ackedSet)
 	w.mu.Unlock()
+	// The plain writer's close is answered once the relay handled every
+	// message sent before it.
+	waitUntil("the plain writer's close to be answered", func() bool {
+		select {
+		case <-pwDone:
+			return true
+		default:
+			return false
+		}
+	})
 	pw.mu.Lock()
-	sent := slices.Clone(pw.sent)
+	sent, lastClose := slices.Clone(pw.sent), pw.lastClose
 	pw.mu.Unlock()
+	if lastClose != websocket.CloseNormalClosure {
+		t.Fatalf("the plain writer's last connection ended with %d, not the 1000 it sent: its last messages may not be committed\n%s",
+			lastClose, progress())
+	}
 	// The readers catch up: the last acknowledged and the last plain
 	// message reach them (a plain reader that lost its connection gets
 	// the rest from the history replayed on its next join).

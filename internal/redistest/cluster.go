@@ -24,7 +24,7 @@ type Cluster struct {
 // with `redis-cli --cluster create --cluster-replicas 1`, and waits (at
 // most 30 s) until every node reports cluster_state:ok and every replica's
 // link to its master is up. The servers are stopped by PID when the test
-// ends.
+// ends; if it failed, their output (at log level notice) is printed first.
 func StartCluster(tb testing.TB) *Cluster {
 	tb.Helper()
 	need(tb, CLI)
@@ -41,8 +41,19 @@ func StartCluster(tb testing.TB) *Cluster {
 			// A replica takes over however long its link was down.
 			"--cluster-replica-validity-factor", "0",
 			// A replica's first sync starts at once, not after 5 s.
-			"--repl-diskless-sync-delay", "0"))
+			"--repl-diskless-sync-delay", "0",
+			// Elections, failovers and resyncs are logged at notice.
+			"--loglevel", "notice"))
 	}
+	// Registered after the servers' own cleanups, so it runs before they
+	// are stopped.
+	tb.Cleanup(func() {
+		if tb.Failed() {
+			for _, n := range c.Nodes {
+				tb.Logf("--- redis-server %s output:\n%s", n.Addr, n.Log())
+			}
+		}
+	})
 	args := append([]string{"--cluster", "create"}, c.Addrs()...)
 	args = append(args, "--cluster-replicas", "1", "--cluster-yes")
 	if out, err := exec.Command(CLI, args...).CombinedOutput(); err != nil {

@@ -9,6 +9,7 @@ import (
 	"net"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
@@ -91,15 +92,22 @@ func startOn(dir string, port int, args []string) (*Server, error) {
 	cmd := exec.Command(Binary, append(append(conf,
 		"--port", strconv.Itoa(port), "--bind", "127.0.0.1", "--dir", dir, "--loglevel", "warning"),
 		args...)...)
+	// The output goes to a file (kept across a restart) for Log.
+	out, err := os.OpenFile(filepath.Join(dir, logName), os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o600)
+	if err != nil {
+		return nil, fmt.Errorf("redis-server log: %w", err)
+	}
+	cmd.Stdout, cmd.Stderr = out, out
 	if err := cmd.Start(); err != nil {
+		out.Close()
 		return nil, fmt.Errorf("exec %s: %w", Binary, err)
 	}
 	s := &Server{Addr: addr, cmd: cmd, done: make(chan struct{}), dir: dir, args: append(conf, args...)}
 	go func() {
 		_ = cmd.Wait()
+		out.Close()
 		close(s.done)
 	}()
-	var err error
 	deadline := time.Now().Add(10 * time.Second)
 	for time.Now().Before(deadline) {
 		if err = ping(addr); err == nil {
@@ -114,6 +122,19 @@ func startOn(dir string, port int, args []string) (*Server, error) {
 	}
 	s.stop()
 	return nil, fmt.Errorf("redis-server on %s not ready: %w", addr, err)
+}
+
+// logName is the file in a server's directory that holds its output.
+const logName = "redis-server.log"
+
+// Log returns what the server printed so far, over its restarts too (at
+// the log level its arguments chose: warning unless they say otherwise).
+func (s *Server) Log() string {
+	b, err := os.ReadFile(filepath.Join(s.dir, logName))
+	if err != nil {
+		return err.Error()
+	}
+	return string(b)
 }
 
 // Pid returns the server's process id, for tests that signal it (SIGSTOP
