@@ -228,6 +228,12 @@ func (p *Pool) validate(e *errorList, path string) {
 	p.Health.validate(e, joinKey(path, "health"))
 	if p.Rebalance != nil {
 		p.Rebalance.validate(e, joinKey(path, "rebalance"), p.Balance)
+		if p.SharedCounts.Redis != "" {
+			// The rebalancer plans from this gateway's own tunnels, while
+			// least_conn with shared counts places a moved client by every
+			// gateway's: the two would disagree and move clients forever.
+			e.add(joinKey(path, "rebalance"), "cannot be used with [pools.shared_counts]: the rebalancer counts only this gateway's tunnels, so clients it moves would be placed back by the shared counts and moved again")
+		}
 	}
 	atLeast(e, joinKey(joinKey(path, "admission"), "rate"), p.Admission.Rate, 0)
 	atLeast(e, joinKey(joinKey(path, "admission"), "burst"), p.Admission.Burst, 0)
