@@ -8,11 +8,13 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"net"
 	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -74,14 +76,45 @@ func moduleRoot() (string, error) {
 }
 
 // FreeAddr returns a 127.0.0.1:port address that was free a moment ago.
+// The port is drawn below the kernel's ephemeral range when it can be: a
+// port the kernel hands out for listen(":0") comes from the same range as
+// the source ports of outgoing connections, so between this call and the
+// caller's listen another test's connection could take it.
 func FreeAddr(tb testing.TB) string {
 	tb.Helper()
+	if low := ephemeralLow(); low > minDrawnPort {
+		for range 100 {
+			port := minDrawnPort + rand.IntN(low-minDrawnPort)
+			if ln, err := net.Listen("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(port))); err == nil {
+				ln.Close()
+				return ln.Addr().String()
+			}
+		}
+	}
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		tb.Fatal(err)
 	}
 	defer ln.Close()
 	return ln.Addr().String()
+}
+
+// minDrawnPort is the lowest port FreeAddr draws.
+const minDrawnPort = 10000
+
+// ephemeralLow is the first port of the kernel's ephemeral range, or 0
+// when it cannot be read.
+func ephemeralLow() int {
+	b, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range")
+	if err != nil {
+		return 0
+	}
+	f := strings.Fields(string(b))
+	if len(f) != 2 {
+		return 0
+	}
+	low, _ := strconv.Atoi(f[0])
+	return low
 }
 
 // Proc is one running process started by Start.
