@@ -79,7 +79,8 @@ type Sharer struct {
 	// Owned by the goroutine.
 	lastOK   time.Time
 	fallback bool
-	forget   bool // set before stop closes: delete the own key on the way out
+	forget   bool             // set before stop closes: delete the own key on the way out
+	set      []*balancer.Node // the nodes whose others the last exchange set
 }
 
 // errNoNodes is returned by Start for a config without Nodes.
@@ -173,6 +174,13 @@ func (s *Sharer) leave() {
 	for _, n := range s.cfg.Nodes() {
 		n.SetOthers(0)
 	}
+	// And the nodes it last set that the pool no longer lists (a reload
+	// removed them, or the whole pool): they may come back in a pool that
+	// does not share.
+	for _, n := range s.set {
+		n.SetOthers(0)
+	}
+	s.set = nil
 	if !s.forget {
 		return
 	}
@@ -236,9 +244,11 @@ func (s *Sharer) exchange() {
 			others[n.Addr()] = min(others[n.Addr()]+peerCount(peer[n.Addr()], n), maxCount)
 		}
 	}
+	s.forgetGone(nodes)
 	for _, n := range nodes {
 		n.SetOthers(others[n.Addr()])
 	}
+	s.set = append(s.set[:0], nodes...)
 	s.lastOK = time.Now()
 	if s.fallback {
 		s.fallback = false
@@ -247,6 +257,23 @@ func (s *Sharer) exchange() {
 	}
 	if s.cfg.Observer != nil {
 		s.cfg.Observer.Exchanged(s.cfg.Pool, true, peers)
+	}
+}
+
+// forgetGone clears the others of the nodes the last exchange set that
+// nodes (the pool's now) no longer holds: a reload removed them.
+func (s *Sharer) forgetGone(nodes []*balancer.Node) {
+	if len(s.set) == 0 {
+		return
+	}
+	now := make(map[*balancer.Node]bool, len(nodes))
+	for _, n := range nodes {
+		now[n] = true
+	}
+	for _, n := range s.set {
+		if !now[n] {
+			n.SetOthers(0)
+		}
 	}
 }
 
@@ -260,6 +287,8 @@ func (s *Sharer) failed(nodes []*balancer.Node, err error) {
 	if time.Since(s.lastOK) < TTLIntervals*s.cfg.Interval {
 		return
 	}
+	s.forgetGone(nodes)
+	s.set = s.set[:0]
 	for _, n := range nodes { // again each time: a reload may add nodes
 		n.SetOthers(0)
 	}

@@ -3,6 +3,7 @@ package sharedcount
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -291,5 +292,58 @@ func TestPeersBounded(t *testing.T) {
 		if _, _, peers := g.o.state(); peers != tc.peers {
 			t.Fatalf("%s: %d peers counted, want %d", tc.pool, peers, tc.peers)
 		}
+	}
+}
+
+// TestRemovedNodesForgetOthers checks that a node the pool no longer lists
+// (a reload removed it, or the whole pool) does not keep the others count
+// the last exchange gave it: it may come back in a pool that does not
+// share, whose least_conn would then stay skewed by it.
+func TestRemovedNodesForgetOthers(t *testing.T) {
+	rs := redistest.Start(t)
+	a := startGateway(t, rs.URL(), "gw-a")
+	for _, l := range append(hold(t, a.nodes[0], 3), hold(t, a.nodes[1], 2)...) {
+		defer l.Release()
+	}
+
+	var mu sync.Mutex
+	var listed []*balancer.Node
+	for _, addr := range addrs[:2] {
+		listed = append(listed, balancer.NewNode(addr, 1, 0))
+	}
+	kept, removed := listed[0], listed[1]
+	b, err := Start(Config{URL: rs.URL(), Pool: "relay", ID: "gw-b", KeyPrefix: "test:counts", Interval: 50 * time.Millisecond,
+		Nodes: func() []*balancer.Node { mu.Lock(); defer mu.Unlock(); return slices.Clone(listed) }}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitNode := func(n *balancer.Node, want int, what string) {
+		t.Helper()
+		deadline := time.Now().Add(10 * time.Second)
+		for n.Others() != want {
+			if time.Now().After(deadline) {
+				t.Fatalf("%s: others %d, want %d", what, n.Others(), want)
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
+	waitNode(kept, 3, "kept node, before the removal")
+	waitNode(removed, 2, "node to remove, before the removal")
+
+	mu.Lock()
+	listed = listed[:1] // a reload removed the second node
+	mu.Unlock()
+	waitNode(removed, 0, "removed node")
+	if kept.Others() != 3 {
+		t.Fatalf("kept node: others %d, want 3", kept.Others())
+	}
+
+	mu.Lock()
+	listed = nil // the pool is gone
+	mu.Unlock()
+	b.Stop(true)
+	<-b.Done()
+	if kept.Others() != 0 {
+		t.Fatalf("node of a pool that stopped sharing: others %d, want 0", kept.Others())
 	}
 }
