@@ -20,7 +20,7 @@ import (
 type results struct {
 	idle         idleResult
 	light, fixed []fanoutResult
-	hps, rtt     []float64
+	churn        []churnResult
 	ladder       ladderResult
 	measured     bool
 }
@@ -70,11 +70,11 @@ func (r *runner) bench(ctx context.Context, w io.Writer) error {
 	for i := range p.reps {
 		for _, t := range rotation(live, i) {
 			r.progress("churn %d/%d %s", i+1, p.reps, t.name())
-			h, rt, err := r.churn(ctx, t, i)
+			c, err := r.churn(ctx, t, i)
 			if err != nil {
 				return err
 			}
-			res[t.col].hps, res[t.col].rtt = append(res[t.col].hps, h), append(res[t.col].rtt, rt)
+			res[t.col].churn = append(res[t.col].churn, c)
 		}
 	}
 	// One ladder per target, rotated by one from the idle order.
@@ -215,9 +215,22 @@ func (r *runner) rows(res [numCols]results) []row {
 		})
 	hps := per(nanRow("handshakes per second (churn)", "%.0f",
 		fmt.Sprintf("churn -c %d, %v, connect + one round trip + close; %s", p.churnWorkers, p.churnDuration, med)),
-		func(x *results) float64 { return loadproc.Median(x.hps) })
-	rtt := per(nanRow("churn round trip p50 (ms)", "%.2f", med), func(x *results) float64 { return loadproc.Median(x.rtt) })
-	return append(rows, ladder, delivered, hps, rtt)
+		func(x *results) float64 { return churnMedian(x.churn, func(c churnResult) float64 { return c.hps }) })
+	rtt := per(nanRow("churn round trip p50 (ms)", "%.2f", med),
+		func(x *results) float64 { return churnMedian(x.churn, func(c churnResult) float64 { return c.rtt50 }) })
+	cpuPer := per(nanRow("CPU per handshake (µs)", "%.0f",
+		"utime+stime over the churn run / handshakes; direct = relay 1 (which also serves the round trip); the proxies = the proxy alone, its share of the round trip's frames and the closes included; "+med),
+		func(x *results) float64 { return churnMedian(x.churn, func(c churnResult) float64 { return c.cpuPer }) })
+	return append(rows, ladder, delivered, hps, rtt, cpuPer)
+}
+
+// churnMedian is the median of f over the churn runs.
+func churnMedian(cs []churnResult, f func(churnResult) float64) float64 {
+	xs := make([]float64, len(cs))
+	for i, c := range cs {
+		xs[i] = f(c)
+	}
+	return loadproc.Median(xs)
 }
 
 // ladderText shows a ladder's result: the highest step held and its p99,

@@ -213,18 +213,36 @@ func (r *runner) relayCPU() (time.Duration, error) {
 // churn runs the fixed churn (workers connecting, one round trip, closing)
 // against target t and returns its handshakes per second and round-trip
 // p50 (ms).
-func (r *runner) churn(ctx context.Context, t *target, rep int) (hps, rtt50 float64, err error) {
+func (r *runner) churn(ctx context.Context, t *target, rep int) (x churnResult, err error) {
+	pids, err := t.pids()
+	if err != nil {
+		return x, err
+	}
+	cpu0, err := probe.CPUSum(pids)
+	if err != nil {
+		return x, err
+	}
 	rp, err := r.load(ctx, fmt.Sprintf("churn-%s-%d", t.name(), rep), "churn", "-url", r.url(t.addr, "churn"),
 		"-c", strconv.Itoa(r.plan.churnWorkers), "-duration", r.plan.churnDuration.String())
 	if err != nil {
-		return 0, 0, err
+		return x, err
+	}
+	cpu1, err := probe.CPUSum(pids)
+	if err != nil {
+		return x, err
 	}
 	if err := loadFailed(rp); err != nil {
-		return 0, 0, fmt.Errorf("churn %s: %w", t.name(), err)
+		return x, fmt.Errorf("churn %s: %w", t.name(), err)
 	}
-	r.progress("churn %s: %.0f handshakes/s, round trip p50 %.2fms", t.name(), rp.HandshakesPerSec, rp.RoundTrip.P50)
-	return rp.HandshakesPerSec, rp.RoundTrip.P50, nil
+	x = churnResult{hps: rp.HandshakesPerSec, rtt50: rp.RoundTrip.P50,
+		cpuPer: float64((cpu1 - cpu0).Microseconds()) / float64(rp.Connected)}
+	r.progress("churn %s: %.0f handshakes/s, round trip p50 %.2fms, %.0f µs CPU per handshake", t.name(), x.hps, x.rtt50, x.cpuPer)
+	return x, nil
 }
+
+// churnResult is what one churn run measured: handshakes per second, the
+// round trip's p50 (ms) and the target's CPU per handshake (µs).
+type churnResult struct{ hps, rtt50, cpuPer float64 }
 
 // drain runs wsload's relay.v1 drain scenario through the gateway: at 2s
 // the admin API drains relay 1 with migrate=1 (its tunnels get 1001 spread

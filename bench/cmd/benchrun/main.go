@@ -1,6 +1,7 @@
 // Command benchrun is wsgate's benchmark runner, run by `make bench`. It
 // builds wsgate, relay-backend and wsload, starts redis-server, two relays,
-// one gateway and, when installed, nginx and HAProxy in front of the same
+// one gateway with its defaults, one held to one core (GOMAXPROCS=1, one
+// poller) and, when installed, nginx and HAProxy in front of the same
 // relays, all on 127.0.0.1; runs a fixed set of wsload scenarios directly
 // against a relay and through each proxy in the same run, their order
 // rotated per repetition; stops every process it started by PID; and
@@ -139,6 +140,7 @@ func execute(ctx context.Context, dir string, quick, smoke, up bool, opt stack.O
 	}
 	if !up {
 		opt.Relays, opt.Gateways = 2, 1
+		opt.OneCore = !smoke
 	}
 	opt.Dir, opt.Bins = dir, bins
 	st, err := stack.Up(opt)

@@ -8,10 +8,12 @@ import (
 )
 
 // The table's value columns, in order: the relay measured directly, then
-// the three proxies in front of both relays.
+// the proxies in front of both relays: wsgate with its defaults (one poller
+// per core), wsgate held to one core as the peers are, nginx and HAProxy.
 const (
 	colDirect = iota
 	colWSGate
+	colWSGate1
 	colNginx
 	colHAProxy
 	numCols
@@ -20,8 +22,8 @@ const (
 // colNames are the targets' names (log files, progress lines) and
 // colHeaders the table's column headers, indexed by column.
 var (
-	colNames   = [numCols]string{"direct", "wsgate", "nginx", "haproxy"}
-	colHeaders = [numCols]string{"direct to relay", "wsgate", "nginx", "HAProxy"}
+	colNames   = [numCols]string{"direct", "wsgate", "wsgate-1core", "nginx", "haproxy"}
+	colHeaders = [numCols]string{"direct to relay", "wsgate", "wsgate, 1 core", "nginx", "HAProxy"}
 )
 
 // row is one line of the report: one figure per column, NaN where it was

@@ -26,8 +26,9 @@ func (t *target) name() string { return colNames[t.col] }
 // proxy says the target is a proxy in front of both relays.
 func (t *target) proxy() bool { return t.col != colDirect }
 
-// targets builds the four columns' targets over the stack: relay 1, the
-// gateway, and nginx and HAProxy when each is installed and starts. A
+// targets builds the columns' targets over the stack: relay 1, the
+// gateway, the gateway held to one core when the stack has it, and nginx
+// and HAProxy when each is installed and starts. A
 // missing peer is reported on log and its column reads n/a; a peer that is
 // installed but does not start is an error.
 func targets(st *stack.Stack, peers bool, log io.Writer) ([numCols]*target, error) {
@@ -53,6 +54,12 @@ func targets(st *stack.Stack, peers bool, log io.Writer) ([numCols]*target, erro
 	ts[colWSGate] = &target{col: colWSGate, addr: gw.Addr,
 		pids:  func() ([]int, error) { return []int{gw.Pid()}, nil },
 		conns: allConns}
+	ts[colWSGate1] = &target{col: colWSGate1, why: "not run",
+		pids: func() ([]int, error) { return nil, errors.New("not running") }, conns: allConns}
+	if g := st.OneCore; g != nil {
+		ts[colWSGate1].addr, ts[colWSGate1].why = g.Addr, ""
+		ts[colWSGate1].pids = func() ([]int, error) { return []int{g.Pid()}, nil }
+	}
 	for _, c := range []struct {
 		col  int
 		kind string

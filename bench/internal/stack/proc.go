@@ -36,12 +36,21 @@ type Proc struct {
 // runner, which then stops it in order; it also receives SIGTERM if the
 // runner dies.
 func Start(name, logPath, bin string, args ...string) (*Proc, error) {
+	return StartEnv(name, logPath, nil, bin, args...)
+}
+
+// StartEnv is Start with env ("KEY=value") added to the runner's own
+// environment.
+func StartEnv(name, logPath string, env []string, bin string, args ...string) (*Proc, error) {
 	f, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 	if err != nil {
 		return nil, fmt.Errorf("start %s: %w", name, err)
 	}
 	defer f.Close()
 	cmd := exec.Command(bin, args...)
+	if len(env) > 0 {
+		cmd.Env = append(os.Environ(), env...)
+	}
 	cmd.Stdout, cmd.Stderr = f, f
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGTERM}
 	if err := cmd.Start(); err != nil {

@@ -64,6 +64,10 @@ type Options struct {
 	TunnelEngine string
 	// Pollers is the gateways' gateway.pollers (0 = their default).
 	Pollers int
+	// OneCore also starts the gateway held to one core, as the peers are
+	// (nginx's one worker, HAProxy's one thread): GOMAXPROCS=1 and one
+	// poller, on its own ports, in front of every relay (Stack.OneCore).
+	OneCore bool
 }
 
 // Relay is one running relay-backend.
@@ -91,6 +95,9 @@ type Stack struct {
 	// Relays and Gateways are the running processes, in start order.
 	Relays   []*Relay
 	Gateways []*Gateway
+	// OneCore is the gateway held to one core (Options.OneCore), apart
+	// from Gateways; nil unless asked for.
+	OneCore *Gateway
 	// Peers are the nginx and HAProxy processes started by StartPeer.
 	Peers []*Peer
 	opt   Options
@@ -125,9 +132,18 @@ func Up(opt Options) (s *Stack, err error) {
 		}
 	}
 	for i := range opt.Gateways {
-		if err := s.startGateway(i + 1); err != nil {
+		g, err := s.startGateway(fmt.Sprintf("wsgate-%d", i+1), s.opt.Pollers, nil)
+		if err != nil {
 			return s, err
 		}
+		s.Gateways = append(s.Gateways, g)
+	}
+	if opt.OneCore {
+		g, err := s.startGateway("wsgate-1core", 1, []string{"GOMAXPROCS=1"})
+		if err != nil {
+			return s, err
+		}
+		s.OneCore = g
 	}
 	return s, nil
 }
@@ -190,44 +206,49 @@ func (s *Stack) RelayArgs(id, addr string) []string {
 		"-drain-window", s.opt.DrainWindow.String()}
 }
 
-func (s *Stack) startGateway(i int) error {
+// startGateway starts the gateway name on free ports with pollers (its
+// gateway.pollers; 0 = its default) and env added to its environment,
+// and waits for its /readyz.
+func (s *Stack) startGateway(name string, pollers int, env []string) (*Gateway, error) {
 	addr, err := FreeAddr()
 	if err != nil {
-		return err
+		return nil, err
 	}
 	admin, err := FreeAddr()
 	if err != nil {
-		return err
+		return nil, err
 	}
-	name := fmt.Sprintf("wsgate-%d", i)
 	cfg := filepath.Join(s.opt.Dir, name+".toml")
-	if err := os.WriteFile(cfg, []byte(s.GatewayConfig(addr, admin)), 0o644); err != nil {
-		return fmt.Errorf("write %s: %w", cfg, err)
+	if err := os.WriteFile(cfg, []byte(s.gatewayConfig(addr, admin, pollers)), 0o644); err != nil {
+		return nil, fmt.Errorf("write %s: %w", cfg, err)
 	}
-	p, err := Start(name, filepath.Join(s.opt.Dir, name+".log"), s.opt.Bins.WSGate, "-config", cfg)
+	p, err := StartEnv(name, filepath.Join(s.opt.Dir, name+".log"), env, s.opt.Bins.WSGate, "-config", cfg)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	s.add(p)
 	g := &Gateway{Proc: p, Addr: addr, Admin: admin, Config: cfg}
 	if err := waitReady(p, 15*time.Second, func() error { return httpOK("http://" + admin + "/readyz") }); err != nil {
-		return err
+		return nil, err
 	}
-	s.Gateways = append(s.Gateways, g)
-	return nil
+	return g, nil
 }
 
 // GatewayConfig is the TOML of a gateway on addr and admin in front of every
 // relay: one least_conn pool "relay", every path routed to it, defaults
 // elsewhere.
 func (s *Stack) GatewayConfig(addr, admin string) string {
+	return s.gatewayConfig(addr, admin, s.opt.Pollers)
+}
+
+func (s *Stack) gatewayConfig(addr, admin string, pollers int) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "[gateway]\nlisten = %q\ndrain_window = %q\ndrain_timeout = \"30s\"\n", addr, s.opt.DrainWindow.String())
 	if s.opt.TunnelEngine != "" {
 		fmt.Fprintf(&b, "tunnel_engine = %q\n", s.opt.TunnelEngine)
 	}
-	if s.opt.Pollers > 0 {
-		fmt.Fprintf(&b, "pollers = %d\n", s.opt.Pollers)
+	if pollers > 0 {
+		fmt.Fprintf(&b, "pollers = %d\n", pollers)
 	}
 	b.WriteString("\n")
 	fmt.Fprintf(&b, "[admin]\nlisten = %q\n\n", admin)

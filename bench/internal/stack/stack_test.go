@@ -3,9 +3,11 @@ package stack
 import (
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -34,7 +36,7 @@ func TestUpAndClose(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	s, err := Up(Options{Dir: dir, Bins: bins, Relays: 1, Gateways: 1})
+	s, err := Up(Options{Dir: dir, Bins: bins, Relays: 1, Gateways: 1, OneCore: true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -67,7 +69,24 @@ func TestUpAndClose(t *testing.T) {
 		t.Fatal("drain of an unknown node succeeded")
 	}
 
-	procs := []*Proc{s.Redis, s.Relays[0].Proc, s.Gateways[0].Proc}
+	// The gateway held to one core proxies too, with GOMAXPROCS=1 in its
+	// environment and one poller in its config.
+	one := s.OneCore
+	if one == nil {
+		t.Fatal("no one-core gateway")
+	}
+	if body, err := httpGet("http://" + one.Addr + "/info"); err != nil || !strings.Contains(string(body), `"relay-1"`) {
+		t.Fatalf("one-core gateway /info = %q, %v", body, err)
+	}
+	env, err := os.ReadFile(fmt.Sprintf("/proc/%d/environ", one.Pid()))
+	if err != nil || !slices.Contains(strings.Split(string(env), "\x00"), "GOMAXPROCS=1") {
+		t.Fatalf("one-core gateway's environment lacks GOMAXPROCS=1 (%v)", err)
+	}
+	if cfg, err := os.ReadFile(one.Config); err != nil || !strings.Contains(string(cfg), "pollers = 1\n") {
+		t.Fatalf("one-core gateway's config:\n%s (%v)", cfg, err)
+	}
+
+	procs := []*Proc{s.Redis, s.Relays[0].Proc, s.Gateways[0].Proc, one.Proc}
 	var pids []int
 	for _, kind := range []string{Nginx, HAProxy} {
 		bin, err := FindPeer(kind)
