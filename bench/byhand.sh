@@ -291,7 +291,7 @@ cgroups() {
 			if (call == "" && $0 ~ /do_syscall_64|entry_SYSCALL_64/) {
 				for (i = 1; i <= n; i++) { split(line[i], f, " "); if (f[1] !~ /^ffffffff/) { user = f[2]; break } }
 				call = user
-				sub(/^(__GI_)?(__libc_|__)?/, "", call)
+				sub(/^(__GI_)?(__libc_|__)?(vdso_)?/, "", call)
 				if (call == "send") call = "sendto"
 				if (call == "recv") call = "recvfrom"
 				if (call !~ /^[a-z_0-9]+$/) call = "?"
@@ -399,8 +399,12 @@ profile() {
 		perf_ok=0 why="not root and kernel.perf_event_paranoid=$(cat /proc/sys/kernel/perf_event_paranoid) (tracepoints need -1 or root)"
 	fi
 	[ $perf_ok -eq 1 ] || echo "perf unusable here: $why; falling back to strace -c -f (it slows the gateway: per-frame ratios only, no profile)"
+	# A peer's windows take longer to set up (window 2 opens every syscall
+	# tracepoint) and its frame counts need its sockets open: 20s more.
+	local dur=$((4 * win + 20))
+	[ -z "$peer" ] || dur=$((4 * win + 40))
 	"$wsload" fanout -url "ws://$taddr/room/byhand-profile$$-r%d" -rooms 50 -members 10 -rate 2.4 -size 64 \
-		-duration $((4 * win + 20))s -settle 2s -threshold 'failed==0' -json >"$pdir/profile.json" 2>"$pdir/profile.log" &
+		-duration "$dur"s -settle 2s -threshold 'failed==0' -json >"$pdir/profile.json" 2>"$pdir/profile.log" &
 	load=$!
 	local open=0
 	for _ in $(seq 1 300); do
