@@ -218,6 +218,41 @@ sides() {
 				else if (index(" " rp, " " port($3) " ")) print fd[$10], "node"
 			}' - /proc/net/tcp /proc/net/tcp6
 }
+# socket_counts TO_NODE TO_CLIENT ALL: window 3's sockets per side and
+# frames.
+socket_counts() {
+	echo "  $(awk '$2 == "client"' "$pdir/sides.txt" | wc -l) client sockets, $(awk '$2 == "node"' "$pdir/sides.txt" | wc -l) node sockets; $1 frames to_node + $2 to_client = $3"
+}
+# cpu_window SORT: window 4, perf record -g on gpid, and perf report's top
+# functions by self samples sorted by SORT; the samples' call chains in
+# $pdir/perf-cpu.stacks, the window's frames in n, c, a.
+cpu_window() {
+	perf_window record -q -F 999 -g -o "$pdir/perf-cpu.data"
+	read -r n c a < <(span)
+	perf report -i "$pdir/perf-cpu.data" --stdio --no-children --sort "$1" -g none >"$pdir/perf-cpu.txt" 2>/dev/null
+	perf script -i "$pdir/perf-cpu.data" -F ip,sym >"$pdir/perf-cpu.stacks" 2>/dev/null
+	echo
+	echo "window 4, perf record -F 999 -g -p $gpid ($(perf evlist -i "$pdir/perf-cpu.data" 2>/dev/null | head -1) events): $a frames, $(awk 'BEGIN {RS = ""} END {print NR}' "$pdir/perf-cpu.stacks") samples"
+	echo "  top functions by self samples (perf report --no-children --sort $1):"
+	grep -v '^#' "$pdir/perf-cpu.txt" | grep -v '^$' | head -15 | sed 's/^/  /'
+}
+# rw_by_side: "CALL SIDE COUNT" for the calls window 3 recorded in
+# $pdir/perf-rw.data, each call's fd put on its side (client, node, other)
+# by $pdir/sides.txt.
+rw_by_side() {
+	perf script -i "$pdir/perf-rw.data" -F event,trace 2>/dev/null |
+		awk '
+			function hex(a, i, v) {
+				sub(/^0x/, "", a)
+				for (i = 1; i <= length(a); i++) v = v * 16 + index("0123456789abcdef", tolower(substr(a, i, 1))) - 1
+				return v
+			}
+			FILENAME != "-" { side[$1] = $2; next }
+			{ call = $1; sub(/^syscalls:sys_enter_/, "", call); sub(/:$/, "", call)
+			  fd = $3; sub(/,$/, "", fd); fd = hex(fd); s = (fd in side) ? side[fd] : "other"
+			  k[call " " s]++ }
+			END { for (x in k) print x, k[x] }' "$pdir/sides.txt" -
+}
 # perf_window ARGS...: runs `perf ARGS -p GATEWAY` with its events disabled,
 # enables them through a control fifo for $win seconds and sets f0 and f1 to
 # the frame counts at the start and the end of that span.
@@ -335,18 +370,9 @@ peer_perf() {
 	read -r n c a < <(span)
 	echo
 	echo "window 3, perf record -e syscalls:sys_enter_{$rd,$wr} -p $gpid; the fds' sides from /proc/$gpid/fd and /proc/net/tcp"
-	echo "  $(awk '$2 == "client"' "$pdir/sides.txt" | wc -l) client sockets, $(awk '$2 == "node"' "$pdir/sides.txt" | wc -l) node sockets; $n frames to_node + $c to_client = $a"
-	perf script -i "$pdir/perf-rw.data" -F event,trace 2>/dev/null |
-		awk -v n="$n" -v c="$c" -v calls="$rd,$wr" '
-			function hex(a, i, v) {
-				sub(/^0x/, "", a)
-				for (i = 1; i <= length(a); i++) v = v * 16 + index("0123456789abcdef", tolower(substr(a, i, 1))) - 1
-				return v
-			}
-			FILENAME != "-" { side[$1] = $2; next }
-			{ call = $1; sub(/^syscalls:sys_enter_/, "", call); sub(/:$/, "", call)
-			  fd = $3; sub(/,$/, "", fd); fd = hex(fd); s = (fd in side) ? side[fd] : "other"
-			  k[call " " s]++ }
+	socket_counts "$n" "$c" "$a"
+	rw_by_side | awk -v n="$n" -v c="$c" -v calls="$rd,$wr" '
+			{ k[$1 " " $2] = $3 }
 			END {
 				m = split(calls, cl, ",")
 				for (i = 1; i <= m; i++) {
@@ -358,16 +384,9 @@ peer_perf() {
 				printf "  to_node   (read client socket, write node socket):%s per frame to_node\n", tn
 				printf "  to_client (read node socket, write client socket):%s per frame to_client\n", tc
 				printf "  on other fds (listeners, the master'"'"'s channel, ...):%s\n", (to == "" ? " none" : to)
-			}' "$pdir/sides.txt" -
+			}'
 
-	perf_window record -q -F 999 -g -o "$pdir/perf-cpu.data"
-	read -r n c a < <(span)
-	perf report -i "$pdir/perf-cpu.data" --stdio --no-children --sort dso,sym -g none >"$pdir/perf-cpu.txt" 2>/dev/null
-	perf script -i "$pdir/perf-cpu.data" -F ip,sym >"$pdir/perf-cpu.stacks" 2>/dev/null
-	echo
-	echo "window 4, perf record -F 999 -g -p $gpid ($(perf evlist -i "$pdir/perf-cpu.data" 2>/dev/null | head -1) events): $a frames, $(awk 'BEGIN {RS = ""} END {print NR}' "$pdir/perf-cpu.stacks") samples"
-	echo "  top functions by self samples (perf report --no-children --sort dso,sym):"
-	grep -v '^#' "$pdir/perf-cpu.txt" | grep -v '^$' | head -15 | sed 's/^/  /'
+	cpu_window dso,sym
 	echo "  samples by the syscall at the kernel entry (bench/byhand.sh cgroups; CPU-s per million frames = share of window 1's $cpm):"
 	cgroups "$pdir/perf-cpu.stacks" "$cpm"
 }
@@ -452,18 +471,9 @@ profile() {
 		read -r n c a < <(span)
 		echo
 		echo "window 3, perf record -e syscalls:sys_enter_{read,write,writev} -p $gpid; the fds' sides from /proc/$gpid/fd and /proc/net/tcp"
-		echo "  $(awk '$2 == "client"' "$pdir/sides.txt" | wc -l) client sockets, $(awk '$2 == "node"' "$pdir/sides.txt" | wc -l) node sockets; $n frames to_node + $c to_client = $a"
-		perf script -i "$pdir/perf-rw.data" -F event,trace 2>/dev/null |
-			awk -v n="$n" -v c="$c" '
-				function hex(a, i, v) {
-					sub(/^0x/, "", a)
-					for (i = 1; i <= length(a); i++) v = v * 16 + index("0123456789abcdef", tolower(substr(a, i, 1))) - 1
-					return v
-				}
-				FILENAME != "-" { side[$1] = $2; next }
-				{ call = $1; sub(/^syscalls:sys_enter_/, "", call); sub(/:$/, "", call)
-				  fd = $3; sub(/,$/, "", fd); fd = hex(fd); s = (fd in side) ? side[fd] : "other"
-				  k[call " " s]++ }
+		socket_counts "$n" "$c" "$a"
+		rw_by_side | awk -v n="$n" -v c="$c" '
+				{ k[$1 " " $2] = $3 }
 				END {
 					printf "  to_node   (read client socket, write node socket): read %.3f  write %.3f  writev %.3f per frame to_node\n",
 						k["read client"] / n, k["write node"] / n, k["writev node"] / n
@@ -471,16 +481,9 @@ profile() {
 						k["read node"] / c, k["write client"] / c, k["writev client"] / c
 					printf "  on other fds (the runtime eventfd, health probes, admin): read %d  write %d  writev %d\n",
 						k["read other"], k["write other"], k["writev other"]
-				}' "$pdir/sides.txt" -
+				}'
 
-		perf_window record -q -F 999 -g -o "$pdir/perf-cpu.data"
-		read -r n c a < <(span)
-		perf report -i "$pdir/perf-cpu.data" --stdio --no-children --sort sym -g none >"$pdir/perf-cpu.txt" 2>/dev/null
-		perf script -i "$pdir/perf-cpu.data" -F ip,sym >"$pdir/perf-cpu.stacks" 2>/dev/null
-		echo
-		echo "window 4, perf record -F 999 -g -p $gpid ($(perf evlist -i "$pdir/perf-cpu.data" 2>/dev/null | head -1) events): $a frames, $(awk 'BEGIN {RS = ""} END {print NR}' "$pdir/perf-cpu.stacks") samples"
-		echo "  top functions by self samples (perf report --no-children --sort sym):"
-		grep -v '^#' "$pdir/perf-cpu.txt" | grep -v '^$' | head -15 | sed 's/^/  /'
+		cpu_window sym
 		echo "  samples by call chain (bench/byhand.sh groups):"
 		groups "$pdir/perf-cpu.stacks"
 	else
