@@ -8,7 +8,8 @@
 #   bench/byhand.sh kill         the same, relay 1 killed with SIGKILL
 #   bench/byhand.sh profile      make bench's 12,000 frames/s fanout through one gateway:
 #                                syscalls per forwarded frame (perf stat) and a CPU profile
-#                                (needs perf as root; PROFILE_STRACE=1 or no perf: strace -c)
+#                                (needs perf as root; PROFILE_STRACE=1 or no perf: strace -c);
+#                                BENCH_TARGET=nginx|haproxy: the same through that peer instead
 #   bench/byhand.sh churn        make bench's churn through one gateway: the gateway's CPU and
 #                                syscalls (strace -c) per handshake, and a perf profile if it can
 #
@@ -29,14 +30,30 @@ idle50000) relays=5 gateways=6 ;;
 drain | drain-term | kill) relays=3 gateways=1 ;;
 profile | churn) relays=2 gateways=1 ;;
 *)
-	sed -n '2,14p' "$0"
+	sed -n '2,15p' "$0"
+	exit 2
+	;;
+esac
+# BENCH_TARGET: what profile measures, wsgate (the default) or one of the
+# peers make bench compares it with, started by benchrun -up -peers with
+# make bench's configs.
+target=${BENCH_TARGET:-wsgate}
+peers=()
+case $target in
+wsgate) ;;
+nginx | haproxy)
+	[ "$what" = profile ] || { echo "BENCH_TARGET=$target goes with profile only" >&2; exit 2; }
+	peers=(-peers)
+	;;
+*)
+	echo "BENCH_TARGET must be wsgate, nginx or haproxy, not $target" >&2
 	exit 2
 	;;
 esac
 
 dir=$(mktemp -d /tmp/wsgate-byhand-XXXXXX)
 go build -o "$dir/benchrun" ./bench/cmd/benchrun
-"$dir/benchrun" -up -relays "$relays" -gateways "$gateways" -engine "${BENCH_ENGINE:-}" -pollers "${BENCH_POLLERS:-0}" -dir "$dir" >"$dir/up.out" 2>"$dir/up.err" &
+"$dir/benchrun" -up -relays "$relays" -gateways "$gateways" -engine "${BENCH_ENGINE:-}" -pollers "${BENCH_POLLERS:-0}" "${peers[@]}" -dir "$dir" >"$dir/up.out" 2>"$dir/up.err" &
 up=$!
 load="" perfpid=""
 stop() {
@@ -61,6 +78,17 @@ mapfile -t admin < <(awk '$1 ~ /^wsgate-[0-9]+$/ {sub("http://", "", $4); print 
 mapfile -t gwpid < <(awk '$1 ~ /^wsgate-[0-9]+$/ {print $6}' "$dir/up.out")
 mapfile -t relay < <(awk '$1 ~ /^relay-[0-9]+$/ {print $2}' "$dir/up.out")
 mapfile -t relaypid < <(awk '$1 ~ /^relay-[0-9]+$/ {print $4}' "$dir/up.out")
+# The peer's line: "NAME ws://ADDR pids PID[,PID] config PATH", the PID
+# that proxies last (nginx: master, then worker).
+peer="" peerpids=""
+if [ "$target" != wsgate ]; then
+	peer=$(awk -v t="$target" '$1 == t {sub("ws://", "", $2); print $2}' "$dir/up.out")
+	peerpids=$(awk -v t="$target" '$1 == t {print $4}' "$dir/up.out")
+	if [ -z "$peer" ] || [ -z "$peerpids" ]; then
+		echo "benchrun printed no $target line" >&2
+		exit 1
+	fi
+fi
 
 rss_kib() { awk '/^VmRSS:/ {print $2}' "/proc/$1/status"; }
 tunnels() { curl -s "http://$1/metrics" | awk '$1 == "wsgate_tunnels" {print $2}'; }
@@ -134,19 +162,48 @@ chaos() {
 # start and exit are outside the window. Every file of this mode goes to
 # $pdir, a subdirectory: the gateway watches its config's directory, $dir,
 # and a file written there during a window would wake it (inotify).
+#
+# BENCH_TARGET=nginx or haproxy takes the same windows on that peer: the
+# fanout goes through it, perf attaches to the PID that proxies (nginx's
+# worker, HAProxy's one process), the CPU is all its PIDs' (nginx: master
+# + worker), window 2 counts every syscalls:sys_enter_* tracepoint (the
+# peers use recvfrom and sendto, not read and write), window 3 records the
+# read-like and write-like calls, and window 4 groups the samples by the
+# syscall at the kernel entry (cgroups). A peer counts no frames: they come
+# from its client sockets' byte counters (ss -ti), the fanout's frames
+# being of fixed size.
 win=10
+taddr=${peer:-${gw[0]}} # where the fanout connects
 frames() { # frames forwarded so far: "TO_NODE TO_CLIENT"
+	if [ -n "$peer" ]; then
+		# Bytes received on the peer's client sockets over 70 (a masked
+		# frame: 2-byte header, 4-byte mask, 64 B payload), bytes sent and
+		# acknowledged over 66 (unmasked); through wsgate these agree with
+		# its wsgate_frames_total to 0.01%.
+		ss -tinH state established "( sport = :${peer##*:} )" | awk '
+			{ for (i = 1; i <= NF; i++) {
+				if ($i ~ /^bytes_received:/) r += substr($i, 16)
+				if ($i ~ /^bytes_acked:/) a += substr($i, 13)
+			} }
+			END {printf "%.0f %.0f\n", r / 70, a / 66}'
+		return
+	fi
 	curl -s "http://${admin[0]}/metrics" | awk '
 		$1 == "wsgate_frames_total{direction=\"to_node\"}" {n = $2}
 		$1 == "wsgate_frames_total{direction=\"to_client\"}" {c = $2}
 		END {printf "%.0f %.0f\n", n, c}'
 }
-cpu_ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
+cpu_ticks() { # utime+stime of PIDs, in clock ticks
+	local t=0 p
+	for p in "$@"; do t=$((t + $(awk '{print $14 + $15}' "/proc/$p/stat"))); done
+	echo "$t"
+}
 # sides PID: "FD client|node" for each TCP socket of PID that is a tunnel's
-# client side (local port = the gateway's) or node side (remote port = a
-# relay's; the relays' health probes use those ports too, but seldom).
+# client side (local port = the gateway's, or the peer's) or node side
+# (remote port = a relay's; the relays' health probes use those ports too,
+# but seldom).
 sides() {
-	local gwport=${gw[0]##*:} rports=""
+	local gwport=${taddr##*:} rports=""
 	for r in "${relay[@]}"; do rports+="${r##*:} "; done
 	find "/proc/$1/fd" -mindepth 1 -maxdepth 1 -printf '%f %l\n' 2>/dev/null |
 		awk -v gp="$gwport" -v rp="$rports" '
@@ -160,6 +217,41 @@ sides() {
 				if (port($2) == gp) print fd[$10], "client"
 				else if (index(" " rp, " " port($3) " ")) print fd[$10], "node"
 			}' - /proc/net/tcp /proc/net/tcp6
+}
+# socket_counts TO_NODE TO_CLIENT ALL: window 3's sockets per side and
+# frames.
+socket_counts() {
+	echo "  $(awk '$2 == "client"' "$pdir/sides.txt" | wc -l) client sockets, $(awk '$2 == "node"' "$pdir/sides.txt" | wc -l) node sockets; $1 frames to_node + $2 to_client = $3"
+}
+# cpu_window SORT: window 4, perf record -g on gpid, and perf report's top
+# functions by self samples sorted by SORT; the samples' call chains in
+# $pdir/perf-cpu.stacks, the window's frames in n, c, a.
+cpu_window() {
+	perf_window record -q -F 999 -g -o "$pdir/perf-cpu.data"
+	read -r n c a < <(span)
+	perf report -i "$pdir/perf-cpu.data" --stdio --no-children --sort "$1" -g none >"$pdir/perf-cpu.txt" 2>/dev/null
+	perf script -i "$pdir/perf-cpu.data" -F ip,sym >"$pdir/perf-cpu.stacks" 2>/dev/null
+	echo
+	echo "window 4, perf record -F 999 -g -p $gpid ($(perf evlist -i "$pdir/perf-cpu.data" 2>/dev/null | head -1) events): $a frames, $(awk 'BEGIN {RS = ""} END {print NR}' "$pdir/perf-cpu.stacks") samples"
+	echo "  top functions by self samples (perf report --no-children --sort $1):"
+	grep -v '^#' "$pdir/perf-cpu.txt" | grep -v '^$' | head -15 | sed 's/^/  /'
+}
+# rw_by_side: "CALL SIDE COUNT" for the calls window 3 recorded in
+# $pdir/perf-rw.data, each call's fd put on its side (client, node, other)
+# by $pdir/sides.txt.
+rw_by_side() {
+	perf script -i "$pdir/perf-rw.data" -F event,trace 2>/dev/null |
+		awk '
+			function hex(a, i, v) {
+				sub(/^0x/, "", a)
+				for (i = 1; i <= length(a); i++) v = v * 16 + index("0123456789abcdef", tolower(substr(a, i, 1))) - 1
+				return v
+			}
+			FILENAME != "-" { side[$1] = $2; next }
+			{ call = $1; sub(/^syscalls:sys_enter_/, "", call); sub(/:$/, "", call)
+			  fd = $3; sub(/,$/, "", fd); fd = hex(fd); s = (fd in side) ? side[fd] : "other"
+			  k[call " " s]++ }
+			END { for (x in k) print x, k[x] }' "$pdir/sides.txt" -
 }
 # perf_window ARGS...: runs `perf ARGS -p GATEWAY` with its events disabled,
 # enables them through a control fifo for $win seconds and sets f0 and f1 to
@@ -217,10 +309,103 @@ groups() {
 		}
 		END { for (x in n) printf "  %5.1f%%  (%4.1f%% in kernel)  %s\n", 100 * n[x] / t, 100 * k[x] / t, x }' "$1" | sort -rn
 }
+# cgroups STACKS CPU: groups for a C program (nginx, HAProxy): each sample
+# by the syscall it is in, read from the kernel entry (__x64_sys_NAME) or,
+# for a sample on the syscall's way out (preemption in
+# exit_to_user_mode_loop) with no such frame, from the libc wrapper that
+# made it; CPU is window 1's CPU-seconds per million frames, shared out by
+# the samples. Then the same samples by syscall name.
+cgroups() {
+	awk -v cpu="$2" 'BEGIN { RS = "" }
+		{
+			n = split($0, line, "\n"); call = ""; user = ""
+			for (i = 1; i <= n; i++) {
+				split(line[i], f, " ")
+				if (f[2] ~ /^__(x64|ia32|do)_sys_/) { call = f[2]; sub(/^__(x64|ia32|do)_sys_/, "", call); break }
+			}
+			if (call == "" && $0 ~ /do_syscall_64|entry_SYSCALL_64/) {
+				for (i = 1; i <= n; i++) { split(line[i], f, " "); if (f[1] !~ /^ffffffff/) { user = f[2]; break } }
+				call = user
+				sub(/^(__GI_)?(__libc_|__)?(vdso_)?/, "", call)
+				if (call == "send") call = "sendto"
+				if (call == "recv") call = "recvfrom"
+				if (call !~ /^[a-z_0-9]+$/) call = "?"
+			}
+			if (call ~ /^(read|readv|pread64|preadv|recvfrom|recvmsg|recvmmsg)$/) g = "read-like syscalls: read(2), recvfrom(2), ... (their kernel part)"
+			else if (call ~ /^(write|writev|pwrite64|pwritev|sendto|sendmsg|sendmmsg|splice)$/) g = "write-like syscalls: write(2), sendto(2), ... (their kernel part)"
+			else if (call ~ /^epoll_/) g = "epoll syscalls: epoll_wait, epoll_ctl, ... (their kernel part)"
+			else if (call != "") g = "other syscalls (their kernel part)"
+			else if ($1 ~ /^ffffffff/) g = "kernel outside syscalls (interrupts, softirqs, faults)"
+			else g = "user space (the proxy and libc outside syscalls)"
+			if (call == "") call = ($1 ~ /^ffffffff/) ? "(kernel, no syscall)" : "(user space)"
+			gn[g]++; cn[call]++; t++
+			if ($1 ~ /^ffffffff/) { gk[g]++; ck[call]++ }
+		}
+		END {
+			for (x in gn) printf "1\t  %5.1f%%  (%4.1f%% in kernel)  %5.2f CPU-s per million frames  %s\n", 100 * gn[x] / t, 100 * gk[x] / t, cpu * gn[x] / t, x
+			print "2\t  the same samples by syscall:"
+			for (x in cn) printf "3\t  %5.1f%%  (%4.1f%% in kernel)  %5.2f CPU-s per million frames  %s\n", 100 * cn[x] / t, 100 * ck[x] / t, cpu * cn[x] / t, x
+		}' "$1" | sort -t"$(printf '\t')" -k1,1n -k2,2rn | cut -f2-
+}
+# peer_perf: windows 2-4 of profile on a peer (gpid, cpm and the frame
+# counts are profile's).
+peer_perf() {
+	local rd=read,readv,recvfrom,recvmsg wr=write,writev,sendto,sendmsg x ex=() evs=()
+	for x in ${rd//,/ }; do ex+=(-e "syscalls:sys_exit_$x" --filter 'ret == -11'); done
+	perf_window stat -x, -e 'syscalls:sys_enter_*' "${ex[@]}" -o "$pdir/perf-stat.csv"
+	read -r n c a < <(span)
+	echo
+	echo "window 2, perf stat -e 'syscalls:sys_enter_*' -e syscalls:sys_exit_{$rd} --filter 'ret == -11' -p $gpid"
+	echo "  $n frames to_node + $c to_client = $a; every syscall made in the window:"
+	awk -F, -v a="$a" '$1 ~ /^[0-9]+$/ && $1 > 0 && $3 ~ /^syscalls:sys_enter_/ {sub(/syscalls:sys_enter_/, "", $3)
+			printf "  %-15s %9d  %.3f per forwarded frame\n", $3, $1, $1 / a}' "$pdir/perf-stat.csv" | sort -k2,2nr
+	awk -F, -v a="$a" '$1 ~ /^[0-9]+$/ && $3 ~ /^syscalls:sys_enter_/ {t += $1}
+		$1 ~ /^[0-9]+$/ && $3 ~ /^syscalls:sys_exit_/ {sub(/syscalls:sys_exit_/, "", $3); e = e sprintf(" %s %d (%.3f per frame)", $3, $1, $1 / a)}
+		END {printf "  %-15s %9d  %.3f per forwarded frame\n", "all", t, t / a
+			printf "  (calls that returned EAGAIN:%s)\n", e}' "$pdir/perf-stat.csv"
+
+	sides "$gpid" >"$pdir/sides.txt"
+	for x in ${rd//,/ } ${wr//,/ }; do evs+=("syscalls:sys_enter_$x"); done
+	perf_window record -q -e "$(IFS=,; echo "${evs[*]}")" -o "$pdir/perf-rw.data"
+	read -r n c a < <(span)
+	echo
+	echo "window 3, perf record -e syscalls:sys_enter_{$rd,$wr} -p $gpid; the fds' sides from /proc/$gpid/fd and /proc/net/tcp"
+	socket_counts "$n" "$c" "$a"
+	rw_by_side | awk -v n="$n" -v c="$c" -v calls="$rd,$wr" '
+			{ k[$1 " " $2] = $3 }
+			END {
+				m = split(calls, cl, ",")
+				for (i = 1; i <= m; i++) {
+					rd = cl[i] ~ /^(read|readv|recvfrom|recvmsg)$/
+					if (k[cl[i] " " (rd ? "client" : "node")]) tn = tn sprintf("  %s %.3f", cl[i], k[cl[i] " " (rd ? "client" : "node")] / n)
+					if (k[cl[i] " " (rd ? "node" : "client")]) tc = tc sprintf("  %s %.3f", cl[i], k[cl[i] " " (rd ? "node" : "client")] / c)
+					if (k[cl[i] " other"]) to = to sprintf("  %s %d", cl[i], k[cl[i] " other"])
+				}
+				printf "  to_node   (read client socket, write node socket):%s per frame to_node\n", tn
+				printf "  to_client (read node socket, write client socket):%s per frame to_client\n", tc
+				printf "  on other fds (listeners, the master'"'"'s channel, ...):%s\n", (to == "" ? " none" : to)
+			}'
+
+	cpu_window dso,sym
+	echo "  samples by the syscall at the kernel entry (bench/byhand.sh cgroups; CPU-s per million frames = share of window 1's $cpm):"
+	cgroups "$pdir/perf-cpu.stacks" "$cpm"
+}
+# joined: the clients the relays hold now, whatever they came through.
+joined() {
+	local t=0 r
+	for r in "${relay[@]}"; do t=$((t + $(curl -s "http://$r/info" | jq .connections))); done
+	echo "$t"
+}
 profile() {
+	# gpid: the PID perf attaches to; cpids: the PIDs whose CPU is the target's.
 	gpid=${gwpid[0]} pdir="$dir/profile"
+	local cpids=("$gpid")
+	if [ -n "$peer" ]; then
+		IFS=, read -r -a cpids <<<"$peerpids"
+		gpid=${cpids[-1]}
+	fi
 	mkdir -p "$pdir"
-	local members=$((50 * 10)) hz n c a f0 f1 c0 c1
+	local members=$((50 * 10)) hz n c a f0 f1 c0 c1 cpm
 	hz=$(getconf CLK_TCK)
 	local perf_ok=1 why=""
 	if [ "${PROFILE_STRACE:-}" = 1 ]; then
@@ -233,30 +418,42 @@ profile() {
 		perf_ok=0 why="not root and kernel.perf_event_paranoid=$(cat /proc/sys/kernel/perf_event_paranoid) (tracepoints need -1 or root)"
 	fi
 	[ $perf_ok -eq 1 ] || echo "perf unusable here: $why; falling back to strace -c -f (it slows the gateway: per-frame ratios only, no profile)"
-	"$wsload" fanout -url "ws://${gw[0]}/room/byhand-profile$$-r%d" -rooms 50 -members 10 -rate 2.4 -size 64 \
-		-duration $((4 * win + 20))s -settle 2s -threshold 'failed==0' -json >"$pdir/profile.json" 2>"$pdir/profile.log" &
+	# A peer's windows take longer to set up (window 2 opens every syscall
+	# tracepoint) and its frame counts need its sockets open: 20s more.
+	local dur=$((4 * win + 20))
+	[ -z "$peer" ] || dur=$((4 * win + 40))
+	"$wsload" fanout -url "ws://$taddr/room/byhand-profile$$-r%d" -rooms 50 -members 10 -rate 2.4 -size 64 \
+		-duration "$dur"s -settle 2s -threshold 'failed==0' -json >"$pdir/profile.json" 2>"$pdir/profile.log" &
 	load=$!
 	local open=0
 	for _ in $(seq 1 300); do
-		open=$(tunnels "${admin[0]}")
+		if [ -n "$peer" ]; then open=$(joined); else open=$(tunnels "${admin[0]}"); fi
 		[ "${open:-0}" -ge $members ] && break
 		sleep 0.2
 	done
 	[ "${open:-0}" -ge $members ] || { echo "only ${open:-0} of $members tunnels open after 60s" >&2; return 1; }
 	sleep 3 # past the joins and the first second of sends
-	echo "$members tunnels open through wsgate-1 (pid $gpid); windows of ${win}s each"
+	if [ -n "$peer" ]; then
+		echo "$members clients joined through $target ${taddr} (perf on pid $gpid; CPU of pids ${cpids[*]}); windows of ${win}s each"
+		echo "(frames: bytes of the $target's client sockets, ss -ti, over 70 to_node and 66 to_client)"
+	else
+		echo "$members tunnels open through wsgate-1 (pid $gpid); windows of ${win}s each"
+	fi
 
-	c0=$(cpu_ticks "$gpid")
+	c0=$(cpu_ticks "${cpids[@]}")
 	f0=$(frames)
 	sleep "$win"
 	f1=$(frames)
-	c1=$(cpu_ticks "$gpid")
+	c1=$(cpu_ticks "${cpids[@]}")
 	read -r n c a < <(span)
 	echo
 	echo "window 1, nothing attached: $n frames to_node + $c to_client = $a in ${win}s ($((a / win)) frames/s)"
-	awk -v t=$((c1 - c0)) -v hz="$hz" -v a="$a" 'BEGIN {printf "  wsgate CPU (utime+stime): %.2f s = %.1f CPU-seconds per million forwarded frames\n", t / hz, t / hz / a * 1e6}'
+	cpm=$(awk -v t=$((c1 - c0)) -v hz="$hz" -v a="$a" 'BEGIN {printf "%.1f", t / hz / a * 1e6}')
+	awk -v t=$((c1 - c0)) -v hz="$hz" -v a="$a" -v who="$target" 'BEGIN {printf "  %s CPU (utime+stime): %.2f s = %.1f CPU-seconds per million forwarded frames\n", who, t / hz, t / hz / a * 1e6}'
 
-	if [ $perf_ok -eq 1 ]; then
+	if [ $perf_ok -eq 1 ] && [ -n "$peer" ]; then
+		peer_perf
+	elif [ $perf_ok -eq 1 ]; then
 		local ev=syscalls:sys_enter_read,syscalls:sys_enter_write,syscalls:sys_enter_writev,syscalls:sys_enter_epoll_pwait,syscalls:sys_enter_futex,syscalls:sys_enter_nanosleep
 		perf_window stat -x, -e "$ev" -e syscalls:sys_exit_read --filter 'ret == -11' -o "$pdir/perf-stat.csv"
 		read -r n c a < <(span)
@@ -274,18 +471,9 @@ profile() {
 		read -r n c a < <(span)
 		echo
 		echo "window 3, perf record -e syscalls:sys_enter_{read,write,writev} -p $gpid; the fds' sides from /proc/$gpid/fd and /proc/net/tcp"
-		echo "  $(awk '$2 == "client"' "$pdir/sides.txt" | wc -l) client sockets, $(awk '$2 == "node"' "$pdir/sides.txt" | wc -l) node sockets; $n frames to_node + $c to_client = $a"
-		perf script -i "$pdir/perf-rw.data" -F event,trace 2>/dev/null |
-			awk -v n="$n" -v c="$c" '
-				function hex(a, i, v) {
-					sub(/^0x/, "", a)
-					for (i = 1; i <= length(a); i++) v = v * 16 + index("0123456789abcdef", tolower(substr(a, i, 1))) - 1
-					return v
-				}
-				FILENAME != "-" { side[$1] = $2; next }
-				{ call = $1; sub(/^syscalls:sys_enter_/, "", call); sub(/:$/, "", call)
-				  fd = $3; sub(/,$/, "", fd); fd = hex(fd); s = (fd in side) ? side[fd] : "other"
-				  k[call " " s]++ }
+		socket_counts "$n" "$c" "$a"
+		rw_by_side | awk -v n="$n" -v c="$c" '
+				{ k[$1 " " $2] = $3 }
 				END {
 					printf "  to_node   (read client socket, write node socket): read %.3f  write %.3f  writev %.3f per frame to_node\n",
 						k["read client"] / n, k["write node"] / n, k["writev node"] / n
@@ -293,16 +481,9 @@ profile() {
 						k["read node"] / c, k["write client"] / c, k["writev client"] / c
 					printf "  on other fds (the runtime eventfd, health probes, admin): read %d  write %d  writev %d\n",
 						k["read other"], k["write other"], k["writev other"]
-				}' "$pdir/sides.txt" -
+				}'
 
-		perf_window record -q -F 999 -g -o "$pdir/perf-cpu.data"
-		read -r n c a < <(span)
-		perf report -i "$pdir/perf-cpu.data" --stdio --no-children --sort sym -g none >"$pdir/perf-cpu.txt" 2>/dev/null
-		perf script -i "$pdir/perf-cpu.data" -F ip,sym >"$pdir/perf-cpu.stacks" 2>/dev/null
-		echo
-		echo "window 4, perf record -F 999 -g -p $gpid ($(perf evlist -i "$pdir/perf-cpu.data" 2>/dev/null | head -1) events): $a frames, $(awk 'BEGIN {RS = ""} END {print NR}' "$pdir/perf-cpu.stacks") samples"
-		echo "  top functions by self samples (perf report --no-children --sort sym):"
-		grep -v '^#' "$pdir/perf-cpu.txt" | grep -v '^$' | head -15 | sed 's/^/  /'
+		cpu_window sym
 		echo "  samples by call chain (bench/byhand.sh groups):"
 		groups "$pdir/perf-cpu.stacks"
 	else
@@ -314,7 +495,8 @@ profile() {
 		echo "window 2, strace -c -f -p $gpid for ${win}s: $n frames to_node + $c to_client = $a"
 		echo "  (strace attaches thread by thread inside the window and slows every syscall, so fewer"
 		echo "  syscalls and more batching than without it: rough ratios, not the perf figures)"
-		awk -v a="$a" '$NF ~ /^(read|write|writev|epoll_pwait|futex|nanosleep)$/ {
+		awk -v a="$a" -v all="$peer" '$NF ~ /^(read|write|writev|epoll_pwait|futex|nanosleep)$/ ||
+			(all != "" && $4 ~ /^[0-9]+$/ && $NF ~ /^[a-z_0-9]+$/ && $NF != "total") {
 			printf "  %-11s %9d  %.3f per forwarded frame\n", $NF, $4, $4 / a}' "$pdir/strace-c.txt"
 	fi
 	local fail=0

@@ -11,8 +11,9 @@
 //
 //	benchrun [-quick] [-dir DIR]     the benchmark (BENCH_QUICK=1 = -quick)
 //	benchrun -smoke                  CI smoke: generous thresholds, exit 1 on a violation
-//	benchrun -up [-relays N] [-gateways N] [-engine epoll|goroutines] [-pollers N]
+//	benchrun -up [-relays N] [-gateways N] [-engine epoll|goroutines] [-pollers N] [-peers]
 //	                                 start a stack, print its addresses, wait for Ctrl-C
+//	                                 (-peers: nginx and HAProxy too, as make bench runs them)
 package main
 
 import (
@@ -25,6 +26,7 @@ import (
 	"os/exec"
 	"os/signal"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -95,6 +97,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	gateways := fs.Int("gateways", 1, "wsgate processes, one port each (-up)")
 	engine := fs.String("engine", "", `the gateways' gateway.tunnel_engine, "epoll" or "goroutines" (default: wsgate's own)`)
 	pollers := fs.Int("pollers", 0, "the gateways' gateway.pollers (default: wsgate's own)")
+	peers := fs.Bool("peers", false, "also start nginx and HAProxy in front of every relay, as make bench does (-up)")
 	dir := fs.String("dir", "", "directory for logs, configs and raw reports (default: a new one in $TMPDIR)")
 	if err := fs.Parse(args); err != nil {
 		return 2
@@ -107,7 +110,11 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "benchrun: -pollers must be 0-1024")
 		return 2
 	}
-	if err := execute(ctx, *dir, *quick, *smoke, *up, stack.Options{Relays: *relays, Gateways: *gateways, TunnelEngine: *engine, Pollers: *pollers}, stdout, stderr); err != nil {
+	if *peers && !*up {
+		fmt.Fprintln(stderr, "benchrun: -peers goes with -up")
+		return 2
+	}
+	if err := execute(ctx, *dir, *quick, *smoke, *up, *peers, stack.Options{Relays: *relays, Gateways: *gateways, TunnelEngine: *engine, Pollers: *pollers}, stdout, stderr); err != nil {
 		fmt.Fprintln(stderr, "benchrun:", err)
 		return 1
 	}
@@ -115,8 +122,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 }
 
 // execute runs what the flags asked for; opt carries the stack's relay
-// and gateway counts (-up only) and the gateways' tunnel engine and pollers.
-func execute(ctx context.Context, dir string, quick, smoke, up bool, opt stack.Options, stdout, stderr io.Writer) error {
+// and gateway counts (-up only) and the gateways' tunnel engine and
+// pollers; peers (-up only) starts nginx and HAProxy too.
+func execute(ctx context.Context, dir string, quick, smoke, up, peers bool, opt stack.Options, stdout, stderr io.Writer) error {
 	if dir == "" {
 		d, err := os.MkdirTemp("", "wsgate-bench-")
 		if err != nil {
@@ -153,6 +161,11 @@ func execute(ctx context.Context, dir string, quick, smoke, up bool, opt stack.O
 	r := &runner{dir: dir, bins: bins, st: st, plan: fullPlan, log: stderr}
 	switch {
 	case up:
+		if peers {
+			if err := startPeers(st); err != nil {
+				return err
+			}
+		}
 		return r.serve(ctx, stdout)
 	case smoke:
 		return r.smoke(ctx, stdout)
@@ -178,7 +191,25 @@ func moduleRoot() (string, error) {
 	return filepath.Dir(mod), nil
 }
 
-// serve prints the stack and waits for a signal; the caller stops it.
+// startPeers starts nginx and HAProxy in front of every relay of st, with
+// the configs make bench gives them; a peer not installed is an error, as
+// -peers asked for it.
+func startPeers(st *stack.Stack) error {
+	for _, kind := range []string{stack.Nginx, stack.HAProxy} {
+		bin, err := stack.FindPeer(kind)
+		if err != nil {
+			return err
+		}
+		if _, err := st.StartPeer(kind, bin); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// serve prints the stack and waits for a signal; the caller stops it. A
+// peer's line lists the PIDs whose CPU is the peer's, the one that
+// proxies last (nginx: master, then worker; HAProxy: its one process).
 func (r *runner) serve(ctx context.Context, w io.Writer) error {
 	fmt.Fprintf(w, "redis       %s pid %d\n", r.st.RedisAddr, r.st.Redis.Pid())
 	for _, rl := range r.st.Relays {
@@ -186,6 +217,17 @@ func (r *runner) serve(ctx context.Context, w io.Writer) error {
 	}
 	for _, g := range r.st.Gateways {
 		fmt.Fprintf(w, "%-11s ws://%s admin http://%s pid %d config %s\n", g.Name, g.Addr, g.Admin, g.Pid(), g.Config)
+	}
+	for _, p := range r.st.Peers {
+		pids, err := p.Pids()
+		if err != nil {
+			return err
+		}
+		ps := make([]string, len(pids))
+		for i, pid := range pids {
+			ps[i] = strconv.Itoa(pid)
+		}
+		fmt.Fprintf(w, "%-11s ws://%s pids %s config %s\n", p.Kind, p.Addr, strings.Join(ps, ","), p.Config)
 	}
 	fmt.Fprintf(w, "wsload      %s\nrelay-backend %s\nrunning; Ctrl-C (or SIGTERM to pid %d) stops everything\n", r.bins.WSLoad, r.bins.Relay, os.Getpid())
 	<-ctx.Done()
