@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The by-hand load measurements of docs/benchmarks.md (not run in CI):
 #
-#   bench/byhand.sh idle9000     9,000 idle through one gateway to two relays, 5-minute hold
+#   bench/byhand.sh idle9000     9,000 idle through one gateway to two relays, 10-minute hold
 #   bench/byhand.sh idle50000    50,000 idle through six gateways to five relays, 60s hold
 #   bench/byhand.sh drain        relay.v1 fanout through the gateway, relay 1 drained by the admin API
 #   bench/byhand.sh drain-term   the same, relay 1 drained by SIGTERM (its own 1001 drain)
@@ -418,9 +418,11 @@ profile() {
 		perf_ok=0 why="not root and kernel.perf_event_paranoid=$(cat /proc/sys/kernel/perf_event_paranoid) (tracepoints need -1 or root)"
 	fi
 	[ $perf_ok -eq 1 ] || echo "perf unusable here: $why; falling back to strace -c -f (it slows the gateway: per-frame ratios only, no profile)"
-	# A peer's windows take longer to set up (window 2 opens every syscall
-	# tracepoint) and its frame counts need its sockets open: 20s more.
-	local dur=$((4 * win + 20))
+	# The fanout outlasts the four windows and the time between them (30s
+	# to spare; on a loaded machine the gateway's took up to 20s). A peer's
+	# windows take longer to set up (window 2 opens every syscall
+	# tracepoint) and its frame counts need its sockets open: 10s more.
+	local dur=$((4 * win + 30))
 	[ -z "$peer" ] || dur=$((4 * win + 40))
 	"$wsload" fanout -url "ws://$taddr/room/byhand-profile$$-r%d" -rooms 50 -members 10 -rate 2.4 -size 64 \
 		-duration "$dur"s -settle 2s -threshold 'failed==0' -json >"$pdir/profile.json" 2>"$pdir/profile.log" &
@@ -556,7 +558,7 @@ churn() {
 
 status=0
 case $what in
-idle9000) idle 9000 5m 1000 || status=1 ;;
+idle9000) idle 9000 10m 1000 || status=1 ;;
 idle50000) idle 50000 60s 250 || status=1 ;;
 drain) chaos drain -drain-url "http://${admin[0]}/api/pools/relay/nodes/${relay[0]}/drain?migrate=1" || status=1 ;;
 drain-term) chaos drain -kill-pid "${relaypid[0]}" -signal TERM || status=1 ;;
