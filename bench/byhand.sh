@@ -10,8 +10,10 @@
 #                                syscalls per forwarded frame (perf stat) and a CPU profile
 #                                (needs perf as root; PROFILE_STRACE=1 or no perf: strace -c);
 #                                BENCH_TARGET=nginx|haproxy: the same through that peer instead
-#   bench/byhand.sh churn        make bench's churn through one gateway: the gateway's CPU and
-#                                syscalls (strace -c) per handshake, and a perf profile if it can
+#   bench/byhand.sh churn        make bench's churn through one gateway: the gateway's CPU,
+#                                syscalls (strace -c) and context switches per handshake, and
+#                                a perf profile if it can; BENCH_TARGET=nginx|haproxy: the same
+#                                through that peer (no profile: their binaries are stripped)
 #
 # Each starts `benchrun -up` (redis-server, relays and gateways on 127.0.0.1,
 # stopped by benchrun's PID at the end), runs wsload against it and prints
@@ -30,7 +32,7 @@ idle50000) relays=5 gateways=6 ;;
 drain | drain-term | kill) relays=3 gateways=1 ;;
 profile | churn) relays=2 gateways=1 ;;
 *)
-	sed -n '2,15p' "$0"
+	sed -n '2,17p' "$0"
 	exit 2
 	;;
 esac
@@ -42,7 +44,7 @@ peers=()
 case $target in
 wsgate) ;;
 nginx | haproxy)
-	[ "$what" = profile ] || { echo "BENCH_TARGET=$target goes with profile only" >&2; exit 2; }
+	case $what in profile | churn) ;; *) echo "BENCH_TARGET=$target goes with profile or churn only" >&2; exit 2 ;; esac
 	peers=(-peers)
 	;;
 *)
@@ -515,21 +517,29 @@ profile() {
 # with perf as root, one under perf record -g. Files go to $dir/churn: the
 # gateway watches $dir.
 churn() {
-	local cdir=$dir/churn gpid=${gwpid[0]} tck fail=0
+	local cdir=$dir/churn gpid=${gwpid[0]} taddr=${peer:-${gw[0]}} tck fail=0
+	# gpid: the PID strace and perf attach to; cpids: the PIDs whose CPU
+	# is the target's (nginx: master and worker).
+	local cpids=("$gpid")
+	if [ -n "$peer" ]; then
+		IFS=, read -r -a cpids <<<"$peerpids"
+		gpid=${cpids[-1]}
+	fi
 	mkdir -p "$cdir"
 	tck=$(getconf CLK_TCK)
+	cpu() { local c=0 p; for p in "${cpids[@]}"; do c=$((c + $(awk '{print $14 + $15}' "/proc/$p/stat"))); done; echo $c; }
 	run() { # NAME: one churn run, its report in $cdir/NAME.json
-		"$wsload" churn -url "ws://${gw[0]}/room/byhand-$1-$$-r%d" -c 50 -duration "${2:-5s}" \
+		"$wsload" churn -url "ws://$taddr/room/byhand-$1-$$-r%d" -c 50 -duration "${2:-5s}" \
 			-threshold 'failed==0' -json >"$cdir/$1.json" 2>"$cdir/$1.log" || fail=1
 	}
 	run warm 2s
 	for i in 1 2 3; do
 		local c0 c1
-		c0=$(awk '{print $14 + $15}' "/proc/$gpid/stat")
+		c0=$(cpu)
 		run "rep$i"
-		c1=$(awk '{print $14 + $15}' "/proc/$gpid/stat")
-		jq -r --arg t "$((c1 - c0))" --arg hz "$tck" --arg load "$(cut -d' ' -f1-3 /proc/loadavg)" \
-			'"run \(input_filename | sub(".*/"; "")): \(.connected) handshakes, \(.handshakes_per_sec | floor)/s, gateway CPU \(($t | tonumber) / ($hz | tonumber) * 1e6 / .connected | floor) µs per handshake (load average \($load))"' \
+		c1=$(cpu)
+		jq -r --arg t "$((c1 - c0))" --arg hz "$tck" --arg load "$(cut -d' ' -f1-3 /proc/loadavg)" --arg who "$target" \
+			'"run \(input_filename | sub(".*/"; "")): \(.connected) handshakes, \(.handshakes_per_sec | floor)/s, \($who) CPU \(($t | tonumber) / ($hz | tonumber) * 1e6 / .connected | floor) µs per handshake (load average \($load))"' \
 			"$cdir/rep$i.json"
 	done
 	timeout -s INT 7 strace -q -c -f -p "$gpid" -o "$cdir/strace-c.txt" 2>"$cdir/strace.err" &
@@ -543,6 +553,17 @@ churn() {
 	awk -v n="$n" '$NF ~ /^[a-z_0-9]+$/ && $4 ~ /^[0-9]+$/ && $NF != "total" {
 		printf "  %-13s %6.2f\n", $NF, $4 / n; t += $4 } END {printf "  %-13s %6.2f\n", "all", t / n}' "$cdir/strace-c.txt"
 	if command -v perf >/dev/null && [ "$(id -u)" = 0 ]; then
+		# Context switches: each is a thread that went to sleep (or was
+		# preempted) and later ran again.
+		perf stat -e context-switches -p "$gpid" -o "$cdir/perf-stat.txt" -- sleep 6 >/dev/null 2>&1 &
+		local ps=$!
+		sleep 0.5
+		run stat
+		wait "$ps" || true
+		n=$(jq .connected "$cdir/stat.json")
+		awk -v n="$n" -v p="$gpid" '$2 == "context-switches" {gsub(",", "", $1); printf "perf stat -e context-switches -p %s over one run of %d handshakes: %.2f per handshake\n", p, n, $1 / n}' "$cdir/perf-stat.txt"
+	fi
+	if [ -z "$peer" ] && command -v perf >/dev/null && [ "$(id -u)" = 0 ]; then
 		perf record -q -F 999 -g -o "$cdir/perf.data" -p "$gpid" -- sleep 6 >/dev/null 2>&1 &
 		local pp=$!
 		sleep 0.5
