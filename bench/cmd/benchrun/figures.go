@@ -211,8 +211,8 @@ func (r *runner) relayCPU() (time.Duration, error) {
 }
 
 // churn runs the fixed churn (workers connecting, one round trip, closing)
-// against target t and returns its handshakes per second and round-trip
-// p50 (ms).
+// against target t and returns its handshakes per second, round-trip p50
+// and the target's CPU per handshake, read from /proc around the run.
 func (r *runner) churn(ctx context.Context, t *target, rep int) (x churnResult, err error) {
 	pids, err := t.pids()
 	if err != nil {
