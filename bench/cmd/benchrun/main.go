@@ -55,7 +55,7 @@ type plan struct {
 var (
 	fullPlan = plan{reps: 3, idleN: 9000, idleRate: 1500, idleHold: 8 * time.Second,
 		fanRooms: 50, fanMembers: 10, fanFPS: 12000, fanLightFPS: 5000, fanDuration: 8 * time.Second, lightDuration: 6 * time.Second,
-		ladder: []float64{20000, 30000, 40000, 55000, 70000}, ladderDuration: 5 * time.Second,
+		ladder: []float64{20000, 30000, 40000, 55000, 70000, 85000}, ladderDuration: 5 * time.Second,
 		churnWorkers: 50, churnDuration: 5 * time.Second}
 	quickPlan = plan{reps: 1, idleN: 1000, idleRate: 1000, idleHold: 5 * time.Second,
 		fanRooms: 50, fanMembers: 10, fanFPS: 12000, fanLightFPS: 5000, fanDuration: 4 * time.Second, lightDuration: 4 * time.Second,
