@@ -19,7 +19,7 @@ demo:
 # bench builds wsgate, relay-backend and wsload, starts redis, two relays,
 # the gateway, nginx and HAProxy on 127.0.0.1, runs fixed wsload scenarios
 # direct and through each proxy, and prints one table (docs/benchmarks.md).
-# About 9 minutes; BENCH_QUICK=1 runs a reduced set in about 2.5. As root it
+# About 10 minutes; BENCH_QUICK=1 runs a reduced set in about 2.5. As root it
 # installs the peers from Debian's packages when missing (nginx-light
 # provides nginx); otherwise their columns read n/a.
 BENCH_PEERS = nginx haproxy
