@@ -21,7 +21,9 @@
 # where the raw reports are. Exit status 1 when a wsload threshold failed.
 # BENCH_ENGINE=goroutines runs the gateways on the goroutine tunnel engine
 # (gateway.tunnel_engine), to compare with the default, epoll; BENCH_POLLERS=N
-# sets the gateways' gateway.pollers (default: the gateway's own).
+# sets the gateways' gateway.pollers (default: the gateway's own);
+# BENCH_GW_ENV='KEY=value ...' adds to the gateways' environment (a GODEBUG
+# or GOGC to measure).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -53,9 +55,13 @@ nginx | haproxy)
 	;;
 esac
 
+# BENCH_GW_ENV: KEY=value words added to the gateways' environment.
+gwenv=()
+for kv in ${BENCH_GW_ENV:-}; do gwenv+=(-gateway-env "$kv"); done
+
 dir=$(mktemp -d /tmp/wsgate-byhand-XXXXXX)
 go build -o "$dir/benchrun" ./bench/cmd/benchrun
-"$dir/benchrun" -up -relays "$relays" -gateways "$gateways" -engine "${BENCH_ENGINE:-}" -pollers "${BENCH_POLLERS:-0}" "${peers[@]}" -dir "$dir" >"$dir/up.out" 2>"$dir/up.err" &
+"$dir/benchrun" -up -relays "$relays" -gateways "$gateways" -engine "${BENCH_ENGINE:-}" -pollers "${BENCH_POLLERS:-0}" "${peers[@]}" "${gwenv[@]}" -dir "$dir" >"$dir/up.out" 2>"$dir/up.err" &
 up=$!
 load="" perfpid=""
 stop() {

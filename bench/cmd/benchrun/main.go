@@ -12,6 +12,7 @@
 //	benchrun [-quick] [-dir DIR]     the benchmark (BENCH_QUICK=1 = -quick)
 //	benchrun -smoke                  CI smoke: generous thresholds, exit 1 on a violation
 //	benchrun -up [-relays N] [-gateways N] [-engine epoll|goroutines] [-pollers N] [-peers]
+//	             [-gateway-env KEY=value ...]
 //	                                 start a stack, print its addresses, wait for Ctrl-C
 //	                                 (-peers: nginx and HAProxy too, as make bench runs them)
 package main
@@ -99,6 +100,14 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	pollers := fs.Int("pollers", 0, "the gateways' gateway.pollers (default: wsgate's own)")
 	peers := fs.Bool("peers", false, "also start nginx and HAProxy in front of every relay, as make bench does (-up)")
 	dir := fs.String("dir", "", "directory for logs, configs and raw reports (default: a new one in $TMPDIR)")
+	var gwEnv []string
+	fs.Func("gateway-env", "`KEY=value` added to the gateways' environment, such as GODEBUG=...; repeatable (-up)", func(v string) error {
+		if k, _, ok := strings.Cut(v, "="); !ok || k == "" {
+			return fmt.Errorf("%q is not KEY=value", v)
+		}
+		gwEnv = append(gwEnv, v)
+		return nil
+	})
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
@@ -114,7 +123,11 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "benchrun: -peers goes with -up")
 		return 2
 	}
-	if err := execute(ctx, *dir, *quick, *smoke, *up, *peers, stack.Options{Relays: *relays, Gateways: *gateways, TunnelEngine: *engine, Pollers: *pollers}, stdout, stderr); err != nil {
+	if len(gwEnv) > 0 && !*up {
+		fmt.Fprintln(stderr, "benchrun: -gateway-env goes with -up")
+		return 2
+	}
+	if err := execute(ctx, *dir, *quick, *smoke, *up, *peers, stack.Options{Relays: *relays, Gateways: *gateways, TunnelEngine: *engine, Pollers: *pollers, GatewayEnv: gwEnv}, stdout, stderr); err != nil {
 		fmt.Fprintln(stderr, "benchrun:", err)
 		return 1
 	}

@@ -160,6 +160,9 @@ func TestRunFlags(t *testing.T) {
 		{"unknown flag", []string{"-nope"}, 2},
 		{"too many relays", []string{"-up", "-relays", "17"}, 2},
 		{"no gateways", []string{"-up", "-gateways", "0"}, 2},
+		{"gateway-env without =", []string{"-up", "-gateway-env", "GODEBUG"}, 2},
+		{"gateway-env without a key", []string{"-up", "-gateway-env", "=1"}, 2},
+		{"gateway-env without -up", []string{"-gateway-env", "GOGC=200"}, 2},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"time"
 )
@@ -68,6 +69,9 @@ type Options struct {
 	// (nginx's one worker, HAProxy's one thread): GOMAXPROCS=1 and one
 	// poller, on its own ports, in front of every relay (Stack.OneCore).
 	OneCore bool
+	// GatewayEnv ("KEY=value") is added to every gateway's environment,
+	// the one-core gateway's included: a GODEBUG or GOGC to measure.
+	GatewayEnv []string
 }
 
 // Relay is one running relay-backend.
@@ -207,8 +211,8 @@ func (s *Stack) RelayArgs(id, addr string) []string {
 }
 
 // startGateway starts the gateway name on free ports with pollers (its
-// gateway.pollers; 0 = its default) and env added to its environment,
-// and waits for its /readyz.
+// gateway.pollers; 0 = its default) and env and Options.GatewayEnv added
+// to its environment, and waits for its /readyz.
 func (s *Stack) startGateway(name string, pollers int, env []string) (*Gateway, error) {
 	addr, err := FreeAddr()
 	if err != nil {
@@ -222,6 +226,7 @@ func (s *Stack) startGateway(name string, pollers int, env []string) (*Gateway, 
 	if err := os.WriteFile(cfg, []byte(s.gatewayConfig(addr, admin, pollers)), 0o644); err != nil {
 		return nil, fmt.Errorf("write %s: %w", cfg, err)
 	}
+	env = append(slices.Clip(env), s.opt.GatewayEnv...)
 	p, err := StartEnv(name, filepath.Join(s.opt.Dir, name+".log"), env, s.opt.Bins.WSGate, "-config", cfg)
 	if err != nil {
 		return nil, err

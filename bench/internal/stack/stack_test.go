@@ -36,7 +36,7 @@ func TestUpAndClose(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	s, err := Up(Options{Dir: dir, Bins: bins, Relays: 1, Gateways: 1, OneCore: true})
+	s, err := Up(Options{Dir: dir, Bins: bins, Relays: 1, Gateways: 1, OneCore: true, GatewayEnv: []string{"WSGATE_STACK_TEST=1"}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -81,6 +81,13 @@ func TestUpAndClose(t *testing.T) {
 	env, err := os.ReadFile(fmt.Sprintf("/proc/%d/environ", one.Pid()))
 	if err != nil || !slices.Contains(strings.Split(string(env), "\x00"), "GOMAXPROCS=1") {
 		t.Fatalf("one-core gateway's environment lacks GOMAXPROCS=1 (%v)", err)
+	}
+	// Options.GatewayEnv reaches both gateways.
+	for _, g := range []*Gateway{s.Gateways[0], one} {
+		env, err := os.ReadFile(fmt.Sprintf("/proc/%d/environ", g.Pid()))
+		if err != nil || !slices.Contains(strings.Split(string(env), "\x00"), "WSGATE_STACK_TEST=1") {
+			t.Fatalf("%s's environment lacks WSGATE_STACK_TEST=1 (%v)", g.Name, err)
+		}
 	}
 	if cfg, err := os.ReadFile(one.Config); err != nil || !strings.Contains(string(cfg), "pollers = 1\n") {
 		t.Fatalf("one-core gateway's config:\n%s (%v)", cfg, err)
