@@ -33,6 +33,9 @@ func imageConfig(t *testing.T, d *dockerfile) (repoPath, imagePath string) {
 // drain) stops the container.
 func TestDockerfile(t *testing.T) {
 	d := readDockerfile(t)
+	if v := d.env["GODEBUG"]; v != runtimeGODEBUG {
+		t.Errorf("Dockerfile: the image's GODEBUG is %q, want %q", v, runtimeGODEBUG)
+	}
 	for out, pkg := range d.builds {
 		b, err := exec.Command("go", "list", "-f", "{{.Name}}", filepath.Join(root, pkg)).CombinedOutput()
 		if err != nil || strings.TrimSpace(string(b)) != "main" {

@@ -42,7 +42,12 @@ type dockerfile struct {
 	stopSignal string
 	entrypoint []string
 	cmd        []string
+	env        map[string]string // the final stage's ENV
 }
+
+// runtimeGODEBUG is the GODEBUG the image and the systemd unit give the
+// gateway (docs/operations.md, "The Go runtime's monitor").
+const runtimeGODEBUG = "schedtrace=2147483647"
 
 // readDockerfile parses the repository's Dockerfile: instructions joined
 // across continuation lines, the go build commands of the build stage and
@@ -68,7 +73,7 @@ func readDockerfile(t *testing.T) *dockerfile {
 		insts = append(insts, cur.String())
 		cur.Reset()
 	}
-	d := &dockerfile{builds: map[string]string{}, image: map[string]string{}}
+	d := &dockerfile{builds: map[string]string{}, image: map[string]string{}, env: map[string]string{}}
 	stages := 0
 	for _, inst := range insts {
 		op, rest, _ := strings.Cut(inst, " ")
@@ -117,6 +122,15 @@ func readDockerfile(t *testing.T) *dockerfile {
 					}
 				}
 			}
+		case "ENV":
+			if stages < 2 {
+				continue
+			}
+			k, v, ok := strings.Cut(rest, "=")
+			if !ok || strings.ContainsAny(v, " \t\"'") {
+				t.Fatalf("Dockerfile: ENV %q: want one KEY=value, unquoted", rest)
+			}
+			d.env[k] = v
 		case "EXPOSE":
 			d.expose = strings.Fields(rest)
 		case "STOPSIGNAL":

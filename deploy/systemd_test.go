@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -80,7 +81,12 @@ func TestSystemdUnit(t *testing.T) {
 	defer notify.Close()
 	args = withFlag(t, withFlag(t, args, "config", local), "pidfile", filepath.Join(dir, "wsgate.pid"))
 	cmd := exec.Command(testproc.Build(t, "./cmd/wsgate"), args...)
-	cmd.Env = append(os.Environ(), "NOTIFY_SOCKET="+sock)
+	// The unit's Environment= lines, as systemd passes them.
+	env := u["Service"]["Environment"]
+	if !slices.Contains(env, "GODEBUG="+runtimeGODEBUG) {
+		t.Errorf("Environment=%q: want GODEBUG=%s", env, runtimeGODEBUG)
+	}
+	cmd.Env = append(append(os.Environ(), env...), "NOTIFY_SOCKET="+sock)
 	p := testproc.StartCmd(t, "wsgate", cmd)
 	if pid := readMainPID(t, notify); pid != p.Pid() {
 		t.Fatalf("MAINPID=%d, want the started process %d", pid, p.Pid())
@@ -99,6 +105,10 @@ func TestSystemdUnit(t *testing.T) {
 		t.Fatalf("after SIGUSR2, MAINPID=%d (old process %d)", next, p.Pid())
 	}
 	t.Cleanup(func() { stopPid(t, next) })
+	// The process after the upgrade runs with the unit's GODEBUG too.
+	if b, err := os.ReadFile(fmt.Sprintf("/proc/%d/environ", next)); err != nil || !slices.Contains(strings.Split(string(b), "\x00"), "GODEBUG="+runtimeGODEBUG) {
+		t.Errorf("the process after the upgrade lacks GODEBUG=%s (%v)", runtimeGODEBUG, err)
+	}
 	if code, err := p.Wait(20 * time.Second); code != 0 || err != nil {
 		t.Fatalf("old process after the upgrade: exit %d, %v", code, err)
 	}
