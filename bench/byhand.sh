@@ -57,7 +57,8 @@ esac
 
 # BENCH_GW_ENV: KEY=value words added to the gateways' environment.
 gwenv=()
-for kv in ${BENCH_GW_ENV:-}; do gwenv+=(-gateway-env "$kv"); done
+read -r -a kvs <<<"${BENCH_GW_ENV:-}"
+for kv in "${kvs[@]}"; do gwenv+=(-gateway-env "$kv"); done
 
 dir=$(mktemp -d /tmp/wsgate-byhand-XXXXXX)
 go build -o "$dir/benchrun" ./bench/cmd/benchrun
@@ -517,11 +518,12 @@ profile() {
 }
 
 # churn: make bench's churn (50 workers: connect, one round trip, close)
-# through gateway 1, three 5-second runs after a 2-second warm-up: the
-# gateway's utime+stime (/proc/PID/stat) per handshake, then one run under
-# strace -c -f (syscalls per handshake, strace's slowdown included) and,
-# with perf as root, one under perf record -g. Files go to $dir/churn: the
-# gateway watches $dir.
+# through gateway 1 or the BENCH_TARGET peer, three 5-second runs after a
+# 2-second warm-up: the target's utime+stime (/proc/PID/stat, all its PIDs)
+# per handshake, then one run under strace -c -f on the PID that proxies
+# (syscalls per handshake, strace's slowdown included) and, with perf as
+# root, one under perf stat (context switches, nanosleep) and, for the
+# gateway, one under perf record -g. Files go to $dir/churn.
 churn() {
 	local cdir=$dir/churn gpid=${gwpid[0]} taddr=${peer:-${gw[0]}} tck fail=0
 	# gpid: the PID strace and perf attach to; cpids: the PIDs whose CPU

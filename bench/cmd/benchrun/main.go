@@ -91,7 +91,7 @@ func main() {
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("benchrun", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	quick := fs.Bool("quick", os.Getenv("BENCH_QUICK") == "1", "reduced set, about two minutes (also BENCH_QUICK=1)")
+	quick := fs.Bool("quick", os.Getenv("BENCH_QUICK") == "1", "reduced set, about 2.5 minutes (also BENCH_QUICK=1)")
 	smoke := fs.Bool("smoke", false, "CI smoke test: fanout and idle through the gateway with generous thresholds")
 	up := fs.Bool("up", false, "start redis, relays and gateways, print them, wait for Ctrl-C")
 	relays := fs.Int("relays", 2, "relay-backend processes (-up)")

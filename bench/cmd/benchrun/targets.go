@@ -102,9 +102,9 @@ func (r *runner) live() []*target {
 }
 
 // rotation is the order of the live targets in repetition i: column
-// order rotated left by i, so over the repetitions each target runs at
-// each position and none always runs later than another (when other work
-// on the machine may have started).
+// order rotated left by i, so each repetition puts every target at a new
+// position (when other work on the machine may have started). Over fewer
+// repetitions than targets some pairs keep their order.
 func rotation(ts []*target, i int) []*target {
 	out := make([]*target, 0, len(ts))
 	for k := range ts {

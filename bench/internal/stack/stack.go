@@ -70,7 +70,8 @@ type Options struct {
 	// poller, on its own ports, in front of every relay (Stack.OneCore).
 	OneCore bool
 	// GatewayEnv ("KEY=value") is added to every gateway's environment,
-	// the one-core gateway's included: a GODEBUG or GOGC to measure.
+	// the one-core gateway's included: a GODEBUG or GOGC to measure. It
+	// cannot undo the one-core gateway's GOMAXPROCS=1.
 	GatewayEnv []string
 }
 
@@ -226,7 +227,9 @@ func (s *Stack) startGateway(name string, pollers int, env []string) (*Gateway, 
 	if err := os.WriteFile(cfg, []byte(s.gatewayConfig(addr, admin, pollers)), 0o644); err != nil {
 		return nil, fmt.Errorf("write %s: %w", cfg, err)
 	}
-	env = append(slices.Clip(env), s.opt.GatewayEnv...)
+	// The gateway's own settings go last, so they win over GatewayEnv
+	// (the one-core gateway stays at GOMAXPROCS=1).
+	env = append(slices.Clip(s.opt.GatewayEnv), env...)
 	p, err := StartEnv(name, filepath.Join(s.opt.Dir, name+".log"), env, s.opt.Bins.WSGate, "-config", cfg)
 	if err != nil {
 		return nil, err
