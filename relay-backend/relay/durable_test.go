@@ -295,8 +295,13 @@ func TestPlainHistoryNoEcho(t *testing.T) {
 func redisPair(t *testing.T) (r1, r2 *server, admin *redis.Client) {
 	t.Helper()
 	srv := redistest.Start(t)
-	r1 = startRelay(t, redisReplica(t, srv.URL(), roomlog.RedisOptions{}).options(relay.Options{ID: "r1"}))
-	r2 = startRelay(t, redisReplica(t, srv.URL(), roomlog.RedisOptions{}).options(relay.Options{ID: "r2"}))
+	// The tests on the pair send hundreds of messages as fast as they can
+	// while subscriptions are cut; under -race on a busy machine a member's
+	// queue can pass the default 256 and end it with 1013, which is the
+	// slow-consumer test's subject (TestSlowConsumer), not theirs.
+	const queue = 4 * relay.DefaultSendQueue
+	r1 = startRelay(t, redisReplica(t, srv.URL(), roomlog.RedisOptions{}).options(relay.Options{ID: "r1", SendQueue: queue}))
+	r2 = startRelay(t, redisReplica(t, srv.URL(), roomlog.RedisOptions{}).options(relay.Options{ID: "r2", SendQueue: queue}))
 	admin = redis.NewClient(&redis.Options{Addr: srv.Addr})
 	t.Cleanup(func() { _ = admin.Close() })
 	return r1, r2, admin
