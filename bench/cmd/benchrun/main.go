@@ -35,6 +35,11 @@ import (
 	"github.com/wsgate/wsgate/bench/internal/stack"
 )
 
+// shippedGODEBUG is the environment the Dockerfile and the systemd unit
+// give wsgate (docs/operations.md, "The Go runtime's monitor"); make bench
+// measures the gateway with it. TestShippedGODEBUG keeps the three equal.
+const shippedGODEBUG = "GODEBUG=schedtrace=2147483647"
+
 // plan is the fixed set of scenario sizes of one mode.
 type plan struct {
 	reps           int // repetitions of the noisy figures (fanout, churn, drain)
@@ -162,6 +167,8 @@ func execute(ctx context.Context, dir string, quick, smoke, up, peers bool, opt 
 	if !up {
 		opt.Relays, opt.Gateways = 2, 1
 		opt.OneCore = !smoke
+		// The gateways run as the image and the systemd unit run them.
+		opt.GatewayEnv = []string{shippedGODEBUG}
 	}
 	opt.Dir, opt.Bins = dir, bins
 	st, err := stack.Up(opt)

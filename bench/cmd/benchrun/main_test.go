@@ -3,6 +3,8 @@ package main
 import (
 	"bytes"
 	"context"
+	"os"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -19,5 +21,22 @@ func TestPeersGoesWithUp(t *testing.T) {
 	}
 	if out.Len() != 0 {
 		t.Fatalf("stdout %q, want nothing", out.String())
+	}
+}
+
+// TestShippedGODEBUG checks that make bench gives the gateways the GODEBUG
+// the Dockerfile and the systemd unit ship with.
+func TestShippedGODEBUG(t *testing.T) {
+	for file, want := range map[string]string{
+		"../../../Dockerfile":                    "ENV " + shippedGODEBUG,
+		"../../../deploy/systemd/wsgate.service": "Environment=" + shippedGODEBUG,
+	} {
+		b, err := os.ReadFile(file)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !slices.Contains(strings.Split(string(b), "\n"), want) {
+			t.Errorf("%s has no line %q: make bench would not measure the gateway as it ships", file, want)
+		}
 	}
 }
