@@ -269,7 +269,15 @@ func (r *Rebalance) validate(e *errorList, path, balance string) {
 			e.add(joinKey(path, k.key), fmt.Sprintf("must be a finite number > 0, got %v", k.v))
 		}
 	}
+	if r.Rate > maxRebalanceRate && !math.IsInf(r.Rate, 1) {
+		e.add(joinKey(path, "rate"), fmt.Sprintf("must be at most %d moves per second (each is a reconnect through the gateway: more is a storm, not a rebalance), got %v", maxRebalanceRate, r.Rate))
+	}
 }
+
+// maxRebalanceRate bounds pools.rebalance.rate: a thousand reconnects a
+// second is about what one gateway and two relays handshake on the 2-core
+// bench machine (docs/benchmarks.md, handshakes per second).
+const maxRebalanceRate = 1000
 
 // Bounds of [pools.shared_counts] and gateway.id.
 const (
