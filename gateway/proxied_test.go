@@ -4,7 +4,6 @@ import (
 	"bufio"
 	"errors"
 	"fmt"
-	"github.com/fasthttp/websocket"
 	"io"
 	"log/slog"
 	"net"
@@ -15,6 +14,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/fasthttp/websocket"
 
 	dto "github.com/prometheus/client_model/go"
 	"github.com/wsgate/wsgate/internal/proxyproto"
