@@ -1,5 +1,7 @@
 package conf
 
+import "slices"
+
 // Config is a whole wsgate configuration as loaded from one file, with
 // defaults applied, validated, and derived values filled in. Parse returns a
 // new Config each time; the gateway treats it as read-only once loaded, so it
@@ -269,6 +271,18 @@ type Discovery struct {
 	// Redis is the redis:// or rediss:// URL of the server relays
 	// register in; required for "redis".
 	Redis string `toml:"redis" json:"redis"`
+	// Allow lists the addresses, as CIDRs ("10.0.0.0/8") or single IPs,
+	// a discovered node may have (default none: any address but the
+	// link-local, multicast and unspecified ones, which are never
+	// taken). With Allow, a node given by host name is left out too.
+	Allow []string `toml:"allow" json:"allow"`
+}
+
+// Same reports whether d and o describe the same discovery: the same
+// source, asked the same way, with the same allowed addresses.
+func (d Discovery) Same(o Discovery) bool {
+	return d.Kind == o.Kind && d.Name == o.Name && d.Port == o.Port && d.Interval == o.Interval &&
+		d.Resolver == o.Resolver && d.Redis == o.Redis && slices.Equal(d.Allow, o.Allow)
 }
 
 // Health is a pool's [pools.health] section: the active HTTP check.

@@ -241,7 +241,7 @@ func (p *Pool) validate(e *errorList, path string) {
 	switch d := p.Discovery; {
 	case d.Kind != "":
 		d.validate(e, joinKey(path, "discovery"), len(p.Nodes) > 0)
-	case d.Name != "" || d.Port != 0 || d.Resolver != "" || d.Redis != "":
+	case d.Name != "" || d.Port != 0 || d.Resolver != "" || d.Redis != "" || len(d.Allow) > 0:
 		e.add(joinKey(path, "discovery"), "kind (\"dns\" or \"redis\") is required: without it the section does nothing")
 	case len(p.Nodes) == 0:
 		e.add(joinKey(path, "nodes"), "at least one [[pools.nodes]] entry (or a [pools.discovery] section) is required")
@@ -344,6 +344,11 @@ func (d *Discovery) validate(e *errorList, path string, nodes bool) {
 	}
 	if d.Interval.Duration < minDiscoveryInterval {
 		e.add(joinKey(path, "interval"), "must be >= "+minDiscoveryInterval.String()+", got "+d.Interval.String())
+	}
+	for i, a := range d.Allow {
+		if _, err := ParsePrefix(a); err != nil {
+			e.add(indexKey(joinKey(path, "allow"), i), err.Error())
+		}
 	}
 	srv := strings.HasPrefix(d.Name, "_")
 	switch d.Kind {
@@ -581,7 +586,7 @@ func checkHashKey(k string) error {
 	return nil
 }
 
-// ParsePrefix parses a trusted_proxies entry: a CIDR such as "10.0.0.0/8"
+// ParsePrefix parses a trusted_proxies or pools.discovery.allow entry: a CIDR such as "10.0.0.0/8"
 // or "2001:db8::/32", or a single IP address (a /32 or /128). IPv4-mapped
 // IPv6 forms are unmapped, as client addresses are.
 func ParsePrefix(s string) (netip.Prefix, error) {

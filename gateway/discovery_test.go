@@ -494,3 +494,133 @@ func TestReachesOwn(t *testing.T) {
 		}
 	}
 }
+
+// TestRefusedNode pins which discovered addresses are left out, with and
+// without pools.discovery.allow.
+func TestRefusedNode(t *testing.T) {
+	allow := []netip.Prefix{netip.MustParsePrefix("10.0.0.0/8"), netip.MustParsePrefix("127.0.0.1/32"), netip.MustParsePrefix("fd00::/8")}
+	for _, c := range []struct {
+		addr            string
+		without, within bool // refused without allow, with allow
+	}{
+		{"10.1.2.3:7001", false, false},
+		{"127.0.0.1:7001", false, false},
+		{"127.0.0.2:7001", false, true},
+		{"192.168.1.5:7001", false, true},
+		{"[fd00::5]:7001", false, false},
+		{"[2001:db8::1]:7001", false, true},
+		{"[::ffff:10.1.2.3]:7001", false, false}, // IPv4-mapped, unmapped
+		{"169.254.169.254:80", true, true},       // a cloud's metadata service
+		{"[fe80::1]:7001", true, true},
+		{"0.0.0.0:7001", true, true},
+		{"[::]:7001", true, true},
+		{"224.0.0.1:7001", true, true},
+		{"[ff02::1]:7001", true, true},
+		{"255.255.255.255:7001", true, true},
+		{"relay-0.relay:7001", false, true}, // a host name: allow lists addresses
+	} {
+		if got := refusedNode(c.addr, nil); got != c.without {
+			t.Errorf("refusedNode(%q, no allow) = %v, want %v", c.addr, got, c.without)
+		}
+		if got := refusedNode(c.addr, allow); got != c.within {
+			t.Errorf("refusedNode(%q, allow) = %v, want %v", c.addr, got, c.within)
+		}
+	}
+}
+
+// TestDiscoveryAllow runs a Redis-discovered pool whose allow names one
+// relay's address: a key naming another address (here another loopback
+// address with a relay listening on it, so only allow keeps it out) or a
+// link-local one never becomes a node, and clients only reach the allowed
+// relay. A reload that widens allow takes the other relay in.
+func TestDiscoveryAllow(t *testing.T) {
+	rs := redistest.Start(t)
+	mem := bus.NewMemory()
+	t.Cleanup(func() { _ = mem.Close() })
+	serve := func(id, host string) string {
+		ln, err := net.Listen("tcp", host+":0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		r := relay.New(relay.Options{ID: id, Bus: mem.Endpoint(), Logger: quietLog()})
+		go func() { _ = r.Serve(ln) }()
+		t.Cleanup(func() { _ = r.Close(context.Background()) })
+		return ln.Addr().String()
+	}
+	in, out := serve("relay-in", "127.0.0.1"), serve("relay-out", "127.0.0.2")
+	cfg := func(allow string) string {
+		return fmt.Sprintf(redisDiscoveryCfg, rs.URL()) + "  allow = " + allow + "\n"
+	}
+	srv := startGateway(t, cfg(`["127.0.0.1/32"]`))
+	c := redis.NewClient(&redis.Options{Addr: rs.Addr})
+	defer c.Close()
+	for _, a := range []string{in, out, "169.254.169.254:80"} {
+		if err := c.Set(context.Background(), discovery.Key("wsgate:test", a), "1", time.Minute).Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	e := &env{t: t, srv: srv, gw: srv.Addr().String()}
+	waitUntil(t, func() bool { st, ok := srv.nodeState("relay", in); return ok && st == balancer.StateUp })
+	before := counter(e.scrape(), "wsgate_discovery_lookups_total", "result", "ok")
+	waitUntil(t, func() bool { return counter(e.scrape(), "wsgate_discovery_lookups_total", "result", "ok") >= before+3 })
+	if nodes := srv.current().pools["relay"].bal.Nodes(); len(nodes) != 1 || nodes[0].Addr() != in {
+		t.Fatalf("pool nodes %v, want only %s", nodes, in)
+	}
+	for i := range 6 {
+		cc, replica := e.helloReplica(fmt.Sprintf("/room/allow%d", i))
+		if replica != "relay-in" {
+			t.Fatalf("client on %q, want relay-in", replica)
+		}
+		cc.Close()
+	}
+	// Widened by a reload, allow takes the other loopback relay in; the
+	// link-local key stays out whatever allow says.
+	wide, err := conf.Parse("wide.toml", []byte(cfg(`["127.0.0.0/8", "169.254.0.0/16"]`)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := srv.Apply(wide); err != nil {
+		t.Fatal(err)
+	}
+	waitUntil(t, func() bool { st, ok := srv.nodeState("relay", out); return ok && st == balancer.StateUp })
+	if _, ok := srv.nodeState("relay", "169.254.169.254:80"); ok {
+		t.Fatal("a link-local node was taken into the pool")
+	}
+	// Narrowed, allow drains the node it now leaves out: its client is
+	// told 1001. Least connections puts two clients one on each node.
+	c1, r1 := e.helloReplica("/room/narrow-1")
+	defer c1.Close()
+	c2, r2 := e.helloReplica("/room/narrow-2")
+	defer c2.Close()
+	cc := c1
+	switch {
+	case r1 == r2:
+		t.Fatalf("two clients both on %q", r1)
+	case r2 == "relay-in":
+		cc = c2
+	}
+	apply := func(allow string) {
+		t.Helper()
+		cfg, err := conf.Parse("allow.toml", []byte(cfg(allow)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := srv.Apply(cfg); err != nil {
+			t.Fatal(err)
+		}
+	}
+	apply(`["127.0.0.2/32"]`)
+	expectClose(t, cc, websocket.CloseGoingAway)
+	waitUntil(t, func() bool { _, ok := srv.nodeState("relay", in); return !ok })
+	// An allow that leaves every node out is an empty answer: the pool
+	// keeps the node it has.
+	apply(`["127.0.0.3/32"]`)
+	before = counter(e.scrape(), "wsgate_discovery_lookups_total", "result", "ok")
+	waitUntil(t, func() bool { return counter(e.scrape(), "wsgate_discovery_lookups_total", "result", "ok") >= before+3 })
+	if nodes := srv.current().pools["relay"].bal.Nodes(); len(nodes) != 1 || nodes[0].Addr() != out {
+		t.Fatalf("with every node outside allow, the pool has %v, want %s", nodes, out)
+	}
+	c1.Close()
+	c2.Close()
+	e.waitZero()
+}
