@@ -272,9 +272,11 @@ type Discovery struct {
 	// register in; required for "redis".
 	Redis string `toml:"redis" json:"redis"`
 	// Allow lists the addresses, as CIDRs ("10.0.0.0/8") or single IPs,
-	// a discovered node may have (default none: any address but the
-	// link-local, multicast and unspecified ones, which are never
-	// taken). With Allow, a node given by host name is left out too.
+	// the pool's nodes may be at: checked on the addresses discovery
+	// answers with and on the address of every connection to a node (a
+	// host name's, once resolved). Default none: any address but the
+	// link-local, multicast, unspecified, broadcast and zoned ones, which
+	// are never taken.
 	Allow []string `toml:"allow" json:"allow"`
 }
 

@@ -30,9 +30,8 @@ type discoveries struct {
 
 // watch is one pool's running watcher and the section it was started for.
 type watch struct {
-	spec  conf.Discovery
-	allow []netip.Prefix // spec.Allow, parsed; nil: any address not refused by refusedNode
-	w     *discovery.Watcher
+	spec conf.Discovery
+	w    *discovery.Watcher
 }
 
 // fill returns cfg with the nodes found last as the nodes of each pool
@@ -58,6 +57,13 @@ func (d *discoveries) fill(cfg *conf.Config, old *generation) *conf.Config {
 		}
 		if _, ok := d.found[p.Name]; !ok && old != nil && old.pools[p.Name] != nil {
 			d.found[p.Name] = slices.Clone(old.pools[p.Name].conf.Nodes)
+		}
+		// Nodes found under an earlier allow, or listed before a reload
+		// turned discovery on, are held to this section's policy: a
+		// reload that narrows allow drains the nodes it leaves out at
+		// once, even if none is left.
+		if found, ok := d.found[p.Name]; ok {
+			d.found[p.Name] = newNodePolicy(p.Discovery).keep(found)
 		}
 		p.Nodes = make([]conf.Node, len(d.found[p.Name]))
 		for j, n := range d.found[p.Name] {
@@ -157,14 +163,8 @@ func (s *Server) startWatch(name string, spec conf.Discovery) (*watch, error) {
 		return nil, fmt.Errorf("unknown discovery kind %q", spec.Kind)
 	}
 	log := s.log.With("pool", name, "discovery", spec.Kind, "name", spec.Name)
+	src = &policySource{src: src, policy: newNodePolicy(spec), log: log}
 	wt := &watch{spec: spec}
-	for _, a := range spec.Allow {
-		pfx, err := conf.ParsePrefix(a) // validated: never fails
-		if err != nil {
-			return nil, err
-		}
-		wt.allow = append(wt.allow, pfx)
-	}
 	d := &s.disc
 	misses := 1 // a Redis key's lifetime already outlasts a missed refresh
 	if spec.Kind == "dns" {
@@ -204,26 +204,15 @@ func (s *Server) discovered(pool string, wt *watch, nodes []discovery.Node, log 
 	}
 	set := make([]conf.Node, 0, len(nodes))
 	addrs := make([]string, 0, len(nodes))
-	var loops, refused []string
+	var loops []string
 	own := s.ownAddrs()
 	for _, n := range nodes {
-		if refusedNode(n.Addr, wt.allow) {
-			refused = append(refused, n.Addr)
-			continue
-		}
 		if reachesOwn(n.Addr, own, localIPs) {
 			loops = append(loops, n.Addr)
 			continue
 		}
 		set = append(set, conf.Node{Addr: n.Addr, Weight: n.Weight})
 		addrs = append(addrs, n.Addr)
-	}
-	if len(refused) > 0 {
-		msg := "discovered nodes left out: a link-local, multicast or unspecified address is never a relay"
-		if wt.allow != nil {
-			msg = "discovered nodes left out: not an IP address in pools.discovery.allow"
-		}
-		log.Warn(msg, "nodes", refused)
 	}
 	if len(loops) > 0 {
 		log.Warn("discovered nodes left out: they are this gateway's own listeners, and would loop clients through it", "nodes", loops)
@@ -245,33 +234,6 @@ func (s *Server) discovered(pool string, wt *watch, nodes []discovery.Node, log 
 	}
 	log.Info("discovered nodes applied", "nodes", addrs)
 	return nil
-}
-
-// refusedNode reports whether a discovered node at addr is left out. With
-// allow, it must be an IP address (host:port, no host name) in one of its
-// prefixes. Without, any address is taken but the link-local, multicast
-// and unspecified ones, which no relay has and which would send clients'
-// upgrade requests (their cookies and tokens) where the gateway should
-// never connect: a cloud's metadata service at 169.254.169.254, say. A
-// host name is not resolved for this check.
-func refusedNode(addr string, allow []netip.Prefix) bool {
-	ap, err := netip.ParseAddrPort(addr)
-	if err != nil {
-		return allow != nil // a host name
-	}
-	ip := ap.Addr().Unmap()
-	if ip.IsUnspecified() || ip.IsMulticast() || ip.IsLinkLocalUnicast() || ip == netip.AddrFrom4([4]byte{255, 255, 255, 255}) {
-		return true
-	}
-	if allow == nil {
-		return false
-	}
-	for _, p := range allow {
-		if p.Contains(ip) {
-			return false
-		}
-	}
-	return true
 }
 
 // stopDiscovery stops every watcher; it does not wait for them.

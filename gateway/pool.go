@@ -8,6 +8,7 @@ import (
 	"net"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/valyala/fasthttp"
@@ -63,6 +64,7 @@ func newPool(pc *conf.Pool, old *pool, reg *balancer.Registry, log *slog.Logger,
 	if err != nil {
 		return nil, nil, nil, fmt.Errorf("pool %q: %w", pc.Name, err)
 	}
+	d.holdTo(newNodePolicy(pc.Discovery))
 	p = &pool{
 		name:           pc.Name,
 		balance:        pc.Balance,
@@ -129,6 +131,7 @@ func healthConfig(pc *conf.Pool) health.Config {
 		EjectAfter: h.EjectAfter,
 		EjectFor:   h.EjectFor.Duration,
 		ProxyLocal: pc.SendProxyV2,
+		Refuse:     newNodePolicy(pc.Discovery).addrCheck(),
 	}
 }
 
@@ -297,6 +300,29 @@ func newDialer(pool string, sources []string, timeout time.Duration, log *slog.L
 		d.dialers = []net.Dialer{{Timeout: timeout}}
 	}
 	return d, nil
+}
+
+// holdTo makes every dial check the address it is about to connect to
+// against p (see nodePolicy); nil p changes nothing. It is called before
+// the first dial.
+func (d *dialer) holdTo(p *nodePolicy) {
+	check := p.dialControl()
+	if check == nil {
+		return
+	}
+	for i := range d.dialers {
+		nd := &d.dialers[i]
+		if bind := nd.Control; bind != nil {
+			nd.Control = func(network, address string, c syscall.RawConn) error {
+				if err := check(network, address, c); err != nil {
+					return err
+				}
+				return bind(network, address, c)
+			}
+			continue
+		}
+		nd.Control = check
+	}
 }
 
 // dial connects to the node at addr from the next source address, and

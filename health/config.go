@@ -59,6 +59,16 @@ type Config struct {
 	// address), for nodes that expect a header on every connection
 	// (default false).
 	ProxyLocal bool
+	// Refuse, when set, is asked about the address each probe is about
+	// to connect to (IP:port, resolved), before the connect; an error
+	// fails the probe (default none).
+	Refuse AddrCheck
+}
+
+// AddrCheck refuses addresses a probe may not connect to. Its
+// implementations are comparable (a pointer, say): Configs are compared.
+type AddrCheck interface {
+	CheckAddr(address string) error
 }
 
 // withDefaults returns cfg with every unset or invalid field replaced by

@@ -5,7 +5,6 @@ import (
 	"bytes"
 	"context"
 	"errors"
-	"github.com/wsgate/wsgate/internal/proxyproto"
 	"io"
 	"net"
 	"net/http"
@@ -13,6 +12,8 @@ import (
 	"strconv"
 	"syscall"
 	"time"
+
+	"github.com/wsgate/wsgate/internal/proxyproto"
 )
 
 // Probe I/O bounds.
@@ -69,6 +70,9 @@ func (c *Checker) exchange(ctx context.Context, addr string, start time.Time) re
 	ctx, cancel := context.WithDeadline(ctx, start.Add(c.conf().Timeout))
 	defer cancel()
 	var d net.Dialer
+	if r := c.conf().Refuse; r != nil {
+		d.Control = func(_, address string, _ syscall.RawConn) error { return r.CheckAddr(address) }
+	}
 	conn, err := d.DialContext(ctx, "tcp", addr)
 	if err != nil {
 		if reason := LocalReason(err); reason != "" {
