@@ -73,40 +73,35 @@ func TestNodePolicy(t *testing.T) {
 	}
 }
 
+// countingListener listens on host, closes each connection it accepts,
+// and counts them; it is closed when the test ends.
+func countingListener(t *testing.T, host string) (net.Listener, *atomic.Int32) {
+	t.Helper()
+	ln, err := net.Listen("tcp", host+":0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	n := new(atomic.Int32)
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			n.Add(1)
+			c.Close()
+		}
+	}()
+	return ln, n
+}
+
 // TestDialerHoldsToPolicy dials through a pool dialer held to a policy,
 // with and without source addresses: a refused address is never
 // connected to (the listener accepts nothing), an allowed one is.
 func TestDialerHoldsToPolicy(t *testing.T) {
-	refused, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer refused.Close()
-	allowed, err := net.Listen("tcp", "127.0.0.2:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer allowed.Close()
-	var accepts atomic.Int32
-	go func() {
-		for {
-			c, err := refused.Accept()
-			if err != nil {
-				return
-			}
-			accepts.Add(1)
-			c.Close()
-		}
-	}()
-	go func() {
-		for {
-			c, err := allowed.Accept()
-			if err != nil {
-				return
-			}
-			c.Close()
-		}
-	}()
+	refused, accepts := countingListener(t, "127.0.0.1")
+	allowed, _ := countingListener(t, "127.0.0.2")
 	policy := newNodePolicy(conf.Discovery{Kind: "dns", Allow: []string{"127.0.0.2/32"}})
 	for _, sources := range [][]string{nil, {"127.0.0.5"}} {
 		d, err := newDialer("p", sources, 2*time.Second, quietLog(), nil)
@@ -208,22 +203,7 @@ func TestDiscoveryAllow(t *testing.T) {
 		return ln.Addr().String()
 	}
 	a, b := serve("relay-a", "127.0.0.2"), serve("relay-b", "127.0.0.3")
-	trap, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer trap.Close()
-	var trapped atomic.Int32
-	go func() {
-		for {
-			c, err := trap.Accept()
-			if err != nil {
-				return
-			}
-			trapped.Add(1)
-			c.Close()
-		}
-	}()
+	trap, trapped := countingListener(t, "127.0.0.1")
 	_, trapPort, _ := net.SplitHostPort(trap.Addr().String())
 	named := net.JoinHostPort("localhost", trapPort)
 	cfg := func(allow string) *conf.Config {
