@@ -61,7 +61,7 @@ func (d *discoveries) fill(cfg *conf.Config, old *generation) *conf.Config {
 		// Nodes found under an earlier allow, or listed before a reload
 		// turned discovery on, are held to this section's policy: a
 		// reload that narrows allow drains the nodes it leaves out at
-		// once, even if none is left.
+		// once, the last one up included.
 		if found, ok := d.found[p.Name]; ok {
 			d.found[p.Name] = newNodePolicy(p.Discovery).keep(found)
 		}

@@ -136,14 +136,6 @@ func (p *nodePolicy) addrCheck() health.AddrCheck {
 	return p
 }
 
-// dialControl returns p's control, or nil without a policy.
-func (p *nodePolicy) dialControl() func(network, address string, c syscall.RawConn) error {
-	if p == nil {
-		return nil
-	}
-	return p.control
-}
-
 // keep returns the nodes of nodes whose address p takes (all of them
 // without a policy; nodes itself when none is refused).
 func (p *nodePolicy) keep(nodes []conf.Node) []conf.Node {

@@ -306,10 +306,10 @@ func newDialer(pool string, sources []string, timeout time.Duration, log *slog.L
 // against p (see nodePolicy); nil p changes nothing. It is called before
 // the first dial.
 func (d *dialer) holdTo(p *nodePolicy) {
-	check := p.dialControl()
-	if check == nil {
+	if p == nil {
 		return
 	}
+	check := p.control
 	for i := range d.dialers {
 		nd := &d.dialers[i]
 		if bind := nd.Control; bind != nil {
