@@ -7,6 +7,8 @@ import (
 	"net/http"
 	"runtime"
 	"slices"
+	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 )
@@ -691,5 +693,40 @@ func TestSetConfigKeepsState(t *testing.T) {
 	waitState(t, c, f.addr, StateUp)
 	if run := rec.probesBefore(StateUp, 0); !slices.Equal(run, trues(cfg.Rise)) {
 		t.Fatalf("probes before up %v, want the new rise of %d", run, cfg.Rise)
+	}
+}
+
+// refuseAll refuses every address, saying which.
+type refuseAll struct{ asked atomic.Int64 }
+
+func (r *refuseAll) CheckAddr(address string) error {
+	r.asked.Add(1)
+	return errors.New("refused by the test: " + address)
+}
+
+// TestRefuseStopsProbes pins Config.Refuse: a refused address is never
+// connected to (the backend sees no request), its probes fail with the
+// refusal as their result, and the node goes down; a SetConfig without
+// Refuse lets the probes through again and the node comes back up.
+func TestRefuseStopsProbes(t *testing.T) {
+	b := newBackend(t)
+	cfg := fastConfig()
+	r := &refuseAll{}
+	cfg.Refuse = r
+	c, _ := startChecker(t, cfg)
+	f := newTarget(b.addr())
+	c.Add(f)
+	st := waitState(t, c, f.addr, StateDown)
+	if !strings.Contains(st.LastResult, "refused by the test: "+b.addr()) {
+		t.Fatalf("last result %q, want the refusal", st.LastResult)
+	}
+	if n := b.hits.Load(); n != 0 || r.asked.Load() < int64(cfg.Fall) {
+		t.Fatalf("backend saw %d probes, the check was asked %d times", n, r.asked.Load())
+	}
+	cfg.Refuse = nil
+	c.SetConfig(cfg)
+	waitState(t, c, f.addr, StateUp)
+	if b.hits.Load() == 0 {
+		t.Fatal("up without a probe reaching the backend")
 	}
 }
