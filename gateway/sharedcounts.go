@@ -28,6 +28,7 @@ type sharedRun struct {
 	conf conf.SharedCounts
 	id   string
 	s    *sharedcount.Sharer
+	obs  *sharerObserver
 }
 
 // sharedStopWait bounds how long Shutdown waits for the sharers to delete
@@ -63,8 +64,8 @@ func (s *Server) syncSharedCounts(g *generation) {
 	for name, run := range sc.running {
 		if p := g.pools[name]; p == nil || p.conf.SharedCounts.Redis == "" {
 			run.s.Stop(true)
+			run.obs.end(name, true)
 			delete(sc.running, name)
-			sc.metrics.forget(name)
 			s.log.Info("shared counts stopped", "pool", name)
 		}
 	}
@@ -83,8 +84,10 @@ func (s *Server) syncSharedCounts(g *generation) {
 			// they expire: delete them. Under the same key the new
 			// sharer overwrites them.
 			old.s.Stop(old.conf.Redis != c.Redis || old.conf.KeyPrefix != c.KeyPrefix || old.id != id)
+			old.obs.end(name, false) // the new sharer reports under the same labels
 			prev = old.s
 		}
+		obs := &sharerObserver{sm: sc.metrics}
 		sh, err := sharedcount.Start(sharedcount.Config{
 			URL:       c.Redis,
 			Pool:      name,
@@ -93,14 +96,14 @@ func (s *Server) syncSharedCounts(g *generation) {
 			Interval:  c.Interval.Duration,
 			Nodes:     s.poolNodes(name),
 			Log:       s.log,
-			Observer:  sc.metrics,
+			Observer:  obs,
 		}, prev)
 		if err != nil { // the URL was validated: not expected
 			delete(sc.running, name)
 			s.log.Error("shared counts not started; the pool balances by its own counts", "pool", name, "err", err)
 			continue
 		}
-		sc.running[name] = &sharedRun{conf: c, id: id, s: sh}
+		sc.running[name] = &sharedRun{conf: c, id: id, s: sh, obs: obs}
 		s.log.Info("shared counts started", "pool", name, "redis", redactURL(c.Redis), "id", id, "interval", c.Interval.Duration)
 	}
 }
@@ -207,4 +210,45 @@ func (sm *sharedMetrics) forget(pool string) {
 	sm.fallback.DeleteLabelValues(pool)
 }
 
-var _ sharedcount.Observer = (*sharedMetrics)(nil)
+// sharerObserver is one sharer's observer, passing its reports on to
+// sharedMetrics until it is ended. A sharer told to stop may still finish
+// an exchange in flight; ended, its observer drops that report, so the
+// pool's gauges deleted when it stops sharing are not created again. Its
+// lock is held only over gauge updates, never across I/O.
+type sharerObserver struct {
+	sm    *sharedMetrics
+	mu    sync.Mutex
+	ended bool
+}
+
+func (o *sharerObserver) Exchanged(pool string, ok bool, peers int) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if !o.ended {
+		o.sm.Exchanged(pool, ok, peers)
+	}
+}
+
+func (o *sharerObserver) Fallback(pool string, on bool) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if !o.ended {
+		o.sm.Fallback(pool, on)
+	}
+}
+
+// end drops every later report; with forget, it also deletes the pool's
+// gauges (the pool no longer shares).
+func (o *sharerObserver) end(pool string, forget bool) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	o.ended = true
+	if forget {
+		o.sm.forget(pool)
+	}
+}
+
+var (
+	_ sharedcount.Observer = (*sharedMetrics)(nil)
+	_ sharedcount.Observer = (*sharerObserver)(nil)
+)
