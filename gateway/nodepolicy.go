@@ -158,6 +158,10 @@ type policySource struct {
 	refused string // the refused nodes last logged, joined
 }
 
+// maxLoggedNodes bounds the addresses one log line about refused nodes
+// names.
+const maxLoggedNodes = 20
+
 func (s *policySource) Lookup(ctx context.Context) ([]discovery.Node, error) {
 	nodes, err := s.src.Lookup(ctx)
 	if err != nil {
@@ -180,12 +184,14 @@ func (s *policySource) Lookup(ctx context.Context) ([]discovery.Node, error) {
 		s.refused = all
 		for _, why := range []string{whyNever, whyZone, whyNotAllow} {
 			if addrs := byWhy[why]; len(addrs) > 0 {
-				s.log.Warn("discovered nodes left out: "+why, "nodes", addrs)
+				// An answer names up to discovery.MaxNodes: the line
+				// names the first few and counts them all.
+				s.log.Warn("discovered nodes left out: "+why, "nodes", addrs[:min(len(addrs), maxLoggedNodes)], "count", len(addrs))
 			}
 		}
 	}
 	if len(kept) == 0 && len(refused) > 0 {
-		return nil, fmt.Errorf("%w: its %d nodes are all refused", discovery.ErrEmpty, len(refused))
+		return nil, fmt.Errorf("%w: the %d nodes it names are all refused", discovery.ErrEmpty, len(refused))
 	}
 	return kept, nil
 }

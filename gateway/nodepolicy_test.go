@@ -178,6 +178,20 @@ func TestPolicySource(t *testing.T) {
 	if _, err := s.Lookup(context.Background()); !errors.Is(err, discovery.ErrEmpty) {
 		t.Fatalf("an answer of refused nodes only: %v, want ErrEmpty", err)
 	}
+	// A flood of refused keys costs one bounded line.
+	var flood fixedSource
+	for i := range discovery.MaxNodes {
+		flood = append(flood, discovery.Node{Addr: fmt.Sprintf("192.168.%d.%d:7001", i/250, 1+i%250), Weight: 1})
+	}
+	logs.Reset()
+	s.src = flood
+	if _, err := s.Lookup(context.Background()); !errors.Is(err, discovery.ErrEmpty) {
+		t.Fatalf("an answer of %d refused nodes: %v, want ErrEmpty", len(flood), err)
+	}
+	line := logs.String()
+	if n := strings.Count(line, "192.168."); n != maxLoggedNodes || !strings.Contains(line, fmt.Sprintf("count=%d", len(flood))) {
+		t.Fatalf("the line names %d addresses, want %d and the count %d:\n%s", n, maxLoggedNodes, len(flood), line)
+	}
 }
 
 // TestDiscoveryAllow runs a Redis-discovered pool held to allow on real
