@@ -99,6 +99,7 @@ func (s *Server) syncSharedCounts(g *generation) {
 			Observer:  obs,
 		}, prev)
 		if err != nil { // the URL was validated: not expected
+			obs.end(name, true) // no sharer reports for the pool: drop what the old one set
 			delete(sc.running, name)
 			s.log.Error("shared counts not started; the pool balances by its own counts", "pool", name, "err", err)
 			continue
