@@ -42,11 +42,18 @@ bench:
 bench-tls:
 	$(GO) run ./bench/cmd/tlsbench $(TLSBENCH_FLAGS)
 
-# lint checks formatting, vets the code and runs staticcheck (pinned;
-# fetched through the Go module proxy on first use). No check is excluded.
+# lint checks formatting, refuses tracked executables (an ELF file, or an
+# executable bit without a #! line: build outputs go to bin/, ignored),
+# vets the code and runs staticcheck (pinned; fetched through the Go
+# module proxy on first use). No check is excluded.
 STATICCHECK = honnef.co/go/tools/cmd/staticcheck@v0.8.2
 lint:
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi
+	@bad=$$(git ls-files -s | while read -r mode _ _ f; do \
+		magic=$$(head -c 4 "$$f" | od -An -tx1 | tr -d ' \n'); \
+		if [ "$$magic" = 7f454c46 ]; then echo "$$f"; \
+		elif [ "$$mode" = 100755 ] && [ "$$(head -c 2 "$$f")" != '#!' ]; then echo "$$f"; fi; done); \
+	if [ -n "$$bad" ]; then echo "tracked executables (build outputs belong in bin/, ignored):"; echo "$$bad"; exit 1; fi
 	$(GO) vet $(PKGS)
 	$(GO) run $(STATICCHECK) $(PKGS)
 
