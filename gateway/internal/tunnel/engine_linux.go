@@ -30,7 +30,12 @@ import (
 // socket at that moment, and any byte arriving after it raises a new edge,
 // so the source is not read again before its next event. A source whose
 // peer has hung up raises no new edge for its end of stream, so after a
-// hang-up event it is read until EAGAIN or end of stream.
+// hang-up event it is read until EAGAIN or end of stream. Nor does a read
+// that stopped at TCP urgent data (MSG_OOB) say anything of the bytes
+// behind it, so after an urgent-data event (EPOLLPRI) the source is read
+// until EAGAIN too. The urgent byte itself is not part of the stream: the
+// sockets leave SO_OOBINLINE off, so a read skips it, as the goroutine
+// engine's reads and nginx's and HAProxy's do; WebSocket has no use for it.
 //
 // Timeouts are poller timers, not blocked goroutines: a tail that gains no
 // byte for the write timeout ends the tunnel; the close deadline ends the
@@ -160,10 +165,14 @@ func (t *Tunnel) event(fd int, ev uint32) {
 	if ev&(unix.EPOLLOUT|unix.EPOLLERR|unix.EPOLLHUP) != 0 && out.tail != nil {
 		out.flushTail()
 	}
-	if t.fdsClosed || ev&(unix.EPOLLIN|unix.EPOLLRDHUP|unix.EPOLLHUP|unix.EPOLLERR) == 0 {
+	if t.fdsClosed || ev&(unix.EPOLLIN|unix.EPOLLPRI|unix.EPOLLRDHUP|unix.EPOLLHUP|unix.EPOLLERR) == 0 {
 		return
 	}
 	in.readable = true
+	if ev&unix.EPOLLPRI != 0 {
+		// Urgent data: a read stops short at its mark (see readSrc).
+		in.urgent = true
+	}
 	if ev&(unix.EPOLLRDHUP|unix.EPOLLHUP|unix.EPOLLERR) != 0 {
 		in.hup = true
 		if in.tail != nil {
@@ -196,14 +205,22 @@ func (h *half) readSrc() {
 		}
 		n, err := rawRead(h.srcFD(), buf)
 		if n > 0 {
-			if n < len(buf) && !h.hup {
+			if n < len(buf) && !h.hup && !h.urgent {
 				h.readable = false // the short-read rule
 			}
 			h.forward(buf[:n])
 			continue
 		}
 		if err == unix.EAGAIN {
-			h.readable = false
+			if h.urgent && atMark(h.srcFD()) {
+				// A read that would start at the urgent byte fails
+				// with EAGAIN while a signal is pending for the
+				// thread; the bytes behind it raise no new edge, so
+				// the half is read on after the events at hand.
+				t.pl.later(h)
+				return
+			}
+			h.readable, h.urgent = false, false
 			return
 		}
 		if err == nil {
@@ -212,6 +229,13 @@ func (h *half) readSrc() {
 		h.endSrc(err)
 		return
 	}
+}
+
+// atMark reports whether fd's next byte is TCP urgent data not yet read
+// (SIOCATMARK).
+func atMark(fd int) bool {
+	v, err := unix.IoctlGetInt(fd, unix.SIOCATMARK)
+	return err == nil && v != 0
 }
 
 // endSrc ends the reading of the half's source with err, as the goroutine

@@ -303,15 +303,17 @@ func (p *poller) runQueue() {
 	p.mu.Unlock()
 }
 
-// watch registers a socket of t, edge-triggered for reads, writes and the
-// peer's hang-up. A readable or writable socket is reported at once.
+// watch registers a socket of t, edge-triggered for reads, writes, the
+// peer's hang-up and urgent data (TCP's MSG_OOB), which stops a read short
+// of the bytes behind it (see readSrc). A readable or writable socket is
+// reported at once.
 func (p *poller) watch(fd int, t *Tunnel) error {
 	for fd >= len(p.byFD) {
 		p.byFD = append(p.byFD, make([]*Tunnel, len(p.byFD)+64)...)
 	}
 	p.byFD[fd] = t
 	ev := unix.EpollEvent{
-		Events: unix.EPOLLIN | unix.EPOLLOUT | unix.EPOLLRDHUP | unix.EPOLLET,
+		Events: unix.EPOLLIN | unix.EPOLLOUT | unix.EPOLLRDHUP | unix.EPOLLPRI | unix.EPOLLET,
 		Fd:     int32(fd),
 	}
 	if err := unix.EpollCtl(p.epfd, unix.EPOLL_CTL_ADD, fd, &ev); err != nil {
