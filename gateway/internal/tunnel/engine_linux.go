@@ -198,6 +198,7 @@ const readBudget = 16
 func (h *half) readSrc() {
 	t := h.t
 	buf := t.pl.buf
+	retried := false
 	for budget := readBudget; h.readable && !h.ended && !h.writing && !t.fdsClosed; budget-- {
 		if budget == 0 {
 			t.pl.later(h)
@@ -212,13 +213,15 @@ func (h *half) readSrc() {
 			continue
 		}
 		if err == unix.EAGAIN {
-			if h.urgent && atMark(h.srcFD()) {
+			if h.urgent && !retried && atMark(h.srcFD()) {
 				// A read that would start at the urgent byte fails
 				// with EAGAIN while a signal is pending for the
-				// thread; the bytes behind it raise no new edge, so
-				// the half is read on after the events at hand.
-				t.pl.later(h)
-				return
+				// thread, and the bytes behind it raise no new
+				// edge: read once more. Once only: the mark is also
+				// there while the urgent byte has been announced
+				// but has not arrived (its arrival is an edge).
+				retried = true
+				continue
 			}
 			h.readable, h.urgent = false, false
 			return
