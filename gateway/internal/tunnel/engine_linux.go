@@ -105,7 +105,7 @@ func (t *Tunnel) adopt(node net.Conn) bool {
 	if d, ok := t.client.(interface{ DropSocket() }); ok {
 		d.DropSocket()
 	}
-	t.pl, t.clientFD, t.nodeFD = p, int32(cfd), int32(nfd)
+	t.pl, t.clientFD, t.nodeFD, t.slot = p, int32(cfd), int32(nfd), -1
 	return true
 }
 
@@ -118,12 +118,7 @@ func (t *Tunnel) startPolled(cp, np []byte) {
 			// numbers may be another socket's by now.
 			return
 		}
-		if err := t.pl.watch(int(t.clientFD), t); err != nil {
-			t.setReason(EndAborted)
-			t.closeConns()
-			return
-		}
-		if err := t.pl.watch(int(t.nodeFD), t); err != nil {
+		if err := t.pl.watch(t); err != nil {
 			t.setReason(EndAborted)
 			t.closeConns()
 			return
@@ -155,11 +150,11 @@ func (h *half) dstFD() int {
 	return int(h.t.nodeFD)
 }
 
-// event handles what epoll reported for one of t's sockets: first the
-// writes waiting on it, then its reads.
-func (t *Tunnel) event(fd int, ev uint32) {
-	in, out := &t.toNode, &t.toClient // fd is the client's socket
-	if fd != int(t.clientFD) {
+// event handles what epoll reported for one of t's sockets (the node's
+// when node is true): first the writes waiting on it, then its reads.
+func (t *Tunnel) event(node bool, ev uint32) {
+	in, out := &t.toNode, &t.toClient // the client's socket
+	if node {
 		in, out = &t.toClient, &t.toNode
 	}
 	if ev&(unix.EPOLLOUT|unix.EPOLLERR|unix.EPOLLHUP) != 0 && out.tail != nil {
@@ -432,10 +427,9 @@ func (t *Tunnel) closeFDs() {
 		return
 	}
 	t.fdsClosed = true
-	for _, fd := range []int{int(t.clientFD), int(t.nodeFD)} {
-		t.pl.forget(fd)
-		_ = unix.Close(fd)
-	}
+	t.pl.forget(t) // before the close: see forget
+	_ = unix.Close(int(t.clientFD))
+	_ = unix.Close(int(t.nodeFD))
 	t.pl.tunnelEnded()
 	_ = t.client.Close()
 	t.toNode.tail, t.toClient.tail = nil, nil
