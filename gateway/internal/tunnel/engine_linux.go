@@ -30,7 +30,12 @@ import (
 // socket at that moment, and any byte arriving after it raises a new edge,
 // so the source is not read again before its next event. A source whose
 // peer has hung up raises no new edge for its end of stream, so after a
-// hang-up event it is read until EAGAIN or end of stream.
+// hang-up event it is read until EAGAIN or end of stream. Nor does a read
+// that stopped at TCP urgent data (MSG_OOB) say anything of the bytes
+// behind it, so after an urgent-data event (EPOLLPRI) the source is read
+// until EAGAIN too. The urgent byte itself is not part of the stream: the
+// sockets leave SO_OOBINLINE off, so a read skips it, as the goroutine
+// engine's reads and nginx's and HAProxy's do; WebSocket has no use for it.
 //
 // Timeouts are poller timers, not blocked goroutines: a tail that gains no
 // byte for the write timeout ends the tunnel; the close deadline ends the
@@ -100,7 +105,7 @@ func (t *Tunnel) adopt(node net.Conn) bool {
 	if d, ok := t.client.(interface{ DropSocket() }); ok {
 		d.DropSocket()
 	}
-	t.pl, t.clientFD, t.nodeFD = p, int32(cfd), int32(nfd)
+	t.pl, t.clientFD, t.nodeFD, t.slot = p, int32(cfd), int32(nfd), -1
 	return true
 }
 
@@ -113,12 +118,7 @@ func (t *Tunnel) startPolled(cp, np []byte) {
 			// numbers may be another socket's by now.
 			return
 		}
-		if err := t.pl.watch(int(t.clientFD), t); err != nil {
-			t.setReason(EndAborted)
-			t.closeConns()
-			return
-		}
-		if err := t.pl.watch(int(t.nodeFD), t); err != nil {
+		if err := t.pl.watch(t); err != nil {
 			t.setReason(EndAborted)
 			t.closeConns()
 			return
@@ -150,20 +150,24 @@ func (h *half) dstFD() int {
 	return int(h.t.nodeFD)
 }
 
-// event handles what epoll reported for one of t's sockets: first the
-// writes waiting on it, then its reads.
-func (t *Tunnel) event(fd int, ev uint32) {
-	in, out := &t.toNode, &t.toClient // fd is the client's socket
-	if fd != int(t.clientFD) {
+// event handles what epoll reported for one of t's sockets (the node's
+// when node is true): first the writes waiting on it, then its reads.
+func (t *Tunnel) event(node bool, ev uint32) {
+	in, out := &t.toNode, &t.toClient // the client's socket
+	if node {
 		in, out = &t.toClient, &t.toNode
 	}
 	if ev&(unix.EPOLLOUT|unix.EPOLLERR|unix.EPOLLHUP) != 0 && out.tail != nil {
 		out.flushTail()
 	}
-	if t.fdsClosed || ev&(unix.EPOLLIN|unix.EPOLLRDHUP|unix.EPOLLHUP|unix.EPOLLERR) == 0 {
+	if t.fdsClosed || ev&(unix.EPOLLIN|unix.EPOLLPRI|unix.EPOLLRDHUP|unix.EPOLLHUP|unix.EPOLLERR) == 0 {
 		return
 	}
 	in.readable = true
+	if ev&unix.EPOLLPRI != 0 {
+		// Urgent data: a read stops short at its mark (see readSrc).
+		in.urgent = true
+	}
 	if ev&(unix.EPOLLRDHUP|unix.EPOLLHUP|unix.EPOLLERR) != 0 {
 		in.hup = true
 		if in.tail != nil {
@@ -189,6 +193,7 @@ const readBudget = 16
 func (h *half) readSrc() {
 	t := h.t
 	buf := t.pl.buf
+	retried := false
 	for budget := readBudget; h.readable && !h.ended && !h.writing && !t.fdsClosed; budget-- {
 		if budget == 0 {
 			t.pl.later(h)
@@ -196,14 +201,24 @@ func (h *half) readSrc() {
 		}
 		n, err := rawRead(h.srcFD(), buf)
 		if n > 0 {
-			if n < len(buf) && !h.hup {
+			if n < len(buf) && !h.hup && !h.urgent {
 				h.readable = false // the short-read rule
 			}
 			h.forward(buf[:n])
 			continue
 		}
 		if err == unix.EAGAIN {
-			h.readable = false
+			if h.urgent && !retried && atMark(h.srcFD()) {
+				// A read that would start at the urgent byte fails
+				// with EAGAIN while a signal is pending for the
+				// thread, and the bytes behind it raise no new
+				// edge: read once more. Once only: the mark is also
+				// there while the urgent byte has been announced
+				// but has not arrived (its arrival is an edge).
+				retried = true
+				continue
+			}
+			h.readable, h.urgent = false, false
 			return
 		}
 		if err == nil {
@@ -212,6 +227,13 @@ func (h *half) readSrc() {
 		h.endSrc(err)
 		return
 	}
+}
+
+// atMark reports whether fd's next byte is TCP urgent data not yet read
+// (SIOCATMARK).
+func atMark(fd int) bool {
+	v, err := unix.IoctlGetInt(fd, unix.SIOCATMARK)
+	return err == nil && v != 0
 }
 
 // endSrc ends the reading of the half's source with err, as the goroutine
@@ -405,10 +427,9 @@ func (t *Tunnel) closeFDs() {
 		return
 	}
 	t.fdsClosed = true
-	for _, fd := range []int{int(t.clientFD), int(t.nodeFD)} {
-		t.pl.forget(fd)
-		_ = unix.Close(fd)
-	}
+	t.pl.forget(t) // before the close: see forget
+	_ = unix.Close(int(t.clientFD))
+	_ = unix.Close(int(t.nodeFD))
 	t.pl.tunnelEnded()
 	_ = t.client.Close()
 	t.toNode.tail, t.toClient.tail = nil, nil

@@ -74,6 +74,7 @@ type half struct {
 	// The event-driven engine's flags, used by the poller only.
 	readable   bool // src had an event since it last read short
 	hup        bool // src's peer hung up or the socket failed
+	urgent     bool // src reported urgent data: read it to EAGAIN
 	ended      bool // reading src has ended
 	stallArmed bool // a write-timeout timer is pending
 	queued     bool // in the poller's list of halves to read on

@@ -40,9 +40,16 @@ type poller struct {
 	iov    [outSegs]unix.Iovec // writev's vector, one per segment forward may queue; poller-owned so a write allocates nothing
 	out    *outBuf             // forward's queue for every half of the poller's (see half.out)
 
-	// byFD maps a socket's descriptor to its tunnel. Only the poller
-	// uses it.
-	byFD []*Tunnel
+	// slots holds the poller's tunnels; an epoll event names its
+	// tunnel by slot index and generation (see eventData), not by
+	// descriptor number, so the table is as long as the most tunnels the
+	// poller has held at once since it last shrank (see compact), however
+	// high the process's descriptors go. free heads the free slots'
+	// list (-1: none); live counts the slots in use. Only the poller
+	// uses them.
+	slots []slot
+	free  int32
+	live  int
 
 	timers timerHeap
 	// ended counts the tunnels ended since the timer heap was last swept
@@ -126,7 +133,9 @@ func newPoller() (*poller, error) {
 		_ = unix.Close(wfd)
 		return nil, err
 	}
-	ev := unix.EpollEvent{Events: unix.EPOLLIN | unix.EPOLLET, Fd: int32(wfd)}
+	// The eventfd's data names no slot: its events are not routed (the
+	// queue is run after every batch of events).
+	ev := unix.EpollEvent{Events: unix.EPOLLIN | unix.EPOLLET, Fd: -1}
 	if err := unix.EpollCtl(epfd, unix.EPOLL_CTL_ADD, wfd, &ev); err != nil {
 		return fail(err)
 	}
@@ -141,6 +150,7 @@ func newPoller() (*poller, error) {
 		buf:    make([]byte, pollerReadSize),
 		events: make([]unix.EpollEvent, 256),
 		out:    new(outBuf),
+		free:   -1,
 	}
 	p.epfile = os.NewFile(uintptr(epfd), "tunnel-poller")
 	rc, err := p.epfile.SyscallConn()
@@ -200,16 +210,14 @@ func (p *poller) ready(uintptr) bool {
 		}
 		for i := range n {
 			ev := &p.events[i]
-			fd := int(ev.Fd)
-			if fd < len(p.byFD) {
-				if t := p.byFD[fd]; t != nil {
-					t.event(fd, ev.Events)
-				}
+			if t, node := p.route(ev); t != nil {
+				t.event(node, ev.Events)
 			}
 		}
 		p.runQueue()
 		p.runTimers()
 		p.readAgain()
+		p.compact()
 		// Every registration is edge-triggered, so a wait that did not
 		// fill the events left nothing ready behind (but the halves to
 		// read on): the next edge makes the descriptor readable for the
@@ -303,30 +311,174 @@ func (p *poller) runQueue() {
 	p.mu.Unlock()
 }
 
-// watch registers a socket of t, edge-triggered for reads, writes and the
-// peer's hang-up. A readable or writable socket is reported at once.
-func (p *poller) watch(fd int, t *Tunnel) error {
-	for fd >= len(p.byFD) {
-		p.byFD = append(p.byFD, make([]*Tunnel, len(p.byFD)+64)...)
+// A slot is a poller's entry for one tunnel, from watch to forget. Both
+// of the tunnel's sockets are registered with the slot's index and
+// generation as their event data; forget deletes them from the epoll set
+// before they are closed and moves the generation on, so an event that
+// still names the slot afterwards (one fetched in the same batch, or one of
+// a registration some other process's copy of the socket kept alive) is
+// told apart from the events of the slot's next tunnel and dropped.
+type slot struct {
+	t    *Tunnel
+	gen  uint32 // counts the tunnels the slot has held, modulo 2^31
+	next int32  // the next free slot while this one is free
+}
+
+// slotGenMask bounds a slot's generation: the event data holds it with the
+// socket's side (client or node) in one 32-bit word.
+const slotGenMask = 1<<31 - 1
+
+// eventData returns the epoll event data naming side of t's slot i at
+// generation gen: the index in Fd, the generation and the side in Pad
+// (together the 64 bits of epoll_data).
+func eventData(ev *unix.EpollEvent, i int32, gen uint32, node bool) {
+	ev.Fd = i
+	ev.Pad = int32(gen << 1)
+	if node {
+		ev.Pad |= 1
 	}
-	p.byFD[fd] = t
-	ev := unix.EpollEvent{
-		Events: unix.EPOLLIN | unix.EPOLLOUT | unix.EPOLLRDHUP | unix.EPOLLET,
-		Fd:     int32(fd),
+}
+
+// route returns the tunnel an event is for and whether it is for its
+// node's socket; nil for an event naming no slot (the eventfd's), a free
+// slot or an earlier tunnel of the slot.
+func (p *poller) route(ev *unix.EpollEvent) (*Tunnel, bool) {
+	i := uint32(ev.Fd)
+	if i >= uint32(len(p.slots)) {
+		return nil, false
 	}
-	if err := unix.EpollCtl(p.epfd, unix.EPOLL_CTL_ADD, fd, &ev); err != nil {
-		p.byFD[fd] = nil
+	s := &p.slots[i]
+	if s.t == nil || s.gen != uint32(ev.Pad)>>1 {
+		return nil, false
+	}
+	return s.t, ev.Pad&1 != 0
+}
+
+// watchEvents are the events a tunnel's socket is registered for: edge-
+// triggered reads, writes and the peer's hang-up, and urgent data (TCP's
+// MSG_OOB), which stops a read short of the bytes behind it (see readSrc).
+const watchEvents = unix.EPOLLIN | unix.EPOLLOUT | unix.EPOLLRDHUP | unix.EPOLLPRI | unix.EPOLLET
+
+// watch takes a slot for t and registers both of its sockets with it. A
+// readable or writable socket is reported at once. On failure nothing of
+// t stays registered.
+func (p *poller) watch(t *Tunnel) error {
+	i := p.take(t)
+	gen := p.slots[i].gen
+	var ev unix.EpollEvent
+	ev.Events = watchEvents
+	eventData(&ev, i, gen, false)
+	if err := unix.EpollCtl(p.epfd, unix.EPOLL_CTL_ADD, int(t.clientFD), &ev); err != nil {
+		p.release(i)
 		return err
 	}
+	eventData(&ev, i, gen, true)
+	if err := unix.EpollCtl(p.epfd, unix.EPOLL_CTL_ADD, int(t.nodeFD), &ev); err != nil {
+		_ = unix.EpollCtl(p.epfd, unix.EPOLL_CTL_DEL, int(t.clientFD), nil)
+		p.release(i)
+		return err
+	}
+	t.slot = i
 	return nil
 }
 
-// forget drops a socket about to be closed; closing it removes it from
-// the epoll set.
-func (p *poller) forget(fd int) {
-	if fd >= 0 && fd < len(p.byFD) {
-		p.byFD[fd] = nil
+// forget deletes t's sockets from the epoll set and frees its slot; it is
+// called before the sockets are closed. Closing a socket removes it from
+// the set only once no other descriptor refers to it: a child process
+// forked meanwhile (a plugin's start, the restart's hand-over) holds a
+// copy until it execs, and the registration would live on, its events
+// still naming t's slot, while the descriptor's number is reused here.
+func (p *poller) forget(t *Tunnel) {
+	i := t.slot
+	if i < 0 {
+		return
 	}
+	t.slot = -1
+	_ = unix.EpollCtl(p.epfd, unix.EPOLL_CTL_DEL, int(t.clientFD), nil)
+	_ = unix.EpollCtl(p.epfd, unix.EPOLL_CTL_DEL, int(t.nodeFD), nil)
+	p.release(i)
+}
+
+// take returns a free slot, holding t; the table grows only when none is
+// free.
+func (p *poller) take(t *Tunnel) int32 {
+	i := p.free
+	if i < 0 {
+		i = int32(len(p.slots))
+		p.slots = append(p.slots, slot{next: -1})
+	} else {
+		p.free = p.slots[i].next
+	}
+	p.slots[i].t = t
+	p.slots[i].next = -1
+	p.live++
+	return i
+}
+
+// release frees slot i and moves its generation on.
+func (p *poller) release(i int32) {
+	s := &p.slots[i]
+	s.t = nil
+	s.gen = (s.gen + 1) & slotGenMask
+	s.next = p.free
+	p.free = i
+	p.live--
+}
+
+// compactMin is the table length below which the poller never shrinks its
+// slot table.
+const compactMin = 1024
+
+// compact shrinks the slot table once fewer than a quarter of its slots
+// are in use, halving it until a quarter or more are: the tunnels above the
+// new length move to free slots below it (each socket's registration is
+// modified in place) and the rest is dropped. So a table longer than
+// compactMin stays within four times the poller's live tunnels, and a
+// burst of tunnels does not hold its memory after it ends. Each move costs
+// two system calls, paid for by the three quarters of the table freed
+// since it was last that long. Called between batches of events only: an
+// event fetched before a move would name the old slot.
+func (p *poller) compact() {
+	n := int32(len(p.slots))
+	size := n
+	for size > compactMin && p.live < int(size/4) {
+		size /= 2
+	}
+	if size == n {
+		return
+	}
+	// Rebuild the free list from the free slots below size, lowest
+	// first; those above go with the cut.
+	p.free = -1
+	for i := size - 1; i >= 0; i-- {
+		if p.slots[i].t == nil {
+			p.slots[i].next = p.free
+			p.free = i
+		}
+	}
+	for j := size; j < n; j++ {
+		t := p.slots[j].t
+		if t == nil {
+			continue
+		}
+		// There is room: fewer than half of size are in use.
+		i := p.free
+		s := &p.slots[i]
+		p.free = s.next
+		s.t, s.next = t, -1
+		// MOD fails only for a descriptor not in the set, and t's
+		// stay in it from watch to forget.
+		var ev unix.EpollEvent
+		ev.Events = watchEvents
+		eventData(&ev, i, s.gen, false)
+		_ = unix.EpollCtl(p.epfd, unix.EPOLL_CTL_MOD, int(t.clientFD), &ev)
+		eventData(&ev, i, s.gen, true)
+		_ = unix.EpollCtl(p.epfd, unix.EPOLL_CTL_MOD, int(t.nodeFD), &ev)
+		t.slot = i
+	}
+	kept := make([]slot, size)
+	copy(kept, p.slots)
+	p.slots = kept
 }
 
 // writev writes the segments of out to fd in one system call, without

@@ -5,11 +5,13 @@ package tunnel
 import (
 	"testing"
 	"time"
+	"unsafe"
+
+	"golang.org/x/sys/unix"
 )
 
 // TestPollersForgetEndedTunnels ends tunnels and checks that no poller
-// still maps a descriptor to one of them: the poller's table returns to
-// what it was, and a reused descriptor number can never reach an ended
+// still holds a slot for one of them, so no event can reach an ended
 // tunnel.
 func TestPollersForgetEndedTunnels(t *testing.T) {
 	if testEngine == EngineGoroutines {
@@ -28,8 +30,8 @@ func TestPollersForgetEndedTunnels(t *testing.T) {
 		found := make(chan int, 1)
 		p.run(func() {
 			n := 0
-			for _, tun := range p.byFD {
-				if ended[tun] {
+			for _, s := range p.slots {
+				if ended[s.t] {
 					n++
 				}
 			}
@@ -38,7 +40,7 @@ func TestPollersForgetEndedTunnels(t *testing.T) {
 		select {
 		case n := <-found:
 			if n != 0 {
-				t.Fatalf("a poller still maps %d descriptors to ended tunnels", n)
+				t.Fatalf("a poller still holds %d slots of ended tunnels", n)
 			}
 		case <-time.After(10 * time.Second):
 			t.Fatal("a poller did not run the check")
@@ -90,4 +92,119 @@ func TestPollersSweepEndedTunnelsTimers(t *testing.T) {
 		}
 	}
 	t.Logf("%d timer entries of %d ended tunnels left", total, n)
+}
+
+// TestPollerTableFollowsOwnTunnels pins issue 19 item 9: a poller's table
+// was indexed by descriptor number, so every poller's grew to the highest
+// descriptor of the process, its own tunnels' or not, and never shrank
+// (16 pollers and a million descriptors: 128 MB of tables). Now a poller's
+// table has a slot per tunnel it holds, whatever the descriptors' numbers:
+// it grows only when no slot is free, and once fewer than a quarter of its
+// slots are in use it shrinks (to no less than compactMin), moving the
+// tunnels it keeps to low slots, whose events must still reach them.
+func TestPollerTableFollowsOwnTunnels(t *testing.T) {
+	var lim unix.Rlimit
+	if err := unix.Getrlimit(unix.RLIMIT_NOFILE, &lim); err != nil {
+		t.Fatal(err)
+	}
+	const n = 4 * compactMin
+	// High descriptor numbers, as a busy process's are.
+	base := int(min(lim.Cur, 1<<20)) - 2*n - 64
+	if base < 2*n {
+		t.Skipf("a descriptor limit of %d is too low for the test", lim.Cur)
+	}
+	p, err := newPoller()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = p.epfile.Close(); _ = unix.Close(p.wakefd) }()
+
+	// A fake tunnel: an eventfd as its client's socket and a duplicate
+	// of it as its node's, so a write to it raises an event for each.
+	tuns := make([]*Tunnel, n)
+	for i := range tuns {
+		efd, err := unix.Eventfd(0, unix.EFD_NONBLOCK|unix.EFD_CLOEXEC)
+		if err != nil {
+			t.Fatal(err)
+		}
+		c, err := unix.FcntlInt(uintptr(efd), unix.F_DUPFD_CLOEXEC, base)
+		_ = unix.Close(efd)
+		if err != nil {
+			t.Fatal(err)
+		}
+		nd, err := unix.FcntlInt(uintptr(c), unix.F_DUPFD_CLOEXEC, base)
+		if err != nil {
+			t.Fatal(err)
+		}
+		tuns[i] = &Tunnel{clientFD: int32(c), nodeFD: int32(nd), slot: -1}
+		t.Cleanup(func() { _ = unix.Close(c); _ = unix.Close(nd) })
+		if err := p.watch(tuns[i]); err != nil {
+			t.Fatal(err)
+		}
+	}
+	slotSize := int(unsafe.Sizeof(slot{}))
+	if len(p.slots) != n {
+		t.Fatalf("%d tunnels on descriptors %d-%d: table of %d slots, want %d", n, base, tuns[n-1].nodeFD, len(p.slots), n)
+	}
+	t.Logf("%d tunnels on descriptors %d-%d: table %d slots, %d KB (indexed by descriptor: %d KB)",
+		n, base, tuns[n-1].nodeFD, len(p.slots), cap(p.slots)*slotSize>>10, int(tuns[n-1].nodeFD+1)*8>>10)
+
+	// End all but one tunnel in 16, and take slots for a few new ones:
+	// freed slots are reused.
+	kept := map[*Tunnel]bool{}
+	for i, tun := range tuns {
+		if i%16 == 0 {
+			kept[tun] = true
+		} else {
+			p.forget(tun)
+		}
+	}
+	for _, tun := range tuns[1:4] {
+		if err := p.watch(tun); err != nil {
+			t.Fatal(err)
+		}
+		kept[tun] = true
+	}
+	if len(p.slots) != n {
+		t.Fatalf("table grew to %d slots with free ones", len(p.slots))
+	}
+	p.compact()
+	if limit := max(compactMin, 4*p.live); len(p.slots) > limit || cap(p.slots) > limit {
+		t.Fatalf("%d live tunnels: table of %d slots (capacity %d) after compact, want at most %d", p.live, len(p.slots), cap(p.slots), limit)
+	}
+	t.Logf("%d tunnels left: table %d slots, %d KB", p.live, len(p.slots), cap(p.slots)*slotSize>>10)
+
+	// Every kept tunnel's events reach it, one for each socket, and no
+	// ended tunnel's do.
+	for tun := range kept {
+		if _, err := unix.Write(int(tun.clientFD), []byte{1, 0, 0, 0, 0, 0, 0, 0}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	seen := map[*Tunnel]int{}
+	for {
+		k, err := epollWaitNow(p.epfd, p.events)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if k == 0 {
+			break
+		}
+		for _, ev := range p.events[:k] {
+			tun, node := p.route(&ev)
+			if tun == nil || !kept[tun] {
+				t.Fatalf("an event (slot %d, generation %d) reached no kept tunnel", ev.Fd, uint32(ev.Pad)>>1)
+			}
+			if node {
+				seen[tun] |= 2
+			} else {
+				seen[tun] |= 1
+			}
+		}
+	}
+	for tun := range kept {
+		if seen[tun] != 3 {
+			t.Fatalf("a kept tunnel (slot %d) got events %b from its sockets, want both", tun.slot, seen[tun])
+		}
+	}
 }

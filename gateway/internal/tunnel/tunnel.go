@@ -185,6 +185,7 @@ type Tunnel struct {
 	// the goroutine engine. Only the poller uses the rest.
 	pl               *poller
 	clientFD, nodeFD int32
+	slot             int32 // t's slot in pl's table; -1 while it has none
 	fdsClosed        bool
 }
 
