@@ -1,6 +1,8 @@
 package gateway
 
 import (
+	"bytes"
+	"crypto/sha256"
 	"crypto/subtle"
 	"embed"
 	"encoding/json"
@@ -22,8 +24,12 @@ var dashboard embed.FS
 // adminAPI serves the admin listener: liveness, readiness, metrics, the
 // node API and the dashboard.
 type adminAPI struct {
-	s          *Server
-	token      []byte // bearer token; nil = none
+	s *Server
+	// tokenSum is the SHA-256 of the bearer token; hasToken is false
+	// when none is configured. Only digests are compared, so the
+	// comparison takes as long whatever the length of either side.
+	tokenSum   [sha256.Size]byte
+	hasToken   bool
 	listenHost string // host of admin.listen as configured at start
 	metrics    fasthttp.RequestHandler
 	page       []byte
@@ -39,7 +45,7 @@ func newAdminAPI(s *Server) (*adminAPI, error) {
 		if tok == "" {
 			return nil, fmt.Errorf("admin.token_env names %s, which is empty or unset", env)
 		}
-		a.token = []byte(tok)
+		a.tokenSum, a.hasToken = sha256.Sum256([]byte(tok)), true
 	}
 	a.metrics = fasthttpadaptor.NewFastHTTPHandler(promhttp.HandlerFor(s.metrics.reg, promhttp.HandlerOpts{}))
 	page, err := dashboard.ReadFile("dashboard/index.html")
@@ -80,6 +86,12 @@ func (a *adminAPI) handle(ctx *fasthttp.RequestCtx) {
 	if path == "/" {
 		ctx.SetContentType("text/html; charset=utf-8")
 		ctx.SetBody(a.page)
+		return
+	}
+	if n := headerCount(&ctx.Request.Header, "authorization"); n > 1 {
+		// One would decide and the other be ignored; which one depends
+		// on who reads them.
+		jsonError(ctx, fasthttp.StatusBadRequest, fmt.Sprintf("%d Authorization headers: send one", n))
 		return
 	}
 	if !a.authorized(ctx) {
@@ -151,12 +163,30 @@ func (a *adminAPI) revoke(ctx *fasthttp.RequestCtx) {
 	writeJSON(ctx, fasthttp.StatusOK, map[string]any{"subject": r.Subject, "key": r.Key, "published": published, "closed": closed})
 }
 
+// authorized reports whether the request carries the bearer token, when
+// one is configured. The token sent and the configured one are compared
+// as SHA-256 digests in constant time: a comparison of the tokens
+// themselves returns at once when their lengths differ, which tells a
+// prober the token's length.
 func (a *adminAPI) authorized(ctx *fasthttp.RequestCtx) bool {
-	if a.token == nil {
+	if !a.hasToken {
 		return true
 	}
-	got, ok := strings.CutPrefix(string(ctx.Request.Header.Peek("Authorization")), "Bearer ")
-	return ok && subtle.ConstantTimeCompare([]byte(got), a.token) == 1
+	got, ok := bytes.CutPrefix(ctx.Request.Header.Peek("Authorization"), []byte("Bearer "))
+	sum := sha256.Sum256(got)
+	return subtle.ConstantTimeCompare(sum[:], a.tokenSum[:]) == 1 && ok
+}
+
+// headerCount counts the request headers named name (lowercase), under
+// any spelling.
+func headerCount(h *fasthttp.RequestHeader, name string) int {
+	n := 0
+	for k := range h.All() {
+		if headerIs(k, name) {
+			n++
+		}
+	}
+	return n
 }
 
 // nodeAction serves POST /api/pools/{pool}/nodes/{addr}/drain[?migrate=1]

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"net"
 	"net/netip"
+	"strconv"
 	"time"
 
 	"github.com/valyala/fasthttp"
@@ -106,7 +107,9 @@ func clientIP(ctx *fasthttp.RequestCtx) netip.Addr {
 // there.
 type reqShape struct {
 	upgrades, keys, versions, origins int
-	connUpgrade, connClose            bool // Connection lists "upgrade", "close"
+	auths                             int    // Authorization headers
+	badName                           []byte // the first header name that is not a token
+	connUpgrade, connClose            bool   // Connection lists "upgrade", "close"
 	contentLength, transferEncoding   bool
 	trailers                          bool // a Trailer header, or trailer fields received
 }
@@ -135,6 +138,9 @@ func readShape(h *fasthttp.RequestHeader) reqShape {
 
 // add counts one header.
 func (sh *reqShape) add(k, v []byte) {
+	if sh.badName == nil && !isToken(k) {
+		sh.badName = k
+	}
 	switch {
 	case headerIs(k, "upgrade"):
 		sh.upgrades++
@@ -147,6 +153,8 @@ func (sh *reqShape) add(k, v []byte) {
 		sh.versions++
 	case headerIs(k, "origin"):
 		sh.origins++
+	case headerIs(k, "authorization"):
+		sh.auths++
 	case headerIs(k, "content-length"):
 		sh.contentLength = true
 	case headerIs(k, "transfer-encoding"):
@@ -167,10 +175,18 @@ func (s *Server) checkShape(ctx *fasthttp.RequestCtx, rt *route) (upgrade, ok bo
 	sh := readShape(h)
 	msg := ""
 	switch {
+	case sh.badName != nil:
+		// fasthttp takes a name with a space in it ("Content Length");
+		// a node's parser may not, or may read it as another header.
+		msg = "header name " + quoteName(sh.badName) + " is not a token (RFC 9110 section 5.1)"
 	case sh.contentLength && sh.transferEncoding:
 		msg = "both Content-Length and Transfer-Encoding"
 	case sh.origins > 1:
 		msg = "more than one Origin header"
+	case sh.auths > 1:
+		// One would decide and the other be ignored; which one depends
+		// on who reads them.
+		msg = "more than one Authorization header"
 	case sh.trailers:
 		// Forwarded, they would join the header section (the node gets
 		// the body with Content-Length) unseen by the checks and the auth
@@ -216,6 +232,39 @@ func (s *Server) checkShape(ctx *fasthttp.RequestCtx, rt *route) (upgrade, ok bo
 	}
 	s.reject(ctx, fasthttp.StatusBadRequest, "bad_request", msg)
 	return false, false
+}
+
+// tchar marks the bytes a token may hold (RFC 9110 section 5.6.2):
+// letters, digits and !#$%&'*+-.^_`|~.
+var tchar = func() (t [256]bool) {
+	for c := '0'; c <= '9'; c++ {
+		t[c] = true
+	}
+	for c := 'a'; c <= 'z'; c++ {
+		t[c], t[c-'a'+'A'] = true, true
+	}
+	for _, c := range "!#$%&'*+-.^_`|~" {
+		t[c] = true
+	}
+	return t
+}()
+
+// isToken reports whether a header name is a token: one or more tchars.
+func isToken(k []byte) bool {
+	for _, c := range k {
+		if !tchar[c] {
+			return false
+		}
+	}
+	return len(k) > 0
+}
+
+// quoteName quotes a header name for an error message, cut at 64 bytes.
+func quoteName(k []byte) string {
+	if len(k) > 64 {
+		return strconv.Quote(string(k[:64])) + "..."
+	}
+	return strconv.Quote(string(k))
 }
 
 // absoluteForm reports whether a request target is in absolute form

@@ -246,36 +246,58 @@ type handoff struct {
 	// runs first; the other does nothing.
 	claimed atomic.Bool
 	timer   *time.Timer
-	hdr     [320]byte
+	// late is set when the 101 is written by the hijack handler, after
+	// fasthttp has flushed the answers to earlier requests (see run).
+	late bool
+	hdr  [320]byte
 }
 
 // run sends the client its 101 and hands the connection to the tunnel.
-// The 101 is written here, from the handler, the moment the node's was
-// checked, rather than after fasthttp has handed over the connection. If
-// fasthttp never calls the hijack handler (the client vanished), a timer
-// releases the node connection and the hold, so they are released
-// exactly once on every path.
+// On a connection's first request the 101 is written here, from the
+// handler, the moment the node's was checked, rather than after fasthttp
+// has handed over the connection. A later request may have been pipelined
+// behind earlier ones whose answers fasthttp still holds in its write
+// buffer (it flushes only once it has no further request bytes to read),
+// and HTTP/1.1 answers go out in request order: so there the 101 is
+// written by the hijack handler, which fasthttp calls after flushing that
+// buffer, under a write deadline of handshake_timeout. If fasthttp never
+// calls the hijack handler (the client vanished), a timer releases the
+// node connection and the hold, so they are released exactly once on
+// every path.
 func (h *handoff) run(ctx *fasthttp.RequestCtx) {
 	s := h.s
 	// From here until the tunnel is registered (or the handshake given
 	// up) a drain waits for it, so a client that gets its 101 during a
 	// drain still gets its 1001.
 	s.tunnels.reserve()
+	ctx.HijackSetNoResponse(true)
+	if ctx.ConnRequestNum() > 1 {
+		h.late = true
+		// Bounds fasthttp's flush of the earlier answers (its own
+		// write_timeout would apply otherwise).
+		_ = ctx.SetWriteDeadline(time.Now().Add(h.g.handshakeTimeout))
+		h.timer = time.AfterFunc(h.g.handshakeTimeout, h.expire)
+		ctx.Hijack(h.hijacked)
+		return
+	}
 	c := ctx.Conn()
 	// fasthttp clears the deadline before it hands the connection over.
 	_ = c.SetWriteDeadline(time.Now().Add(h.g.handshakeTimeout))
-	_, err := c.Write(h.up.header)
-	ctx.HijackSetNoResponse(true)
-	if err != nil {
-		_ = h.up.conn.Close()
-		h.hd.Release()
-		s.metrics.handshake("client_gone", h.start)
-		s.tunnels.unreserve()
+	if _, err := c.Write(h.up.header); err != nil {
+		h.clientGone()
 		ctx.Hijack(closeConn)
 		return
 	}
 	h.timer = time.AfterFunc(h.g.handshakeTimeout, h.expire)
 	ctx.Hijack(h.hijacked)
+}
+
+// clientGone gives the handshake up when its 101 could not be written.
+func (h *handoff) clientGone() {
+	_ = h.up.conn.Close()
+	h.hd.Release()
+	h.s.metrics.handshake("client_gone", h.start)
+	h.s.tunnels.unreserve()
 }
 
 // closeConn is the hijack handler of a client whose 101 could not be sent.
@@ -298,6 +320,18 @@ func (h *handoff) hijacked(c net.Conn) {
 		return
 	}
 	h.timer.Stop()
+	if h.late {
+		// fasthttp has flushed every earlier answer and cleared the
+		// deadlines.
+		_ = c.SetWriteDeadline(time.Now().Add(h.g.handshakeTimeout))
+		_, err := c.Write(h.up.header)
+		_ = c.SetWriteDeadline(time.Time{})
+		if err != nil {
+			h.clientGone()
+			_ = c.Close()
+			return
+		}
+	}
 	h.s.startTunnel(c, h)
 	h.s.tunnels.unreserve()
 }
