@@ -65,7 +65,8 @@ type Report struct {
 	// Target is how many connections the scenario set out to open (idle,
 	// reconnect-storm: N; fanout, kill, drain: rooms × members; churn:
 	// every handshake it tried), Short how many of them never connected.
-	// Reconnects are not counted here: NotBack counts those that failed.
+	// Reconnects are not counted here: NotBack counts the clients that
+	// never came back.
 	Target   int64  `json:"target"`
 	Short    int64  `json:"short"`
 	Failed   int64  `json:"failed"`
