@@ -37,6 +37,21 @@ func (f thresholdFlag) Set(s string) error {
 	return nil
 }
 
+// headerFlag collects repeated -H values, each checked at once so a
+// malformed header fails at startup.
+type headerFlag struct{ hs *[]loadgen.Header }
+
+func (f headerFlag) String() string { return "" }
+
+func (f headerFlag) Set(s string) error {
+	h, err := loadgen.ParseHeader(s)
+	if err != nil {
+		return err
+	}
+	*f.hs = append(*f.hs, h)
+	return nil
+}
+
 const usage = `usage: wsload <scenario> -url ws://HOST:PORT/PATH [flags]
 
 scenarios: idle, churn, fanout, reconnect-storm, kill, drain
@@ -68,6 +83,7 @@ func parseArgs(args []string, out io.Writer) (options, error) {
 	fs.IntVar(&o.procs, "procs", 1, "run as this many child processes and merge their reports")
 	fs.BoolVar(&o.json, "json", false, "print one JSON report on stdout (the table goes to stderr)")
 	fs.Var(thresholdFlag{&o.thresholds}, "threshold", "'metric OP value', e.g. 'p95<50ms', 'delivered>=99.9', 'dropped==0' (repeatable)")
+	fs.Var(headerFlag{&c.Dialer.Header}, "H", "'Name: value' request header sent on every handshake, e.g. a route's token (repeatable)")
 	fs.DurationVar(&c.Dialer.Timeout, "timeout", loadgen.DefaultTimeout, "handshake timeout (TCP connect and upgrade)")
 	fs.Uint64Var(&seed, "seed", 0, "seed for jitter and ids (0: random)")
 	fs.IntVar(&o.child, "child", -1, "internal: index of this child process of -procs")

@@ -8,7 +8,10 @@
 // Scenarios: idle, churn, fanout, reconnect-storm, kill, drain. Every
 // scenario prints a summary table (stdout, or stderr with -json); -json
 // prints one JSON object on stdout; -threshold 'metric<value' (repeatable)
-// makes the exit code 1 when violated. See docs/wsload.md.
+// makes the exit code 1 when violated, as does a run that misses its
+// scenario's target (too few connected, clients not back) unless a
+// threshold on those counts says otherwise; -H 'Name: value' (repeatable)
+// adds a header to every handshake. See docs/wsload.md.
 package main
 
 import (
@@ -19,8 +22,10 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"slices"
 	"syscall"
 
+	"github.com/wsgate/wsgate/internal/loadgen"
 	"github.com/wsgate/wsgate/internal/rlimit"
 )
 
@@ -64,7 +69,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		}
 		return exitOK
 	}
-	rep.ApplyThresholds(o.thresholds)
+	rep.ApplyThresholds(append(slices.Clone(o.thresholds), loadgen.TargetChecks(o.cfg.Scenario, o.thresholds)...))
 	rep.StripHists()
 	table := stdout
 	if o.json {

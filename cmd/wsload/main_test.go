@@ -2,12 +2,19 @@ package main
 
 import (
 	"context"
+	"crypto/sha1"
+	"encoding/base64"
 	"encoding/json"
+	"fmt"
 	"io"
 	"log/slog"
 	"net"
+	"net/http"
+	"net/http/httptest"
 	"os/exec"
+	"slices"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -95,6 +102,139 @@ func TestExitCodes(t *testing.T) {
 			out, errs, code := wsload(t, tt.args...)
 			if code != tt.code {
 				t.Fatalf("exit %d, want %d\nstdout: %s\nstderr: %s", code, tt.code, out, errs)
+			}
+		})
+	}
+}
+
+// closedAddr returns a loopback address nothing listens on: a dial there
+// is refused at once.
+func closedAddr(t *testing.T) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close()
+	return addr
+}
+
+// TestExitOneWhenNothingConnects pins issue 19 item 6: every scenario run
+// against a port that refuses every connection exited 0 (the report said
+// "connected 0 failed 50"), although exit 1 means the run failed. Each
+// scenario now exits 1 when it falls short of its target, unless a
+// threshold on the connection counts says otherwise.
+func TestExitOneWhenNothingConnects(t *testing.T) {
+	url := "ws://" + closedAddr(t) + "/room/r%d"
+	fan := []string{"-rooms", "2", "-members", "2", "-duration", "200ms", "-settle", "100ms"}
+	chaos := append(slices.Clone(fan), "-after", "50ms", "-window", "50ms", "-give-up", "300ms", "-kill-cmd", "true")
+	tests := []struct {
+		name string
+		args []string
+		code int
+	}{
+		{"idle", []string{"idle", "-n", "5", "-hold", "100ms"}, exitFailed},
+		{"churn", []string{"churn", "-c", "2", "-duration", "300ms"}, exitFailed},
+		{"fanout", append([]string{"fanout"}, fan...), exitFailed},
+		{"reconnect-storm", []string{"reconnect-storm", "-n", "4", "-after", "100ms", "-window", "50ms", "-give-up", "300ms"}, exitFailed},
+		{"kill", append([]string{"kill"}, chaos...), exitFailed},
+		{"drain", append([]string{"drain"}, chaos...), exitFailed},
+		{"idle procs", []string{"idle", "-n", "4", "-hold", "100ms", "-procs", "2"}, exitFailed},
+		// Thresholds on the connection counts replace the target: a
+		// run that expects refusals can say so.
+		{"refusal expected", []string{"fanout", "-rooms", "2", "-members", "2", "-duration", "100ms", "-settle", "100ms",
+			"-threshold", "connected==0", "-threshold", "failed_by.dial==4"}, exitOK},
+		{"shortfall allowed", []string{"idle", "-n", "5", "-hold", "100ms", "-threshold", "short<=5"}, exitOK},
+		{"shortfall over", []string{"idle", "-n", "5", "-hold", "100ms", "-threshold", "short<=4"}, exitFailed},
+		{"storm not_back allowed", []string{"reconnect-storm", "-n", "4", "-after", "100ms", "-threshold", "not_back<=4"}, exitFailed}, // short==0 still holds
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			args := append([]string{tt.args[0], "-url", url, "-timeout", "2s"}, tt.args[1:]...)
+			out, errs, code := wsload(t, append(args, "-json")...)
+			if code != tt.code {
+				t.Fatalf("exit %d, want %d\nstdout: %s\nstderr: %s", code, tt.code, out, errs)
+			}
+			var r loadgen.Report
+			if err := json.Unmarshal([]byte(out), &r); err != nil {
+				t.Fatalf("no report: %v\n%s", err, out)
+			}
+			if r.Connected != 0 || r.Failed == 0 || r.Passed != (tt.code == exitOK) {
+				t.Fatalf("report connected %d failed %d passed %v thresholds %+v", r.Connected, r.Failed, r.Passed, r.Thresholds)
+			}
+		})
+	}
+}
+
+// headerServer answers a WebSocket upgrade with 101 when the request
+// carries every header of want, else 401, and counts the upgrades.
+func headerServer(t *testing.T, want http.Header) (string, *atomic.Int64) {
+	t.Helper()
+	var upgrades atomic.Int64
+	h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		for k, vs := range want {
+			if !slices.Equal(r.Header.Values(k), vs) {
+				http.Error(w, "missing "+k, http.StatusUnauthorized)
+				return
+			}
+		}
+		hj, ok := w.(http.Hijacker)
+		if !ok {
+			t.Error("no hijacker")
+			return
+		}
+		conn, brw, err := hj.Hijack()
+		if err != nil {
+			return
+		}
+		defer conn.Close()
+		sum := sha1.Sum([]byte(r.Header.Get("Sec-WebSocket-Key") + "258EAFA5-E914-47DA-95CA-C5AB0DC85B11"))
+		fmt.Fprintf(brw, "HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Accept: %s\r\n\r\n",
+			base64.StdEncoding.EncodeToString(sum[:]))
+		if brw.Flush() != nil {
+			return
+		}
+		upgrades.Add(1)
+		// Hold the connection until the client goes; a close frame from
+		// the client is answered by closing the socket.
+		_, _ = io.Copy(io.Discard, brw)
+	})
+	srv := httptest.NewServer(h)
+	t.Cleanup(srv.Close)
+	return strings.TrimPrefix(srv.URL, "http://"), &upgrades
+}
+
+// TestHeaderFlag pins issue 19 item 6: -H 'Name: value' (repeatable) is
+// sent on every handshake, so a route behind a header-token plugin can
+// be loaded; without it the same route refuses every connection.
+func TestHeaderFlag(t *testing.T) {
+	addr, upgrades := headerServer(t, http.Header{"X-Token": {"s3cret"}, "X-Tenant": {"a", "b"}})
+	url := "ws://" + addr + "/room/r%d"
+	out, errs, code := wsload(t, "idle", "-url", url, "-n", "6", "-hold", "100ms", "-procs", "2",
+		"-H", "X-Token: s3cret", "-H", "X-Tenant: a", "-H", "X-Tenant:b", "-json")
+	if code != exitOK {
+		t.Fatalf("exit %d\nstdout: %s\nstderr: %s", code, out, errs)
+	}
+	if n := upgrades.Load(); n != 6 {
+		t.Fatalf("%d upgrades reached the server, want 6\n%s", n, errs)
+	}
+	out, errs, code = wsload(t, "idle", "-url", url, "-n", "3", "-hold", "100ms", "-json")
+	if code != exitFailed || !strings.Contains(out, `"http_401":3`) {
+		t.Fatalf("without -H: exit %d, want %d with 3 http_401\nstdout: %s\nstderr: %s", code, exitFailed, out, errs)
+	}
+}
+
+// TestHeaderFlagRefused pins issue 19 item 6: a malformed -H, or one
+// naming a header wsload writes itself, is a usage error.
+func TestHeaderFlagRefused(t *testing.T) {
+	url := "ws://" + closedAddr(t) + "/room/r%d"
+	for _, h := range []string{"X-Token", "X-Token s3cret", ": v", "Bad Name: v", "X-Token: a\rb", "X-Token: a\x7fb", "Upgrade: h2c",
+		"sec-websocket-key: x", "Host: example.com", "Content-Length: 5"} {
+		t.Run(h, func(t *testing.T) {
+			out, errs, code := wsload(t, "idle", "-url", url, "-n", "1", "-hold", "10ms", "-H", h)
+			if code != exitUsage || !strings.Contains(errs, "-H") {
+				t.Fatalf("exit %d, want %d with an error naming -H\nstdout: %s\nstderr: %s", code, exitUsage, out, errs)
 			}
 		})
 	}

@@ -33,9 +33,15 @@ func runChurn(ctx context.Context, c *Config, rec *Recorder) error {
 	wg.Wait()
 	var total int64
 	handshakes.Range(func(_, v any) bool { total += v.(int64); return true })
-	if d := time.Since(start); d > 0 {
-		rec.Update(func(r *Report) { r.HandshakesPerSec = float64(total) / d.Seconds() })
-	}
+	d := time.Since(start)
+	rec.Update(func(r *Report) {
+		// Churn's target is every handshake it tried, its partners'
+		// included.
+		r.Target, r.Short = r.Attempts, r.Attempts-r.Connected
+		if d > 0 {
+			r.HandshakesPerSec = float64(total) / d.Seconds()
+		}
+	})
 	return nil
 }
 

@@ -118,6 +118,9 @@ type Dialer struct {
 	// Protocol is offered as Sec-WebSocket-Protocol when set (default
 	// none); the Conn records whether the server selected it.
 	Protocol string
+	// Header is sent on every handshake, in order (default none); build
+	// each with ParseHeader.
+	Header []Header
 }
 
 // Dial connects to t and performs the WebSocket upgrade. It returns a
@@ -145,7 +148,7 @@ func (d *Dialer) Dial(ctx context.Context, t Target) (*Conn, error) {
 	c := &Conn{nc: nc.(*net.TCPConn)}
 	deadline, _ := ctx.Deadline()
 	_ = nc.SetDeadline(deadline)
-	if err := c.handshake(t, d.Protocol); err != nil {
+	if err := c.handshake(t, d.Protocol, d.Header); err != nil {
 		_ = nc.Close()
 		return nil, err
 	}
@@ -160,9 +163,10 @@ func acceptKey(key string) string {
 	return base64.StdEncoding.EncodeToString(h[:])
 }
 
-// handshake sends the upgrade request and reads the answer, keeping any
-// bytes after the header (an early first frame) for ReadLoop.
-func (c *Conn) handshake(t Target, protocol string) error {
+// handshake sends the upgrade request, with the extra header lines,
+// and reads the answer, keeping any bytes after the header (an early first
+// frame) for ReadLoop.
+func (c *Conn) handshake(t Target, protocol string, extra []Header) error {
 	var nonce [16]byte
 	_, _ = rand.Read(nonce[:])
 	key := base64.StdEncoding.EncodeToString(nonce[:])
@@ -172,6 +176,9 @@ func (c *Conn) handshake(t Target, protocol string) error {
 		"\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Version: 13\r\nSec-WebSocket-Key: " + key + "\r\n")
 	if protocol != "" {
 		b.WriteString("Sec-WebSocket-Protocol: " + protocol + "\r\n")
+	}
+	for _, h := range extra {
+		b.WriteString(h.Name + ": " + h.Value + "\r\n")
 	}
 	b.WriteString("\r\n")
 	if _, err := io.WriteString(c.nc, b.String()); err != nil {

@@ -114,15 +114,18 @@ func runFanout(ctx context.Context, c *Config, rec *Recorder) error {
 	return nil
 }
 
-// connectAll dials every member, paced at c.Rate, and starts its read loop.
+// connectAll dials every member, paced at c.Rate, and starts its read loop;
+// the members are the run's target.
 func (f *fanout) connectAll(ctx context.Context) {
 	var all []*fanMember
 	for _, r := range f.rooms {
 		all = append(all, r.members...)
 	}
+	var opened atomic.Int64
 	ramp(ctx, len(all), f.c.Rate, func(i int) {
 		m := all[i]
 		if conn := f.dial(ctx, m); conn != nil {
+			opened.Add(1)
 			f.attach(m, conn)
 			return
 		}
@@ -130,6 +133,7 @@ func (f *fanout) connectAll(ctx context.Context) {
 		m.gone = true
 		m.mu.Unlock()
 	})
+	f.rec.Update(func(r *Report) { r.Target, r.Short = int64(len(all)), int64(len(all))-opened.Load() })
 }
 
 // dial connects m (relay.v1 with its since when resuming).

@@ -23,9 +23,13 @@ func runIdle(ctx context.Context, c *Config, rec *Recorder) error {
 		go readIdle(conn, p, rec)
 	})
 	connected := rec.snapshot().Connected
-	if d := time.Since(rampStart); d > 0 {
-		rec.Update(func(r *Report) { r.HandshakesPerSec = float64(r.Connected) / d.Seconds() })
-	}
+	d := time.Since(rampStart)
+	rec.Update(func(r *Report) {
+		r.Target, r.Short = int64(c.N), int64(c.N)-r.Connected
+		if d > 0 {
+			r.HandshakesPerSec = float64(r.Connected) / d.Seconds()
+		}
+	})
 	progress(c, "ramped %d connections in %v; holding %v", connected, time.Since(rampStart).Round(time.Millisecond), c.Hold)
 
 	holdCtx, cancel := context.WithTimeout(ctx, c.Hold)

@@ -107,6 +107,12 @@ func runOK(t *testing.T, c Config) *Report {
 	if err != nil {
 		t.Fatalf("Run(%s): %v", c.Scenario, err)
 	}
+	// A healthy run meets its scenario's target.
+	checked := *r
+	checked.ApplyThresholds(TargetChecks(c.Scenario, nil))
+	if !checked.Passed || r.Target == 0 {
+		t.Fatalf("Run(%s) missed its target %d: %+v", c.Scenario, r.Target, checked.Thresholds)
+	}
 	return r
 }
 

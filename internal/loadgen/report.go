@@ -60,10 +60,17 @@ type Report struct {
 	ElapsedMS float64 `json:"elapsed_ms"`
 
 	// Attempts counts handshakes tried, Connected those answered 101.
-	Attempts  int64  `json:"attempts"`
-	Connected int64  `json:"connected"`
-	Failed    int64  `json:"failed"`
-	FailedBy  Counts `json:"failed_by"`
+	Attempts  int64 `json:"attempts"`
+	Connected int64 `json:"connected"`
+	// Target is how many connections the scenario set out to open (idle,
+	// reconnect-storm: N; fanout, kill, drain: rooms × members; churn:
+	// every handshake it tried), Short how many of them never connected.
+	// Reconnects are not counted here: NotBack counts the clients that
+	// never came back.
+	Target   int64  `json:"target"`
+	Short    int64  `json:"short"`
+	Failed   int64  `json:"failed"`
+	FailedBy Counts `json:"failed_by"`
 	// Dropped counts connections the server side ended before the client
 	// meant to (by close code in DroppedBy; "1006" = no close frame).
 	Dropped   int64  `json:"dropped"`
@@ -192,6 +199,8 @@ func (r *Report) Merge(o *Report) {
 	r.ElapsedMS = max(r.ElapsedMS, o.ElapsedMS)
 	r.Attempts += o.Attempts
 	r.Connected += o.Connected
+	r.Target += o.Target
+	r.Short += o.Short
 	r.Held += o.Held
 	r.HandshakesPerSec += o.HandshakesPerSec
 	for _, p := range [][2]*Counts{{&r.FailedBy, &o.FailedBy}, {&r.DroppedBy, &o.DroppedBy}, {&r.CloseCodes, &o.CloseCodes}} {
@@ -295,14 +304,15 @@ func (r *Report) WriteTable(w io.Writer) error {
 		name string
 		v    int64
 	}{
-		{"attempts", r.Attempts}, {"connected", r.Connected}, {"failed", r.Failed}, {"dropped", r.Dropped},
+		{"attempts", r.Attempts}, {"connected", r.Connected}, {"target", r.Target}, {"short", r.Short},
+		{"failed", r.Failed}, {"dropped", r.Dropped},
 		{"held", r.Held}, {"sent", r.Sent}, {"expected", r.Expected}, {"received", r.Received},
 		{"duplicates", r.Duplicates}, {"duplicates_resent", r.DuplicatesResent}, {"out_of_order", r.OutOfOrder},
 		{"acked", r.Acked}, {"resent", r.Resent}, {"lost_writes", r.LostWrites}, {"gaps", r.Gaps},
 		{"dup_offsets", r.DupOffsets}, {"resyncs", r.Resyncs}, {"tries", r.Tries}, {"back", r.Back}, {"not_back", r.NotBack},
 	}
 	for _, it := range ints {
-		if it.v != 0 || it.name == "connected" || it.name == "failed" {
+		if it.v != 0 || it.name == "connected" || it.name == "failed" || it.name == "short" {
 			row(it.name, it.v)
 		}
 	}
@@ -343,7 +353,11 @@ func (r *Report) WriteTable(w io.Writer) error {
 		if !t.Passed {
 			verdict = "FAILED"
 		}
-		fmt.Fprintf(tw, "  threshold %s\t%s (actual %g)\n", t.Expr, verdict, t.Actual)
+		kind := "threshold"
+		if t.Default {
+			kind = "target"
+		}
+		fmt.Fprintf(tw, "  %s %s\t%s (actual %g)\n", kind, t.Expr, verdict, t.Actual)
 	}
 	if err := tw.Flush(); err != nil {
 		return fmt.Errorf("write summary: %w", err)

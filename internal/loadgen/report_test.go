@@ -35,6 +35,7 @@ func childReport(t *testing.T, connected int64, lat []time.Duration, failed map[
 func TestReportMerge(t *testing.T) {
 	a := childReport(t, 10, []time.Duration{time.Millisecond, 2 * time.Millisecond}, map[string]int64{"http_503": 2})
 	b := childReport(t, 5, []time.Duration{10 * time.Millisecond, 20 * time.Millisecond}, map[string]int64{"http_503": 1, "dial": 4})
+	a.Target, a.Short, b.Target, b.Short = 12, 2, 6, 1
 	m := NewReport("fanout")
 	m.Merge(a)
 	m.Merge(b)
@@ -44,6 +45,8 @@ func TestReportMerge(t *testing.T) {
 		got, want float64
 	}{
 		{"connected", float64(m.Connected), 15},
+		{"target", float64(m.Target), 18},
+		{"short", float64(m.Short), 3},
 		{"failed", float64(m.Failed), 7},
 		{"http_503", float64(m.FailedBy["http_503"]), 3},
 		{"latency count", float64(m.Latency.Count), 4},

@@ -16,9 +16,19 @@ func runStorm(ctx context.Context, c *Config, rec *Recorder) error {
 	ramp(ctx, c.N, c.Rate, func(i int) {
 		conns[i] = dialOne(ctx, c, rec, c.roomTarget(i%c.Rooms))
 	})
-	if d := time.Since(rampStart); d > 0 {
-		rec.Update(func(r *Report) { r.HandshakesPerSec = float64(r.Connected) / d.Seconds() })
+	opened := int64(0)
+	for _, conn := range conns {
+		if conn != nil {
+			opened++
+		}
 	}
+	d := time.Since(rampStart)
+	rec.Update(func(r *Report) {
+		r.Target, r.Short = int64(c.N), int64(c.N)-opened
+		if d > 0 {
+			r.HandshakesPerSec = float64(r.Connected) / d.Seconds()
+		}
+	})
 	// Read loops: a drop before the signal is counted as such.
 	p := newPool()
 	for _, conn := range conns {

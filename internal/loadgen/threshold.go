@@ -3,6 +3,7 @@ package loadgen
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -25,6 +26,9 @@ type Threshold struct {
 	// Value is the bound, in the metric's unit (milliseconds for latency
 	// metrics, whatever duration unit the expression used).
 	Value float64
+	// Default marks a check of the scenario's target (TargetChecks),
+	// not one given with -threshold.
+	Default bool
 }
 
 // ThresholdResult is a threshold evaluated against a report.
@@ -32,6 +36,46 @@ type ThresholdResult struct {
 	Expr   string  `json:"expr"`
 	Actual float64 `json:"actual"`
 	Passed bool    `json:"passed"`
+	// Default marks a check of the scenario's target.
+	Default bool `json:"default,omitempty"`
+}
+
+// targetChecks are the checks of a scenario's target, each with the
+// metrics a threshold of the user's may name to replace it.
+var targetChecks = []struct {
+	expr      string
+	scenarios []string // nil: every scenario
+	replaced  []string
+}{
+	{"connected>0", nil, []string{"connected", "short", "failed", "attempts"}},
+	{"short==0", nil, []string{"connected", "short", "failed", "attempts"}},
+	{"not_back==0", []string{"reconnect-storm", "kill", "drain"}, []string{"back", "not_back"}},
+}
+
+// TargetChecks returns the checks of scenario's target that the user's
+// thresholds leave in force. A run exits 1 when it misses its target as
+// when a threshold fails: when no connection succeeded (connected>0), when
+// fewer than its target connected (short==0) and, where clients reconnect
+// (reconnect-storm, kill, drain), when one never came back (not_back==0).
+// A threshold naming connected, short, failed or attempts replaces the
+// first two; one naming back or not_back replaces the third.
+func TargetChecks(scenario string, user []Threshold) []Threshold {
+	var out []Threshold
+	for _, c := range targetChecks {
+		if c.scenarios != nil && !slices.Contains(c.scenarios, scenario) {
+			continue
+		}
+		if slices.ContainsFunc(user, func(t Threshold) bool { return slices.Contains(c.replaced, t.Metric) }) {
+			continue
+		}
+		t, err := ParseThreshold(c.expr)
+		if err != nil {
+			panic(err) // the table above is wrong
+		}
+		t.Default = true
+		out = append(out, t)
+	}
+	return out
 }
 
 // ops in the order they are tried: two-character operators first.
@@ -109,7 +153,7 @@ func (t Threshold) Check(m map[string]float64) ThresholdResult {
 	case "!=":
 		ok = v != t.Value
 	}
-	return ThresholdResult{Expr: t.Expr, Actual: v, Passed: ok}
+	return ThresholdResult{Expr: t.Expr, Actual: v, Passed: ok, Default: t.Default}
 }
 
 // ApplyThresholds evaluates ts against r, stores the results in r and sets

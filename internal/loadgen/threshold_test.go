@@ -2,6 +2,7 @@ package loadgen
 
 import (
 	"errors"
+	"slices"
 	"testing"
 )
 
@@ -108,4 +109,53 @@ func FuzzParseThreshold(f *testing.F) {
 		}
 		_ = th.Check(map[string]float64{})
 	})
+}
+
+// TestTargetChecks pins issue 19 item 6: every scenario's target is
+// checked unless the user's thresholds name the metrics it is about.
+func TestTargetChecks(t *testing.T) {
+	exprs := func(scenario string, user ...string) []string {
+		var ts []Threshold
+		for _, s := range user {
+			th, err := ParseThreshold(s)
+			if err != nil {
+				t.Fatal(err)
+			}
+			ts = append(ts, th)
+		}
+		var out []string
+		for _, th := range TargetChecks(scenario, ts) {
+			if !th.Default {
+				t.Errorf("%s: %s not marked Default", scenario, th.Expr)
+			}
+			out = append(out, th.Expr)
+		}
+		return out
+	}
+	tests := []struct {
+		scenario string
+		user     []string
+		want     []string
+	}{
+		{"idle", nil, []string{"connected>0", "short==0"}},
+		{"churn", []string{"p99<1s"}, []string{"connected>0", "short==0"}},
+		{"fanout", []string{"failed==0"}, nil},
+		{"idle", []string{"connected>=95"}, nil},
+		{"idle", []string{"failed_by.http_503<5"}, []string{"connected>0", "short==0"}},
+		{"reconnect-storm", nil, []string{"connected>0", "short==0", "not_back==0"}},
+		{"kill", []string{"not_back<=3"}, []string{"connected>0", "short==0"}},
+		{"drain", []string{"short<=2", "back>=10"}, nil},
+	}
+	for _, tt := range tests {
+		if got := exprs(tt.scenario, tt.user...); !slices.Equal(got, tt.want) {
+			t.Errorf("TargetChecks(%s, %q) = %q, want %q", tt.scenario, tt.user, got, tt.want)
+		}
+	}
+	r := NewReport("idle")
+	r.Attempts, r.Connected, r.Target, r.Short = 5, 4, 5, 1
+	r.Finalize()
+	r.ApplyThresholds(TargetChecks("idle", nil))
+	if r.Passed || !r.Thresholds[0].Passed || r.Thresholds[1].Passed || r.Thresholds[1].Actual != 1 || !r.Thresholds[1].Default {
+		t.Fatalf("one of five short: %+v passed %v", r.Thresholds, r.Passed)
+	}
 }

@@ -8,7 +8,6 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
-	"math/rand/v2"
 	"net"
 	"net/http"
 	"os"
@@ -75,46 +74,67 @@ func moduleRoot() (string, error) {
 	return filepath.Dir(mod), nil
 }
 
-// FreeAddr returns a 127.0.0.1:port address that was free a moment ago.
-// The port is drawn below the kernel's ephemeral range when it can be: a
-// port the kernel hands out for listen(":0") comes from the same range as
-// the source ports of outgoing connections, so between this call and the
-// caller's listen another test's connection could take it.
+// FreeAddr returns a 127.0.0.1:port address reserved for the caller until
+// the test ends, whatever the kernel's ephemeral port range: a socket of
+// this process stays bound to the port, so neither an outgoing
+// connection's source port nor another bind (another FreeAddr, a
+// listen(":0")) can take it, while a listener that sets SO_REUSEADDR, as
+// every Go listener, redis-server and the commands of this module do, can
+// still open it. A process that binds without SO_REUSEADDR gets "address
+// already in use".
+//
+// Picking a port that is free a moment ago and closing it is not enough:
+// until the caller's process listens, the kernel may hand the port to any
+// connection as its source port, which is what happens when the ephemeral
+// range covers every port (ip_local_port_range "1024 65535", as
+// docs/scaling.md advises).
 func FreeAddr(tb testing.TB) string {
 	tb.Helper()
-	if low := ephemeralLow(); low > minDrawnPort {
-		for range 100 {
-			port := minDrawnPort + rand.IntN(low-minDrawnPort)
-			if ln, err := net.Listen("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(port))); err == nil {
-				ln.Close()
-				return ln.Addr().String()
-			}
-		}
-	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	fd, port, err := reservePort()
 	if err != nil {
-		tb.Fatal(err)
+		tb.Fatalf("reserve a loopback port: %v", err)
 	}
-	defer ln.Close()
-	return ln.Addr().String()
+	tb.Cleanup(func() { _ = syscall.Close(fd) })
+	return net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
 }
 
-// minDrawnPort is the lowest port FreeAddr draws.
-const minDrawnPort = 10000
-
-// ephemeralLow is the first port of the kernel's ephemeral range, or 0
-// when it cannot be read.
-func ephemeralLow() int {
-	b, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range")
+// reservePort binds a TCP socket to a port of 127.0.0.1 the kernel
+// chooses and returns the socket (never listening) and the port. The bind
+// is made without SO_REUSEADDR, so it succeeds only on a port no socket
+// holds, not even one in TIME_WAIT; SO_REUSEADDR is set afterwards, which
+// lets a listener with SO_REUSEADDR bind beside it (the kernel allows that
+// when neither of two such sockets listens yet) while a bind without it
+// still fails. The kernel's connect() never picks a port an explicit bind
+// holds as a source port.
+func reservePort() (fd, port int, err error) {
+	syscall.ForkLock.RLock() // no child inherits the socket before it is close-on-exec
+	fd, err = syscall.Socket(syscall.AF_INET, syscall.SOCK_STREAM, 0)
+	if err == nil {
+		syscall.CloseOnExec(fd)
+	}
+	syscall.ForkLock.RUnlock()
 	if err != nil {
-		return 0
+		return -1, 0, fmt.Errorf("socket: %w", err)
 	}
-	f := strings.Fields(string(b))
-	if len(f) != 2 {
-		return 0
+	fail := func(what string, err error) (int, int, error) {
+		_ = syscall.Close(fd)
+		return -1, 0, fmt.Errorf("%s: %w", what, err)
 	}
-	low, _ := strconv.Atoi(f[0])
-	return low
+	if err := syscall.Bind(fd, &syscall.SockaddrInet4{Addr: [4]byte{127, 0, 0, 1}}); err != nil {
+		return fail("bind 127.0.0.1:0", err)
+	}
+	if err := syscall.SetsockoptInt(fd, syscall.SOL_SOCKET, syscall.SO_REUSEADDR, 1); err != nil {
+		return fail("set SO_REUSEADDR", err)
+	}
+	sa, err := syscall.Getsockname(fd)
+	if err != nil {
+		return fail("getsockname", err)
+	}
+	in4, ok := sa.(*syscall.SockaddrInet4)
+	if !ok {
+		return fail("getsockname", fmt.Errorf("unexpected address %T", sa))
+	}
+	return fd, in4.Port, nil
 }
 
 // Proc is one running process started by Start.
