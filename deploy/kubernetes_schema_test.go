@@ -12,6 +12,7 @@ import (
 	"strings"
 	"testing"
 
+	"go.yaml.in/yaml/v3"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	policyv1 "k8s.io/api/policy/v1"
@@ -487,6 +488,96 @@ func TestPodSecurityRestrictedRules(t *testing.T) {
 		breach(&spec)
 		if bad := podSecurityRestricted(nil, &spec); len(bad) == 0 {
 			t.Errorf("%s: not reported", name)
+		}
+	}
+}
+
+// scrapeJob is what deploy/prometheus/wsgate.yml may hold of a Prometheus
+// scrape job: a key outside it fails the decoding.
+type scrapeJob struct {
+	JobName       string `yaml:"job_name"`
+	MetricsPath   string `yaml:"metrics_path"`
+	Authorization struct {
+		Type            string `yaml:"type"`
+		CredentialsFile string `yaml:"credentials_file"`
+	} `yaml:"authorization"`
+	KubernetesSDConfigs []struct {
+		Role string `yaml:"role"`
+	} `yaml:"kubernetes_sd_configs"`
+	RelabelConfigs []struct {
+		SourceLabels []string `yaml:"source_labels"`
+		Regex        string   `yaml:"regex"`
+		Action       string   `yaml:"action"`
+		TargetLabel  string   `yaml:"target_label"`
+	} `yaml:"relabel_configs"`
+}
+
+// TestPrometheusScrape checks the scrape job against the manifests (issue
+// 19 item 5: nothing told Prometheus where the gateways' metrics are):
+// it finds pods, keeps exactly the gateway pods' admin port (its keep
+// rule, applied as Prometheus does to the label values joined by ";",
+// matches the gateway's pod label and admin port name, and neither the
+// relays' nor the gateway's client port), sends the admin token from the
+// key of the Secret the gateway reads it from, and scrapes /metrics.
+func TestPrometheusScrape(t *testing.T) {
+	f, err := os.Open(filepath.Join("prometheus", "wsgate.yml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	dec := yaml.NewDecoder(f)
+	dec.KnownFields(true)
+	var jobs []scrapeJob
+	if err := dec.Decode(&jobs); err != nil {
+		t.Fatalf("prometheus/wsgate.yml: %v", err)
+	}
+	if len(jobs) != 1 {
+		t.Fatalf("prometheus/wsgate.yml: %d jobs, want 1", len(jobs))
+	}
+	job := jobs[0]
+	if job.MetricsPath != "/metrics" || job.Authorization.CredentialsFile == "" || len(job.KubernetesSDConfigs) != 1 || job.KubernetesSDConfigs[0].Role != "pod" {
+		t.Errorf("scrape job: metrics_path %q, credentials_file %q, sd %v; want /metrics with the token, pods found by role pod", job.MetricsPath, job.Authorization.CredentialsFile, job.KubernetesSDConfigs)
+	}
+	docs := readTyped(t)
+	gw := typed[*appsv1.Deployment](t, docs, "Deployment", "wsgate")
+	relay := typed[*appsv1.Deployment](t, docs, "Deployment", "relay")
+	c := gw.Spec.Template.Spec.Containers[0]
+	for _, e := range c.Env {
+		if e.Name == "WSGATE_ADMIN_TOKEN" && e.ValueFrom != nil && e.ValueFrom.SecretKeyRef != nil {
+			ref := e.ValueFrom.SecretKeyRef
+			if want := "/" + ref.Name + "/" + ref.Key; !strings.HasSuffix(job.Authorization.CredentialsFile, want) {
+				t.Errorf("credentials_file %s is not the Secret %s's key %s mounted (…%s)", job.Authorization.CredentialsFile, ref.Name, ref.Key, want)
+			}
+		}
+	}
+	// Each target Prometheus would see: a pod's name label and a port name.
+	kept := func(labels map[string]string, portName string) bool {
+		meta := map[string]string{"__meta_kubernetes_pod_container_port_name": portName}
+		for k, v := range labels {
+			meta["__meta_kubernetes_pod_label_"+strings.NewReplacer(".", "_", "/", "_", "-", "_").Replace(k)] = v
+		}
+		for _, r := range job.RelabelConfigs {
+			if r.Action != "keep" {
+				continue
+			}
+			var vals []string
+			for _, l := range r.SourceLabels {
+				vals = append(vals, meta[l])
+			}
+			if !regexp.MustCompile("^(?:" + r.Regex + ")$").MatchString(strings.Join(vals, ";")) {
+				return false
+			}
+		}
+		return true
+	}
+	for _, p := range c.Ports {
+		if got, want := kept(gw.Spec.Template.Labels, p.Name), p.Name == "admin"; got != want {
+			t.Errorf("gateway port %s: scraped %v, want %v", p.Name, got, want)
+		}
+	}
+	for _, p := range relay.Spec.Template.Spec.Containers[0].Ports {
+		if kept(relay.Spec.Template.Labels, p.Name) {
+			t.Errorf("relay port %s is scraped; relays have no /metrics", p.Name)
 		}
 	}
 }

@@ -445,6 +445,18 @@ func TestKubernetes(t *testing.T) {
 		}
 	}
 	waitNodesUp(t, admin, 1)
+	// What Prometheus scrapes (deploy/prometheus/wsgate.yml): /metrics
+	// on the admin port, with the token and only with it.
+	if code := get(t, "http://"+admin+"/metrics"); code != http.StatusUnauthorized {
+		t.Errorf("/metrics without the token: %d, want 401", code)
+	}
+	req, _ := http.NewRequest(http.MethodGet, "http://"+admin+"/metrics", nil)
+	req.Header.Set("Authorization", "Bearer "+testAdminToken)
+	if resp, err := http.DefaultClient.Do(req); err != nil || resp.StatusCode != http.StatusOK {
+		t.Errorf("/metrics with the token: %v %v", resp, err)
+	} else {
+		resp.Body.Close()
+	}
 	// Scale to two: a second relay pod at another address, the same port.
 	second := net.JoinHostPort("127.0.0.2", relayPort)
 	startRelay(t, "relay-2", second, withFlag(t, relayArgs, "listen", second))
