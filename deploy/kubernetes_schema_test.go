@@ -16,7 +16,10 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	policyv1 "k8s.io/api/policy/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
+	psaapi "k8s.io/pod-security-admission/api"
+	psa "k8s.io/pod-security-admission/policy"
 	sigsyaml "sigs.k8s.io/yaml"
 )
 
@@ -273,6 +276,27 @@ func podSecurityRestricted(meta map[string]string, spec *corev1.PodSpec) []strin
 	return bad
 }
 
+// admissionRestricted evaluates a pod as the Pod Security admission
+// controller does for a namespace labelled
+// pod-security.kubernetes.io/enforce=restricted (its own checks, from
+// k8s.io/pod-security-admission, at the latest version), and returns
+// what it forbids.
+func admissionRestricted(t *testing.T, meta *metav1.ObjectMeta, spec *corev1.PodSpec) []string {
+	t.Helper()
+	ev, err := psa.NewEvaluator(psa.DefaultChecks(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var bad []string
+	lv := psaapi.LevelVersion{Level: psaapi.LevelRestricted, Version: psaapi.LatestVersion()}
+	for _, r := range ev.EvaluatePod(lv, meta, spec) {
+		if !r.Allowed {
+			bad = append(bad, fmt.Sprintf("%s (%s)", r.ForbiddenReason, r.ForbiddenDetail))
+		}
+	}
+	return bad
+}
+
 // TestKubernetesSchema decodes every manifest into its k8s.io/api type
 // with unknown fields refused, and holds every pod to Pod Security
 // "restricted" and the production rules of issue 19 item 5 (before it:
@@ -291,6 +315,9 @@ func TestKubernetesSchema(t *testing.T) {
 		tmpl := &dep.Spec.Template
 		for _, v := range podSecurityRestricted(tmpl.Annotations, &tmpl.Spec) {
 			t.Errorf("Deployment %s: %s", d.name, v)
+		}
+		for _, v := range admissionRestricted(t, &tmpl.ObjectMeta, &tmpl.Spec) {
+			t.Errorf("Deployment %s: Pod Security admission, restricted: %s", d.name, v)
 		}
 		// Every container that serves has probes; the relays and the
 		// gateway both kinds.
@@ -455,7 +482,8 @@ func volumeOf(pod corev1.PodSpec, c corev1.Container, file string) (*corev1.Volu
 // TestPodSecurityRestrictedRules pins that podSecurityRestricted sees each
 // breach of the restricted level it checks, so TestKubernetesSchema's
 // silence means something: the gateway's pod passes, and each change
-// below is reported.
+// below is reported, by the admission controller's own checks too where
+// the rule is Pod Security's.
 func TestPodSecurityRestrictedRules(t *testing.T) {
 	gw := typed[*appsv1.Deployment](t, readTyped(t), "Deployment", "wsgate")
 	if bad := podSecurityRestricted(nil, &gw.Spec.Template.Spec); len(bad) != 0 {
@@ -488,6 +516,12 @@ func TestPodSecurityRestrictedRules(t *testing.T) {
 		breach(&spec)
 		if bad := podSecurityRestricted(nil, &spec); len(bad) == 0 {
 			t.Errorf("%s: not reported", name)
+		}
+		// The admission controller's own checks agree, but for this
+		// project's rules, which are not Pod Security's.
+		projectRule := name == "writable root" || name == "no limits"
+		if bad := admissionRestricted(t, &metav1.ObjectMeta{}, &spec); (len(bad) == 0) != projectRule {
+			t.Errorf("%s: the Pod Security admission checks say %q", name, bad)
 		}
 	}
 }
