@@ -50,6 +50,9 @@ ENV GODEBUG=schedtrace=2147483647
 COPY --from=build /out/wsgate /out/relay-backend /out/wsload /usr/local/bin/
 COPY --from=build /out/plugins/ /usr/local/lib/wsgate/plugins/
 COPY deploy/docker/wsgate.toml /etc/wsgate/wsgate.toml
+# The base image's nonroot user, by number: Kubernetes can check a numeric
+# user against runAsNonRoot (deploy/kubernetes runs the pods as it).
+USER 65532:65532
 # 8080: clients. 9090: admin (/healthz, /readyz, /metrics, /api).
 # 7001: relay-backend, when the image runs it (-listen 0.0.0.0:7001).
 EXPOSE 8080 9090 7001

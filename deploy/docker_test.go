@@ -57,6 +57,11 @@ func TestDockerfile(t *testing.T) {
 	if d.stopSignal != "SIGTERM" {
 		t.Errorf("STOPSIGNAL %q: want SIGTERM, which drains the gateway", d.stopSignal)
 	}
+	// A numeric user other than root, so that Kubernetes can check
+	// runAsNonRoot against the image.
+	if uid, _, _ := strings.Cut(d.user, ":"); uid == "" || uid == "0" || strings.Trim(uid, "0123456789") != "" {
+		t.Errorf("USER %q: want a numeric user other than 0", d.user)
+	}
 	// The health check: the image's wsgate -healthcheck (no shell, no
 	// curl) on the baked config's admin port, /readyz.
 	if hc := d.healthcheck; len(hc) != 3 || d.image[hc[0]] != "pkg:./cmd/wsgate" || hc[1] != "-healthcheck" {

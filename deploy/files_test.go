@@ -43,6 +43,7 @@ type dockerfile struct {
 	entrypoint  []string
 	cmd         []string
 	healthcheck []string          // HEALTHCHECK's CMD, exec form
+	user        string            // the final stage's USER
 	env         map[string]string // the final stage's ENV
 }
 
@@ -140,6 +141,10 @@ func readDockerfile(t *testing.T) *dockerfile {
 			d.entrypoint = jsonArgs(t, rest)
 		case "CMD":
 			d.cmd = jsonArgs(t, rest)
+		case "USER":
+			if stages >= 2 {
+				d.user = rest
+			}
 		case "HEALTHCHECK":
 			f := strings.Fields(rest)
 			for len(f) > 0 && strings.HasPrefix(f[0], "--") {

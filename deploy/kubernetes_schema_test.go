@@ -359,6 +359,15 @@ func TestKubernetesSchema(t *testing.T) {
 		}
 	}
 
+	// The wsgate image's pods run as the image's own user.
+	d := readDockerfile(t)
+	for _, name := range []string{"wsgate", "relay"} {
+		sc := typed[*appsv1.Deployment](t, docs, "Deployment", name).Spec.Template.Spec.SecurityContext
+		if uid, _, _ := strings.Cut(d.user, ":"); sc == nil || sc.RunAsUser == nil || strconv.FormatInt(*sc.RunAsUser, 10) != uid {
+			t.Errorf("Deployment %s: runAsUser is not the image's USER %s", name, d.user)
+		}
+	}
+
 	gw := typed[*appsv1.Deployment](t, docs, "Deployment", "wsgate")
 	pod := gw.Spec.Template.Spec
 	c := pod.Containers[0]
