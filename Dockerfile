@@ -1,8 +1,13 @@
 # wsgate, relay-backend, wsload and the example auth plugins in one small image.
 #
-#   docker build -t wsgate .
-#   docker run -p 8080:8080 -p 127.0.0.1:9090:9090 \
-#     -e WSGATE_ADMIN_TOKEN=... -e JWT_SECRET=... wsgate
+#   docker build -t wsgate:latest .
+#   docker run --read-only --tmpfs /tmp --cap-drop ALL \
+#     -p 8080:8080 -p 127.0.0.1:9090:9090 \
+#     -e WSGATE_ADMIN_TOKEN=... -e JWT_SECRET=... wsgate:latest
+#
+# wsgate:latest is the one name deploy/docker-compose.yml and
+# deploy/kubernetes use (deploy's TestImageName checks it): tag and push it
+# to your registry under another, and change it there too.
 #
 # The baked config, deploy/docker/wsgate.toml, is for containers: the admin
 # API listens on every interface behind the bearer token in
@@ -19,6 +24,12 @@
 # clients with 1001 over drain_window; they reconnect to the other replicas.
 # SIGHUP reloads the config (docker kill -s HUP), and so does a change of
 # the file. docs/operations.md, "Containers and Kubernetes".
+#
+# No shell, no curl: a container's health check is the image's own
+# `wsgate -healthcheck http://127.0.0.1:9090/readyz` (exit 0 on a 2xx),
+# which also checks a relay (its /healthz on its -listen port). The image
+# runs as the distroless nonroot user (uid 65532), on a read-only root
+# filesystem if asked: wsgate writes only the plugins' sockets in /tmp.
 FROM golang:1.26-bookworm AS build
 WORKDIR /src
 COPY go.mod go.sum ./
@@ -39,9 +50,16 @@ ENV GODEBUG=schedtrace=2147483647
 COPY --from=build /out/wsgate /out/relay-backend /out/wsload /usr/local/bin/
 COPY --from=build /out/plugins/ /usr/local/lib/wsgate/plugins/
 COPY deploy/docker/wsgate.toml /etc/wsgate/wsgate.toml
+# The base image's nonroot user, by number: Kubernetes can check a numeric
+# user against runAsNonRoot (deploy/kubernetes runs the pods as it).
+USER 65532:65532
 # 8080: clients. 9090: admin (/healthz, /readyz, /metrics, /api).
 # 7001: relay-backend, when the image runs it (-listen 0.0.0.0:7001).
 EXPOSE 8080 9090 7001
 STOPSIGNAL SIGTERM
+# For the default command, the gateway; a relay's container replaces it
+# with its own /healthz (deploy/docker-compose.yml).
+HEALTHCHECK --interval=5s --timeout=5s --start-period=10s --retries=3 \
+  CMD ["/usr/local/bin/wsgate", "-healthcheck", "http://127.0.0.1:9090/readyz"]
 ENTRYPOINT ["/usr/local/bin/wsgate"]
 CMD ["-config", "/etc/wsgate/wsgate.toml"]

@@ -7,7 +7,9 @@ import (
 	"net/http"
 	"net/url"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -27,6 +29,62 @@ type composeService struct {
 	Ports           []string          `yaml:"ports"`
 	Volumes         []string          `yaml:"volumes"`
 	StopGracePeriod string            `yaml:"stop_grace_period"`
+	User            string            `yaml:"user"`
+	ReadOnly        bool              `yaml:"read_only"`
+	CapDrop         []string          `yaml:"cap_drop"`
+	SecurityOpt     []string          `yaml:"security_opt"`
+	Tmpfs           []string          `yaml:"tmpfs"`
+	Sysctls         map[string]any    `yaml:"sysctls"`
+	Healthcheck     struct {
+		Test []string `yaml:"test"`
+	} `yaml:"healthcheck"`
+	Deploy struct {
+		Resources struct {
+			Limits map[string]string `yaml:"limits"`
+		} `yaml:"resources"`
+	} `yaml:"deploy"`
+}
+
+// checkComposeHardening checks what every service of the compose file
+// needs in production (issue 19 item 5): a read-only root, every
+// capability dropped, no privilege gained by exec, CPU and memory limits,
+// and a health check in exec form (the wsgate image has no shell).
+func checkComposeHardening(t *testing.T, name string, s composeService) {
+	t.Helper()
+	if !s.ReadOnly {
+		t.Errorf("service %s: read_only is not true", name)
+	}
+	if !slices.Contains(s.CapDrop, "ALL") {
+		t.Errorf("service %s: cap_drop %v does not drop ALL", name, s.CapDrop)
+	}
+	if !slices.Contains(s.SecurityOpt, "no-new-privileges:true") {
+		t.Errorf("service %s: security_opt %v lacks no-new-privileges:true", name, s.SecurityOpt)
+	}
+	if s.User == "0" || strings.HasPrefix(s.User, "0:") || s.User == "root" {
+		t.Errorf("service %s runs as root", name)
+	}
+	if s.Deploy.Resources.Limits["cpus"] == "" || s.Deploy.Resources.Limits["memory"] == "" {
+		t.Errorf("service %s: deploy.resources.limits %v, want cpus and memory", name, s.Deploy.Resources.Limits)
+	}
+	if len(s.Healthcheck.Test) < 2 || s.Healthcheck.Test[0] != "CMD" {
+		t.Errorf("service %s: healthcheck %q, want one in exec form [\"CMD\", ...]", name, s.Healthcheck.Test)
+	}
+}
+
+// healthcheckURL checks that a wsgate-image service's health check is the
+// image's wsgate -healthcheck on a loopback URL with the given port and
+// path, and returns the URL.
+func healthcheckURL(t *testing.T, d *dockerfile, name string, s composeService, wantPort, wantPath string) string {
+	t.Helper()
+	hc := s.Healthcheck.Test
+	if len(hc) != 4 || d.image[hc[1]] != "pkg:./cmd/wsgate" || hc[2] != "-healthcheck" {
+		t.Fatalf("service %s: healthcheck %q, want [\"CMD\", the image's wsgate, \"-healthcheck\", URL]", name, hc)
+	}
+	u, err := url.Parse(hc[3])
+	if err != nil || u.Hostname() != "127.0.0.1" || u.Port() != wantPort || u.Path != wantPath {
+		t.Errorf("service %s: healthcheck URL %s, want http://127.0.0.1:%s%s", name, hc[3], wantPort, wantPath)
+	}
+	return hc[3]
 }
 
 // composeStack is deploy/docker-compose.yml read and checked: the gateway's
@@ -35,6 +93,7 @@ type composeStack struct {
 	gateway    composeService
 	configText string // the gateway's config as shipped
 	relays     map[string]composeService
+	health     map[string]string // each wsgate-image service's health check URL
 }
 
 // readCompose parses deploy/docker-compose.yml and checks what needs no
@@ -53,8 +112,9 @@ func readCompose(t *testing.T, d *dockerfile) *composeStack {
 	if _, ok := svcs["redis"]; !ok {
 		t.Fatalf("docker-compose.yml has no redis service")
 	}
-	st := &composeStack{relays: map[string]composeService{}}
+	st := &composeStack{relays: map[string]composeService{}, health: map[string]string{}}
 	for name, s := range svcs {
+		checkComposeHardening(t, name, s)
 		if name == "redis" {
 			continue
 		}
@@ -133,6 +193,7 @@ func readCompose(t *testing.T, d *dockerfile) *composeStack {
 		if adv, _ := flagValue(s.Command, "advertise"); adv != net.JoinHostPort(name, port(t, listen)) {
 			t.Errorf("relay %s: -advertise %q, want its service name and -listen port %s", name, adv, net.JoinHostPort(name, port(t, listen)))
 		}
+		st.health[name] = healthcheckURL(t, d, name, s, port(t, listen), "/healthz")
 		window, _ := flagValue(s.Command, "drain-window")
 		if w, err := time.ParseDuration(window); err != nil || !longer(s.StopGracePeriod, w+10*time.Second) {
 			t.Errorf("relay %s: stop_grace_period %q must exceed -drain-window %q + 10s", name, s.StopGracePeriod, window)
@@ -154,6 +215,14 @@ func readCompose(t *testing.T, d *dockerfile) *composeStack {
 		if _, ok := st.gateway.Environment[env]; !ok {
 			t.Errorf("gateway environment lacks %s", env)
 		}
+	}
+	st.health["gateway"] = healthcheckURL(t, d, "gateway", st.gateway, port(t, cfg.Admin.Listen), "/readyz")
+	// The root is read-only: go-plugin's sockets need a writable /tmp.
+	if len(cfg.Plugins) > 0 && !slices.Contains(st.gateway.Tmpfs, "/tmp") {
+		t.Errorf("gateway: tmpfs %v lacks /tmp, where the auth plugins' sockets go", st.gateway.Tmpfs)
+	}
+	if _, ok := st.gateway.Sysctls["net.ipv4.ip_local_port_range"]; !ok {
+		t.Errorf("gateway: sysctls %v lack net.ipv4.ip_local_port_range", st.gateway.Sysctls)
 	}
 	if !longer(st.gateway.StopGracePeriod, cfg.Gateway.DrainTimeout.Duration) {
 		t.Errorf("gateway stop_grace_period %q must exceed drain_timeout %s", st.gateway.StopGracePeriod, cfg.Gateway.DrainTimeout)
@@ -192,6 +261,7 @@ func TestCompose(t *testing.T) {
 		advertised[adv] = true
 		startRelay(t, name, addr, args)
 		relayAddrs = append(relayAddrs, addr)
+		runHealthcheck(t, name, st.health[name], addr)
 	}
 	cfg := loadConfig(t, "compose", st.configText)
 	gw, admin := testproc.FreeAddr(t), testproc.FreeAddr(t)
@@ -202,6 +272,7 @@ func TestCompose(t *testing.T) {
 	text = replaceOnce(t, text, pluginPaths(t, d, cfg)...)
 	args := withFlag(t, st.gateway.Command, "config", writeTemp(t, "wsgate.toml", text))
 	startGateway(t, admin, args)
+	runHealthcheck(t, "gateway", st.health["gateway"], admin)
 	waitNodes(t, admin, "both relays found in Redis and up", func(v *nodesStatus) bool {
 		n := 0
 		for _, p := range v.Pools {
@@ -341,4 +412,20 @@ func relayConnections(t *testing.T, addr string) int {
 		t.Fatalf("%s/info: %v", addr, err)
 	}
 	return v.Connections
+}
+
+// runHealthcheck runs a service's health check, its URL's host and port
+// replaced by addr, with the real wsgate, and fails the test unless it
+// exits 0.
+func runHealthcheck(t *testing.T, name, checkURL, addr string) {
+	t.Helper()
+	u, err := url.Parse(checkURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	u.Host = addr
+	out, err := exec.Command(testproc.Build(t, "./cmd/wsgate"), "-healthcheck", u.String()).CombinedOutput()
+	if err != nil {
+		t.Fatalf("service %s: wsgate -healthcheck %s: %v\n%s", name, u, err, out)
+	}
 }

@@ -57,6 +57,16 @@ func TestDockerfile(t *testing.T) {
 	if d.stopSignal != "SIGTERM" {
 		t.Errorf("STOPSIGNAL %q: want SIGTERM, which drains the gateway", d.stopSignal)
 	}
+	// A numeric user other than root, so that Kubernetes can check
+	// runAsNonRoot against the image.
+	if uid, _, _ := strings.Cut(d.user, ":"); uid == "" || uid == "0" || strings.Trim(uid, "0123456789") != "" {
+		t.Errorf("USER %q: want a numeric user other than 0", d.user)
+	}
+	// The health check: the image's wsgate -healthcheck (no shell, no
+	// curl) on the baked config's admin port, /readyz.
+	if hc := d.healthcheck; len(hc) != 3 || d.image[hc[0]] != "pkg:./cmd/wsgate" || hc[1] != "-healthcheck" {
+		t.Errorf("HEALTHCHECK %q: want the image's wsgate -healthcheck URL", hc)
+	}
 
 	src, _ := imageConfig(t, d)
 	if src != "deploy/docker/wsgate.toml" {
@@ -74,6 +84,9 @@ func TestDockerfile(t *testing.T) {
 		if p.Discovery.Kind == "" {
 			t.Errorf("the container config's pool %s lists its nodes: want them from [pools.discovery], as no node address is known when the image is built", p.Name)
 		}
+	}
+	if hc := d.healthcheck; len(hc) == 3 && hc[2] != "http://127.0.0.1:"+port(t, cfg.Admin.Listen)+"/readyz" {
+		t.Errorf("HEALTHCHECK GETs %s; the baked config's admin listens on %s", hc[2], cfg.Admin.Listen)
 	}
 	for _, a := range []string{cfg.Gateway.Listen, cfg.Admin.Listen} {
 		if index(d.expose, port(t, a)) < 0 {

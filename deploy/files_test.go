@@ -35,14 +35,16 @@ const (
 
 // dockerfile is what the tests read from the Dockerfile.
 type dockerfile struct {
-	builds     map[string]string // build-stage output path -> main package
-	context    []string          // paths copied from the build context, any stage
-	image      map[string]string // final image path -> "pkg:<main package>" or "file:<repo path>"
-	expose     []string
-	stopSignal string
-	entrypoint []string
-	cmd        []string
-	env        map[string]string // the final stage's ENV
+	builds      map[string]string // build-stage output path -> main package
+	context     []string          // paths copied from the build context, any stage
+	image       map[string]string // final image path -> "pkg:<main package>" or "file:<repo path>"
+	expose      []string
+	stopSignal  string
+	entrypoint  []string
+	cmd         []string
+	healthcheck []string          // HEALTHCHECK's CMD, exec form
+	user        string            // the final stage's USER
+	env         map[string]string // the final stage's ENV
 }
 
 // runtimeGODEBUG is the GODEBUG the image and the systemd unit give the
@@ -139,6 +141,19 @@ func readDockerfile(t *testing.T) *dockerfile {
 			d.entrypoint = jsonArgs(t, rest)
 		case "CMD":
 			d.cmd = jsonArgs(t, rest)
+		case "USER":
+			if stages >= 2 {
+				d.user = rest
+			}
+		case "HEALTHCHECK":
+			f := strings.Fields(rest)
+			for len(f) > 0 && strings.HasPrefix(f[0], "--") {
+				f = f[1:]
+			}
+			if len(f) < 2 || f[0] != "CMD" {
+				t.Fatalf("Dockerfile: HEALTHCHECK %q: want CMD in exec form (the image has no shell)", rest)
+			}
+			d.healthcheck = jsonArgs(t, strings.Join(f[1:], " "))
 		}
 	}
 	if stages < 2 {

@@ -1,6 +1,7 @@
 package deploy
 
 import (
+	"crypto/tls"
 	"fmt"
 	"net"
 	"net/http"
@@ -14,6 +15,7 @@ import (
 	"github.com/fasthttp/websocket"
 	"github.com/wsgate/wsgate/internal/discovery/dnstest"
 	"github.com/wsgate/wsgate/internal/redistest"
+	"github.com/wsgate/wsgate/internal/testca"
 	"github.com/wsgate/wsgate/internal/testproc"
 )
 
@@ -261,8 +263,9 @@ func checkGatewayManifests(t *testing.T, objs k8s, d *dockerfile) *k8sGateway {
 		t.Errorf("Service wsgate does not select the gateway's pods")
 	}
 	for _, p := range svc.Spec.Ports {
-		if got := c.portOf(t, p.TargetPort); strconv.Itoa(got) != port(t, cfg.Gateway.Listen) {
-			t.Errorf("Service wsgate sends to port %d; gateway.listen is %s", got, cfg.Gateway.Listen)
+		got := strconv.Itoa(c.portOf(t, p.TargetPort))
+		if got != port(t, cfg.Gateway.Listen) && (cfg.Gateway.TLS.Listen == "" || got != port(t, cfg.Gateway.TLS.Listen)) {
+			t.Errorf("Service wsgate sends to port %s; gateway.listen is %s, gateway.tls.listen %q", got, cfg.Gateway.Listen, cfg.Gateway.TLS.Listen)
 		}
 	}
 
@@ -407,9 +410,25 @@ func TestKubernetes(t *testing.T) {
 	disc := cfg.Pools[0].Discovery
 	dns := dnstest.Start(t)
 	dns.SetA(disc.Name, "127.0.0.1")
-	gw, admin := testproc.FreeAddr(t), testproc.FreeAddr(t)
+	gw, wss, admin := testproc.FreeAddr(t), testproc.FreeAddr(t), testproc.FreeAddr(t)
+	// The TLS Secret's files: a certificate of a throwaway CA.
+	ca, err := testca.New("deploy test CA")
+	if err != nil {
+		t.Fatal(err)
+	}
+	leaf, err := ca.Server("127.0.0.1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	certFile, keyFile, err := leaf.WriteFiles(t.TempDir(), "tls")
+	if err != nil {
+		t.Fatal(err)
+	}
 	text := replaceOnce(t, g.configText,
 		fmt.Sprintf("listen = %q", cfg.Gateway.Listen), fmt.Sprintf("listen = %q", gw),
+		fmt.Sprintf("listen = %q", cfg.Gateway.TLS.Listen), fmt.Sprintf("listen = %q", wss),
+		fmt.Sprintf("cert_file = %q", cfg.Gateway.TLS.Certificates[0].CertFile), fmt.Sprintf("cert_file = %q", certFile),
+		fmt.Sprintf("key_file = %q", cfg.Gateway.TLS.Certificates[0].KeyFile), fmt.Sprintf("key_file = %q", keyFile),
 		fmt.Sprintf("listen = %q", cfg.Admin.Listen), fmt.Sprintf("listen = %q", admin),
 		// A short window: the test waits through it.
 		fmt.Sprintf("drain_window = %q", cfg.Gateway.DrainWindow.String()), `drain_window = "1s"`,
@@ -426,11 +445,31 @@ func TestKubernetes(t *testing.T) {
 		}
 	}
 	waitNodesUp(t, admin, 1)
+	// What Prometheus scrapes (deploy/prometheus/wsgate.yml): /metrics
+	// on the admin port, with the token and only with it.
+	if code := get(t, "http://"+admin+"/metrics"); code != http.StatusUnauthorized {
+		t.Errorf("/metrics without the token: %d, want 401", code)
+	}
+	req, _ := http.NewRequest(http.MethodGet, "http://"+admin+"/metrics", nil)
+	req.Header.Set("Authorization", "Bearer "+testAdminToken)
+	if resp, err := http.DefaultClient.Do(req); err != nil || resp.StatusCode != http.StatusOK {
+		t.Errorf("/metrics with the token: %v %v", resp, err)
+	} else {
+		resp.Body.Close()
+	}
 	// Scale to two: a second relay pod at another address, the same port.
 	second := net.JoinHostPort("127.0.0.2", relayPort)
 	startRelay(t, "relay-2", second, withFlag(t, relayArgs, "listen", second))
 	dns.SetA(disc.Name, "127.0.0.1", "127.0.0.2")
 	waitNodesUp(t, admin, 2)
+	// A wss:// client, through the listener of the TLS Secret.
+	tlsDialer := &websocket.Dialer{HandshakeTimeout: 5 * time.Second, TLSClientConfig: &tls.Config{RootCAs: ca.Pool(), ServerName: "127.0.0.1"}}
+	wssConn, _, err := tlsDialer.Dial("wss://"+wss+"/room/k8s", http.Header{"Authorization": {"Bearer " + clientToken(t)}})
+	if err != nil {
+		t.Fatalf("wss:// client: %v", err)
+	}
+	wssConn.Close()
+	waitNodes(t, admin, "the wss:// tunnel closed", func(v *nodesStatus) bool { return v.Tunnels == 0 })
 	ws, _, err := (&websocket.Dialer{HandshakeTimeout: 5 * time.Second}).Dial("ws://"+gw+"/room/k8s", http.Header{"Authorization": {"Bearer " + clientToken(t)}})
 	if err != nil {
 		t.Fatal(err)

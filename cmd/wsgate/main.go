@@ -6,6 +6,8 @@
 //	wsgate -check [-config FILE]     validate the config, load the TLS files, start
 //	                                 and configure each auth plugin, and exit (1 on error)
 //	wsgate -version                  print the version, VCS revision and Go version
+//	wsgate -healthcheck URL          GET URL: exit 0 on a 2xx answer, else 1 (for
+//	                                 container health checks; the image has no shell)
 //	wsgate demo [-listen ADDR]       gateway + two relay replicas in one process
 package main
 
@@ -48,6 +50,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	fs.StringVar(&o.pidfile, "pidfile", "", "write the process id here once serving (a restarted process rewrites it)")
 	fs.BoolVar(&o.watch, "watch", true, "reload the config when its file changes (SIGHUP and POST /api/reload always do)")
 	version := fs.Bool("version", false, "print the version, VCS revision and Go version, and exit")
+	health := fs.String("healthcheck", "", "GET this URL (such as http://127.0.0.1:9090/readyz), exit 0 on a 2xx answer and 1 otherwise, printing why; for container health checks")
 	fs.Usage = func() { usage(stderr, fs) }
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
@@ -62,6 +65,9 @@ func run(args []string, stdout, stderr io.Writer) int {
 	if fs.NArg() > 0 {
 		fmt.Fprintf(stderr, "wsgate: unexpected argument %q (did you mean 'wsgate demo'?)\n", fs.Arg(0))
 		return 2
+	}
+	if *health != "" {
+		return healthcheck(*health, stdout, stderr)
 	}
 	level, err := parseLevel(*logLevel)
 	if err != nil {

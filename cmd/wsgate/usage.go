@@ -13,6 +13,7 @@ func usage(w io.Writer, fs *flag.FlagSet) {
   wsgate [-config FILE] [flags]   run the gateway (SIGHUP reloads, SIGUSR2 restarts in place, SIGTERM drains)
   wsgate -check [-config FILE]    validate the config, load the TLS files, start each auth plugin with its config, and exit
   wsgate -version                 print the version, VCS revision and Go version, and exit
+  wsgate -healthcheck URL         GET URL, exit 0 on a 2xx answer and 1 otherwise (container health checks)
   wsgate demo [demo flags]        try it: the gateway and two relay replicas in one process
 
 Flags:
