@@ -117,6 +117,7 @@ func New(cfg *conf.Config, log *slog.Logger) (*Server, error) {
 	s.gen.Store(g)
 	s.access = &accessLog{log: log, on: func() bool { return s.current().cfg.Log.Access }}
 	s.onTunnelEnd = s.tunnelEnded
+	s.tunnels.idle = s.requestSweep
 	s.metrics = newMetrics(s)
 	api, err := newAdminAPI(s)
 	if err != nil {
