@@ -76,6 +76,10 @@ type Result struct {
 	Reason string
 	// DeniedBy names the plugin that refused.
 	DeniedBy string
+	// ResponseHeaders are the denying plugin's headers for the answer to
+	// the client (a WWW-Authenticate challenge); nil on an allow. The map
+	// may be shared with the cache: read it, never modify it.
+	ResponseHeaders map[string]string
 	// Headers are to be set on the upstream request, replacing the
 	// client's headers of the same name; an empty value removes the
 	// client's header. Later plugins in the chain override earlier ones.
@@ -150,7 +154,7 @@ func (h *Host) Authenticate(ctx context.Context, chain []string, req *auth.Reque
 			return Result{}, err
 		}
 		if !d.Allow {
-			return Result{Status: d.Status, Reason: d.Reason, DeniedBy: name, Subject: d.Subject}, nil
+			return Result{Status: d.Status, Reason: d.Reason, DeniedBy: name, Subject: d.Subject, ResponseHeaders: d.ResponseHeaders}, nil
 		}
 		res.merge(d)
 	}

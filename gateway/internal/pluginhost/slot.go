@@ -248,7 +248,24 @@ func checkDecision(d *auth.Decision) error {
 			return fmt.Errorf("header %s: value has control characters", k)
 		}
 	}
+	for k, v := range d.ResponseHeaders {
+		if !validHeaderName(k) {
+			return fmt.Errorf("response header name %q is not an HTTP token", k)
+		}
+		if framingHeader(k) {
+			return fmt.Errorf("response header %s is the gateway's to set", k)
+		}
+		if !validHeaderValue(v) {
+			return fmt.Errorf("response header %s: value has control characters", k)
+		}
+	}
 	return nil
+}
+
+// framingHeader reports whether k frames the answer or the connection:
+// a plugin's value would corrupt the gateway's own.
+func framingHeader(k string) bool {
+	return strings.EqualFold(k, "Content-Length") || strings.EqualFold(k, "Transfer-Encoding") || strings.EqualFold(k, "Connection")
 }
 
 func validHeaderName(k string) bool {
