@@ -240,7 +240,7 @@ func (h *Host) Reload(plugins []conf.Plugin) error {
 	}
 	for i, p := range start {
 		next[p.Name] = newSlot(h, p, started[i])
-		h.opts.Logger.Info("auth plugin started", "plugin", p.Name, "path", p.Path, "pid", started[i].pid)
+		h.opts.Logger.Info("auth plugin started", "plugin", p.Name, "path", p.Path, "plugin_pid", started[i].pid)
 	}
 	h.slots.Store(&next)
 	for name, s := range old {

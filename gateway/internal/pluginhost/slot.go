@@ -66,9 +66,9 @@ func (s *slot) supervise() {
 		}
 		s.cur.CompareAndSwap(in, nil)
 		if in.hung.Load() {
-			o.Logger.Error("auth plugin hung: killing it", "plugin", s.spec.Name, "pid", in.pid, "timeouts", s.timeouts.Load())
+			o.Logger.Error("auth plugin hung: killing it", "plugin", s.spec.Name, "plugin_pid", in.pid, "timeouts", s.timeouts.Load())
 		} else {
-			o.Logger.Error("auth plugin exited", "plugin", s.spec.Name, "pid", in.pid)
+			o.Logger.Error("auth plugin exited", "plugin", s.spec.Name, "plugin_pid", in.pid)
 		}
 		in.retire(0)
 		if time.Since(in.started) > o.BackoffMax {
@@ -80,7 +80,7 @@ func (s *slot) supervise() {
 		}
 		s.timeouts.Store(0)
 		s.cur.Store(next)
-		o.Logger.Info("auth plugin restarted", "plugin", s.spec.Name, "pid", next.pid)
+		o.Logger.Info("auth plugin restarted", "plugin", s.spec.Name, "plugin_pid", next.pid)
 	}
 }
 
