@@ -54,17 +54,26 @@ func (r *Registry) Node(pool, addr string, weight, maxConns int) (n *Node, fresh
 // on it could still be taken would let its address start again from
 // zero, so keep must claim every node a picker may still choose.
 func (r *Registry) Forget(keep func(*Node) bool) int {
+	return len(r.ForgetNodes(keep))
+}
+
+// ForgetNodes is Forget returning the pool and address of each node it
+// dropped, so the caller can drop what it keeps by them (metric series).
+func (r *Registry) ForgetNodes(keep func(*Node) bool) []NodeRef {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	dropped := 0
+	var dropped []NodeRef
 	for k, n := range r.nodes {
 		if n.Live() == 0 && !keep(n) {
 			delete(r.nodes, k)
-			dropped++
+			dropped = append(dropped, NodeRef{Pool: k.pool, Addr: k.addr})
 		}
 	}
 	return dropped
 }
+
+// NodeRef names a node of a Registry: its pool and address.
+type NodeRef struct{ Pool, Addr string }
 
 // Len returns how many nodes the registry holds.
 func (r *Registry) Len() int {

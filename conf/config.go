@@ -148,7 +148,8 @@ type TLS struct {
 // Certificate is one [[gateway.tls.certificates]] entry.
 type Certificate struct {
 	// CertFile is a PEM file holding the certificate, then any
-	// intermediates; required.
+	// intermediates; required. A relative path, here and in KeyFile and
+	// ClientCAFile, is taken from the directory of the config file.
 	CertFile string `toml:"cert_file" json:"cert_file"`
 	// KeyFile is the PEM file of its private key; required.
 	KeyFile string `toml:"key_file" json:"key_file"`
@@ -434,7 +435,8 @@ type Route struct {
 type Plugin struct {
 	// Name identifies the plugin to routes' auth lists; required, unique.
 	Name string `toml:"name" json:"name"`
-	// Path is the plugin executable; required.
+	// Path is the plugin executable; required. A relative path is taken
+	// from the directory of the config file (Load makes it absolute).
 	Path string `toml:"path" json:"path"`
 	// SHA256 is the expected hex SHA-256 of the executable (default "", not
 	// checked; else 64 hex digits).

@@ -113,6 +113,7 @@ func (p *Plugin) setDefaults() {
 // derive computes the values that follow from others, once, after
 // validation.
 func (c *Config) derive() {
+	c.resolvePaths()
 	if c.Gateway.HandshakeBurstPerIP == 0 {
 		c.Gateway.HandshakeBurstPerIP = c.Gateway.HandshakeRatePerIP
 	}

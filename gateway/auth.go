@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net/http"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -50,12 +51,33 @@ func (s *Server) authorize(ctx *fasthttp.RequestCtx, g *generation, rt *route) (
 		return res, false
 	case !res.Allow:
 		s.reject(ctx, res.Status, "auth_denied", res.Reason)
+		setDenyHeaders(ctx, res.Status, res.ResponseHeaders)
 		return res, false
 	case s.revoked.has("s:"+res.Subject) || s.revoked.has("k:"+res.CredentialID):
 		s.reject(ctx, fasthttp.StatusUnauthorized, "auth_denied", "credential revoked")
+		setDenyHeaders(ctx, fasthttp.StatusUnauthorized, nil)
 		return res, false
 	}
 	return res, true
+}
+
+// defaultChallenge is the WWW-Authenticate of a 401 whose plugin set
+// none: a 401 must carry one (RFC 9110, section 15.5.2).
+const defaultChallenge = `Bearer realm="wsgate"`
+
+// setDenyHeaders sets a deny answer's headers: the plugin's (checked by
+// pluginhost: tokens, no control characters, no framing headers), and on
+// a 401 without a challenge, defaultChallenge. It runs after reject,
+// which resets the response headers.
+func setDenyHeaders(ctx *fasthttp.RequestCtx, status int, headers map[string]string) {
+	challenged := false
+	for k, v := range headers {
+		ctx.Response.Header.Set(k, v)
+		challenged = challenged || strings.EqualFold(k, "WWW-Authenticate")
+	}
+	if status == fasthttp.StatusUnauthorized && !challenged {
+		ctx.Response.Header.Set("WWW-Authenticate", defaultChallenge)
+	}
 }
 
 // startRevocations shares revocations on the Redis at url when the config

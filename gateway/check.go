@@ -2,7 +2,10 @@ package gateway
 
 import (
 	"errors"
+	"fmt"
+	"io/fs"
 	"log/slog"
+	"os"
 	"strconv"
 	"sync"
 
@@ -25,6 +28,13 @@ func CheckPlugins(cfg *conf.Config, log *slog.Logger) error {
 	var wg sync.WaitGroup
 	for i, p := range cfg.Plugins {
 		wg.Go(func() {
+			if _, err := os.Stat(p.Path); errors.Is(err, fs.ErrNotExist) {
+				// Say where it looked: the path as resolved, not as written.
+				key := pluginKey(i, "path")
+				errs[i] = &conf.Error{File: cfg.File, Line: cfg.Line(key), Key: key,
+					Msg: fmt.Sprintf("plugin %q: no executable at %s (a relative path is taken from the config file's directory)", p.Name, p.Path)}
+				return
+			}
 			err := pluginhost.Check(p, pluginhost.Options{Logger: log})
 			if err == nil {
 				return

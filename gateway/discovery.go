@@ -113,6 +113,7 @@ func (s *Server) syncDiscovery() {
 			delete(d.found, name)
 			if d.nodes != nil {
 				d.nodes.DeleteLabelValues(name)
+				d.lookups.DeletePartialMatch(prometheus.Labels{"pool": name})
 			}
 		}
 	}

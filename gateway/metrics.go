@@ -40,6 +40,7 @@ type metrics struct {
 	localDialErrors  *prometheus.CounterVec
 	tlsReloads       *prometheus.CounterVec
 	tunnelStarts     *prometheus.CounterVec
+	rebalanceMoves   *prometheus.CounterVec // the rebalancer's, made here so forgetNode reaches it
 	// startedOn are tunnelStarts' two counters, looked up once: a
 	// handshake counts its tunnel without hashing a label.
 	startedOn map[string]prometheus.Counter
@@ -128,11 +129,15 @@ func newMetrics(s *Server) *metrics {
 		Name: "wsgate_tunnels_started_total",
 		Help: "Tunnels started, by the engine that runs them: epoll (the event loops of gateway.pollers) or goroutines (a TLS client's tunnel, or every tunnel with gateway.tunnel_engine = \"goroutines\").",
 	}, []string{"engine"})
+	m.rebalanceMoves = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "wsgate_rebalance_moves_total",
+		Help: "Tunnels closed with 1001 to move their clients off a node holding more than its share of the pool ([pools.rebalance]), by pool and node.",
+	}, []string{"pool", "node"})
 	m.startedOn = map[string]prometheus.Counter{
 		"epoll":      m.tunnelStarts.WithLabelValues("epoll"),
 		"goroutines": m.tunnelStarts.WithLabelValues("goroutines"),
 	}
-	m.reg.MustRegister(m.acceptErrors, m.refused, m.localDialErrors, m.tlsReloads, m.tunnelStarts,
+	m.reg.MustRegister(m.acceptErrors, m.refused, m.localDialErrors, m.tlsReloads, m.tunnelStarts, m.rebalanceMoves,
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: "wsgate_tunnel_pollers",
 			Help: "Event loops of the epoll tunnel engine running (gateway.pollers); 0 until the first tunnel on it.",
@@ -168,6 +173,24 @@ func newMetrics(s *Server) *metrics {
 func (m *metrics) handshake(result string, start time.Time) {
 	m.handshakes.WithLabelValues(result).Inc()
 	m.handshakeSeconds.WithLabelValues(result).Observe(time.Since(start).Seconds())
+}
+
+// forgetNode drops the series of a node that has left its pool for good
+// (the node registry forgot it: no pool names it, no tunnel or lease
+// holds it), so nodes that come and go, by reloads or discovery, leave
+// no series behind. An address named again later starts from zero.
+func (m *metrics) forgetNode(pool, addr string) {
+	l := prometheus.Labels{"pool": pool, "node": addr}
+	m.probes.DeletePartialMatch(l)
+	m.transitions.DeletePartialMatch(l)
+	m.localDialErrors.DeletePartialMatch(l)
+	m.rebalanceMoves.DeletePartialMatch(l)
+}
+
+// forgetPool drops the pool-wide series of a pool that has left the
+// config; its nodes' series go with the nodes (forgetNode).
+func (m *metrics) forgetPool(pool string) {
+	m.probeSeconds.DeleteLabelValues(pool)
 }
 
 // countDialError counts one dial to node that failed on the gateway's side.

@@ -75,16 +75,12 @@ type rebalanceRound struct {
 // startRebalancer starts the loop; stopRebalancer ends it.
 func startRebalancer(s *Server) *rebalancer {
 	rb := &rebalancer{
-		s: s,
-		moves: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "wsgate_rebalance_moves_total",
-			Help: "Tunnels closed with 1001 to move their clients off a node holding more than its share of the pool ([pools.rebalance]), by pool and node.",
-		}, []string{"pool", "node"}),
+		s:     s,
+		moves: s.metrics.rebalanceMoves,
 		pools: map[string]*poolRebalance{},
 		stop:  make(chan struct{}),
 		done:  make(chan struct{}),
 	}
-	s.metrics.reg.MustRegister(rb.moves)
 	go rb.run()
 	return rb
 }

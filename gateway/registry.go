@@ -31,6 +31,10 @@ type registry struct {
 	pending  int           // handshakes reserved and not yet added (see reserve)
 	empty    chan struct{} // made by wait, closed when live and pending are both empty
 	ended    tunnel.Stats  // frames and bytes of ended tunnels
+	// idle, when set, is called (without mu) when the last tunnel to a
+	// leaving node has ended and its lease with it: the node may now be
+	// forgotten, with its metric series.
+	idle func()
 }
 
 // hold is what a tunnel keeps for its life: the node slot (the gateway's
@@ -181,7 +185,13 @@ func (r *registry) remove(h *hold, st tunnel.Stats) bool {
 	r.ended.BytesToNode += st.BytesToNode
 	r.ended.BytesToClient += st.BytesToClient
 	r.signalEmpty()
+	leaving := len(r.retired) > 0 && r.retired[h.node()]
 	r.mu.Unlock()
+	// The tunnel released its lease before it ended: a leaving node with
+	// none left has no tunnel left either.
+	if leaving && r.idle != nil && h.node().Live() == 0 {
+		r.idle()
+	}
 	return ok
 }
 

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/wsgate/wsgate/balancer"
@@ -18,6 +19,12 @@ import (
 type reloadState struct {
 	mu   sync.Mutex
 	last ReloadStatus
+	// gone are the nodes the last swap removed, at goneAt: a sweep keeps
+	// them for a handshake timeout (see forgetNodes). Under mu.
+	gone   []leaving
+	goneAt time.Time
+	// sweepQueued is set while a sweep is queued (see requestSweep).
+	sweepQueued atomic.Bool
 }
 
 // The values of ReloadStatus.Result.
@@ -185,6 +192,7 @@ func (s *Server) swap(cfg *conf.Config, by string) ([]string, error) {
 	// Nodes removed by earlier reloads whose tunnels have all ended.
 	s.tunnels.pruneRetired(g.holds)
 	s.forgetNodes(g, gone)
+	s.reload.gone, s.reload.goneAt = gone, time.Now()
 
 	// Retire what left: no new connections, then their tunnels go away.
 	window := cfg.Gateway.DrainWindow.Duration
@@ -195,9 +203,16 @@ func (s *Server) swap(cfg *conf.Config, by string) ([]string, error) {
 		s.log.Info("node removed", "by", by, "pool", l.p.name, "node", l.n.Addr(), "tunnels", len(ts), "window", window)
 		go spread(context.Background(), ts, window, "node removed")
 	}
+	if len(gone) > 0 {
+		// Those with no tunnel are forgotten once no handshake that read
+		// the previous generation can still take a lease on them; the
+		// others when their last tunnel ends (registry.idle).
+		time.AfterFunc(g.handshakeTimeout, s.requestSweep)
+	}
 	for name, op := range old.pools {
 		if g.pools[name] == nil {
 			op.close()
+			s.metrics.forgetPool(name)
 		} else {
 			op.closeIdle()
 		}
@@ -207,9 +222,9 @@ func (s *Server) swap(cfg *conf.Config, by string) ([]string, error) {
 
 // forgetNodes drops from the node registry the nodes that are in none of
 // g's pools and hold no lease, so an address named again later starts
-// afresh. The nodes this reload removes (gone) stay until a later reload:
-// a handshake that read the previous generation may still take a lease
-// on one before it is marked drained.
+// afresh, and drops their metric series. The nodes this reload removes
+// (gone) stay until a later sweep: a handshake that read the previous
+// generation may still take a lease on one before it is marked drained.
 func (s *Server) forgetNodes(g *generation, gone []leaving) {
 	keep := make(map[*balancer.Node]bool)
 	for _, p := range g.pools {
@@ -220,7 +235,37 @@ func (s *Server) forgetNodes(g *generation, gone []leaving) {
 	for _, l := range gone {
 		keep[l.n] = true
 	}
-	g.nodes.Forget(func(n *balancer.Node) bool { return keep[n] })
+	for _, n := range g.nodes.ForgetNodes(func(n *balancer.Node) bool { return keep[n] }) {
+		s.metrics.forgetNode(n.Pool, n.Addr)
+	}
+}
+
+// requestSweep queues a sweepNodes unless one is queued already; it does
+// not wait for it.
+func (s *Server) requestSweep() {
+	if s.reload.sweepQueued.CompareAndSwap(false, true) {
+		go s.sweepNodes()
+	}
+}
+
+// sweepNodes forgets the nodes that have left the config for good: their
+// last tunnel has ended and no handshake can take a lease on them any
+// more. Without it a removed node, and its series, would stay until the
+// next reload or discovery change.
+func (s *Server) sweepNodes() {
+	s.reload.sweepQueued.Store(false)
+	s.reload.mu.Lock()
+	defer s.reload.mu.Unlock()
+	g := s.current()
+	if g == nil {
+		return
+	}
+	var gone []leaving
+	if time.Since(s.reload.goneAt) < g.handshakeTimeout {
+		gone = s.reload.gone
+	}
+	s.tunnels.pruneRetired(g.holds)
+	s.forgetNodes(g, gone)
 }
 
 // holds reports whether n is a node of one of g's pools.

@@ -117,6 +117,7 @@ func New(cfg *conf.Config, log *slog.Logger) (*Server, error) {
 	s.gen.Store(g)
 	s.access = &accessLog{log: log, on: func() bool { return s.current().cfg.Log.Access }}
 	s.onTunnelEnd = s.tunnelEnded
+	s.tunnels.idle = s.requestSweep
 	s.metrics = newMetrics(s)
 	api, err := newAdminAPI(s)
 	if err != nil {
@@ -243,6 +244,7 @@ func (s *Server) Start() error {
 		}
 		s.adminLn, s.adminAt = ln, a
 		s.serve(s.admin, newLimitListener(ln, nil, s.metrics, s.log, nil, s.retryAfter))
+		s.log.Info("listening", "listener", "admin", "addr", ln.Addr().String())
 	}
 	for _, p := range g.pools {
 		p.startHealth(probeObserver{m: s.metrics, pool: p.name})
@@ -254,10 +256,13 @@ func (s *Server) Start() error {
 			l.proxyProtocol(func(ip netip.Addr) bool { return s.current().trusts(ip) },
 				func() time.Duration { return s.current().handshakeTimeout })
 		}
+		kind := "plain"
 		if ln == s.tlsLn {
 			l.withTLS(s.tls.config, func() time.Duration { return s.current().handshakeTimeout })
+			kind = "tls"
 		}
 		s.serve(s.http, l)
+		s.log.Info("listening", "listener", kind, "addr", ln.Addr().String(), "proxy_protocol", g.cfg.Gateway.ProxyProtocol)
 	}
 	s.startTLSWatch()
 	s.syncDiscovery()

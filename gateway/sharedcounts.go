@@ -65,6 +65,9 @@ func (s *Server) syncSharedCounts(g *generation) {
 		if p := g.pools[name]; p == nil || p.conf.SharedCounts.Redis == "" {
 			run.s.Stop(true)
 			run.obs.end(name, true)
+			if p == nil { // the pool left the config: its counters go too
+				sc.metrics.forgetCounters(name)
+			}
 			delete(sc.running, name)
 			s.log.Info("shared counts stopped", "pool", name)
 		}
@@ -209,6 +212,13 @@ func (sm *sharedMetrics) Fallback(pool string, on bool) {
 func (sm *sharedMetrics) forget(pool string) {
 	sm.peers.DeleteLabelValues(pool)
 	sm.fallback.DeleteLabelValues(pool)
+}
+
+// forgetCounters drops a pool's counters once the pool has left the
+// config, so pools that come and go leave no series behind.
+func (sm *sharedMetrics) forgetCounters(pool string) {
+	sm.exchanges.DeletePartialMatch(prometheus.Labels{"pool": pool})
+	sm.fallbacks.DeleteLabelValues(pool)
 }
 
 // sharerObserver is one sharer's observer, passing its reports on to

@@ -9,6 +9,7 @@ import (
 	"log"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -91,7 +92,9 @@ func (a *apiKeyAuth) Authenticate(_ context.Context, req *auth.Request) (*auth.D
 		key = req.Query().Get(a.cfg.Query)
 	}
 	if key == "" {
-		return auth.Deny(401, "missing api key"), nil
+		d := auth.Deny(401, "missing api key")
+		d.ResponseHeaders = map[string]string{"WWW-Authenticate": a.challenge()}
+		return d, nil
 	}
 	user, ok := (*a.keys.Load()).lookup(key)
 	if !ok {
@@ -105,6 +108,22 @@ func (a *apiKeyAuth) Authenticate(_ context.Context, req *auth.Request) (*auth.D
 	d.CacheTTL = a.cfg.CacheTTL.Duration
 	return d, nil
 }
+
+// challenge is the WWW-Authenticate of a 401: the ApiKey scheme (no
+// registered scheme names an API key) with where the key is read from.
+func (a *apiKeyAuth) challenge() string {
+	c := `ApiKey realm="wsgate"`
+	if a.cfg.Header != "" {
+		c += `, header="` + quoteEscaper.Replace(a.cfg.Header) + `"`
+	}
+	if a.cfg.Query != "" {
+		c += `, query="` + quoteEscaper.Replace(a.cfg.Query) + `"`
+	}
+	return c
+}
+
+// quoteEscaper escapes a value for an HTTP quoted-string.
+var quoteEscaper = strings.NewReplacer(`\`, `\\`, `"`, `\"`)
 
 // load reads and parses the keys file and swaps the key set in. On error
 // the previous set stays.

@@ -158,14 +158,15 @@ func requestFromProto(in *authpb.AuthenticateRequest) *Request {
 
 func decisionToProto(d *Decision) *authpb.AuthenticateResponse {
 	out := &authpb.AuthenticateResponse{
-		Allow:        d.Allow,
-		Status:       int32(d.Status),
-		Reason:       d.Reason,
-		Headers:      d.Headers,
-		AffinityKey:  d.AffinityKey,
-		CacheTtlMs:   d.CacheTTL.Milliseconds(),
-		Subject:      d.Subject,
-		CredentialId: d.CredentialID,
+		Allow:           d.Allow,
+		Status:          int32(d.Status),
+		Reason:          d.Reason,
+		Headers:         d.Headers,
+		ResponseHeaders: d.ResponseHeaders,
+		AffinityKey:     d.AffinityKey,
+		CacheTtlMs:      d.CacheTTL.Milliseconds(),
+		Subject:         d.Subject,
+		CredentialId:    d.CredentialID,
 	}
 	if !d.Expires.IsZero() {
 		out.ExpiresUnixMs = d.Expires.UnixMilli()
@@ -175,14 +176,15 @@ func decisionToProto(d *Decision) *authpb.AuthenticateResponse {
 
 func decisionFromProto(in *authpb.AuthenticateResponse) *Decision {
 	d := &Decision{
-		Allow:        in.GetAllow(),
-		Status:       int(in.GetStatus()),
-		Reason:       in.GetReason(),
-		Headers:      in.GetHeaders(),
-		AffinityKey:  in.GetAffinityKey(),
-		CacheTTL:     time.Duration(in.GetCacheTtlMs()) * time.Millisecond,
-		Subject:      in.GetSubject(),
-		CredentialID: in.GetCredentialId(),
+		Allow:           in.GetAllow(),
+		Status:          int(in.GetStatus()),
+		Reason:          in.GetReason(),
+		Headers:         in.GetHeaders(),
+		ResponseHeaders: in.GetResponseHeaders(),
+		AffinityKey:     in.GetAffinityKey(),
+		CacheTTL:        time.Duration(in.GetCacheTtlMs()) * time.Millisecond,
+		Subject:         in.GetSubject(),
+		CredentialID:    in.GetCredentialId(),
 	}
 	if ms := in.GetExpiresUnixMs(); ms != 0 {
 		d.Expires = time.UnixMilli(ms)

@@ -112,11 +112,13 @@ func (a *jwtAuth) CacheKey() []string {
 func (a *jwtAuth) Authenticate(_ context.Context, req *auth.Request) (*auth.Decision, error) {
 	tok := a.token(req)
 	if tok == "" {
-		return auth.Deny(401, "missing token"), nil
+		return challenge(auth.Deny(401, "missing token"), `Bearer realm="wsgate"`), nil
 	}
 	claims := jwt.MapClaims{}
 	if _, err := a.parser.ParseWithClaims(tok, claims, a.key); err != nil {
-		return auth.Deny(401, reason(err)), nil
+		why := reason(err)
+		// RFC 6750, section 3: a token that was sent and refused.
+		return challenge(auth.Deny(401, why), `Bearer realm="wsgate", error="invalid_token", error_description="`+why+`"`), nil
 	}
 	d := auth.Allow(a.headers(claims))
 	d.Subject, _ = claims.GetSubject()
@@ -200,7 +202,14 @@ func claimString(v any) string {
 	return ""
 }
 
-// reason is the deny reason for a token that failed validation.
+// challenge sets d's WWW-Authenticate to c and returns d.
+func challenge(d *auth.Decision, c string) *auth.Decision {
+	d.ResponseHeaders = map[string]string{"WWW-Authenticate": c}
+	return d
+}
+
+// reason is the deny reason for a token that failed validation; it is
+// quoted in a challenge, so it holds no '"' or '\'.
 func reason(err error) string {
 	switch {
 	case errors.Is(err, jwt.ErrTokenMalformed):

@@ -76,6 +76,10 @@ type Result struct {
 	Reason string
 	// DeniedBy names the plugin that refused.
 	DeniedBy string
+	// ResponseHeaders are the denying plugin's headers for the answer to
+	// the client (a WWW-Authenticate challenge); nil on an allow. The map
+	// may be shared with the cache: read it, never modify it.
+	ResponseHeaders map[string]string
 	// Headers are to be set on the upstream request, replacing the
 	// client's headers of the same name; an empty value removes the
 	// client's header. Later plugins in the chain override earlier ones.
@@ -150,7 +154,7 @@ func (h *Host) Authenticate(ctx context.Context, chain []string, req *auth.Reque
 			return Result{}, err
 		}
 		if !d.Allow {
-			return Result{Status: d.Status, Reason: d.Reason, DeniedBy: name, Subject: d.Subject}, nil
+			return Result{Status: d.Status, Reason: d.Reason, DeniedBy: name, Subject: d.Subject, ResponseHeaders: d.ResponseHeaders}, nil
 		}
 		res.merge(d)
 	}
@@ -236,7 +240,7 @@ func (h *Host) Reload(plugins []conf.Plugin) error {
 	}
 	for i, p := range start {
 		next[p.Name] = newSlot(h, p, started[i])
-		h.opts.Logger.Info("auth plugin started", "plugin", p.Name, "path", p.Path, "pid", started[i].pid)
+		h.opts.Logger.Info("auth plugin started", "plugin", p.Name, "path", p.Path, "plugin_pid", started[i].pid)
 	}
 	h.slots.Store(&next)
 	for name, s := range old {

@@ -5,6 +5,8 @@ import (
 	"context"
 	"encoding/json"
 	"log/slog"
+	"regexp"
+	"sort"
 	"strings"
 	"sync"
 )
@@ -13,9 +15,8 @@ import (
 const maxLogLine = 16 << 10
 
 // logWriter turns a plugin's stderr into slog records, one per line,
-// tagged with the plugin's name. A go-plugin JSON line ({"@level":...,
-// "@message":...}) keeps its level and message. It is safe for concurrent
-// use.
+// tagged with the plugin's name, without the plugin's own timestamp (see
+// parseLogLine). It is safe for concurrent use.
 type logWriter struct {
 	log    *slog.Logger
 	plugin string
@@ -48,27 +49,82 @@ func (w *logWriter) emit() {
 	if line == "" {
 		return
 	}
-	level, msg, raw := slog.LevelInfo, line, ""
+	level, msg, fields := parseLogLine(line)
+	args := []any{"plugin", w.plugin}
+	if len(fields) > 0 {
+		args = append(args, slog.Group("fields", fields...))
+	}
+	w.log.Log(context.Background(), level, msg, args...)
+}
+
+// A plugin's line carries its own time, which the gateway's record
+// repeats: these match it, so it is dropped.
+var (
+	// stdlogTime is the log package's date and time (log.LstdFlags,
+	// microseconds optional), before a line of the log package or of
+	// slog's default logger.
+	stdlogTime = regexp.MustCompile(`^\d{4}/\d\d/\d\d \d\d:\d\d:\d\d(\.\d+)? `)
+	// hclogText is hclog's text format's time and level:
+	// "2026-12-01T15:40:00.123Z [INFO]  ".
+	hclogText = regexp.MustCompile(`^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d+)?(Z|[+-]\d\d:?\d\d)? +\[(TRACE|DEBUG|INFO|WARN|ERROR)\] +`)
+)
+
+// parseLogLine reads one line of a plugin's stderr: an hclog JSON line
+// ({"@level":...,"@message":...}, go-plugin's own) gives its level,
+// message and other keys (as fields, "@" dropped), without its
+// @timestamp; a line of the log package, of slog's default logger or of
+// hclog's text format loses its time, and a level after it ("INFO ",
+// "[WARN]") becomes the record's level. Any other line is an INFO
+// message as it is.
+func parseLogLine(line string) (slog.Level, string, []any) {
 	if line[0] == '{' {
-		var e struct {
-			Level   string `json:"@level"`
-			Message string `json:"@message"`
-		}
-		if json.Unmarshal([]byte(line), &e) == nil && e.Message != "" {
-			msg, raw = e.Message, line
-			switch e.Level {
-			case "trace", "debug":
-				level = slog.LevelDebug
-			case "warn":
-				level = slog.LevelWarn
-			case "error":
-				level = slog.LevelError
+		var m map[string]any
+		if json.Unmarshal([]byte(line), &m) == nil {
+			if msg, ok := m["@message"].(string); ok && msg != "" {
+				lvl, _ := m["@level"].(string)
+				keys := make([]string, 0, len(m))
+				for k := range m {
+					if k != "@message" && k != "@level" && k != "@timestamp" {
+						keys = append(keys, k)
+					}
+				}
+				sort.Strings(keys)
+				fields := make([]any, 0, 2*len(keys))
+				for _, k := range keys {
+					fields = append(fields, strings.TrimPrefix(k, "@"), m[k])
+				}
+				return levelOf(lvl), msg, fields
 			}
 		}
+		return slog.LevelInfo, line, nil
 	}
-	if raw != "" {
-		w.log.Log(context.Background(), level, msg, "plugin", w.plugin, "json", raw)
-		return
+	if loc := hclogText.FindStringSubmatchIndex(line); loc != nil {
+		return levelOf(strings.ToLower(line[loc[6]:loc[7]])), line[loc[1]:], nil
 	}
-	w.log.Log(context.Background(), level, msg, "plugin", w.plugin)
+	if loc := stdlogTime.FindStringIndex(line); loc != nil {
+		rest := line[loc[1]:]
+		// slog's default logger: "INFO message k=v".
+		for _, l := range [...]string{"DEBUG", "INFO", "WARN", "ERROR"} {
+			if r, ok := strings.CutPrefix(rest, l+" "); ok {
+				return levelOf(strings.ToLower(l)), r, nil
+			}
+		}
+		if rest != "" {
+			return slog.LevelInfo, rest, nil
+		}
+	}
+	return slog.LevelInfo, line, nil
+}
+
+// levelOf maps an hclog level name to slog's; unknown names are INFO.
+func levelOf(name string) slog.Level {
+	switch name {
+	case "trace", "debug":
+		return slog.LevelDebug
+	case "warn":
+		return slog.LevelWarn
+	case "error":
+		return slog.LevelError
+	}
+	return slog.LevelInfo
 }

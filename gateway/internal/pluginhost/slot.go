@@ -66,9 +66,9 @@ func (s *slot) supervise() {
 		}
 		s.cur.CompareAndSwap(in, nil)
 		if in.hung.Load() {
-			o.Logger.Error("auth plugin hung: killing it", "plugin", s.spec.Name, "pid", in.pid, "timeouts", s.timeouts.Load())
+			o.Logger.Error("auth plugin hung: killing it", "plugin", s.spec.Name, "plugin_pid", in.pid, "timeouts", s.timeouts.Load())
 		} else {
-			o.Logger.Error("auth plugin exited", "plugin", s.spec.Name, "pid", in.pid)
+			o.Logger.Error("auth plugin exited", "plugin", s.spec.Name, "plugin_pid", in.pid)
 		}
 		in.retire(0)
 		if time.Since(in.started) > o.BackoffMax {
@@ -80,7 +80,7 @@ func (s *slot) supervise() {
 		}
 		s.timeouts.Store(0)
 		s.cur.Store(next)
-		o.Logger.Info("auth plugin restarted", "plugin", s.spec.Name, "pid", next.pid)
+		o.Logger.Info("auth plugin restarted", "plugin", s.spec.Name, "plugin_pid", next.pid)
 	}
 }
 
@@ -248,7 +248,24 @@ func checkDecision(d *auth.Decision) error {
 			return fmt.Errorf("header %s: value has control characters", k)
 		}
 	}
+	for k, v := range d.ResponseHeaders {
+		if !validHeaderName(k) {
+			return fmt.Errorf("response header name %q is not an HTTP token", k)
+		}
+		if framingHeader(k) {
+			return fmt.Errorf("response header %s is the gateway's to set", k)
+		}
+		if !validHeaderValue(v) {
+			return fmt.Errorf("response header %s: value has control characters", k)
+		}
+	}
 	return nil
+}
+
+// framingHeader reports whether k frames the answer or the connection:
+// a plugin's value would corrupt the gateway's own.
+func framingHeader(k string) bool {
+	return strings.EqualFold(k, "Content-Length") || strings.EqualFold(k, "Transfer-Encoding") || strings.EqualFold(k, "Connection")
 }
 
 func validHeaderName(k string) bool {

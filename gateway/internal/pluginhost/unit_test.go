@@ -141,6 +141,11 @@ func TestCheckDecision(t *testing.T) {
 		{"colon in name", auth.Decision{Allow: true, Headers: map[string]string{"X-A:": "a"}}, false},
 		{"empty name", auth.Decision{Allow: true, Headers: map[string]string{"": "a"}}, false},
 		{"CR in reason", auth.Decision{Reason: "no\r\n"}, false},
+		// Issue 19 item 16: a deny's own response headers.
+		{"challenge", auth.Decision{Status: 401, ResponseHeaders: map[string]string{"WWW-Authenticate": `Bearer realm="x"`}}, true},
+		{"CRLF in response header", auth.Decision{ResponseHeaders: map[string]string{"WWW-Authenticate": "a\r\nSet-Cookie: x"}}, false},
+		{"bad response header name", auth.Decision{ResponseHeaders: map[string]string{"WWW Authenticate": "a"}}, false},
+		{"framing response header", auth.Decision{ResponseHeaders: map[string]string{"content-length": "0"}}, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			d := tc.d

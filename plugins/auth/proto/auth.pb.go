@@ -352,9 +352,13 @@ type AuthenticateResponse struct {
 	Subject       string `protobuf:"bytes,8,opt,name=subject,proto3" json:"subject,omitempty"`
 	// A stable id of the credential itself (a JWT's jti, the SHA-256 of an
 	// API key), for revocation by key; "" when none.
-	CredentialId  string `protobuf:"bytes,9,opt,name=credential_id,json=credentialId,proto3" json:"credential_id,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	CredentialId string `protobuf:"bytes,9,opt,name=credential_id,json=credentialId,proto3" json:"credential_id,omitempty"`
+	// Headers of the gateway's answer to a refused client (allow false),
+	// such as WWW-Authenticate; not used on an allow. Added in version 1:
+	// a gateway that does not know it ignores it.
+	ResponseHeaders map[string]string `protobuf:"bytes,10,rep,name=response_headers,json=responseHeaders,proto3" json:"response_headers,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
 }
 
 func (x *AuthenticateResponse) Reset() {
@@ -450,6 +454,13 @@ func (x *AuthenticateResponse) GetCredentialId() string {
 	return ""
 }
 
+func (x *AuthenticateResponse) GetResponseHeaders() map[string]string {
+	if x != nil {
+		return x.ResponseHeaders
+	}
+	return nil
+}
+
 var File_auth_proto protoreflect.FileDescriptor
 
 const file_auth_proto_rawDesc = "" +
@@ -482,7 +493,7 @@ const file_auth_proto_rawDesc = "" +
 	"\x05route\x18\b \x01(\tR\x05route\x1aX\n" +
 	"\fHeadersEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x122\n" +
-	"\x05value\x18\x02 \x01(\v2\x1c.wsgate.auth.v1.HeaderValuesR\x05value:\x028\x01\"\x91\x03\n" +
+	"\x05value\x18\x02 \x01(\v2\x1c.wsgate.auth.v1.HeaderValuesR\x05value:\x028\x01\"\xbb\x04\n" +
 	"\x14AuthenticateResponse\x12\x14\n" +
 	"\x05allow\x18\x01 \x01(\bR\x05allow\x12\x16\n" +
 	"\x06status\x18\x02 \x01(\x05R\x06status\x12\x16\n" +
@@ -493,8 +504,13 @@ const file_auth_proto_rawDesc = "" +
 	"cacheTtlMs\x12&\n" +
 	"\x0fexpires_unix_ms\x18\a \x01(\x03R\rexpiresUnixMs\x12\x18\n" +
 	"\asubject\x18\b \x01(\tR\asubject\x12#\n" +
-	"\rcredential_id\x18\t \x01(\tR\fcredentialId\x1a:\n" +
+	"\rcredential_id\x18\t \x01(\tR\fcredentialId\x12d\n" +
+	"\x10response_headers\x18\n" +
+	" \x03(\v29.wsgate.auth.v1.AuthenticateResponse.ResponseHeadersEntryR\x0fresponseHeaders\x1a:\n" +
 	"\fHeadersEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\x1aB\n" +
+	"\x14ResponseHeadersEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x012\xbc\x01\n" +
 	"\rAuthenticator\x12P\n" +
@@ -513,7 +529,7 @@ func file_auth_proto_rawDescGZIP() []byte {
 	return file_auth_proto_rawDescData
 }
 
-var file_auth_proto_msgTypes = make([]protoimpl.MessageInfo, 8)
+var file_auth_proto_msgTypes = make([]protoimpl.MessageInfo, 9)
 var file_auth_proto_goTypes = []any{
 	(*ConfigureRequest)(nil),     // 0: wsgate.auth.v1.ConfigureRequest
 	(*ConfigureResponse)(nil),    // 1: wsgate.auth.v1.ConfigureResponse
@@ -523,21 +539,23 @@ var file_auth_proto_goTypes = []any{
 	(*AuthenticateResponse)(nil), // 5: wsgate.auth.v1.AuthenticateResponse
 	nil,                          // 6: wsgate.auth.v1.AuthenticateRequest.HeadersEntry
 	nil,                          // 7: wsgate.auth.v1.AuthenticateResponse.HeadersEntry
+	nil,                          // 8: wsgate.auth.v1.AuthenticateResponse.ResponseHeadersEntry
 }
 var file_auth_proto_depIdxs = []int32{
 	6, // 0: wsgate.auth.v1.AuthenticateRequest.headers:type_name -> wsgate.auth.v1.AuthenticateRequest.HeadersEntry
 	3, // 1: wsgate.auth.v1.AuthenticateRequest.tls:type_name -> wsgate.auth.v1.TLSInfo
 	7, // 2: wsgate.auth.v1.AuthenticateResponse.headers:type_name -> wsgate.auth.v1.AuthenticateResponse.HeadersEntry
-	2, // 3: wsgate.auth.v1.AuthenticateRequest.HeadersEntry.value:type_name -> wsgate.auth.v1.HeaderValues
-	0, // 4: wsgate.auth.v1.Authenticator.Configure:input_type -> wsgate.auth.v1.ConfigureRequest
-	4, // 5: wsgate.auth.v1.Authenticator.Authenticate:input_type -> wsgate.auth.v1.AuthenticateRequest
-	1, // 6: wsgate.auth.v1.Authenticator.Configure:output_type -> wsgate.auth.v1.ConfigureResponse
-	5, // 7: wsgate.auth.v1.Authenticator.Authenticate:output_type -> wsgate.auth.v1.AuthenticateResponse
-	6, // [6:8] is the sub-list for method output_type
-	4, // [4:6] is the sub-list for method input_type
-	4, // [4:4] is the sub-list for extension type_name
-	4, // [4:4] is the sub-list for extension extendee
-	0, // [0:4] is the sub-list for field type_name
+	8, // 3: wsgate.auth.v1.AuthenticateResponse.response_headers:type_name -> wsgate.auth.v1.AuthenticateResponse.ResponseHeadersEntry
+	2, // 4: wsgate.auth.v1.AuthenticateRequest.HeadersEntry.value:type_name -> wsgate.auth.v1.HeaderValues
+	0, // 5: wsgate.auth.v1.Authenticator.Configure:input_type -> wsgate.auth.v1.ConfigureRequest
+	4, // 6: wsgate.auth.v1.Authenticator.Authenticate:input_type -> wsgate.auth.v1.AuthenticateRequest
+	1, // 7: wsgate.auth.v1.Authenticator.Configure:output_type -> wsgate.auth.v1.ConfigureResponse
+	5, // 8: wsgate.auth.v1.Authenticator.Authenticate:output_type -> wsgate.auth.v1.AuthenticateResponse
+	7, // [7:9] is the sub-list for method output_type
+	5, // [5:7] is the sub-list for method input_type
+	5, // [5:5] is the sub-list for extension type_name
+	5, // [5:5] is the sub-list for extension extendee
+	0, // [0:5] is the sub-list for field type_name
 }
 
 func init() { file_auth_proto_init() }
@@ -551,7 +569,7 @@ func file_auth_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_auth_proto_rawDesc), len(file_auth_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   8,
+			NumMessages:   9,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

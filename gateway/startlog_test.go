@@ -1,0 +1,125 @@
+package gateway
+
+import (
+	"encoding/json"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/wsgate/wsgate/internal/testproc"
+)
+
+// logRecords returns buf's JSON records whose msg is msg, each with the
+// keys its raw line repeats (JSON decoders keep the last of those).
+func logRecords(t *testing.T, buf *testproc.Buffer, msg string) (recs []map[string]any, dups [][]string) {
+	t.Helper()
+	for _, l := range strings.Split(strings.TrimSpace(buf.String()), "\n") {
+		var m map[string]any
+		if err := json.Unmarshal([]byte(l), &m); err != nil {
+			t.Fatalf("log line is not JSON: %v: %s", err, l)
+		}
+		if m["msg"] != msg {
+			continue
+		}
+		recs = append(recs, m)
+		dups = append(dups, repeatedKeys(t, l))
+	}
+	return recs, dups
+}
+
+// repeatedKeys returns the top-level keys a JSON object line has more
+// than once.
+func repeatedKeys(t *testing.T, line string) []string {
+	t.Helper()
+	d := json.NewDecoder(strings.NewReader(line))
+	if _, err := d.Token(); err != nil { // {
+		t.Fatal(err)
+	}
+	seen := map[string]bool{}
+	var out []string
+	for d.More() {
+		k, err := d.Token()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if seen[k.(string)] {
+			out = append(out, k.(string))
+		}
+		seen[k.(string)] = true
+		var v json.RawMessage
+		if err := d.Decode(&v); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return out
+}
+
+// TestStartLogNamesEveryListener pins issue 19 item 16: the start-up log
+// did not say that the TLS listener was up, nor where. Each listener,
+// plain, TLS and admin, now has a line with its address.
+func TestStartLogNamesEveryListener(t *testing.T) {
+	var buf testproc.Buffer
+	f := newTLSFiles(t)
+	cfg := strings.Replace(tlsGatewayConfig("", f.table(testproc.FreeAddr(t), ""), catchAll), "[admin]\nlisten = \"\"", "[admin]\nlisten = \"127.0.0.1:0\"", 1)
+	e := newEnvLog(t, 1, cfg, jsonLog(&buf))
+	recs, _ := logRecords(t, &buf, "listening")
+	want := map[string]string{
+		"plain": e.srv.Addr().String(),
+		"tls":   e.srv.TLSAddr().String(),
+		"admin": e.srv.AdminAddr().String(),
+	}
+	got := map[string]string{}
+	for _, r := range recs {
+		got[r["listener"].(string)] = r["addr"].(string)
+	}
+	for k, v := range want {
+		if got[k] != v {
+			t.Errorf("listener %s logged at %q, want %q (lines %v)", k, got[k], v, recs)
+		}
+	}
+}
+
+// TestPluginLogLines pins two defects of issue 19 item 16: "auth plugin
+// started" carried pid twice, the gateway's and the plugin's (a JSON
+// reader keeps the last: the gateway's was lost), and a plugin's own line
+// (the apikey plugin's log.Printf) came with the plugin's timestamp
+// inside the gateway's record.
+func TestPluginLogLines(t *testing.T) {
+	var buf testproc.Buffer
+	e := newAuthEnvLog(t, "", jsonLog(&buf), false)
+	recs, dups := logRecords(t, &buf, "auth plugin started")
+	if len(recs) != 2 {
+		t.Fatalf("%d plugin start lines, want 2", len(recs))
+	}
+	for i, r := range recs {
+		if len(dups[i]) > 0 {
+			t.Errorf("%v: keys %v repeated", r, dups[i])
+		}
+		if r["pid"] != float64(os.Getpid()) || r["plugin_pid"] == nil || r["plugin_pid"] == r["pid"] {
+			t.Errorf("%v: want the gateway's pid %d and the plugin's in plugin_pid", r, os.Getpid())
+		}
+	}
+
+	tmp := e.keys + ".new"
+	if err := os.WriteFile(tmp, []byte("k1 alice\nk2 bob\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(tmp, e.keys); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		recs, _ := logRecords(t, &buf, "keys file reloaded: 2 keys")
+		if len(recs) > 0 {
+			if recs[0]["plugin"] != "apikey" {
+				t.Fatalf("relayed line %v, want plugin=apikey", recs[0])
+			}
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no relayed line \"keys file reloaded: 2 keys\" within 10s; log:\n%s", buf.String())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
