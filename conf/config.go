@@ -405,9 +405,10 @@ type Route struct {
 	// for this long, between two frames, so a client whose network is
 	// gone is found (default "0s": no pings; else >= 1s).
 	PingInterval Duration `toml:"ping_interval" json:"ping_interval"`
-	// PongTimeout ends the tunnel of a client that sends nothing for this
-	// long after a ping: the node is told 1001 and its slot freed
-	// (default 10s; > 0; used only with ping_interval).
+	// PongTimeout ends the tunnel of a client that, for this long after a
+	// ping, neither sends a byte nor takes one of those queued toward it:
+	// the node is told 1001 and its slot freed (default 10s; > 0; used
+	// only with ping_interval).
 	PongTimeout Duration `toml:"pong_timeout" json:"pong_timeout"`
 	// FrameRate caps the frames one client may send per second, with a
 	// burst of one second's worth; over it the client is closed with 1008

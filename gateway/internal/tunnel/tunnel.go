@@ -109,10 +109,12 @@ type Params struct {
 
 	// PingInterval, when > 0, turns keepalive on: a client that has sent
 	// nothing since the last look, once an interval, gets a ping between
-	// two frames; one that then sends nothing for PongTimeout is cut
-	// (EndPongTimeout) and the node gets close 1001. Any byte from the
-	// client answers (its pong goes on to the node: RFC 6455 allows an
-	// unsolicited pong).
+	// two frames; one that then, for PongTimeout, neither sends a byte nor
+	// takes one (its TCP stack acknowledges none of the bytes queued
+	// toward it) is cut (EndPongTimeout) and the node gets close 1001. Any
+	// byte from the client answers (its pong goes on to the node: RFC 6455
+	// allows an unsolicited pong); a reader of a stream whose ping waits
+	// behind megabytes of socket buffers is kept while it reads.
 	PingInterval time.Duration
 	// PongTimeout is the keepalive's answer deadline (default
 	// DefaultPongTimeout).
