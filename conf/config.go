@@ -416,7 +416,9 @@ type Route struct {
 	FrameRate int `toml:"frame_rate" json:"frame_rate"`
 	// ByteRate caps the bytes one client may send per second, framing
 	// included, with a burst of one second's worth; over it the client is
-	// closed with 1008 (default 0: no cap; >= 0).
+	// closed with 1008 (default 0: no cap; >= 0). Under either rate, a read
+	// that ends no frame and brings fewer than 64 bytes counts as a frame
+	// and 64 bytes, so a drip of one byte per segment is held as a flood.
 	ByteRate Size `toml:"byte_rate" json:"byte_rate"`
 	// PlainHTTP says what a request that is not a WebSocket upgrade gets:
 	// "proxy" (default: it passes the same checks as a handshake, origins,

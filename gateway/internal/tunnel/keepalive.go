@@ -130,6 +130,25 @@ func newRateLimit(frameRate, byteRate uint64) *rateLimit {
 	}
 }
 
+// smallRead is the least a read of the client's socket that ends no frame
+// costs of its rates: a read that brings fewer bytes than this and ends no
+// frame is charged as smallRead bytes and one frame. The gateway's cost of
+// a read hardly depends on its size, so a client dripping a frame one byte
+// per TCP segment would otherwise cost it tens of times more per byte than
+// whole frames while staying under both rates (issue 19 item 11; see
+// docs/security.md). A read that ends a frame is charged what it brought:
+// a client that writes whole frames is never charged more.
+const smallRead = 64
+
+// read charges one read of n bytes from the client that ended frames
+// frames, at now, and reports whether both buckets held enough.
+func (r *rateLimit) read(frames uint64, n int, now int64) bool {
+	if frames == 0 && n < smallRead {
+		frames, n = 1, smallRead
+	}
+	return r.take(frames, n, now)
+}
+
 // take spends frames and n bytes at now and reports whether both buckets
 // held enough.
 func (r *rateLimit) take(frames uint64, n int, now int64) bool {

@@ -122,8 +122,12 @@ type Params struct {
 
 	// FrameRate and ByteRate cap the frames and bytes the client may send
 	// per second (0 = no cap), each a token bucket holding one second's
-	// worth. A client over either gets 1008 after the node's replies to
-	// its earlier frames, as for a frame over MaxFrame.
+	// worth. A read that ends no frame and brings fewer than 64 bytes is
+	// charged as one frame and 64 bytes, so a client dripping its frames a
+	// byte per segment runs out as a flood does. A client over either gets
+	// 1008 after the node's replies to its earlier frames, as for a frame
+	// over MaxFrame; a node left inside the client's frame gets the end of
+	// its stream instead of a close.
 	FrameRate, ByteRate uint64
 }
 
