@@ -7,14 +7,23 @@
 // the clients got written, the CPU per byte, and how many clients the
 // gateway closed with 1008 (the route's -byte-rate / -frame-rate).
 //
+// -mode reader measures the keepalive against a slow reader (issue 19
+// item 3) instead: one client reads a stream the node sends as fast as
+// the gateway takes it, at -read-rate bytes a second, answering each ping
+// as soon as it reads it, on a route with -ping-interval and
+// -pong-timeout; it reports how much it read and whether the gateway cut
+// it (wsgate_tunnels_closed_total{reason="pong_timeout"}).
+//
 // Everything runs on 127.0.0.1 and stops after -duration; the gateway it
 // starts is stopped by its PID.
 //
 // Usage:
 //
 //	go build -o /tmp/wsgate ./cmd/wsgate
-//	drip -gateway /tmp/wsgate -mode drip|frames [-clients 100] [-duration 10s]
+//	drip -gateway /tmp/wsgate [-engine epoll|goroutines] -mode drip|frames [-clients 100] [-duration 10s]
 //	     [-pause 2ms] [-byte-rate 4096] [-frame-rate 0]
+//	drip -gateway /tmp/wsgate [-engine epoll|goroutines] -mode reader [-duration 10s] [-read-rate 1048576]
+//	     [-ping-interval 1s] [-pong-timeout 1s]
 package main
 
 import (
@@ -46,37 +55,65 @@ func main() {
 	pause := flag.Duration("pause", 2*time.Millisecond, "pause between bytes (frames: between frames, times the frame's size)")
 	byteRate := flag.Int("byte-rate", 4096, "the route's byte_rate (0: none)")
 	frameRate := flag.Int("frame-rate", 0, "the route's frame_rate (0: none)")
+	readRate := flag.Int("read-rate", 1<<20, "reader: bytes a second the client reads")
+	pingInterval := flag.Duration("ping-interval", time.Second, "reader: the route's ping_interval")
+	pongTimeout := flag.Duration("pong-timeout", time.Second, "reader: the route's pong_timeout")
+	flag.StringVar(&engine, "engine", "epoll", "the gateway's tunnel_engine: epoll or goroutines")
 	flag.Parse()
-	if *gw == "" || (*mode != "drip" && *mode != "frames") || *clients < 1 || *clients > 1000 || *duration > 2*time.Minute {
+	if *gw == "" || (*mode != "drip" && *mode != "frames" && *mode != "reader") || *clients < 1 || *clients > 1000 || *duration > 2*time.Minute {
 		flag.Usage()
 		os.Exit(2)
 	}
-	if err := run(*gw, *mode, *clients, *duration, *pause, *byteRate, *frameRate); err != nil {
+	var err error
+	if *mode == "reader" {
+		err = runReader(*gw, *duration, *readRate, *pingInterval, *pongTimeout)
+	} else {
+		err = run(*gw, *mode, *clients, *duration, *pause, *byteRate, *frameRate)
+	}
+	if err != nil {
 		fmt.Fprintln(os.Stderr, "drip:", err)
 		os.Exit(1)
 	}
 }
 
-func run(gw, mode string, clients int, duration, pause time.Duration, byteRate, frameRate int) error {
+// engine is the gateway's tunnel_engine (-engine).
+var engine string
+
+// gateway is a wsgate started for a run, with a node behind it.
+type gateway struct {
+	addr, admin string
+	pid         int
+	node        net.Listener
+	dir         string
+	cmd         *exec.Cmd
+	log         *os.File
+}
+
+// startGateway starts a node and a wsgate in front of it whose one route
+// has the keys in route, and waits until a handshake through it succeeds;
+// it returns that first client.
+func startGateway(gw, route, path string) (*gateway, *client, error) {
 	node, err := startNode()
 	if err != nil {
-		return err
+		return nil, nil, err
 	}
-	defer node.Close()
-	port, err := freePort()
-	if err != nil {
-		return err
+	g := &gateway{node: node}
+	port, err1 := freePort()
+	aport, err2 := freePort()
+	if err := errors.Join(err1, err2); err != nil {
+		g.stop()
+		return nil, nil, err
 	}
-	addr := "127.0.0.1:" + strconv.Itoa(port)
-	dir, err := os.MkdirTemp("", "drip")
-	if err != nil {
-		return err
+	g.addr, g.admin = "127.0.0.1:"+strconv.Itoa(port), "127.0.0.1:"+strconv.Itoa(aport)
+	if g.dir, err = os.MkdirTemp("", "drip"); err != nil {
+		g.stop()
+		return nil, nil, err
 	}
-	defer os.RemoveAll(dir)
 	cfg := fmt.Sprintf(`[gateway]
 listen = %q
+tunnel_engine = %q
 [admin]
-listen = ""
+listen = %q
 [[pools]]
 name = "sink"
   [pools.health]
@@ -87,45 +124,83 @@ name = "sink"
   addr = %q
 [[routes]]
 pool = "sink"
-frame_rate = %d
-byte_rate = %d
-`, addr, node.Addr().String(), frameRate, byteRate)
-	path := filepath.Join(dir, "wsgate.toml")
-	if err := os.WriteFile(path, []byte(cfg), 0o600); err != nil {
-		return err
+%s`, g.addr, engine, g.admin, node.Addr().String(), route)
+	cfgPath := filepath.Join(g.dir, "wsgate.toml")
+	if err := os.WriteFile(cfgPath, []byte(cfg), 0o600); err != nil {
+		g.stop()
+		return nil, nil, err
 	}
-	logf, err := os.Create(filepath.Join(dir, "wsgate.log"))
-	if err != nil {
-		return err
+	if g.log, err = os.Create(filepath.Join(g.dir, "wsgate.log")); err != nil {
+		g.stop()
+		return nil, nil, err
 	}
-	defer logf.Close()
-	cmd := exec.Command(gw, "-config", path)
-	cmd.Stdout, cmd.Stderr = logf, logf
-	if err := cmd.Start(); err != nil {
-		return err
+	g.cmd = exec.Command(gw, "-config", cfgPath)
+	g.cmd.Stdout, g.cmd.Stderr = g.log, g.log
+	if err := g.cmd.Start(); err != nil {
+		g.cmd = nil
+		g.stop()
+		return nil, nil, err
 	}
-	pid := cmd.Process.Pid
-	defer func() {
-		_ = syscall.Kill(pid, syscall.SIGKILL)
-		_ = cmd.Wait()
-	}()
-
-	// The gateway is up once a handshake through it succeeds.
-	var conns []*client
+	g.pid = g.cmd.Process.Pid
 	for deadline := time.Now().Add(15 * time.Second); ; {
-		c, err := dial(addr)
+		c, err := dial(g.addr, path)
 		if err == nil {
-			conns = append(conns, c)
-			break
+			return g, c, nil
 		}
 		if time.Now().After(deadline) {
-			b, _ := os.ReadFile(filepath.Join(dir, "wsgate.log"))
-			return fmt.Errorf("no handshake through the gateway: %w\n%s", err, b)
+			b, _ := os.ReadFile(filepath.Join(g.dir, "wsgate.log"))
+			g.stop()
+			return nil, nil, fmt.Errorf("no handshake through the gateway: %w\n%s", err, b)
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
+}
+
+// stop stops the gateway by its PID and the node, and removes the files.
+func (g *gateway) stop() {
+	if g.cmd != nil {
+		_ = syscall.Kill(g.pid, syscall.SIGKILL)
+		_ = g.cmd.Wait()
+	}
+	if g.log != nil {
+		g.log.Close()
+	}
+	if g.dir != "" {
+		os.RemoveAll(g.dir)
+	}
+	g.node.Close()
+}
+
+// metric returns the value of the gateway's metric series line that
+// starts with series, 0 if none.
+func (g *gateway) metric(series string) (float64, error) {
+	resp, err := http.Get("http://" + g.admin + "/metrics")
+	if err != nil {
+		return 0, err
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(io.LimitReader(resp.Body, 16<<20))
+	if err != nil {
+		return 0, err
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if rest, ok := strings.CutPrefix(line, series+" "); ok {
+			return strconv.ParseFloat(strings.TrimSpace(rest), 64)
+		}
+	}
+	return 0, nil
+}
+
+func run(gw, mode string, clients int, duration, pause time.Duration, byteRate, frameRate int) error {
+	g, first, err := startGateway(gw, fmt.Sprintf("frame_rate = %d\nbyte_rate = %d\n", frameRate, byteRate), "/drip")
+	if err != nil {
+		return err
+	}
+	defer g.stop()
+	pid := g.pid
+	conns := []*client{first}
 	for len(conns) < clients {
-		c, err := dial(addr)
+		c, err := dial(g.addr, "/drip")
 		if err != nil {
 			return err
 		}
@@ -171,8 +246,8 @@ byte_rate = %d
 	if n > 0 {
 		perByte = float64(used.Microseconds()) / float64(n)
 	}
-	fmt.Printf("mode %s, %d clients, %v, byte_rate %d, frame_rate %d: bytes written %d, gateway CPU %v (%.1f%% of a core), %.2f µs/byte, closed with 1008: %d\n",
-		mode, clients, elapsed.Round(time.Millisecond), byteRate, frameRate, n, used, 100*used.Seconds()/elapsed.Seconds(), perByte, cut)
+	fmt.Printf("engine %s, mode %s, %d clients, %v, byte_rate %d, frame_rate %d: bytes written %d, gateway CPU %v (%.1f%% of a core), %.2f µs/byte, closed with 1008: %d\n",
+		engine, mode, clients, elapsed.Round(time.Millisecond), byteRate, frameRate, n, used, 100*used.Seconds()/elapsed.Seconds(), perByte, cut)
 	return nil
 }
 
@@ -243,8 +318,8 @@ func (c *client) readCloses() {
 	}
 }
 
-// dial opens a WebSocket through the gateway with TCP_NODELAY on.
-func dial(addr string) (*client, error) {
+// dial opens a WebSocket to path through the gateway with TCP_NODELAY on.
+func dial(addr, path string) (*client, error) {
 	conn, err := net.DialTimeout("tcp", addr, 5*time.Second)
 	if err != nil {
 		return nil, err
@@ -252,7 +327,7 @@ func dial(addr string) (*client, error) {
 	tc := conn.(*net.TCPConn)
 	_ = tc.SetNoDelay(true)
 	_ = tc.SetDeadline(time.Now().Add(5 * time.Second))
-	req := "GET /drip HTTP/1.1\r\nHost: " + addr + "\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n" +
+	req := "GET " + path + " HTTP/1.1\r\nHost: " + addr + "\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n" +
 		"Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\r\n"
 	if _, err := tc.Write([]byte(req)); err != nil {
 		tc.Close()
@@ -295,6 +370,9 @@ func startNode() (net.Listener, error) {
 			base64.StdEncoding.EncodeToString(sum[:]) + "\r\n\r\n")
 		if err := brw.Flush(); err != nil {
 			return
+		}
+		if r.URL.Path == "/stream" {
+			go stream(conn)
 		}
 		// Drop everything; answer the gateway's close (1001 when it cut a
 		// client) so the client hears its own close code.
@@ -374,4 +452,95 @@ func freePort() (int, error) {
 	}
 	defer ln.Close()
 	return ln.Addr().(*net.TCPAddr).Port, nil
+}
+
+// stream writes 16 KiB binary frames to conn until a write fails (the
+// connection closed), at most 64 MiB.
+func stream(conn net.Conn) {
+	f := append([]byte{0x82, 126, 0x40, 0}, make([]byte, 16<<10)...)
+	for range 4096 {
+		if _, err := conn.Write(f); err != nil {
+			return
+		}
+	}
+}
+
+// runReader has one client read a stream through the gateway at readRate
+// bytes a second, answering each ping at once, and reports whether the
+// gateway cut it with pong_timeout.
+func runReader(gw string, duration time.Duration, readRate int, pingInterval, pongTimeout time.Duration) error {
+	route := fmt.Sprintf("ping_interval = %q\npong_timeout = %q\n", pingInterval.String(), pongTimeout.String())
+	g, c, err := startGateway(gw, route, "/stream")
+	if err != nil {
+		return err
+	}
+	defer g.stop()
+	defer c.conn.Close()
+	start := time.Now()
+	var read int64
+	pings := 0
+	var end string
+	pong := []byte{0x8a, 0x80, 1, 2, 3, 4}
+	buf := make([]byte, 4096)
+	var pending []byte // bytes read and not yet parsed
+	for time.Since(start) < duration && end == "" {
+		allowed := int64(float64(readRate)*time.Since(start).Seconds()) - read
+		if allowed < int64(len(buf)) {
+			time.Sleep(2 * time.Millisecond)
+			continue
+		}
+		_ = c.conn.SetReadDeadline(time.Now().Add(time.Second))
+		n, err := c.br.Read(buf)
+		read += int64(n)
+		pending = append(pending, buf[:n]...)
+		// Take whole frames off pending.
+		for len(pending) >= 2 && end == "" {
+			size, hdr := int(pending[1]&0x7f), 2
+			switch size {
+			case 126:
+				if len(pending) < 4 {
+					break
+				}
+				size, hdr = int(pending[2])<<8|int(pending[3]), 4
+			case 127:
+				if len(pending) < 10 {
+					break
+				}
+				size, hdr = 0, 10
+				for _, b := range pending[2:10] {
+					size = size<<8 | int(b)
+				}
+			}
+			if (size == 126 && hdr == 2) || (size == 127 && hdr == 2) || len(pending) < hdr+size {
+				break
+			}
+			switch pending[0] & 0x0f {
+			case 0x9:
+				pings++
+				if _, err := c.conn.Write(pong); err != nil {
+					end = "pong write: " + err.Error()
+				}
+			case 0x8:
+				code := 0
+				if size >= 2 {
+					code = int(pending[hdr])<<8 | int(pending[hdr+1])
+				}
+				end = fmt.Sprintf("close %d after %v", code, time.Since(start).Round(100*time.Millisecond))
+			}
+			pending = pending[hdr+size:]
+		}
+		if err != nil && end == "" && !errors.Is(err, os.ErrDeadlineExceeded) {
+			end = fmt.Sprintf("%v after %v", err, time.Since(start).Round(100*time.Millisecond))
+		}
+	}
+	cut, err := g.metric(`wsgate_tunnels_closed_total{reason="pong_timeout"}`)
+	if err != nil {
+		return err
+	}
+	if end == "" {
+		end = "still open"
+	}
+	fmt.Printf("engine %s, mode reader, ping_interval %v, pong_timeout %v, reading %d bytes/s for %v: read %.2f MB, %d pings answered, %s; tunnels cut with pong_timeout: %v\n",
+		engine, pingInterval, pongTimeout, readRate, duration, float64(read)/1e6, pings, end, cut)
+	return nil
 }
