@@ -3,6 +3,7 @@ package tunnel
 import (
 	"net"
 	"syscall"
+	"unsafe"
 
 	"golang.org/x/sys/unix"
 )
@@ -33,10 +34,17 @@ func (t *Tunnel) clientAcked() (uint64, bool) {
 	return acked, ok
 }
 
-// bytesAcked reads tcpi_bytes_acked of the TCP socket fd.
+// bytesAcked reads tcpi_bytes_acked of the TCP socket fd, into a struct
+// on the stack (unix.GetsockoptTCPInfo allocates one per call, and the
+// poller asks once a pong timeout for every pinged client). A kernel
+// older than the field (4.1) leaves it 0: no client then counts as
+// taking bytes.
 func bytesAcked(fd uintptr) (uint64, bool) {
-	info, err := unix.GetsockoptTCPInfo(int(fd), unix.IPPROTO_TCP, unix.TCP_INFO)
-	if err != nil {
+	var info unix.TCPInfo
+	size := uint32(unsafe.Sizeof(info))
+	_, _, e := unix.RawSyscall6(unix.SYS_GETSOCKOPT, fd, unix.IPPROTO_TCP, unix.TCP_INFO,
+		uintptr(unsafe.Pointer(&info)), uintptr(unsafe.Pointer(&size)), 0)
+	if e != 0 {
 		return 0, false
 	}
 	return info.Bytes_acked, true
