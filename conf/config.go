@@ -406,9 +406,10 @@ type Route struct {
 	// for this long, between two frames, so a client whose network is
 	// gone is found (default "0s": no pings; else >= 1s).
 	PingInterval Duration `toml:"ping_interval" json:"ping_interval"`
-	// PongTimeout ends the tunnel of a client that sends nothing for this
-	// long after a ping: the node is told 1001 and its slot freed
-	// (default 10s; > 0; used only with ping_interval).
+	// PongTimeout ends the tunnel of a client that, for this long after a
+	// ping, neither sends a byte nor takes one of those queued toward it:
+	// the node is told 1001 and its slot freed (default 10s; > 0; used
+	// only with ping_interval).
 	PongTimeout Duration `toml:"pong_timeout" json:"pong_timeout"`
 	// FrameRate caps the frames one client may send per second, with a
 	// burst of one second's worth; over it the client is closed with 1008
@@ -416,7 +417,9 @@ type Route struct {
 	FrameRate int `toml:"frame_rate" json:"frame_rate"`
 	// ByteRate caps the bytes one client may send per second, framing
 	// included, with a burst of one second's worth; over it the client is
-	// closed with 1008 (default 0: no cap; >= 0).
+	// closed with 1008 (default 0: no cap; >= 0). Under either rate, a read
+	// that ends no frame and brings fewer than 64 bytes counts as a frame
+	// and 64 bytes, so a drip of one byte per segment is held as a flood.
 	ByteRate Size `toml:"byte_rate" json:"byte_rate"`
 	// PlainHTTP says what a request that is not a WebSocket upgrade gets:
 	// "proxy" (default: it passes the same checks as a handshake, origins,

@@ -360,6 +360,10 @@ func (h *half) dropTail(err error) {
 // direction's read of it then sees the end of the stream.
 func (h *half) shutdownDst() { _ = unix.Shutdown(h.dstFD(), unix.SHUT_RDWR) }
 
+// shutdownDstWrite ends the stream to dst on the poller engine, leaving
+// the other direction's read of it as it is.
+func (h *half) shutdownDstWrite() { _ = unix.Shutdown(h.dstFD(), unix.SHUT_WR) }
+
 // fire handles a timer of t's.
 func (t *Tunnel) fire(kind timerKind, now time.Time) {
 	if t.fdsClosed {

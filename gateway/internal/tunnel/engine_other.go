@@ -19,6 +19,7 @@ func (t *Tunnel) armClose(time.Time)       {}
 func (t *Tunnel) closeFDs()                {}
 func (h *half) writeNB(_ [][]byte, _ bool) {}
 func (h *half) shutdownDst()               {}
+func (h *half) shutdownDstWrite()          {}
 func (h *half) endSrc(error)               {}
 
 // SetPollers does nothing where there is no event-driven engine.

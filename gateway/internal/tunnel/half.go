@@ -268,7 +268,7 @@ func (h *half) forward(p []byte) {
 	if ferr == nil {
 		h.flush(p[start:])
 	}
-	if ferr == nil && !h.toClient && h.t.rate != nil && !h.t.rate.take(frames, len(p), mono(time.Now())) {
+	if ferr == nil && !h.toClient && h.t.rate != nil && !h.t.rate.read(frames, len(p), mono(time.Now())) {
 		// Over the route's rate: what this read brought still goes
 		// out; the client then gets 1008 as for a frame over the
 		// limit, and nothing it sends from now on goes on.
@@ -689,8 +689,36 @@ func (h *half) framingError(err error) {
 		code, why = CodePolicy, "rate limit exceeded"
 	}
 	t.toClient.owe(code, why)
-	t.toNode.injectClose(CodeGoingAway, "client closed")
+	if !errors.Is(err, errRateLimited) || !t.toNode.endInsideFrame() {
+		t.toNode.injectClose(CodeGoingAway, "client closed")
+	}
 	t.sideClosed(true)
+}
+
+// endInsideFrame ends the stream to dst when the client was cut inside a
+// frame (over its rate in the middle of a payload, as a drip is): no close
+// frame can follow a part of a frame, so dst gets nothing more and its
+// connection is shut for writing, as if the client had vanished there; dst
+// then sees the end of its stream and closes, and the tunnel ends. It
+// reports false, doing nothing, when dst sits at a frame boundary.
+func (h *half) endInsideFrame() bool {
+	h.mu.Lock()
+	if h.sc.AtBoundary() || h.sc.PartialHeader() > 0 || h.sentClose || h.dstFailed {
+		h.mu.Unlock()
+		return false
+	}
+	h.dstFailed = true
+	h.mu.Unlock()
+	if h.t.pl != nil {
+		h.shutdownDstWrite()
+		return true
+	}
+	if cw, ok := h.g.dst.(interface{ CloseWrite() error }); ok {
+		_ = cw.CloseWrite()
+	} else {
+		_ = h.g.dst.Close()
+	}
+	return true
 }
 
 // owe makes code the close dst gets in place of src's close frame, or when

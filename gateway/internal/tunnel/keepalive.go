@@ -12,14 +12,22 @@ import (
 type keepalive struct {
 	interval, timeout time.Duration
 	heard             uint64 // bytes read from the client at the last look
-	pinged            bool   // a ping went out at the last look and nothing came since
+	acked             uint64 // bytes the client's TCP stack had acknowledged at the last look after a ping
+	pinged            bool   // a ping went out and nothing came since
 	timer             atomic.Pointer[time.Timer]
 }
 
 // keepaliveTick looks at the client once: a client that sent a byte since
-// the last look is alive; one that sent nothing gets a ping, and one that
-// sent nothing since the ping is cut. It returns when to look again, 0 for
-// never (the tunnel is closing or the client was cut).
+// the last look is alive; one that sent nothing gets a ping. After the
+// ping, a client that took bytes since the last look (its TCP stack
+// acknowledged some of what is queued toward it) is alive too: a slow
+// reader of a stream finds the ping only behind the megabytes the socket
+// buffers hold, and answers it once it gets there. One that neither sent
+// nor took a byte since the last look is cut, also when the ping itself
+// waits behind a write the client does not take; only a ping waiting for
+// the end of a node frame, with nothing queued toward the client, is
+// waited for. It returns when to look again, 0 for never (the tunnel is
+// closing or the client was cut).
 func (t *Tunnel) keepaliveTick() time.Duration {
 	k := t.ka
 	heard := t.toNode.bytes.Load()
@@ -29,26 +37,42 @@ func (t *Tunnel) keepaliveTick() time.Duration {
 	case heard != k.heard:
 		k.heard, k.pinged = heard, false
 		return k.interval
-	case k.pinged && t.toClient.pingPending():
-		// The ping waits for the end of a frame in flight: the client
-		// cannot have answered it yet.
+	case k.pinged && t.clientTook():
+		return k.timeout
+	case k.pinged && t.toClient.pingWaitsForNode():
+		// The ping waits for the end of a node frame in flight, with
+		// nothing queued toward the client: it cannot have answered.
 		return k.timeout
 	case k.pinged:
 		t.pongTimedOut()
 		return 0
 	default:
 		k.pinged = true
+		k.acked, _ = t.clientAcked()
 		t.toClient.injectPing()
 		return k.timeout
 	}
 }
 
-// pingPending reports whether a keepalive ping is waiting for a frame
-// boundary to dst.
-func (h *half) pingPending() bool {
+// clientTook reports whether the client's TCP stack acknowledged a byte
+// since the last look; false when that cannot be known (no TCP socket
+// under the client's connection).
+func (t *Tunnel) clientTook() bool {
+	acked, ok := t.clientAcked()
+	if !ok || acked == t.ka.acked {
+		return false
+	}
+	t.ka.acked = acked
+	return true
+}
+
+// pingWaitsForNode reports whether a keepalive ping waits for a frame
+// boundary to dst while no write to dst is in flight: the node's frame
+// has not ended, and dst has taken all it was given.
+func (h *half) pingWaitsForNode() bool {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	return h.pendingPing
+	return h.pendingPing && !h.writing
 }
 
 // pongTimedOut cuts a client that did not answer a ping: reading it stops
@@ -104,6 +128,25 @@ func newRateLimit(frameRate, byteRate uint64) *rateLimit {
 		frames: float64(frameRate), bytes: float64(byteRate),
 		last: time.Now().UnixNano(),
 	}
+}
+
+// smallRead is the least a read of the client's socket that ends no frame
+// costs of its rates: a read that brings fewer bytes than this and ends no
+// frame is charged as smallRead bytes and one frame. The gateway's cost of
+// a read hardly depends on its size, so a client dripping a frame one byte
+// per TCP segment would otherwise cost it tens of times more per byte than
+// whole frames while staying under both rates (issue 19 item 11; see
+// docs/security.md). A read that ends a frame is charged what it brought:
+// a client that writes whole frames is never charged more.
+const smallRead = 64
+
+// read charges one read of n bytes from the client that ended frames
+// frames, at now, and reports whether both buckets held enough.
+func (r *rateLimit) read(frames uint64, n int, now int64) bool {
+	if frames == 0 && n < smallRead {
+		frames, n = 1, smallRead
+	}
+	return r.take(frames, n, now)
 }
 
 // take spends frames and n bytes at now and reports whether both buckets

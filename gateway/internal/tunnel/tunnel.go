@@ -109,10 +109,12 @@ type Params struct {
 
 	// PingInterval, when > 0, turns keepalive on: a client that has sent
 	// nothing since the last look, once an interval, gets a ping between
-	// two frames; one that then sends nothing for PongTimeout is cut
-	// (EndPongTimeout) and the node gets close 1001. Any byte from the
-	// client answers (its pong goes on to the node: RFC 6455 allows an
-	// unsolicited pong).
+	// two frames; one that then, for PongTimeout, neither sends a byte nor
+	// takes one (its TCP stack acknowledges none of the bytes queued
+	// toward it) is cut (EndPongTimeout) and the node gets close 1001. Any
+	// byte from the client answers (its pong goes on to the node: RFC 6455
+	// allows an unsolicited pong); a reader of a stream whose ping waits
+	// behind megabytes of socket buffers is kept while it reads.
 	PingInterval time.Duration
 	// PongTimeout is the keepalive's answer deadline (default
 	// DefaultPongTimeout).
@@ -120,8 +122,12 @@ type Params struct {
 
 	// FrameRate and ByteRate cap the frames and bytes the client may send
 	// per second (0 = no cap), each a token bucket holding one second's
-	// worth. A client over either gets 1008 after the node's replies to
-	// its earlier frames, as for a frame over MaxFrame.
+	// worth. A read that ends no frame and brings fewer than 64 bytes is
+	// charged as one frame and 64 bytes, so a client dripping its frames a
+	// byte per segment runs out as a flood does. A client over either gets
+	// 1008 after the node's replies to its earlier frames, as for a frame
+	// over MaxFrame; a node left inside the client's frame gets the end of
+	// its stream instead of a close.
 	FrameRate, ByteRate uint64
 }
 

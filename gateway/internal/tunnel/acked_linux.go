@@ -1,0 +1,71 @@
+package tunnel
+
+import (
+	"net"
+	"syscall"
+	"unsafe"
+
+	"golang.org/x/sys/unix"
+)
+
+// clientAcked returns how many bytes the client's TCP stack has
+// acknowledged so far (TCP_INFO's tcpi_bytes_acked), and false when that
+// cannot be read: no TCP socket under the client's connection, or the
+// tunnel's sockets are closed. A client whose application reads frees its
+// receive window and acknowledges more; one that reads nothing, or has
+// vanished, acknowledges nothing once its receive buffer is full. On the
+// event-driven engine it is called on the poller only.
+func (t *Tunnel) clientAcked() (uint64, bool) {
+	if t.pl != nil {
+		if t.fdsClosed {
+			return 0, false
+		}
+		return bytesAcked(uintptr(t.clientFD))
+	}
+	raw := rawSocket(t.client)
+	if raw == nil {
+		return 0, false
+	}
+	var acked uint64
+	ok := false
+	if err := raw.Control(func(fd uintptr) { acked, ok = bytesAcked(fd) }); err != nil {
+		return 0, false
+	}
+	return acked, ok
+}
+
+// bytesAcked reads tcpi_bytes_acked of the TCP socket fd, into a struct
+// on the stack (unix.GetsockoptTCPInfo allocates one per call, and the
+// poller asks once a pong timeout for every pinged client). A kernel
+// older than the field (4.1) leaves it 0: no client then counts as
+// taking bytes.
+func bytesAcked(fd uintptr) (uint64, bool) {
+	var info unix.TCPInfo
+	size := uint32(unsafe.Sizeof(info))
+	_, _, e := unix.RawSyscall6(unix.SYS_GETSOCKOPT, fd, unix.IPPROTO_TCP, unix.TCP_INFO,
+		uintptr(unsafe.Pointer(&info)), uintptr(unsafe.Pointer(&size)), 0)
+	if e != 0 {
+		return 0, false
+	}
+	return info.Bytes_acked, true
+}
+
+// rawSocket returns the socket under c, looking through a TLS connection
+// (NetConn) to the connection it runs on; nil when there is none.
+func rawSocket(c net.Conn) syscall.RawConn {
+	for range 4 { // a TLS connection over a wrapper over the socket, at most
+		if sc, ok := c.(syscall.Conn); ok {
+			raw, err := sc.SyscallConn()
+			if err != nil {
+				return nil
+			}
+			return raw
+		}
+		nc, ok := c.(interface{ NetConn() net.Conn })
+		if !ok {
+			return nil
+		}
+		c = nc.NetConn()
+	}
+	return nil
+}

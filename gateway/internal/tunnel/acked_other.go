@@ -1,0 +1,7 @@
+//go:build !linux
+
+package tunnel
+
+// clientAcked reports false: without TCP_INFO's bytes_acked the keepalive
+// sees only the bytes a client sends.
+func (t *Tunnel) clientAcked() (uint64, bool) { return 0, false }
