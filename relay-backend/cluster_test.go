@@ -207,7 +207,7 @@ var roomCommands = []string{"spublish", "ssubscribe", "evalsha", "eval", "xadd",
 // The tests check that the log keeps every acknowledged write through the
 // failover and that a resuming reader gets each one. With the default
 // 1000 the writer, sending one message per ACK (2,000 to 3,000 a second
-// here), outran the history while the reader's relay came back, 0.1 to
+// here), outran the history while the reader's relay came back, 0.25 to
 // 1 s after the writer's; the reader then got RESYNC, as a client away for
 // more than the history does (relay.TestResync and the protocol
 // document say so), and the test counted the trimmed writes as lost
