@@ -22,8 +22,10 @@ type Cluster struct {
 
 // StartCluster starts six cluster-enabled servers on loopback, joins them
 // with `redis-cli --cluster create --cluster-replicas 1`, and waits (at
-// most 30 s) until every node reports cluster_state:ok and every replica's
-// link to its master is up. The servers are stopped by PID when the test
+// most 30 s) until every node reports cluster_state:ok, every replica's
+// link to its master is up, and every node's CLUSTER NODES shows the three
+// replicas (gossip tells the others of a replica after its link is up:
+// until then a test that reads a shard's members from one node misses it). The servers are stopped by PID when the test
 // ends; if it failed, their output (at log level notice) is printed first.
 func StartCluster(tb testing.TB) *Cluster {
 	tb.Helper()
@@ -64,12 +66,14 @@ func StartCluster(tb testing.TB) *Cluster {
 		for {
 			info, err := Cmd(n.Addr, "CLUSTER", "INFO")
 			repl, rerr := Cmd(n.Addr, "INFO", "replication")
-			if err == nil && rerr == nil && strings.Contains(info, "cluster_state:ok") &&
-				(strings.Contains(repl, "role:master") || strings.Contains(repl, "master_link_status:up")) {
+			nodes, nerr := Cmd(n.Addr, "CLUSTER", "NODES")
+			if err == nil && rerr == nil && nerr == nil && strings.Contains(info, "cluster_state:ok") &&
+				(strings.Contains(repl, "role:master") || strings.Contains(repl, "master_link_status:up")) &&
+				strings.Count(nodes, " slave ")+strings.Count(nodes, ",slave ") == 3 {
 				break
 			}
 			if time.Now().After(deadline) {
-				tb.Fatalf("cluster node %s not ready within 30s: %v %v\n%s\n%s", n.Addr, err, rerr, info, repl)
+				tb.Fatalf("cluster node %s not ready within 30s: %v %v %v\n%s\n%s\n%s", n.Addr, err, rerr, nerr, info, repl, nodes)
 			}
 			time.Sleep(50 * time.Millisecond)
 		}

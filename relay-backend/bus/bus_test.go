@@ -401,3 +401,61 @@ func TestRedisStateFrozen(t *testing.T) {
 		}
 	}
 }
+
+// TestRedisStateBackSoon: after a long outage the bus is up again soon
+// after Redis answers, not after a retry backoff grown to seconds (issue 19
+// item 4). The subscriber's backoff used to double up to 2 s, so a relay
+// whose bus had failed a few times stayed down (refusing joins) for up to
+// 2 s after a Sentinel failover had made Redis reachable, while the other
+// relay took writes again: a relay.v1 reader that came back that much
+// later than the writer found its position trimmed from the room's
+// history and got RESYNC instead of acknowledged writes. Redis comes back
+// just after a failure was counted, when the loop starts its longest
+// wait; the bound, 1 s, is four times the longest wait now and half the
+// old one.
+func TestRedisStateBackSoon(t *testing.T) {
+	srv := redistest.Start(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	r, _ := subscribed(ctx, t, bus.RedisOptions{URL: srv.URL()}, "b")
+	_, changed := r.State()
+	if err := srv.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-changed:
+	case <-ctx.Done():
+		t.Fatal("state did not change after redis-server was killed")
+	}
+	up, changed := r.State()
+	if up {
+		t.Fatal("bus up with redis-server dead")
+	}
+	// Eight failures: the old backoff (50 ms doubling) had reached 2 s.
+	// Then wait for one more, so the loop has just begun a wait.
+	for r.Errors() < 8 && ctx.Err() == nil {
+		time.Sleep(5 * time.Millisecond)
+	}
+	n := r.Errors()
+	for r.Errors() == n && ctx.Err() == nil {
+		time.Sleep(time.Millisecond)
+	}
+	if ctx.Err() != nil {
+		t.Fatalf("only %d receive failures counted with redis-server dead", r.Errors())
+	}
+	if err := srv.Restart(); err != nil {
+		t.Fatal(err)
+	}
+	back := time.Now()
+	select {
+	case <-changed:
+	case <-ctx.Done():
+		t.Fatal("state did not change after redis-server came back")
+	}
+	if up, _ := r.State(); !up {
+		t.Fatal("bus down with redis-server back")
+	}
+	if d := time.Since(back); d > time.Second {
+		t.Errorf("bus up %v after redis-server answered again (after %d receive failures), want within 1s", d.Round(time.Millisecond), n+1)
+	}
+}

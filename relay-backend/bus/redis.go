@@ -479,8 +479,11 @@ func (r *Redis) unsubscribe(s *redisSub) {
 // messages, resolves SUBSCRIBE confirmations, pings a silent connection and
 // counts a ping left unanswered as a failure, and keeps State: down after a
 // failure that a PING on another connection confirms, up again once the
-// subscriber connection receives anything (while down it pings every
-// downPoll, so that comes soon after Redis is back).
+// subscriber connection receives anything. After a failure it tries again
+// within downPoll at the latest (and while down it pings every downPoll),
+// so that comes soon after Redis is back: the relay refuses joins until
+// then, and a relay.v1 client that resumes later than its room's history
+// (-history messages) reaches back gets RESYNC instead of what it missed.
 //
 // On a cluster a failure also asks go-redis to reload the slot map, so the
 // reconnect finds a replica that took over a lost master's slots.
@@ -490,7 +493,9 @@ func (s *subscriber) receiveLoop() {
 	const (
 		downPoll   = 250 * time.Millisecond
 		minBackoff = 50 * time.Millisecond
-		maxBackoff = 2 * time.Second
+		// A longer backoff kept a relay down for up to that long after
+		// a Sentinel failover had made Redis reachable again.
+		maxBackoff = downPoll
 	)
 	backoff := minBackoff
 	pinged := false // a PING is out and nothing was received since
