@@ -411,8 +411,8 @@ func TestRedisStateFrozen(t *testing.T) {
 // later than the writer found its position trimmed from the room's
 // history and got RESYNC instead of acknowledged writes. Redis comes back
 // just after a failure was counted, when the loop starts its longest
-// wait; the bound, 1 s, is four times the longest wait now and half the
-// old one.
+// wait. The test asserts the bus comes back and logs how long it took;
+// the wait's bound is TestBackoffWithinDownPoll's, which needs no clock.
 func TestRedisStateBackSoon(t *testing.T) {
 	srv := redistest.Start(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
@@ -455,7 +455,7 @@ func TestRedisStateBackSoon(t *testing.T) {
 	if up, _ := r.State(); !up {
 		t.Fatal("bus down with redis-server back")
 	}
-	if d := time.Since(back); d > time.Second {
-		t.Errorf("bus up %v after redis-server answered again (after %d receive failures), want within 1s", d.Round(time.Millisecond), n+1)
-	}
+	// The bound is TestBackoffWithinDownPoll's; a wall-clock one here
+	// would fail on a loaded machine. The time is logged for a reader.
+	t.Logf("bus up %v after redis-server answered again (after %d receive failures)", time.Since(back).Round(time.Millisecond), n+1)
 }

@@ -475,6 +475,21 @@ func (r *Redis) unsubscribe(s *redisSub) {
 	}
 }
 
+const (
+	// downPoll is how often a subscriber pings while the bus is down.
+	downPoll = 250 * time.Millisecond
+	// minBackoff is the subscriber's first wait after a receive failure.
+	minBackoff = 50 * time.Millisecond
+	// maxBackoff caps the wait between receive failures. A longer one
+	// kept a relay down for up to that long after a Sentinel failover had
+	// made Redis reachable again (issue 19 item 4).
+	maxBackoff = downPoll
+)
+
+// nextBackoff is the wait after one more receive failure than the one
+// that waited b: doubled, at most maxBackoff.
+func nextBackoff(b time.Duration) time.Duration { return min(2*b, maxBackoff) }
+
 // receiveLoop reads the subscriber connection until Close: it dispatches
 // messages, resolves SUBSCRIBE confirmations, pings a silent connection and
 // counts a ping left unanswered as a failure, and keeps State: down after a
@@ -490,13 +505,6 @@ func (r *Redis) unsubscribe(s *redisSub) {
 func (s *subscriber) receiveLoop() {
 	r := s.r
 	defer close(s.done)
-	const (
-		downPoll   = 250 * time.Millisecond
-		minBackoff = 50 * time.Millisecond
-		// A longer backoff kept a relay down for up to that long after
-		// a Sentinel failover had made Redis reachable again.
-		maxBackoff = downPoll
-	)
 	backoff := minBackoff
 	pinged := false // a PING is out and nothing was received since
 	for s.ctx.Err() == nil {
@@ -550,7 +558,7 @@ func (s *subscriber) receiveLoop() {
 				t.Stop()
 				return
 			}
-			backoff = min(2*backoff, maxBackoff)
+			backoff = nextBackoff(backoff)
 			continue
 		}
 		backoff = minBackoff
