@@ -143,6 +143,14 @@ func (h *half) init(t *Tunnel, src, dst net.Conn, toClient, polled bool) {
 func (h *half) initGo(src, dst net.Conn) {
 	h.g = &goState{src: src, dst: dst}
 	h.g.turn = sync.NewCond(&h.mu)
+	if _, ok := dst.(interface{ NetConn() net.Conn }); ok {
+		if s := tlsSocketOf(dst); s != nil {
+			h.g.sock = s
+			s.own(h)
+		} else {
+			h.g.final = true
+		}
+	}
 	if src == nil {
 		return
 	}
@@ -457,6 +465,14 @@ type goState struct {
 	// armed is the write deadline set on dst in Unix ns, 0 if none yet.
 	// Only the holder of the write turn uses it.
 	armed int64
+	// sock is the TLSSocket under dst, a TLS connection, which wakes
+	// below crypto/tls (see send); nil otherwise. grace is the grace
+	// flag of the write to it in flight, read by the socket.
+	sock  *TLSSocket
+	grace atomic.Bool
+	// final: dst makes a timed-out write final (a TLS connection without
+	// a TLSSocket under it): a write runs to the first limit, at once.
+	final bool
 	// closeOnce, the client→node half's only, closes both connections
 	// (Tunnel.closeConns).
 	closeOnce sync.Once
@@ -507,51 +523,45 @@ func (h *half) injectPing() {
 // at the close deadline, which another goroutine may have set meanwhile,
 // and at src: a source that hung up starts the close, so the tunnel ends
 // within the close timeout even when dst never reads again.
+//
+// A TLS connection cannot wake that way: crypto/tls makes a timed-out
+// write final. On one over a TLSSocket the socket wakes below crypto/tls
+// with the same clocks (see TLSSocket.Write); on any other, one write runs
+// to the first limit.
 func (h *half) send(b []byte, grace bool) error {
-	t, g := h.t, h.g
+	g := h.g
+	if g.sock != nil {
+		g.grace.Store(grace)
+		_, err := g.dst.Write(b)
+		return err
+	}
 	start := time.Now()
 	last, now := start, start // last: when dst last accepted a byte
-	wt, probe := t.writeTimeout, stallProbe
-	if wt <= 0 { // a Tunnel not made by New, as in benchmarks
-		wt = DefaultWriteTimeout
-	}
-	if ct := t.closeTimeout / 4; ct > 0 && ct < probe {
-		probe = ct
-	}
 	for {
-		limit := t.closeDeadline()
-		if grace {
-			if g := start.Add(lastWordTimeout); limit.IsZero() || g.After(limit) {
-				limit = g
-			}
+		until, err := h.writeLimit(start, last, grace)
+		if !now.Before(until) {
+			return err
 		}
-		if !limit.IsZero() && !now.Before(limit) {
-			return errCloseTimeout
-		}
-		stall := last.Add(wt)
-		if !now.Before(stall) {
-			return errWriteTimeout
-		}
-		wake := now.Add(probe)
-		if wake.After(stall) {
-			wake = stall
-		}
-		if !limit.IsZero() && wake.After(limit) {
-			wake = limit
+		wake := until
+		if !g.final {
+			wake = earliest(until, now.Add(h.probe()))
 		}
 		// A deadline already set no later than wake and at least half a
 		// probe away serves as well: setting one costs about a tenth
 		// of a small write.
 		armed := time.Unix(0, g.armed)
-		if g.armed == 0 || wake.Before(armed) || armed.Sub(now) < probe/2 {
+		if g.armed == 0 || wake.Before(armed) || armed.Sub(now) < h.probe()/2 {
 			_ = g.dst.SetWriteDeadline(wake)
 			g.armed = wake.UnixNano()
 		}
-		n, err := g.dst.Write(b)
-		if err == nil {
+		n, werr := g.dst.Write(b)
+		if werr == nil {
 			return nil
 		}
-		if !errors.Is(err, os.ErrDeadlineExceeded) {
+		if !errors.Is(werr, os.ErrDeadlineExceeded) {
+			return werr
+		}
+		if g.final {
 			return err
 		}
 		b = b[n:]
@@ -559,9 +569,53 @@ func (h *half) send(b []byte, grace bool) error {
 		if n > 0 {
 			last = now
 		}
-		if h.srcHungUp() {
-			t.startClosing()
+		h.stalled()
+	}
+}
+
+// writeLimit is when a write to dst begun at start, whose last byte dst
+// took at last, fails, and the error it fails with: the write timeout
+// after last, or the close deadline (for the gateway's own close frame,
+// grace, at least lastWordTimeout after start), whichever comes first.
+func (h *half) writeLimit(start, last time.Time, grace bool) (time.Time, error) {
+	t := h.t
+	limit := t.closeDeadline()
+	if grace {
+		if g := start.Add(lastWordTimeout); limit.IsZero() || g.After(limit) {
+			limit = g
 		}
+	}
+	stall := last.Add(t.writeTimeoutOrDefault())
+	if !limit.IsZero() && limit.Before(stall) {
+		return limit, errCloseTimeout
+	}
+	return stall, errWriteTimeout
+}
+
+// earliest returns the earlier of a and b.
+func earliest(a, b time.Time) time.Time {
+	if b.Before(a) {
+		return b
+	}
+	return a
+}
+
+// probe is how often a write to a dst that accepts nothing wakes to look
+// at the clocks and at src: stallProbe, or a quarter of a shorter close
+// timeout.
+func (h *half) probe() time.Duration {
+	if ct := h.t.closeTimeout / 4; ct > 0 && ct < stallProbe {
+		return ct
+	}
+	return stallProbe
+}
+
+// stalled is called each time a write to dst wakes with bytes still to
+// write: a source that hung up meanwhile starts the close, so the close
+// deadline bounds the write.
+func (h *half) stalled() {
+	if h.srcHungUp() {
+		h.t.startClosing()
 	}
 }
 
@@ -588,7 +642,7 @@ func (h *half) failDst(err error) {
 		h.shutdownDst()
 		return
 	}
-	_ = h.g.dst.Close()
+	closeConn(h.g.dst)
 }
 
 // srcEnded records why reading src stopped.

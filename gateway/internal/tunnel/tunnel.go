@@ -531,7 +531,7 @@ func (t *Tunnel) closeConns() {
 		return
 	}
 	t.toNode.g.closeOnce.Do(func() {
-		_ = t.client.Close()
+		closeConn(t.client)
 		_ = t.toClient.g.src.Close()
 	})
 }
