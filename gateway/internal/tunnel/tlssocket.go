@@ -31,7 +31,6 @@ var errClosingWrite = errors.New("connection closing: the socket takes no more b
 // socket is full gets none, and the close does not block.
 type TLSSocket struct {
 	net.Conn
-	raw syscall.RawConn // nil: the connection has no descriptor
 
 	deadline atomic.Int64 // the write deadline set with SetWriteDeadline, Unix ns; 0: none
 	armed    atomic.Int64 // the write deadline set on Conn, Unix ns; 0: none
@@ -47,15 +46,7 @@ type TLSSocket struct {
 }
 
 // NewTLSSocket wraps the socket c for crypto/tls.
-func NewTLSSocket(c net.Conn) *TLSSocket {
-	s := &TLSSocket{Conn: c}
-	if sc, ok := c.(syscall.Conn); ok {
-		if raw, err := sc.SyscallConn(); err == nil {
-			s.raw = raw
-		}
-	}
-	return s
-}
+func NewTLSSocket(c net.Conn) *TLSSocket { return &TLSSocket{Conn: c} }
 
 // SetDeadline sets the read and write deadlines.
 func (s *TLSSocket) SetDeadline(t time.Time) error {
@@ -162,14 +153,19 @@ func (s *TLSSocket) arm(now, wake time.Time) {
 // writeNow writes what the socket takes of b at once, without waiting:
 // the writes of a connection being closed. After a write that gave up
 // part way through a record it writes nothing: the peer could not read
-// what follows.
+// what follows; nor does it on a connection without a descriptor.
 func (s *TLSSocket) writeNow(b []byte) (int, error) {
-	if s.failed.Load() || s.raw == nil {
+	sc, ok := s.Conn.(syscall.Conn)
+	if s.failed.Load() || !ok {
+		return 0, errClosingWrite
+	}
+	raw, err := sc.SyscallConn()
+	if err != nil {
 		return 0, errClosingWrite
 	}
 	n := 0
 	var werr error
-	err := s.raw.Write(func(fd uintptr) bool {
+	err = raw.Write(func(fd uintptr) bool {
 		for {
 			n, werr = syscall.Write(int(fd), b)
 			if werr != syscall.EINTR {
