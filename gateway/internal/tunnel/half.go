@@ -659,6 +659,11 @@ func (h *half) failDst(err error) {
 		h.shutdownDst()
 		return
 	}
+	if h.g.final {
+		// A TLS connection whose write timed out is broken for good:
+		// no close_notify (crypto/tls would wait up to 5 s for room).
+		_ = h.g.dst.(interface{ NetConn() net.Conn }).NetConn().Close()
+	}
 	closeConn(h.g.dst)
 }
 
