@@ -565,9 +565,9 @@ func (h *half) send(b []byte, grace bool) error {
 		}
 		// A deadline already set no later than wake and at least half a
 		// probe away serves as well: setting one costs about a tenth
-		// of a small write.
+		// of a small write. Not for a write that cannot wake again.
 		armed := time.Unix(0, g.armed)
-		if g.armed == 0 || wake.Before(armed) || armed.Sub(now) < h.probe()/2 {
+		if g.armed == 0 || wake.Before(armed) || armed.Sub(now) < h.probe()/2 || (g.final && !wake.Equal(armed)) {
 			_ = g.dst.SetWriteDeadline(wake)
 			g.armed = wake.UnixNano()
 		}
