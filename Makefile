@@ -6,11 +6,12 @@ PKGS ?= ./...
 
 # test runs every test with the race detector, in random order. The
 # integration tests start a real redis-server; deps installs it if missing.
-# The tunnel package runs a second time on its goroutine engine (TLS
-# clients use it).
+# The tunnel package runs twice more: on its goroutine engine, and with its
+# clients over TLS (which run on that engine: its use in production).
 test: deps
 	$(GO) test -race -shuffle=on -count=1 -timeout 12m $(PKGS)
 	WSGATE_TUNNEL_ENGINE=goroutines $(GO) test -race -shuffle=on -count=1 ./gateway/internal/tunnel
+	WSGATE_TUNNEL_TLS=1 $(GO) test -race -shuffle=on -count=1 ./gateway/internal/tunnel
 
 # demo runs the gateway in front of two in-process relay replicas.
 demo:

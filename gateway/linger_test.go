@@ -15,6 +15,7 @@ import (
 
 	"github.com/valyala/fasthttp"
 	"github.com/wsgate/wsgate/conf"
+	"github.com/wsgate/wsgate/gateway/internal/tunnel"
 	"github.com/wsgate/wsgate/internal/testproc"
 )
 
@@ -76,8 +77,8 @@ overflow = "close-1013"
 // that hijacks and detaches, and checks detach returns the socket the
 // listener accepted (a *countedConn around the *net.TCPConn) with the
 // bytes the client sent right behind its request. On the TLS listener it
-// must return the *tls.Conn over that socket, never the socket itself,
-// whose bytes are ciphertext.
+// must return the *tls.Conn over that socket (wrapped in a
+// tunnel.TLSSocket), never the socket itself, whose bytes are ciphertext.
 func TestDetachUnwrapsHijackedConn(t *testing.T) {
 	f := newTLSFiles(t)
 	cfg, err := conf.Parse("detach.toml", []byte(fmt.Sprintf(tlsGatewayConfig("", f.table(testproc.FreeAddr(t), ""), catchAll), "127.0.0.1:0", "127.0.0.1:1")))
@@ -142,7 +143,11 @@ func TestDetachUnwrapsHijackedConn(t *testing.T) {
 				if !ok {
 					t.Fatalf("TLS: detach returned %T, want the *tls.Conn", r.raw)
 				}
-				sock = tc.NetConn()
+				ts, ok := tc.NetConn().(*tunnel.TLSSocket)
+				if !ok {
+					t.Fatalf("TLS: the *tls.Conn is over %T, want the listener's *tunnel.TLSSocket", tc.NetConn())
+				}
+				sock = ts.Conn
 			}
 			if _, ok := sock.(*countedConn); !ok {
 				t.Fatalf("TLS %t: detach returned %T over %T, want the listener's *countedConn: fasthttp's hijacked connection no longer exposes UnsafeConn", secure, r.raw, sock)

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/valyala/fasthttp"
+	"github.com/wsgate/wsgate/gateway/internal/tunnel"
 )
 
 // Accept-error backoff: a listener out of descriptors (or kernel memory)
@@ -98,9 +99,12 @@ func (l *limitListener) Accept() (net.Conn, error) {
 	// The handshake runs on the connection's first read, in its serving
 	// goroutine, never here: a client that never finishes it is cut at
 	// this deadline (the request's own read deadline follows it; the
-	// tunnel clears both).
-	_ = c.SetDeadline(time.Now().Add(l.handshakeTimeout()))
-	return tls.Server(c, l.tls), nil
+	// tunnel clears both). crypto/tls gets the socket wrapped: a tunnel's
+	// writes to a client that pauses reading wait below it, where a
+	// timed-out write is not final (see tunnel.TLSSocket).
+	s := tunnel.NewTLSSocket(c)
+	_ = s.SetDeadline(time.Now().Add(l.handshakeTimeout()))
+	return tls.Server(s, l.tls), nil
 }
 
 // accept waits for the next connection within the limits, as a counted

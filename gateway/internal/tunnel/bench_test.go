@@ -91,7 +91,7 @@ func BenchmarkForwardTCP(b *testing.B) {
 // forwarded frame, the test's own client and node included (they allocate
 // nothing per frame). ns/op is per frame, syscalls and scheduling included.
 func BenchmarkTunnelFrames(b *testing.B) {
-	client, gwClient := tcpPair(b)
+	client, gwClient := clientPair(b)
 	gwNode, node := tcpPair(b)
 	tun := New(Params{Client: gwClient, Node: gwNode})
 	tun.Start()

@@ -69,6 +69,7 @@ type half struct {
 	sentClose   bool // the gateway's own close frame to dst is queued or written
 	srcClosed   bool // src sent a close frame
 	broken      bool // framing lost: everything from src is dropped
+	overRate    bool // src went over its rate inside a frame: cut at its end
 	dstFailed   bool
 
 	// The event-driven engine's flags, used by the poller only.
@@ -144,6 +145,14 @@ func (h *half) init(t *Tunnel, src, dst net.Conn, toClient, polled bool) {
 func (h *half) initGo(src, dst net.Conn) {
 	h.g = &goState{src: src, dst: dst}
 	h.g.turn = sync.NewCond(&h.mu)
+	if _, ok := dst.(interface{ NetConn() net.Conn }); ok {
+		if s := tlsSocketOf(dst); s != nil {
+			h.g.sock = s
+			s.own(h)
+		} else {
+			h.g.final = true
+		}
+	}
 	if src == nil {
 		return
 	}
@@ -250,6 +259,16 @@ func (h *half) forward(p []byte) {
 			// second close frame would follow the first.
 			h.pendingCode = 0
 		}
+		if h.overRate {
+			// The frame in flight when the client went over its rate
+			// has ended: it goes out (a close frame too, which ends
+			// the client's side as usual), nothing after it does.
+			h.queue(p[start:i])
+			h.carryN = 0
+			h.broken = true
+			ferr = errRateLimited
+			break
+		}
 		if h.pendingCode != 0 && !h.sentClose {
 			h.queue(p[start:i])
 			start = i
@@ -271,9 +290,15 @@ func (h *half) forward(p []byte) {
 	if ferr == nil && !h.toClient && h.t.rate != nil && !h.t.rate.read(frames, len(p), mono(time.Now())) {
 		// Over the route's rate: what this read brought still goes
 		// out; the client then gets 1008 as for a frame over the
-		// limit, and nothing it sends from now on goes on.
-		ferr = errRateLimited
-		h.broken = true
+		// limit, and nothing it sends from now on goes on. A frame
+		// this read began goes out whole first (overRate), so the
+		// close lands between two frames.
+		if h.sc.AtBoundary() || h.sc.PartialHeader() > 0 {
+			ferr = errRateLimited
+			h.broken = true
+		} else {
+			h.overRate = true
+		}
 	}
 	h.frames.Add(frames)
 	// Bytes after src's own close frame are no one's business: a peer
@@ -458,6 +483,14 @@ type goState struct {
 	// armed is the write deadline set on dst in Unix ns, 0 if none yet.
 	// Only the holder of the write turn uses it.
 	armed int64
+	// sock is the TLSSocket under dst, a TLS connection, which wakes
+	// below crypto/tls (see send); nil otherwise. grace is the grace
+	// flag of the write to it in flight, read by the socket.
+	sock  *TLSSocket
+	grace atomic.Bool
+	// final: dst makes a timed-out write final (a TLS connection without
+	// a TLSSocket under it): a write runs to the first limit, at once.
+	final bool
 	// closeOnce, the client→node half's only, closes both connections
 	// (Tunnel.closeConns).
 	closeOnce sync.Once
@@ -508,51 +541,45 @@ func (h *half) injectPing() {
 // at the close deadline, which another goroutine may have set meanwhile,
 // and at src: a source that hung up starts the close, so the tunnel ends
 // within the close timeout even when dst never reads again.
+//
+// A TLS connection cannot wake that way: crypto/tls makes a timed-out
+// write final. On one over a TLSSocket the socket wakes below crypto/tls
+// with the same clocks (see TLSSocket.Write); on any other, one write runs
+// to the first limit.
 func (h *half) send(b []byte, grace bool) error {
-	t, g := h.t, h.g
+	g := h.g
+	if g.sock != nil {
+		g.grace.Store(grace)
+		_, err := g.dst.Write(b)
+		return err
+	}
 	start := time.Now()
 	last, now := start, start // last: when dst last accepted a byte
-	wt, probe := t.writeTimeout, stallProbe
-	if wt <= 0 { // a Tunnel not made by New, as in benchmarks
-		wt = DefaultWriteTimeout
-	}
-	if ct := t.closeTimeout / 4; ct > 0 && ct < probe {
-		probe = ct
-	}
 	for {
-		limit := t.closeDeadline()
-		if grace {
-			if g := start.Add(lastWordTimeout); limit.IsZero() || g.After(limit) {
-				limit = g
-			}
+		until, err := h.writeLimit(start, last, grace)
+		if !now.Before(until) {
+			return err
 		}
-		if !limit.IsZero() && !now.Before(limit) {
-			return errCloseTimeout
-		}
-		stall := last.Add(wt)
-		if !now.Before(stall) {
-			return errWriteTimeout
-		}
-		wake := now.Add(probe)
-		if wake.After(stall) {
-			wake = stall
-		}
-		if !limit.IsZero() && wake.After(limit) {
-			wake = limit
+		wake := until
+		if !g.final {
+			wake = earliest(until, now.Add(h.probe()))
 		}
 		// A deadline already set no later than wake and at least half a
 		// probe away serves as well: setting one costs about a tenth
-		// of a small write.
+		// of a small write. Not for a write that cannot wake again.
 		armed := time.Unix(0, g.armed)
-		if g.armed == 0 || wake.Before(armed) || armed.Sub(now) < probe/2 {
+		if g.armed == 0 || wake.Before(armed) || armed.Sub(now) < h.probe()/2 || (g.final && !wake.Equal(armed)) {
 			_ = g.dst.SetWriteDeadline(wake)
 			g.armed = wake.UnixNano()
 		}
-		n, err := g.dst.Write(b)
-		if err == nil {
+		n, werr := g.dst.Write(b)
+		if werr == nil {
 			return nil
 		}
-		if !errors.Is(err, os.ErrDeadlineExceeded) {
+		if !errors.Is(werr, os.ErrDeadlineExceeded) {
+			return werr
+		}
+		if g.final {
 			return err
 		}
 		b = b[n:]
@@ -560,9 +587,53 @@ func (h *half) send(b []byte, grace bool) error {
 		if n > 0 {
 			last = now
 		}
-		if h.srcHungUp() {
-			t.startClosing()
+		h.stalled()
+	}
+}
+
+// writeLimit is when a write to dst begun at start, whose last byte dst
+// took at last, fails, and the error it fails with: the write timeout
+// after last, or the close deadline (for the gateway's own close frame,
+// grace, at least lastWordTimeout after start), whichever comes first.
+func (h *half) writeLimit(start, last time.Time, grace bool) (time.Time, error) {
+	t := h.t
+	limit := t.closeDeadline()
+	if grace {
+		if g := start.Add(lastWordTimeout); limit.IsZero() || g.After(limit) {
+			limit = g
 		}
+	}
+	stall := last.Add(t.writeTimeoutOrDefault())
+	if !limit.IsZero() && limit.Before(stall) {
+		return limit, errCloseTimeout
+	}
+	return stall, errWriteTimeout
+}
+
+// earliest returns the earlier of a and b.
+func earliest(a, b time.Time) time.Time {
+	if b.Before(a) {
+		return b
+	}
+	return a
+}
+
+// probe is how often a write to a dst that accepts nothing wakes to look
+// at the clocks and at src: stallProbe, or a quarter of a shorter close
+// timeout.
+func (h *half) probe() time.Duration {
+	if ct := h.t.closeTimeout / 4; ct > 0 && ct < stallProbe {
+		return ct
+	}
+	return stallProbe
+}
+
+// stalled is called each time a write to dst wakes with bytes still to
+// write: a source that hung up meanwhile starts the close, so the close
+// deadline bounds the write.
+func (h *half) stalled() {
+	if h.srcHungUp() {
+		h.t.startClosing()
 	}
 }
 
@@ -589,7 +660,12 @@ func (h *half) failDst(err error) {
 		h.shutdownDst()
 		return
 	}
-	_ = h.g.dst.Close()
+	if h.g.final {
+		// A TLS connection whose write timed out is broken for good:
+		// no close_notify (crypto/tls would wait up to 5 s for room).
+		_ = h.g.dst.(interface{ NetConn() net.Conn }).NetConn().Close()
+	}
+	closeConn(h.g.dst)
 }
 
 // srcEnded records why reading src stopped.

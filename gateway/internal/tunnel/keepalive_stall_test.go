@@ -22,7 +22,7 @@ import (
 // frames, then nothing until the close timeout cut it without a close
 // frame. The close now follows the tail.
 func TestPongTimeoutBehindStalledNodeTellsNode(t *testing.T) {
-	client, gwClient := tcpPair(t)
+	client, gwClient := clientPair(t)
 	gwNode, node := tcpPair(t)
 	// Small buffers toward the node, so that a few frames fill them.
 	_ = gwNode.(*net.TCPConn).SetWriteBuffer(16 << 10)

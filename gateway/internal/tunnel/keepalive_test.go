@@ -11,7 +11,7 @@ import (
 // newRigWith is newRig with the keepalive and rate fields of p (the
 // connections, lease and close timeout are the rig's).
 func newRigWith(t *testing.T, p Params) *rig {
-	client, gwClient := tcpPair(t)
+	client, gwClient := clientPair(t)
 	gwNode, node := tcpPair(t)
 	r := &rig{t: t, client: client, node: node, lease: &countingLease{}}
 	r.cr, r.nr = bufio.NewReader(client), bufio.NewReader(node)

@@ -14,8 +14,9 @@ import (
 )
 
 // TestMain runs the package's tests on the goroutine engine instead of the
-// event-driven one when WSGATE_TUNNEL_ENGINE=goroutines (make test runs
-// both).
+// event-driven one when WSGATE_TUNNEL_ENGINE=goroutines, and with TLS
+// clients (on goroutines too) when WSGATE_TUNNEL_TLS=1 (see clientPair);
+// make test runs all three.
 func TestMain(m *testing.M) {
 	if os.Getenv("WSGATE_TUNNEL_ENGINE") == "goroutines" {
 		testEngine = EngineGoroutines
@@ -24,19 +25,20 @@ func TestMain(m *testing.M) {
 }
 
 // TestEngineChoice pins which engine runs a tunnel: the event-driven one
-// for two TCP sockets (unless the suite runs on goroutines), goroutines for
+// for two TCP sockets (unless the suite runs on goroutines or its clients
+// over TLS), goroutines for
 // a connection without a socket and when asked for.
 func TestEngineChoice(t *testing.T) {
 	wantTCP := "epoll"
-	if testEngine == EngineGoroutines {
+	if testEngine == EngineGoroutines || testTLS {
 		wantTCP = "goroutines"
 	}
-	_, gwClient := tcpPair(t)
+	_, gwClient := clientPair(t)
 	gwNode, _ := tcpPair(t)
 	if got := engineOf(t, Params{Client: gwClient, Node: gwNode}); got != wantTCP {
 		t.Errorf("TCP client and node: engine %q, want %q", got, wantTCP)
 	}
-	_, gwClient = tcpPair(t)
+	_, gwClient = clientPair(t)
 	gwNode, _ = tcpPair(t)
 	if got := engineOf(t, Params{Client: gwClient, Node: gwNode, Engine: EngineGoroutines}); got != "goroutines" {
 		t.Errorf("Engine: EngineGoroutines: engine %q", got)
@@ -67,7 +69,7 @@ func engineOf(t *testing.T, p Params) string {
 // that had cut every tunnel when a late handshake registered this one):
 // it ends, releases its lease once, and Start afterwards touches nothing.
 func TestAbortBeforeStart(t *testing.T) {
-	_, gwClient := tcpPair(t)
+	_, gwClient := clientPair(t)
 	gwNode, _ := tcpPair(t)
 	lease := &countingLease{}
 	tun := New(Params{Client: gwClient, Node: gwNode, Lease: lease, CloseTimeout: time.Hour})

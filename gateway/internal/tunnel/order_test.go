@@ -76,7 +76,7 @@ var badFrames = []badFrame{
 // byte per write, and reports what the client read: "ok" for the three
 // echoes in order and then the expected close, otherwise what went wrong.
 func runBadClient(t *testing.T, bad badFrame, byteByByte bool) string {
-	client, gwClient := tcpPair(t)
+	client, gwClient := clientPair(t)
 	gwNode, node := tcpPair(t)
 	defer client.Close()
 	lease := &countingLease{}
@@ -254,7 +254,7 @@ func TestBadClientFrameByteByByte(t *testing.T) {
 // reports what the client read: "ok" for the three echoes and the node's
 // close 1000.
 func runNodeCloses(t *testing.T) string {
-	client, gwClient := tcpPair(t)
+	client, gwClient := clientPair(t)
 	gwNode, node := tcpPair(t)
 	defer client.Close()
 	lease := &countingLease{}
@@ -350,7 +350,7 @@ func TestNodeCloseNeverReplacedBy1012(t *testing.T) {
 // replies: a node that never answers the gateway's close still leaves the
 // client with its 1002 once the close timeout passes, not a 1012.
 func TestBadClientFrameSilentNode(t *testing.T) {
-	client, gwClient := tcpPair(t)
+	client, gwClient := clientPair(t)
 	gwNode, node := tcpPair(t)
 	lease := &countingLease{}
 	tun := New(Params{Client: gwClient, Node: gwNode, Lease: lease, CloseTimeout: 300 * time.Millisecond})

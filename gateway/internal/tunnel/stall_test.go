@@ -18,12 +18,12 @@ type stallRig struct {
 }
 
 func newStallRig(t *testing.T, closeTimeout, writeTimeout time.Duration) *stallRig {
-	client, gwClient := tcpPair(t)
+	client, gwClient := clientPair(t)
 	gwNode, node := tcpPair(t)
-	if err := client.(*net.TCPConn).SetReadBuffer(4 << 10); err != nil {
+	if err := tcpOf(client).SetReadBuffer(4 << 10); err != nil {
 		t.Fatal(err)
 	}
-	if err := gwClient.(*net.TCPConn).SetWriteBuffer(4 << 10); err != nil {
+	if err := tcpOf(gwClient).SetWriteBuffer(4 << 10); err != nil {
 		t.Fatal(err)
 	}
 	// Room for what the node sends behind the stall, so its close and its

@@ -16,7 +16,7 @@ import (
 // deadline as none and never cleared it, so every wait failed at once and
 // no event (the node's shut-down socket among them) was seen again.
 func TestStalledNodeWriteTimeout(t *testing.T) {
-	client, gwClient := tcpPair(t)
+	client, gwClient := clientPair(t)
 	gwNode, node := tcpPair(t)
 	if err := node.(*net.TCPConn).SetReadBuffer(4 << 10); err != nil {
 		t.Fatal(err)

@@ -538,7 +538,7 @@ func (t *Tunnel) closeConns() {
 		return
 	}
 	t.toNode.g.closeOnce.Do(func() {
-		_ = t.client.Close()
+		closeConn(t.client)
 		_ = t.toClient.g.src.Close()
 	})
 }

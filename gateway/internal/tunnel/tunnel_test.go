@@ -59,7 +59,7 @@ type rig struct {
 }
 
 func newRig(t *testing.T, maxFrame uint64) *rig {
-	client, gwClient := tcpPair(t)
+	client, gwClient := clientPair(t)
 	gwNode, node := tcpPair(t)
 	r := &rig{t: t, client: client, node: node, lease: &countingLease{}}
 	r.cr, r.nr = bufio.NewReader(client), bufio.NewReader(node)
@@ -206,7 +206,7 @@ func TestGoAwayLosesNoClientWrite(t *testing.T) {
 // TestGoAwaySilentClientCut pins the timeout: a client that never answers
 // the close is cut, and the node gets the gateway's own close 1001.
 func TestGoAwaySilentClientCut(t *testing.T) {
-	client, gwClient := tcpPair(t)
+	client, gwClient := clientPair(t)
 	gwNode, node := tcpPair(t)
 	lease := &countingLease{}
 	tun := New(Params{Client: gwClient, Node: gwNode, Lease: lease, CloseTimeout: 200 * time.Millisecond})
@@ -308,7 +308,7 @@ func TestUnmaskedClientFrameGives1002(t *testing.T) {
 }
 
 func TestPendingBytesForwardedFirst(t *testing.T) {
-	client, gwClient := tcpPair(t)
+	client, gwClient := clientPair(t)
 	gwNode, node := tcpPair(t)
 	lease := &countingLease{}
 	tun := New(Params{
