@@ -69,7 +69,6 @@ type half struct {
 	sentClose   bool // the gateway's own close frame to dst is queued or written
 	srcClosed   bool // src sent a close frame
 	broken      bool // framing lost: everything from src is dropped
-	overRate    bool // src went over its rate inside a frame: cut at its end
 	dstFailed   bool
 
 	// The event-driven engine's flags, used by the poller only.
@@ -259,16 +258,6 @@ func (h *half) forward(p []byte) {
 			// second close frame would follow the first.
 			h.pendingCode = 0
 		}
-		if h.overRate {
-			// The frame in flight when the client went over its rate
-			// has ended: it goes out (a close frame too, which ends
-			// the client's side as usual), nothing after it does.
-			h.queue(p[start:i])
-			h.carryN = 0
-			h.broken = true
-			ferr = errRateLimited
-			break
-		}
 		if h.pendingCode != 0 && !h.sentClose {
 			h.queue(p[start:i])
 			start = i
@@ -290,15 +279,12 @@ func (h *half) forward(p []byte) {
 	if ferr == nil && !h.toClient && h.t.rate != nil && !h.t.rate.read(frames, len(p), mono(time.Now())) {
 		// Over the route's rate: what this read brought still goes
 		// out; the client then gets 1008 as for a frame over the
-		// limit, and nothing it sends from now on goes on. A frame
-		// this read began goes out whole first (overRate), so the
-		// close lands between two frames.
-		if h.sc.AtBoundary() || h.sc.PartialHeader() > 0 {
-			ferr = errRateLimited
-			h.broken = true
-		} else {
-			h.overRate = true
-		}
+		// limit, and nothing it sends from now on goes on. A cut
+		// inside a frame ends the node's stream there rather than
+		// waiting for the frame's end, which a drip would put off
+		// (see endInsideFrame).
+		ferr = errRateLimited
+		h.broken = true
 	}
 	h.frames.Add(frames)
 	// Bytes after src's own close frame are no one's business: a peer

@@ -48,6 +48,10 @@ type TLSSocket struct {
 // NewTLSSocket wraps the socket c for crypto/tls.
 func NewTLSSocket(c net.Conn) *TLSSocket { return &TLSSocket{Conn: c} }
 
+// NetConn returns the connection TLSSocket wraps, as tls.Conn's NetConn
+// does: the keepalive reads the socket's TCP_INFO through it.
+func (s *TLSSocket) NetConn() net.Conn { return s.Conn }
+
 // SetDeadline sets the read and write deadlines.
 func (s *TLSSocket) SetDeadline(t time.Time) error {
 	if err := s.Conn.SetReadDeadline(t); err != nil {
