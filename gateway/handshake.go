@@ -247,8 +247,11 @@ type handoff struct {
 	claimed atomic.Bool
 	timer   *time.Timer
 	// late is set when the 101 is written by the hijack handler, after
-	// fasthttp has flushed the answers to earlier requests (see run).
+	// fasthttp has flushed the answers to earlier requests (see run);
+	// conn is then the connection as fasthttp's handler saw it, the key
+	// under which Server.lateHandoffs holds h until the hijack.
 	late bool
+	conn net.Conn
 	hdr  [320]byte
 }
 
@@ -272,10 +275,16 @@ func (h *handoff) run(ctx *fasthttp.RequestCtx) {
 	s.tunnels.reserve()
 	ctx.HijackSetNoResponse(true)
 	if ctx.ConnRequestNum() > 1 {
-		h.late = true
+		h.late, h.conn = true, ctx.Conn()
 		// Bounds fasthttp's flush of the earlier answers (its own
 		// write_timeout would apply otherwise).
 		_ = ctx.SetWriteDeadline(time.Now().Add(h.g.handshakeTimeout))
+		// A flush that fails (the client is gone) closes the connection
+		// without a hijack: connState then gives the handshake up at
+		// once, rather than the timer handshake_timeout later, which
+		// would let a client that resets hold node slots for that long
+		// each, beyond what max_conns_per_ip counts.
+		s.lateHandoffs.Store(h.conn, h)
 		h.timer = time.AfterFunc(h.g.handshakeTimeout, h.expire)
 		ctx.Hijack(h.hijacked)
 		return
@@ -304,12 +313,34 @@ func (h *handoff) clientGone() {
 func closeConn(c net.Conn) { _ = c.Close() }
 
 // expire gives the handshake up when fasthttp has not handed over the
-// client connection in time.
+// client connection in time, or has closed it instead (connState).
 func (h *handoff) expire() {
 	if h.claimed.CompareAndSwap(false, true) {
+		h.timer.Stop()
+		h.forgetLate()
 		_ = h.up.conn.Close()
 		h.hd.Release()
+		h.s.metrics.handshake("client_gone", h.start)
 		h.s.tunnels.unreserve()
+	}
+}
+
+// forgetLate drops a late handoff from Server.lateHandoffs.
+func (h *handoff) forgetLate() {
+	if h.late {
+		h.s.lateHandoffs.CompareAndDelete(h.conn, h)
+	}
+}
+
+// connState is the client server's ConnState hook: a connection fasthttp
+// closes while a late handoff waits for its hijack (the flush of the
+// earlier answers failed) gives that handshake up at once.
+func (s *Server) connState(c net.Conn, st fasthttp.ConnState) {
+	if st != fasthttp.StateClosed {
+		return
+	}
+	if v, ok := s.lateHandoffs.Load(c); ok {
+		v.(*handoff).expire()
 	}
 }
 
@@ -320,6 +351,7 @@ func (h *handoff) hijacked(c net.Conn) {
 		return
 	}
 	h.timer.Stop()
+	h.forgetLate()
 	if h.late {
 		// fasthttp has flushed every earlier answer and cleared the
 		// deadlines.

@@ -63,9 +63,12 @@ type Server struct {
 
 	metrics *metrics
 	reload  reloadState
-	plugins *pluginhost.Host // auth plugins; started by Start
-	access  *accessLog
-	tls     *tlsState // the TLS listener's certificates and their watcher
+	// lateHandoffs holds the handshakes whose 101 waits for fasthttp to
+	// flush earlier answers, by client connection (see handoff.run).
+	lateHandoffs sync.Map
+	plugins      *pluginhost.Host // auth plugins; started by Start
+	access       *accessLog
+	tls          *tlsState // the TLS listener's certificates and their watcher
 
 	disc discoveries // [pools.discovery] watchers and the nodes they found
 
@@ -125,6 +128,7 @@ func New(cfg *conf.Config, log *slog.Logger) (*Server, error) {
 	}
 	s.http = &fasthttp.Server{
 		Handler:               s.handle,
+		ConnState:             s.connState,
 		Name:                  "wsgate",
 		ReadTimeout:           g.handshakeTimeout,
 		WriteTimeout:          30 * time.Second,
