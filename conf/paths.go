@@ -5,8 +5,9 @@ import "path/filepath"
 // resolvePaths makes the file paths of the config (plugin executables,
 // TLS certificates, keys and CA) absolute, a relative one taken from the
 // directory of the config file, as a reader of the file expects and
-// whatever the gateway's working directory is (under the shipped systemd
-// unit, "/"). Done once at load: a reload reads them again from the file.
+// whatever the gateway's working directory is (a service manager may
+// start it from "/"). Done once at load: a reload reads them again from
+// the file.
 func (c *Config) resolvePaths() {
 	dir := filepath.Dir(c.File)
 	for i := range c.Plugins {

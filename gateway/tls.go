@@ -6,6 +6,7 @@ import (
 	"crypto/x509"
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"slices"
 	"strings"
@@ -42,7 +43,12 @@ func loadTLS(cfg *conf.Config) (*tlsSet, error) {
 		return nil, nil
 	}
 	bad := func(key string, err error) error {
-		return &conf.Error{File: cfg.File, Line: cfg.Line(key), Key: key, Msg: err.Error()}
+		msg := err.Error()
+		if errors.Is(err, fs.ErrNotExist) {
+			// Relative paths were once taken from the working directory.
+			msg += " (a relative path is taken from the config file's directory)"
+		}
+		return &conf.Error{File: cfg.File, Line: cfg.Line(key), Key: key, Msg: msg}
 	}
 	set := &tlsSet{exact: map[string]*tls.Certificate{}, wildcard: map[string]*tls.Certificate{}}
 	for i, c := range t.Certificates {
