@@ -340,6 +340,8 @@ func (h *half) flushTail() {
 		h.failDst(err)
 	} else if next != nil {
 		h.writeNB(next, isClose)
+	} else if h.shutOnTail {
+		h.shutdownDstWrite()
 	}
 	if !h.writing && !t.fdsClosed {
 		h.readSrc()

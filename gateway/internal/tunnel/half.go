@@ -75,6 +75,7 @@ type half struct {
 	readable   bool // src had an event since it last read short
 	hup        bool // src's peer hung up or the socket failed
 	urgent     bool // src reported urgent data: read it to EAGAIN
+	shutOnTail bool // dst's stream ends once the tail is written (endInsideFrame)
 	ended      bool // reading src has ended
 	stallArmed bool // a write-timeout timer is pending
 	queued     bool // in the poller's list of halves to read on
@@ -759,8 +760,9 @@ func (h *half) framingError(err error) {
 
 // endInsideFrame ends the stream to dst when the client was cut inside a
 // frame (over its rate in the middle of a payload, as a drip is): no close
-// frame can follow a part of a frame, so dst gets nothing more and its
-// connection is shut for writing, as if the client had vanished there; dst
+// frame can follow a part of a frame, so dst gets nothing more than what
+// was already forwarded, and its connection is shut for writing once that
+// is written, as if the client had vanished there; dst
 // then sees the end of its stream and closes, and the tunnel ends. It
 // reports false, doing nothing, when dst sits at a frame boundary.
 func (h *half) endInsideFrame() bool {
@@ -772,6 +774,12 @@ func (h *half) endInsideFrame() bool {
 	h.dstFailed = true
 	h.mu.Unlock()
 	if h.t.pl != nil {
+		if h.tail != nil {
+			// What dst has not taken yet goes first: the frames before
+			// the cut, as the goroutine engine's synchronous writes do.
+			h.shutOnTail = true
+			return true
+		}
 		h.shutdownDstWrite()
 		return true
 	}

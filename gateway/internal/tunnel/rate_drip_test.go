@@ -1,13 +1,18 @@
 package tunnel
 
 import (
+	"bufio"
 	"bytes"
+	"context"
 	"errors"
 	"io"
+	"net"
+	"syscall"
 	"testing"
 	"time"
 
 	"github.com/wsgate/wsgate/internal/wsframe"
+	"golang.org/x/sys/unix"
 )
 
 // TestRateLimitDripGives1008 pins issue 19 item 11: a client sending its
@@ -127,4 +132,79 @@ func TestRateLimitInsideFrameEndsNodeStream(t *testing.T) {
 	r.node.Close()
 	expectClose(t, r.client, r.cr, CodePolicy, false)
 	r.waitEnd()
+}
+
+// TestRateLimitInsideFrameKeepsQueuedFrames: a client cut over its rate
+// inside a frame while the node is slow to read still has every byte
+// forwarded before the cut delivered, then the end of the node's stream.
+// On the event-driven engine the stream used to be shut for writing at
+// once, with the bytes the node had not taken yet still queued (the tail):
+// they were lost, whole frames among them, where the goroutine engine,
+// whose writes are synchronous, delivered them (found in review of issue
+// 19 item 11).
+func TestRateLimitInsideFrameKeepsQueuedFrames(t *testing.T) {
+	client, gwClient := clientPair(t)
+	gwNode, node := smallBufPair(t)
+	r := &rig{t: t, client: client, node: node, lease: &countingLease{}}
+	r.cr = bufio.NewReader(client)
+	// The first read (bufSize, over TCP) goes over the byte rate; the
+	// node's small buffers take only part of it, and the rest waits in the
+	// gateway's queue when the cut comes.
+	r.tun = New(Params{Client: gwClient, Node: gwNode, Lease: r.lease, CloseTimeout: 10 * time.Second, ByteRate: 3000})
+	r.tun.Start()
+	var sent []byte
+	for range 8 {
+		sent = append(sent, frame(wsframe.OpBinary, true, true, bytes.Repeat([]byte{'q'}, 3000))...)
+	}
+	r.write(r.client, sent)
+	// Over TLS the reads are records, about 1.2 KB at first: the cut
+	// comes at the first read past 3,000 bytes.
+	waitFor(t, func() bool { return r.tun.Stats().BytesToNode > 3000 })
+	_ = node.SetReadDeadline(time.Now().Add(10 * time.Second))
+	got, err := io.ReadAll(node)
+	if err != nil {
+		t.Fatalf("node read %d bytes, then %v, not the end of its stream", len(got), err)
+	}
+	if len(got) <= 3000 || !bytes.Equal(got, sent[:len(got)]) {
+		t.Fatalf("node read %d bytes, want all the gateway read up to the cut (past 3,000), as the client sent them", len(got))
+	}
+	t.Logf("node read %d bytes, then the end of its stream", len(got))
+	node.Close()
+	expectClose(t, r.client, r.cr, CodePolicy, false)
+	r.waitEnd()
+}
+
+// smallBufPair is tcpPair with the smallest buffers Linux allows between
+// its ends, set before the connection is made (a window once advertised
+// does not shrink): the first end's send buffer, the second's receive
+// buffer.
+func smallBufPair(t *testing.T) (net.Conn, net.Conn) {
+	t.Helper()
+	small := func(opt int) func(string, string, syscall.RawConn) error {
+		return func(_, _ string, c syscall.RawConn) error {
+			var serr error
+			if err := c.Control(func(fd uintptr) { serr = unix.SetsockoptInt(int(fd), unix.SOL_SOCKET, opt, 1) }); err != nil {
+				return err
+			}
+			return serr
+		}
+	}
+	lc := net.ListenConfig{Control: small(unix.SO_RCVBUF)}
+	ln, err := lc.Listen(context.Background(), "tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	d := net.Dialer{Control: small(unix.SO_SNDBUF)}
+	a, err := d.Dial("tcp", ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := ln.Accept()
+	if err != nil {
+		a.Close()
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { a.Close(); b.Close() })
+	return a, b
 }
