@@ -66,7 +66,7 @@ func (s *Server) authorize(ctx *fasthttp.RequestCtx, g *generation, rt *route) (
 const defaultChallenge = `Bearer realm="wsgate"`
 
 // setDenyHeaders sets a deny answer's headers: the plugin's (checked by
-// pluginhost: tokens, no control characters, no framing headers), and on
+// pluginhost: names a deny may set, no control characters), and on
 // a 401 without a challenge, defaultChallenge. It runs after reject,
 // which resets the response headers.
 func setDenyHeaders(ctx *fasthttp.RequestCtx, status int, headers map[string]string) {

@@ -3,7 +3,9 @@ package gateway
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"net/http"
+	"strings"
 	"testing"
 	"time"
 
@@ -87,6 +89,38 @@ path = %q
 	status, h = denyAnswer(t, srv.Addr().String(), "/a", http.Header{"X-Demo-Token": {"wrong"}})
 	if got := h.Values("WWW-Authenticate"); status != 403 || len(got) != 0 {
 		t.Fatalf("status %d, WWW-Authenticate %q; want 403 and none", status, got)
+	}
+}
+
+// TestDenyResponseHeadersOnTheWire pins issue 19 item 16's allow-list on
+// the answer a client gets: a deny's WWW-Authenticate, Retry-After,
+// Cache-Control and X- headers reach it; a deny that sets any other
+// (Set-Cookie here) is a malformed decision, answered 503 without the
+// plugin's headers, and logged.
+func TestDenyResponseHeadersOnTheWire(t *testing.T) {
+	t.Setenv("GORACE", "atexit_sleep_ms=0")
+	plugin := testproc.Build(t, "./plugins/internal/testplugin")
+	var logs testproc.Buffer
+	srv := startGatewayLog(t, recorderConfig("", newWireRecorder(t))+
+		fmt.Sprintf("auth = [\"t\"]\n[[plugins]]\nname = \"t\"\npath = %q\n", plugin), slog.New(slog.NewJSONHandler(&logs, nil)))
+	gw := srv.Addr().String()
+
+	status, h := denyAnswer(t, gw, "/deny-headers?WWW-Authenticate=Basic&Retry-After=7&Cache-Control=no-store&X-Request-Id=r1", nil)
+	if status != 401 {
+		t.Fatalf("status %d, want 401", status)
+	}
+	for k, v := range map[string]string{"WWW-Authenticate": "Basic", "Retry-After": "7", "Cache-Control": "no-store", "X-Request-Id": "r1"} {
+		if got := h.Values(k); len(got) != 1 || got[0] != v {
+			t.Errorf("%s %q, want %q", k, got, v)
+		}
+	}
+
+	status, h = denyAnswer(t, gw, "/deny-headers?WWW-Authenticate=Basic&Set-Cookie=session%3Dx", nil)
+	if status != 503 || h.Get("Set-Cookie") != "" || h.Get("WWW-Authenticate") != "" {
+		t.Fatalf("status %d, headers %v; want 503 without the plugin's headers", status, h)
+	}
+	if !strings.Contains(logs.String(), "response header Set-Cookie is not one a deny may set") {
+		t.Fatalf("the refused header is not logged:\n%s", logs.String())
 	}
 }
 

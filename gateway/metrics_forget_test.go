@@ -82,7 +82,8 @@ pool = "relay"
 // TestRemovedNodeSeriesDeleted pins issue 19 item 10: the series of a
 // node a reload removed (health checks, transitions, local dial errors,
 // rebalance moves) stayed in /metrics for the life of the process. They
-// stay while the node still has a tunnel, and go once it has none.
+// stay while the node still has a tunnel, even swept past the handshake
+// timeout, and go once its last tunnel ends.
 func TestRemovedNodeSeriesDeleted(t *testing.T) {
 	e, path := reloadable(t, 3, forgetBase)
 	gone := e.addrs[2]
@@ -129,20 +130,33 @@ func TestRemovedNodeSeriesDeleted(t *testing.T) {
 		return n
 	}
 	before := counted()
+	node := e.srv.current().pools["relay"].node(gone)
+	if node == nil || node.Live() == 0 {
+		t.Fatal("no lease on the third node before the reload")
+	}
 
 	e.writeConfig(path, strings.Replace(forgetBase, "  [[pools.nodes]]\n  addr = %[4]q\n", "", 1))
 	if err := e.srv.Reload(); err != nil {
 		t.Fatal(err)
 	}
-	// The client has not answered the gateway's close: its tunnel is live
-	// and the node keeps its series through a sweep.
-	n := e.srv.current().pools["relay"]
-	if n.node(gone) != nil {
+	if e.srv.current().pools["relay"].node(gone) != nil {
 		t.Fatal("the reload left the node in its pool")
 	}
+	// Past the handshake timeout no handshake can take a lease on the
+	// node any more, so only its live tunnel keeps it: the client has not
+	// answered the gateway's close. Moving the reload's time back stands
+	// for the wait, which a sweep inside it would not test.
+	e.srv.reload.mu.Lock()
+	e.srv.reload.goneAt = time.Now().Add(-time.Hour)
+	e.srv.reload.mu.Unlock()
 	e.srv.sweepNodes()
-	if got := counted(); got != before || e.srv.tunnels.len() == 0 {
-		t.Fatalf("removed node with a live tunnel: %d series, want %d (tunnels %d)", got, before, e.srv.tunnels.len())
+	// Live only falls on a drained node: still held after the sweep, it
+	// was held through it.
+	if node.Live() == 0 {
+		t.Fatal("the tunnel to the removed node ended before the sweep was checked")
+	}
+	if got := counted(); got != before {
+		t.Fatalf("removed node with a live tunnel, swept past the handshake timeout: %d series, want %d", got, before)
 	}
 	expectClose(t, held, 1001)
 	held.Close()

@@ -127,11 +127,11 @@ type Decision struct {
 	Headers map[string]string
 	// ResponseHeaders are set on the gateway's answer to a client it
 	// refuses (Allow false), such as the WWW-Authenticate challenge of a
-	// 401; ignored on an allow. Names must be HTTP tokens other than
-	// Content-Length, Transfer-Encoding and Connection, and values must not
-	// contain CR, LF or NUL, or the gateway rejects the decision. A 401
-	// without WWW-Authenticate gets the gateway's default, Bearer
-	// realm="wsgate".
+	// 401; ignored on an allow. Names must be WWW-Authenticate,
+	// Retry-After, Cache-Control or start with X- (in any case), and values
+	// must not contain CR, LF or NUL, or the gateway rejects the decision
+	// (the client gets 503). A 401 without WWW-Authenticate gets the
+	// gateway's default, Bearer realm="wsgate".
 	ResponseHeaders map[string]string
 	// AffinityKey, if set, is offered to the pool's balancer as the key
 	// of a hash policy (for example a tenant id); default none.

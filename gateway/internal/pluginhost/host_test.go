@@ -100,6 +100,40 @@ func TestPluginErrorsFailClosed(t *testing.T) {
 	allowAgain(t, h, []string{"a"}, req("/"), 5*time.Second)
 }
 
+// TestDenyResponseHeadersFromPlugin pins issue 19 item 16's allow-list
+// through a plugin process: the headers a deny needs reach the Result,
+// and a Set-Cookie or a Content-Encoding makes the decision malformed
+// (the gateway answers 503), with the plugin still deciding after.
+func TestDenyResponseHeadersFromPlugin(t *testing.T) {
+	bin := testPlugin(t)
+	h, _, _ := newHost(t, []conf.Plugin{spec("a", bin, map[string]any{"tag": "a"})}, Options{Logger: quiet})
+	deny := func(query string) (Result, error) {
+		r := req("/deny-headers")
+		r.RawQuery = query
+		return h.Authenticate(context.Background(), []string{"a"}, r)
+	}
+	res, err := deny("WWW-Authenticate=Bearer&Retry-After=5&Cache-Control=no-store&X-Request-Id=r1")
+	if err != nil || res.Allow || res.Status != 401 {
+		t.Fatalf("got %+v, %v; want a 401", res, err)
+	}
+	want := map[string]string{"WWW-Authenticate": "Bearer", "Retry-After": "5", "Cache-Control": "no-store", "X-Request-Id": "r1"}
+	if len(res.ResponseHeaders) != len(want) {
+		t.Fatalf("response headers %v, want %v", res.ResponseHeaders, want)
+	}
+	for k, v := range want {
+		if res.ResponseHeaders[k] != v {
+			t.Fatalf("response headers %v, want %v", res.ResponseHeaders, want)
+		}
+	}
+	for _, q := range []string{"Set-Cookie=session%3Dx", "WWW-Authenticate=Bearer&Content-Encoding=gzip", "Trailer=X-A"} {
+		res, err := deny(q)
+		if !errors.Is(err, ErrBadDecision) || res.Allow || !strings.Contains(err.Error(), "may set") {
+			t.Fatalf("%s: got %+v, %v; want %v", q, res, err, ErrBadDecision)
+		}
+	}
+	allowAgain(t, h, []string{"a"}, req("/"), 5*time.Second)
+}
+
 func TestCache(t *testing.T) {
 	bin := testPlugin(t)
 	h, rec, _ := newHost(t, []conf.Plugin{

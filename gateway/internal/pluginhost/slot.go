@@ -252,8 +252,8 @@ func checkDecision(d *auth.Decision) error {
 		if !validHeaderName(k) {
 			return fmt.Errorf("response header name %q is not an HTTP token", k)
 		}
-		if framingHeader(k) {
-			return fmt.Errorf("response header %s is the gateway's to set", k)
+		if !denyHeader(k) {
+			return fmt.Errorf("response header %s is not one a deny may set (WWW-Authenticate, Retry-After, Cache-Control, X-*)", k)
 		}
 		if !validHeaderValue(v) {
 			return fmt.Errorf("response header %s: value has control characters", k)
@@ -262,10 +262,20 @@ func checkDecision(d *auth.Decision) error {
 	return nil
 }
 
-// framingHeader reports whether k frames the answer or the connection:
-// a plugin's value would corrupt the gateway's own.
-func framingHeader(k string) bool {
-	return strings.EqualFold(k, "Content-Length") || strings.EqualFold(k, "Transfer-Encoding") || strings.EqualFold(k, "Connection")
+// denyHeader reports whether a plugin may set k on the gateway's answer
+// to a client it refuses, whatever the case of k: a challenge
+// (WWW-Authenticate), when to come back (Retry-After), whether to keep
+// the answer (Cache-Control), and names of its own starting with X- ("X-"
+// alone is not one). Any other name is the gateway's: it could frame the
+// answer (Content-Length, Transfer-Encoding, Trailer), change the
+// connection (Connection, Upgrade, Keep-Alive), recode the plain-text
+// body (Content-Encoding, Content-Type) or reach past this answer
+// (Set-Cookie on the gateway's origin).
+func denyHeader(k string) bool {
+	if len(k) > 2 && strings.EqualFold(k[:2], "X-") {
+		return true
+	}
+	return strings.EqualFold(k, "WWW-Authenticate") || strings.EqualFold(k, "Retry-After") || strings.EqualFold(k, "Cache-Control")
 }
 
 func validHeaderName(k string) bool {

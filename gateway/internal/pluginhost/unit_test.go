@@ -160,6 +160,49 @@ func TestCheckDecision(t *testing.T) {
 	}
 }
 
+// TestDenyResponseHeaderAllowList pins the hardening of issue 19 item 16:
+// a deny's response headers were refused only when they framed the answer
+// (Content-Length, Transfer-Encoding, Connection), so a plugin could set a
+// cookie on the gateway's origin, a Content-Encoding on the plain-text
+// body, or a Trailer. Only what a deny needs passes now, whatever the
+// case; any other name refuses the whole decision.
+func TestDenyResponseHeaderAllowList(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		ok   bool
+	}{
+		{"WWW-Authenticate", true},
+		{"www-authenticate", true},
+		{"Retry-After", true},
+		{"Cache-Control", true},
+		{"X-Request-Id", true},
+		{"x-ratelimit-reset", true},
+		{"X-", false},
+		{"Xfoo", false},
+		{"Set-Cookie", false},
+		{"set-cookie", false},
+		{"Content-Encoding", false},
+		{"Content-Type", false},
+		{"Content-Length", false},
+		{"Transfer-Encoding", false},
+		{"Trailer", false},
+		{"Connection", false},
+		{"Upgrade", false},
+		{"Keep-Alive", false},
+		{"Location", false},
+		{"Proxy-Authenticate", false},
+		{"Sec-WebSocket-Accept", false},
+		{"Strict-Transport-Security", false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			d := auth.Decision{Status: 401, ResponseHeaders: map[string]string{tc.name: "v"}}
+			if err := checkDecision(&d); (err == nil) != tc.ok {
+				t.Fatalf("err = %v, want ok=%v", err, tc.ok)
+			}
+		})
+	}
+}
+
 func TestLogWriter(t *testing.T) {
 	var buf testproc.Buffer
 	w := &logWriter{log: slog.New(slog.NewTextHandler(&buf, &slog.HandlerOptions{Level: slog.LevelDebug})), plugin: "p"}

@@ -1,6 +1,7 @@
 // Command testplugin is an auth plugin for the host's tests: its config
 // picks allow or deny, the request path picks a misbehaviour (/hang,
-// /slow, /crash, /error, /bad-header), and every decision carries the
+// /slow, /crash, /error, /bad-header) or a 401 whose response headers are
+// the query's parameters (/deny-headers), and every decision carries the
 // plugin's pid and call count so a test can see which process answered
 // and whether the call reached it, and the client address it was given.
 // On a TLS listener it also reports the request's TLS info (see
@@ -72,6 +73,13 @@ func (a *testAuth) Authenticate(ctx context.Context, req *auth.Request) (*auth.D
 		return auth.Allow(map[string]string{"X-Evil": "a\r\nX-Injected: 1"}), nil
 	case "/nil":
 		return nil, nil
+	case "/deny-headers":
+		d := auth.Deny(401, "denied with headers")
+		d.ResponseHeaders = map[string]string{}
+		for k, v := range req.Query() {
+			d.ResponseHeaders[k] = v[0]
+		}
+		return d, nil
 	}
 	h := map[string]string{
 		a.cfg.HeaderName: a.cfg.Tag,
