@@ -28,7 +28,8 @@ var errClosingWrite = errors.New("connection closing: the socket takes no more b
 //
 // Once the tunnel closes the connection, a write (crypto/tls's
 // close_notify alert) is one attempt that never waits: a client whose
-// socket is full gets none, and the close does not block.
+// socket is full gets none, and the close does not block. A write waiting
+// when the close begins gives up at once.
 type TLSSocket struct {
 	net.Conn
 
@@ -76,8 +77,8 @@ func (s *TLSSocket) SetWriteDeadline(t time.Time) error {
 // Write writes all of b. While the socket takes nothing it wakes every
 // stallProbe (earlier at a deadline) and tries again; it fails only at the
 // deadline set with SetWriteDeadline or, on a tunnel's connection, when the
-// tunnel's write timeout or close deadline passes, or when the socket
-// fails.
+// tunnel's write timeout or close deadline passes, when the socket
+// fails, or when the tunnel closes the connection (errClosingWrite).
 func (s *TLSSocket) Write(b []byte) (int, error) {
 	if s.closing.Load() {
 		return s.writeNow(b)
@@ -92,25 +93,28 @@ func (s *TLSSocket) Write(b []byte) (int, error) {
 		if h != nil {
 			until, err := h.writeLimit(start, last, h.g.grace.Load())
 			if !now.Before(until) {
-				s.failed.Store(n > 0 || s.failed.Load())
-				return n, err
+				return s.gaveUp(n, err)
 			}
 			wake = earliest(until, now.Add(h.probe()))
 		}
 		if ns := s.deadline.Load(); ns != 0 {
 			limit := time.Unix(0, ns)
 			if !now.Before(limit) {
-				s.failed.Store(n > 0 || s.failed.Load())
 				if timeout == nil {
 					timeout = os.ErrDeadlineExceeded
 				}
-				return n, timeout
+				return s.gaveUp(n, timeout)
 			}
 			if wake.IsZero() || limit.Before(wake) {
 				wake = limit
 			}
 		}
 		s.arm(now, wake)
+		// After arm: a close that came meanwhile set its past deadline
+		// after this one, or is seen here.
+		if s.closing.Load() {
+			return s.gaveUp(n, errClosingWrite)
+		}
 		k, err := s.Conn.Write(b[n:])
 		s.writes.Add(1)
 		n += k
@@ -118,10 +122,7 @@ func (s *TLSSocket) Write(b []byte) (int, error) {
 			return n, nil
 		}
 		if !errors.Is(err, os.ErrDeadlineExceeded) {
-			if n > 0 {
-				s.failed.Store(true)
-			}
-			return n, err
+			return s.gaveUp(n, err)
 		}
 		timeout = err
 		s.probes.Add(1)
@@ -133,6 +134,15 @@ func (s *TLSSocket) Write(b []byte) (int, error) {
 			h.stalled()
 		}
 	}
+}
+
+// gaveUp ends a write that wrote n bytes of its record with err: after a
+// part of a record the connection carries nothing more (see writeNow).
+func (s *TLSSocket) gaveUp(n int, err error) (int, error) {
+	if n > 0 {
+		s.failed.Store(true)
+	}
+	return n, err
 }
 
 // arm sets the deadline of the next write on Conn to wake (zero: none). A
@@ -212,9 +222,17 @@ func tlsSocketOf(c net.Conn) *TLSSocket {
 
 // closeConn closes c. On a TLSSocket its close_notify alert goes out only
 // if the socket takes it at once.
+//
+// A write may be waiting on the socket meanwhile: one crypto/tls's read
+// side makes (an alert, a KeyUpdate answer) holds the TLS connection's
+// write lock, which close_notify waits for, while no Write of the
+// tunnel's is in flight for Close to cut. So the close first wakes it
+// with a deadline in the past; seeing closing, it gives up.
 func closeConn(c net.Conn) {
 	if s := tlsSocketOf(c); s != nil {
 		s.closing.Store(true)
+		s.armed.Store(0) // the next arm sets its deadline, whatever it was
+		_ = s.Conn.SetWriteDeadline(time.Unix(1, 0))
 	}
 	_ = c.Close()
 }
