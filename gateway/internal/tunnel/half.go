@@ -156,11 +156,7 @@ func (h *half) initGo(src, dst net.Conn) {
 		return
 	}
 	h.g.reader = pollread.NewReader(src, bufPool)
-	if sc, ok := src.(syscall.Conn); ok {
-		if raw, err := sc.SyscallConn(); err == nil {
-			h.g.srcRaw = raw
-		}
-	}
+	h.g.srcRaw = hangUpSocket(src)
 }
 
 // out is where forward queues what goes to dst: the half's own on

@@ -4,6 +4,8 @@ import (
 	"net"
 	"testing"
 	"time"
+
+	"github.com/wsgate/wsgate/internal/wsframe"
 )
 
 // fillSocket fills the gateway's socket toward a client that reads
@@ -83,5 +85,54 @@ func TestTLSAbortAlertInFlight(t *testing.T) {
 	}
 	if got := tun.EndReason(); got != EndAborted {
 		t.Errorf("end reason %v, want %v", got, EndAborted)
+	}
+}
+
+// TestTLSClientHangUpEndsStalledNodeWrite pins issue 19 item 3: while the
+// gateway's write to a node that reads nothing is stalled, a TLS client
+// that hangs up was not noticed, since the hang-up probe looked for a
+// socket on the TLS connection itself (which has none) instead of under
+// it; the tunnel lived on to the write timeout. Now the stalled write sees
+// the hang-up at its next probe and the close timeout ends the tunnel.
+func TestTLSClientHangUpEndsStalledNodeWrite(t *testing.T) {
+	const closeTimeout = time.Second
+	client, gwClient := tlsPair(t)
+	gwNode, node := tcpPair(t)
+	if err := node.(*net.TCPConn).SetReadBuffer(4 << 10); err != nil {
+		t.Fatal(err)
+	}
+	if err := gwNode.(*net.TCPConn).SetWriteBuffer(4 << 10); err != nil {
+		t.Fatal(err)
+	}
+	// Room for what the client sends behind the stall, so its
+	// close_notify and its end of stream reach the gateway's kernel.
+	if err := tcpOf(gwClient).SetReadBuffer(1 << 20); err != nil {
+		t.Fatal(err)
+	}
+	tun := New(Params{Client: gwClient, Node: gwNode, WriteTimeout: time.Minute, CloseTimeout: closeTimeout})
+	tun.Start()
+	if got := tun.Engine(); got != "goroutines" {
+		t.Fatalf("engine %q, want goroutines (a TLS client's)", got)
+	}
+	f := frame(wsframe.OpBinary, true, true, make([]byte, 1020))
+	var flood []byte
+	for len(flood) < 96<<10 {
+		flood = append(flood, f...)
+	}
+	_ = client.SetWriteDeadline(time.Now().Add(10 * time.Second))
+	if _, err := client.Write(flood); err != nil {
+		t.Fatalf("client flood: %v", err)
+	}
+	waitHalfStalled(t, &tun.toNode)
+	closed := time.Now()
+	_ = client.Close()
+	select {
+	case <-tun.Done():
+	case <-time.After(20 * time.Second):
+		t.Fatal("tunnel did not end 20 s after its TLS client hung up (write timeout 1 min): the stalled write to the node never saw the hang-up")
+	}
+	t.Logf("tunnel ended %v after the client hung up (close timeout %v)", time.Since(closed).Round(time.Millisecond), closeTimeout)
+	if got := tun.EndReason(); got != EndCloseTimeout {
+		t.Errorf("end reason %v, want %v", got, EndCloseTimeout)
 	}
 }
