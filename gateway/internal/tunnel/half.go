@@ -462,7 +462,7 @@ type goState struct {
 	// behind the gateway's keepalive ping sleeps on it.
 	turn *sync.Cond
 	ob   outBuf
-	// armed is the write deadline set on dst in Unix ns, 0 if none yet.
+	// armed is the write deadline set on dst in mono ns, 0 if none yet.
 	// Only the holder of the write turn uses it.
 	armed int64
 	// sock is the TLSSocket under dst, a TLS connection, which wakes
@@ -549,10 +549,10 @@ func (h *half) send(b []byte, grace bool) error {
 		// A deadline already set no later than wake and at least half a
 		// probe away serves as well: setting one costs about a tenth
 		// of a small write. Not for a write that cannot wake again.
-		armed := time.Unix(0, g.armed)
+		armed := monoTime(g.armed)
 		if g.armed == 0 || wake.Before(armed) || armed.Sub(now) < h.probe()/2 || (g.final && !wake.Equal(armed)) {
 			_ = g.dst.SetWriteDeadline(wake)
-			g.armed = wake.UnixNano()
+			g.armed = mono(wake)
 		}
 		n, werr := g.dst.Write(b)
 		if werr == nil {
@@ -564,6 +564,7 @@ func (h *half) send(b []byte, grace bool) error {
 		if g.final {
 			return err
 		}
+		g.armed = 0 // it fired: set one again, whatever the clocks say
 		b = b[n:]
 		now = time.Now()
 		if n > 0 {

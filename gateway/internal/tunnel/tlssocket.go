@@ -33,8 +33,11 @@ var errClosingWrite = errors.New("connection closing: the socket takes no more b
 type TLSSocket struct {
 	net.Conn
 
-	deadline atomic.Int64 // the write deadline set with SetWriteDeadline, Unix ns; 0: none
-	armed    atomic.Int64 // the write deadline set on Conn, Unix ns; 0: none
+	// The clocks are the package's (mono), as the runtime's deadlines
+	// are: a wall clock stepped back does not put a deadline that fired
+	// ahead again.
+	deadline atomic.Int64 // the write deadline set with SetWriteDeadline, mono ns; 0: none
+	armed    atomic.Int64 // the write deadline set on Conn, mono ns; 0: none
 	// owner is the tunnel half writing to the client: its clocks bound
 	// every write from when the tunnel starts.
 	owner   atomic.Pointer[half]
@@ -67,7 +70,7 @@ func (s *TLSSocket) SetDeadline(t time.Time) error {
 func (s *TLSSocket) SetWriteDeadline(t time.Time) error {
 	var ns int64
 	if !t.IsZero() {
-		ns = t.UnixNano()
+		ns = mono(t)
 	}
 	s.deadline.Store(ns)
 	s.armed.Store(ns)
@@ -98,7 +101,7 @@ func (s *TLSSocket) Write(b []byte) (int, error) {
 			wake = earliest(until, now.Add(h.probe()))
 		}
 		if ns := s.deadline.Load(); ns != 0 {
-			limit := time.Unix(0, ns)
+			limit := monoTime(ns)
 			if !now.Before(limit) {
 				if timeout == nil {
 					timeout = os.ErrDeadlineExceeded
@@ -126,6 +129,9 @@ func (s *TLSSocket) Write(b []byte) (int, error) {
 		}
 		timeout = err
 		s.probes.Add(1)
+		// The deadline fired: the next attempt sets one again, even if
+		// the clocks say it is not due yet.
+		s.armed.Store(0)
 		now = time.Now()
 		if k > 0 {
 			last = now
@@ -151,13 +157,13 @@ func (s *TLSSocket) gaveUp(n int, err error) (int, error) {
 func (s *TLSSocket) arm(now, wake time.Time) {
 	var ns int64
 	if !wake.IsZero() {
-		ns = wake.UnixNano()
+		ns = mono(wake)
 	}
 	armed := s.armed.Load()
 	if armed == ns {
 		return
 	}
-	if ns != 0 && armed != 0 && armed < ns && armed-now.UnixNano() >= int64(stallProbe/2) {
+	if ns != 0 && armed != 0 && armed < ns && armed-mono(now) >= int64(stallProbe/2) {
 		return
 	}
 	s.armed.Store(ns)
