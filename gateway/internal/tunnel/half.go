@@ -157,11 +157,7 @@ func (h *half) initGo(src, dst net.Conn) {
 		return
 	}
 	h.g.reader = pollread.NewReader(src, bufPool)
-	if sc, ok := src.(syscall.Conn); ok {
-		if raw, err := sc.SyscallConn(); err == nil {
-			h.g.srcRaw = raw
-		}
-	}
+	h.g.srcRaw = hangUpSocket(src)
 }
 
 // out is where forward queues what goes to dst: the half's own on
@@ -467,7 +463,7 @@ type goState struct {
 	// behind the gateway's keepalive ping sleeps on it.
 	turn *sync.Cond
 	ob   outBuf
-	// armed is the write deadline set on dst in Unix ns, 0 if none yet.
+	// armed is the write deadline set on dst in mono ns, 0 if none yet.
 	// Only the holder of the write turn uses it.
 	armed int64
 	// sock is the TLSSocket under dst, a TLS connection, which wakes
@@ -554,10 +550,10 @@ func (h *half) send(b []byte, grace bool) error {
 		// A deadline already set no later than wake and at least half a
 		// probe away serves as well: setting one costs about a tenth
 		// of a small write. Not for a write that cannot wake again.
-		armed := time.Unix(0, g.armed)
+		armed := monoTime(g.armed)
 		if g.armed == 0 || wake.Before(armed) || armed.Sub(now) < h.probe()/2 || (g.final && !wake.Equal(armed)) {
 			_ = g.dst.SetWriteDeadline(wake)
-			g.armed = wake.UnixNano()
+			g.armed = mono(wake)
 		}
 		n, werr := g.dst.Write(b)
 		if werr == nil {
@@ -569,6 +565,7 @@ func (h *half) send(b []byte, grace bool) error {
 		if g.final {
 			return err
 		}
+		g.armed = 0 // it fired: set one again, whatever the clocks say
 		b = b[n:]
 		now = time.Now()
 		if n > 0 {

@@ -1,6 +1,15 @@
 package tunnel
 
-import "golang.org/x/sys/unix"
+import (
+	"net"
+	"syscall"
+
+	"golang.org/x/sys/unix"
+)
+
+// hangUpSocket is the socket srcHungUp probes for src: the one under a
+// TLS connection (a *tls.Conn has no descriptor of its own), nil if none.
+func hangUpSocket(src net.Conn) syscall.RawConn { return rawSocket(src) }
 
 // srcHungUp reports whether src's peer has shut down its side or the
 // connection failed, without reading: the kernel knows it (POLLRDHUP) even

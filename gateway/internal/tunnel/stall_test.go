@@ -65,12 +65,19 @@ func (r *stallRig) floodClient(n int) <-chan error {
 // is taken and no byte more has been read from the node for a while.
 func waitStalled(t *testing.T, tun *Tunnel) {
 	t.Helper()
-	h := &tun.toClient
+	waitHalfStalled(t, &tun.toClient)
+}
+
+// waitHalfStalled waits until h's write to its destination is stuck: the
+// write turn is taken and no byte more has been read from its source for
+// a while.
+func waitHalfStalled(t *testing.T, h *half) {
+	t.Helper()
 	deadline := time.Now().Add(10 * time.Second)
 	last, still := uint64(0), 0
 	for still < 20 {
 		if time.Now().After(deadline) {
-			t.Fatal("the write to the client never stalled")
+			t.Fatal("the write never stalled")
 		}
 		time.Sleep(10 * time.Millisecond)
 		h.mu.Lock()

@@ -28,12 +28,16 @@ var errClosingWrite = errors.New("connection closing: the socket takes no more b
 //
 // Once the tunnel closes the connection, a write (crypto/tls's
 // close_notify alert) is one attempt that never waits: a client whose
-// socket is full gets none, and the close does not block.
+// socket is full gets none, and the close does not block. A write waiting
+// when the close begins gives up at once.
 type TLSSocket struct {
 	net.Conn
 
-	deadline atomic.Int64 // the write deadline set with SetWriteDeadline, Unix ns; 0: none
-	armed    atomic.Int64 // the write deadline set on Conn, Unix ns; 0: none
+	// The clocks are the package's (mono), as the runtime's deadlines
+	// are: a wall clock stepped back does not put a deadline that fired
+	// ahead again.
+	deadline atomic.Int64 // the write deadline set with SetWriteDeadline, mono ns; 0: none
+	armed    atomic.Int64 // the write deadline set on Conn, mono ns; 0: none
 	// owner is the tunnel half writing to the client: its clocks bound
 	// every write from when the tunnel starts.
 	owner   atomic.Pointer[half]
@@ -66,7 +70,7 @@ func (s *TLSSocket) SetDeadline(t time.Time) error {
 func (s *TLSSocket) SetWriteDeadline(t time.Time) error {
 	var ns int64
 	if !t.IsZero() {
-		ns = t.UnixNano()
+		ns = mono(t)
 	}
 	s.deadline.Store(ns)
 	s.armed.Store(ns)
@@ -76,8 +80,8 @@ func (s *TLSSocket) SetWriteDeadline(t time.Time) error {
 // Write writes all of b. While the socket takes nothing it wakes every
 // stallProbe (earlier at a deadline) and tries again; it fails only at the
 // deadline set with SetWriteDeadline or, on a tunnel's connection, when the
-// tunnel's write timeout or close deadline passes, or when the socket
-// fails.
+// tunnel's write timeout or close deadline passes, when the socket
+// fails, or when the tunnel closes the connection (errClosingWrite).
 func (s *TLSSocket) Write(b []byte) (int, error) {
 	if s.closing.Load() {
 		return s.writeNow(b)
@@ -92,25 +96,28 @@ func (s *TLSSocket) Write(b []byte) (int, error) {
 		if h != nil {
 			until, err := h.writeLimit(start, last, h.g.grace.Load())
 			if !now.Before(until) {
-				s.failed.Store(n > 0 || s.failed.Load())
-				return n, err
+				return s.gaveUp(n, err)
 			}
 			wake = earliest(until, now.Add(h.probe()))
 		}
 		if ns := s.deadline.Load(); ns != 0 {
-			limit := time.Unix(0, ns)
+			limit := monoTime(ns)
 			if !now.Before(limit) {
-				s.failed.Store(n > 0 || s.failed.Load())
 				if timeout == nil {
 					timeout = os.ErrDeadlineExceeded
 				}
-				return n, timeout
+				return s.gaveUp(n, timeout)
 			}
 			if wake.IsZero() || limit.Before(wake) {
 				wake = limit
 			}
 		}
 		s.arm(now, wake)
+		// After arm: a close that came meanwhile set its past deadline
+		// after this one, or is seen here.
+		if s.closing.Load() {
+			return s.gaveUp(n, errClosingWrite)
+		}
 		k, err := s.Conn.Write(b[n:])
 		s.writes.Add(1)
 		n += k
@@ -118,13 +125,13 @@ func (s *TLSSocket) Write(b []byte) (int, error) {
 			return n, nil
 		}
 		if !errors.Is(err, os.ErrDeadlineExceeded) {
-			if n > 0 {
-				s.failed.Store(true)
-			}
-			return n, err
+			return s.gaveUp(n, err)
 		}
 		timeout = err
 		s.probes.Add(1)
+		// The deadline fired: the next attempt sets one again, even if
+		// the clocks say it is not due yet.
+		s.armed.Store(0)
 		now = time.Now()
 		if k > 0 {
 			last = now
@@ -135,19 +142,28 @@ func (s *TLSSocket) Write(b []byte) (int, error) {
 	}
 }
 
+// gaveUp ends a write that wrote n bytes of its record with err: after a
+// part of a record the connection carries nothing more (see writeNow).
+func (s *TLSSocket) gaveUp(n int, err error) (int, error) {
+	if n > 0 {
+		s.failed.Store(true)
+	}
+	return n, err
+}
+
 // arm sets the deadline of the next write on Conn to wake (zero: none). A
 // deadline already set no later than wake and at least half a probe away
 // serves as well: waking early only costs a look at the clocks.
 func (s *TLSSocket) arm(now, wake time.Time) {
 	var ns int64
 	if !wake.IsZero() {
-		ns = wake.UnixNano()
+		ns = mono(wake)
 	}
 	armed := s.armed.Load()
 	if armed == ns {
 		return
 	}
-	if ns != 0 && armed != 0 && armed < ns && armed-now.UnixNano() >= int64(stallProbe/2) {
+	if ns != 0 && armed != 0 && armed < ns && armed-mono(now) >= int64(stallProbe/2) {
 		return
 	}
 	s.armed.Store(ns)
@@ -212,9 +228,17 @@ func tlsSocketOf(c net.Conn) *TLSSocket {
 
 // closeConn closes c. On a TLSSocket its close_notify alert goes out only
 // if the socket takes it at once.
+//
+// A write may be waiting on the socket meanwhile: one crypto/tls's read
+// side makes (an alert, a KeyUpdate answer) holds the TLS connection's
+// write lock, which close_notify waits for, while no Write of the
+// tunnel's is in flight for Close to cut. So the close first wakes it
+// with a deadline in the past; seeing closing, it gives up.
 func closeConn(c net.Conn) {
 	if s := tlsSocketOf(c); s != nil {
 		s.closing.Store(true)
+		s.armed.Store(0) // the next arm sets its deadline, whatever it was
+		_ = s.Conn.SetWriteDeadline(time.Unix(1, 0))
 	}
 	_ = c.Close()
 }

@@ -172,7 +172,7 @@ type Tunnel struct {
 	pending      *[2][]byte // the client's and the node's pending bytes, until Start
 	closeTimeout time.Duration
 	writeTimeout time.Duration
-	closeBy      atomic.Int64 // close deadline in Unix ns, 0 until the close starts
+	closeBy      atomic.Int64 // close deadline in mono ns, 0 until the close starts
 	rate         *rateLimit   // the client's frame and byte rate limit; nil: none
 	ka           *keepalive   // nil: no keepalive pings
 	// done is the channel Done returned, made by its first call; once the
@@ -471,7 +471,7 @@ func (t *Tunnel) sideClosed(fromClient bool) {
 // timer. It never waits.
 func (t *Tunnel) startClosing() {
 	dl := time.Now().Add(t.closeTimeout)
-	if !t.closeBy.CompareAndSwap(0, dl.UnixNano()) {
+	if !t.closeBy.CompareAndSwap(0, mono(dl)) {
 		return
 	}
 	if t.pl != nil {
@@ -495,7 +495,7 @@ func (t *Tunnel) writeTimeoutOrDefault() time.Duration {
 // close starts.
 func (t *Tunnel) closeDeadline() time.Time {
 	if ns := t.closeBy.Load(); ns != 0 {
-		return time.Unix(0, ns)
+		return monoTime(ns)
 	}
 	return time.Time{}
 }
