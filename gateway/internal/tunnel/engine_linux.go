@@ -340,7 +340,7 @@ func (h *half) flushTail() {
 		h.failDst(err)
 	} else if next != nil {
 		h.writeNB(next, isClose)
-	} else if h.shutOnTail {
+	} else if tl.shut {
 		h.shutdownDstWrite()
 	}
 	if !h.writing && !t.fdsClosed {

@@ -75,7 +75,6 @@ type half struct {
 	readable   bool // src had an event since it last read short
 	hup        bool // src's peer hung up or the socket failed
 	urgent     bool // src reported urgent data: read it to EAGAIN
-	shutOnTail bool // dst's stream ends once the tail is written (endInsideFrame)
 	ended      bool // reading src has ended
 	stallArmed bool // a write-timeout timer is pending
 	queued     bool // in the poller's list of halves to read on
@@ -131,6 +130,7 @@ type tail struct {
 	lastProgress int64 // mono ns: when dst last took a byte of the tail
 	graceUntil   int64 // mono ns: how long a tail ending in the gateway's close may wait past the close deadline
 	close        bool  // b ends with the gateway's close frame
+	shut         bool  // dst's stream ends once b is written (endInsideFrame)
 }
 
 func (h *half) init(t *Tunnel, src, dst net.Conn, toClient, polled bool) {
@@ -774,7 +774,7 @@ func (h *half) endInsideFrame() bool {
 		if h.tail != nil {
 			// What dst has not taken yet goes first: the frames before
 			// the cut, as the goroutine engine's synchronous writes do.
-			h.shutOnTail = true
+			h.tail.shut = true
 			return true
 		}
 		h.shutdownDstWrite()

@@ -150,7 +150,9 @@ func TestRateLimitInsideFrameKeepsQueuedFrames(t *testing.T) {
 	// The first read (bufSize, over TCP) goes over the byte rate; the
 	// node's small buffers take only part of it, and the rest waits in the
 	// gateway's queue when the cut comes.
-	r.tun = New(Params{Client: gwClient, Node: gwNode, Lease: r.lease, CloseTimeout: 10 * time.Second, ByteRate: 3000})
+	// A close timeout past the node's read deadline: the node's stream
+	// must end by the shutdown, not by the tunnel's close.
+	r.tun = New(Params{Client: gwClient, Node: gwNode, Lease: r.lease, CloseTimeout: time.Minute, ByteRate: 3000})
 	r.tun.Start()
 	var sent []byte
 	for range 8 {
