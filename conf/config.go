@@ -406,8 +406,9 @@ type Route struct {
 	// for this long, between two frames, so a client whose network is
 	// gone is found (default "0s": no pings; else >= 1s).
 	PingInterval Duration `toml:"ping_interval" json:"ping_interval"`
-	// PongTimeout ends the tunnel of a client that, for this long after a
-	// ping, neither sends a byte nor takes one of those queued toward it:
+	// PongTimeout ends the tunnel of a client that sends no byte for this
+	// long after its ping reached it (while it takes the bytes queued
+	// ahead of the ping it is waited for, up to write_timeout + this):
 	// the node is told 1001 and its slot freed (default 10s; > 0; used
 	// only with ping_interval).
 	PongTimeout Duration `toml:"pong_timeout" json:"pong_timeout"`

@@ -14,6 +14,12 @@
 // -pong-timeout; it reports how much it read and whether the gateway cut
 // it (wsgate_tunnels_closed_total{reason="pong_timeout"}).
 //
+// -mode hung measures the keepalive against a client whose application
+// hangs (issue 19 item 3's review): one client neither reads nor sends
+// while its node sends a 1 KiB frame every -trickle (0: nothing); it
+// reports when the gateway cut it with pong_timeout, counted from the
+// handshake, or that it did not within -duration.
+//
 // Everything runs on 127.0.0.1 and stops after -duration; the gateway it
 // starts is stopped by its PID.
 //
@@ -24,6 +30,8 @@
 //	     [-pause 2ms] [-byte-rate 4096] [-frame-rate 0]
 //	drip -gateway /tmp/wsgate [-engine epoll|goroutines] -mode reader [-duration 10s] [-read-rate 1048576]
 //	     [-ping-interval 1s] [-pong-timeout 1s]
+//	drip -gateway /tmp/wsgate [-engine epoll|goroutines] -mode hung [-duration 60s] [-trickle 50ms]
+//	     [-read-buffer 0] [-ping-interval 1s] [-pong-timeout 1s]
 package main
 
 import (
@@ -45,6 +53,8 @@ import (
 	"sync/atomic"
 	"syscall"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 func main() {
@@ -56,18 +66,23 @@ func main() {
 	byteRate := flag.Int("byte-rate", 4096, "the route's byte_rate (0: none)")
 	frameRate := flag.Int("frame-rate", 0, "the route's frame_rate (0: none)")
 	readRate := flag.Int("read-rate", 1<<20, "reader: bytes a second the client reads")
-	pingInterval := flag.Duration("ping-interval", time.Second, "reader: the route's ping_interval")
-	pongTimeout := flag.Duration("pong-timeout", time.Second, "reader: the route's pong_timeout")
+	pingInterval := flag.Duration("ping-interval", time.Second, "reader, hung: the route's ping_interval")
+	pongTimeout := flag.Duration("pong-timeout", time.Second, "reader, hung: the route's pong_timeout")
+	flag.DurationVar(&tricklePause, "trickle", 50*time.Millisecond, "hung: the node sends a 1 KiB frame this often (0: nothing)")
+	readBuffer := flag.Int("read-buffer", 0, "hung: the client's SO_RCVBUF in bytes (0: the system's, autotuned)")
 	flag.StringVar(&engine, "engine", "epoll", "the gateway's tunnel_engine: epoll or goroutines")
 	flag.Parse()
-	if *gw == "" || (*mode != "drip" && *mode != "frames" && *mode != "reader") || *clients < 1 || *clients > 1000 || *duration > 2*time.Minute {
+	if *gw == "" || (*mode != "drip" && *mode != "frames" && *mode != "reader" && *mode != "hung") || *clients < 1 || *clients > 1000 || *duration > 2*time.Minute {
 		flag.Usage()
 		os.Exit(2)
 	}
 	var err error
-	if *mode == "reader" {
+	switch *mode {
+	case "reader":
 		err = runReader(*gw, *duration, *readRate, *pingInterval, *pongTimeout)
-	} else {
+	case "hung":
+		err = runHung(*gw, *duration, *pingInterval, *pongTimeout, *readBuffer)
+	default:
 		err = run(*gw, *mode, *clients, *duration, *pause, *byteRate, *frameRate)
 	}
 	if err != nil {
@@ -78,6 +93,10 @@ func main() {
 
 // engine is the gateway's tunnel_engine (-engine).
 var engine string
+
+// tricklePause is how often the node sends a hung client a frame
+// (-trickle).
+var tricklePause time.Duration
 
 // gateway is a wsgate started for a run, with a node behind it.
 type gateway struct {
@@ -371,8 +390,11 @@ func startNode() (net.Listener, error) {
 		if err := brw.Flush(); err != nil {
 			return
 		}
-		if r.URL.Path == "/stream" {
+		switch r.URL.Path {
+		case "/stream":
 			go stream(conn)
+		case "/trickle":
+			go trickle(conn)
 		}
 		// Drop everything; answer the gateway's close (1001 when it cut a
 		// client) so the client hears its own close code.
@@ -542,5 +564,61 @@ func runReader(gw string, duration time.Duration, readRate int, pingInterval, po
 	}
 	fmt.Printf("engine %s, mode reader, ping_interval %v, pong_timeout %v, reading %d bytes/s for %v: read %.2f MB, %d pings answered, %s; tunnels cut with pong_timeout: %v\n",
 		engine, pingInterval, pongTimeout, readRate, duration, float64(read)/1e6, pings, end, cut)
+	return nil
+}
+
+// trickle writes a 1 KiB binary frame to conn every tricklePause (none
+// when it is 0) until a write fails (the connection closed), for two
+// minutes at most.
+func trickle(conn net.Conn) {
+	if tricklePause <= 0 {
+		return
+	}
+	f := append([]byte{0x82, 126, 0x04, 0}, make([]byte, 1<<10)...)
+	for until := time.Now().Add(2 * time.Minute); time.Now().Before(until); {
+		time.Sleep(tricklePause)
+		_ = conn.SetWriteDeadline(time.Now().Add(5 * time.Second))
+		if _, err := conn.Write(f); err != nil {
+			return
+		}
+	}
+}
+
+// runHung has one client that neither reads nor sends hold a tunnel while
+// its node trickles frames toward it, and reports when the gateway cut it
+// with pong_timeout. A readBuffer > 0 is set as the client's SO_RCVBUF:
+// the larger the buffer, the longer it takes the trickle unread.
+func runHung(gw string, duration, pingInterval, pongTimeout time.Duration, readBuffer int) error {
+	route := fmt.Sprintf("ping_interval = %q\npong_timeout = %q\n", pingInterval.String(), pongTimeout.String())
+	g, c, err := startGateway(gw, route, "/trickle")
+	if err != nil {
+		return err
+	}
+	defer g.stop()
+	defer c.conn.Close()
+	if readBuffer > 0 {
+		if err := c.conn.SetReadBuffer(readBuffer); err != nil {
+			return err
+		}
+	}
+	start := time.Now()
+	end := fmt.Sprintf("not cut within %v", duration)
+	for time.Since(start) < duration {
+		cut, err := g.metric(`wsgate_tunnels_closed_total{reason="pong_timeout"}`)
+		if err != nil {
+			return err
+		}
+		if cut > 0 {
+			end = fmt.Sprintf("cut with pong_timeout %v after the handshake", time.Since(start).Round(10*time.Millisecond))
+			break
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	unread := 0
+	if raw, err := c.conn.SyscallConn(); err == nil {
+		_ = raw.Control(func(fd uintptr) { unread, _ = unix.IoctlGetInt(int(fd), unix.SIOCINQ) })
+	}
+	fmt.Printf("engine %s, mode hung, ping_interval %v, pong_timeout %v, a 1 KiB frame every %v, read buffer %d: %s; %d bytes unread in the client's socket\n",
+		engine, pingInterval, pongTimeout, tricklePause, readBuffer, end, unread+c.br.Buffered())
 	return nil
 }

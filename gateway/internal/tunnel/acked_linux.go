@@ -13,25 +13,36 @@ import (
 // cannot be read: no TCP socket under the client's connection, or the
 // tunnel's sockets are closed. A client whose application reads frees its
 // receive window and acknowledges more; one that reads nothing, or has
-// vanished, acknowledges nothing once its receive buffer is full. On the
+// vanished, acknowledges nothing once its receive buffer is full (until
+// then its stack acknowledges what the buffer has room for). On the
 // event-driven engine it is called on the poller only.
-func (t *Tunnel) clientAcked() (uint64, bool) {
+func (t *Tunnel) clientAcked() (uint64, bool) { return t.clientCount(bytesAcked) }
+
+// clientWritten returns how many bytes have been written to the client's
+// socket so far, as its TCP stack counts them: those the client
+// acknowledged and those still in the send queue. It is called by the
+// writer of the node→client half, right after a write.
+func (t *Tunnel) clientWritten() (uint64, bool) { return t.clientCount(bytesWritten) }
+
+// clientCount returns count of the client's socket, false when there is
+// none or the tunnel's sockets are closed.
+func (t *Tunnel) clientCount(count func(fd uintptr) (uint64, bool)) (uint64, bool) {
 	if t.pl != nil {
 		if t.fdsClosed {
 			return 0, false
 		}
-		return bytesAcked(uintptr(t.clientFD))
+		return count(uintptr(t.clientFD))
 	}
 	raw := rawSocket(t.client)
 	if raw == nil {
 		return 0, false
 	}
-	var acked uint64
+	var n uint64
 	ok := false
-	if err := raw.Control(func(fd uintptr) { acked, ok = bytesAcked(fd) }); err != nil {
+	if err := raw.Control(func(fd uintptr) { n, ok = count(fd) }); err != nil {
 		return 0, false
 	}
-	return acked, ok
+	return n, ok
 }
 
 // bytesAcked reads tcpi_bytes_acked of the TCP socket fd, into a struct
@@ -48,6 +59,37 @@ func bytesAcked(fd uintptr) (uint64, bool) {
 		return 0, false
 	}
 	return info.Bytes_acked, true
+}
+
+// bytesWritten returns the bytes written to the TCP socket fd so far:
+// tcpi_bytes_acked plus the send queue (SIOCOUTQ: bytes not yet
+// acknowledged, sent or not). An acknowledgement processed between the
+// two reads would make the sum short by what it acknowledged, so the
+// reads are repeated until bytes_acked stands still across one (a few
+// times at most; then the sum is a lower bound).
+func bytesWritten(fd uintptr) (uint64, bool) {
+	acked, ok := bytesAcked(fd)
+	if !ok {
+		return 0, false
+	}
+	var sum uint64
+	for range 4 {
+		var queued int32
+		_, _, e := unix.RawSyscall(unix.SYS_IOCTL, fd, unix.SIOCOUTQ, uintptr(unsafe.Pointer(&queued)))
+		if e != 0 || queued < 0 {
+			return 0, false
+		}
+		sum = acked + uint64(queued)
+		again, ok := bytesAcked(fd)
+		if !ok {
+			return 0, false
+		}
+		if again == acked {
+			break
+		}
+		acked = again
+	}
+	return sum, true
 }
 
 // rawSocket returns the socket under c, looking through a TLS connection

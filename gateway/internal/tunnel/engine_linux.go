@@ -256,9 +256,12 @@ func (h *half) endSrc(err error) {
 func (h *half) writeNB(out [][]byte, lastIsClose bool) {
 	t := h.t
 	for {
-		total := 0
+		total, ping := 0, 0 // ping: the bytes of out up to the end of the keepalive ping
 		for _, b := range out {
 			total += len(b)
+			if isPing(b) {
+				ping = total
+			}
 		}
 		n, err := 0, error(net.ErrClosed)
 		if !t.fdsClosed {
@@ -267,8 +270,14 @@ func (h *half) writeNB(out [][]byte, lastIsClose bool) {
 		if err == unix.EAGAIN {
 			n, err = 0, nil
 		}
+		if ping > 0 && err == nil && n >= ping {
+			h.pingSent(n - ping)
+		}
 		if err == nil && n < total {
 			h.keepTail(out, n, lastIsClose)
+			if ping > n {
+				h.tail.ping = int32(ping - n) // within one write's bytes
+			}
 			return
 		}
 		next, isClose := h.afterWrite(err)
@@ -281,6 +290,18 @@ func (h *half) writeNB(out [][]byte, lastIsClose bool) {
 		}
 		out, lastIsClose = next, isClose
 	}
+}
+
+// pingSent records where the keepalive ping lies in the client's socket:
+// a write has just handed it over whole, followed by after bytes of the
+// same write.
+func (h *half) pingSent(after int) {
+	pos, ok := h.t.clientWritten()
+	if !ok || pos < uint64(after+len(pingFrame)) {
+		return
+	}
+	end := pos - uint64(after)
+	h.t.notePing(end-uint64(len(pingFrame)), end)
 }
 
 // keepTail keeps the bytes of out after the first n as the tail and arms
@@ -326,6 +347,12 @@ func (h *half) flushTail() {
 	n, err := rawWrite(h.dstFD(), tl.b)
 	if err == unix.EAGAIN {
 		return
+	}
+	if tl.ping > 0 && err == nil {
+		if n >= int(tl.ping) {
+			h.pingSent(n - int(tl.ping))
+		}
+		tl.ping -= int32(min(n, int(tl.ping)))
 	}
 	if err == nil && n < len(tl.b) {
 		if n > 0 {

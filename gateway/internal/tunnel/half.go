@@ -131,6 +131,7 @@ type tail struct {
 	graceUntil   int64 // mono ns: how long a tail ending in the gateway's close may wait past the close deadline
 	close        bool  // b ends with the gateway's close frame
 	shut         bool  // dst's stream ends once b is written (endInsideFrame)
+	ping         int32 // the bytes of b up to the end of the keepalive ping in it; 0: none
 }
 
 func (h *half) init(t *Tunnel, src, dst net.Conn, toClient, polled bool) {
@@ -410,7 +411,12 @@ func (h *half) writeOut(out [][]byte, lastIsClose bool) {
 	for {
 		var err error
 		for i, b := range out {
-			if err = h.send(b, lastIsClose && i == len(out)-1); err != nil {
+			if isPing(b) {
+				err = h.sendPing(b)
+			} else {
+				err = h.send(b, lastIsClose && i == len(out)-1)
+			}
+			if err != nil {
 				break
 			}
 		}
@@ -573,6 +579,20 @@ func (h *half) send(b []byte, grace bool) error {
 		}
 		h.stalled()
 	}
+}
+
+// sendPing sends the keepalive ping b and records where it lies in the
+// client's socket: between the bytes written to the socket before the
+// write and after it (TLS's record around it included).
+func (h *half) sendPing(b []byte) error {
+	from, placed := h.t.clientWritten()
+	if err := h.send(b, false); err != nil {
+		return err
+	}
+	if end, ok := h.t.clientWritten(); placed && ok && end > from {
+		h.t.notePing(from, end)
+	}
+	return nil
 }
 
 // writeLimit is when a write to dst begun at start, whose last byte dst

@@ -109,12 +109,16 @@ type Params struct {
 
 	// PingInterval, when > 0, turns keepalive on: a client that has sent
 	// nothing since the last look, once an interval, gets a ping between
-	// two frames; one that then, for PongTimeout, neither sends a byte nor
-	// takes one (its TCP stack acknowledges none of the bytes queued
-	// toward it) is cut (EndPongTimeout) and the node gets close 1001. Any
-	// byte from the client answers (its pong goes on to the node: RFC 6455
-	// allows an unsolicited pong); a reader of a stream whose ping waits
-	// behind megabytes of socket buffers is kept while it reads.
+	// two frames. Any byte from the client answers (its pong goes on to
+	// the node: RFC 6455 allows an unsolicited pong). A client that has
+	// not answered is cut (EndPongTimeout) and the node gets close 1001,
+	// looked at once a PongTimeout: when for a PongTimeout its TCP stack
+	// acknowledged none of the bytes queued ahead of the ping, or a
+	// PongTimeout after it acknowledged the ping itself (what it
+	// acknowledges after the ping says nothing of its application), or at
+	// the latest WriteTimeout + PongTimeout after the ping. A reader of a
+	// stream whose ping waits behind megabytes of socket buffers is kept
+	// while it reads its way to it.
 	PingInterval time.Duration
 	// PongTimeout is the keepalive's answer deadline (default
 	// DefaultPongTimeout).
