@@ -166,14 +166,14 @@ func (t *Tunnel) stopKeepalive() {
 type rateLimit struct {
 	frameRate, byteRate float64 // per second; 0 = no cap
 	frames, bytes       float64 // tokens left
-	last                int64   // Unix ns of the last take
+	last                int64   // mono ns of the last take
 }
 
 func newRateLimit(frameRate, byteRate uint64) *rateLimit {
 	return &rateLimit{
 		frameRate: float64(frameRate), byteRate: float64(byteRate),
 		frames: float64(frameRate), bytes: float64(byteRate),
-		last: time.Now().UnixNano(),
+		last: mono(time.Now()),
 	}
 }
 
