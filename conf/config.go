@@ -25,6 +25,9 @@ type Config struct {
 	Plugins []Plugin `toml:"plugins" json:"plugins"`
 
 	lines *lineIndex // where each key was written, for later errors
+	// relative holds the paths resolvePaths made absolute from relative
+	// ones, for error messages (see FromRelative).
+	relative map[string]bool
 }
 
 // Line returns the line of the loaded file where key, a key path such as

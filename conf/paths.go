@@ -11,24 +11,34 @@ import "path/filepath"
 func (c *Config) resolvePaths() {
 	dir := filepath.Dir(c.File)
 	for i := range c.Plugins {
-		c.Plugins[i].Path = resolvePath(dir, c.Plugins[i].Path)
+		c.resolvePath(dir, &c.Plugins[i].Path)
 	}
 	t := &c.Gateway.TLS
-	t.ClientCAFile = resolvePath(dir, t.ClientCAFile)
+	c.resolvePath(dir, &t.ClientCAFile)
 	for i := range t.Certificates {
-		t.Certificates[i].CertFile = resolvePath(dir, t.Certificates[i].CertFile)
-		t.Certificates[i].KeyFile = resolvePath(dir, t.Certificates[i].KeyFile)
+		c.resolvePath(dir, &t.Certificates[i].CertFile)
+		c.resolvePath(dir, &t.Certificates[i].KeyFile)
 	}
 }
 
-// resolvePath is p made absolute from dir when relative; "" stays "".
-func resolvePath(dir, p string) string {
-	if p == "" || filepath.IsAbs(p) {
-		return p
+// resolvePath makes *p absolute from dir when relative, and remembers it
+// was; "" stays "".
+func (c *Config) resolvePath(dir string, p *string) {
+	if *p == "" || filepath.IsAbs(*p) {
+		return
 	}
-	p = filepath.Join(dir, p)
-	if abs, err := filepath.Abs(p); err == nil {
-		return abs
+	abs := filepath.Join(dir, *p)
+	if a, err := filepath.Abs(abs); err == nil {
+		abs = a
 	}
-	return p
+	if c.relative == nil {
+		c.relative = make(map[string]bool)
+	}
+	c.relative[abs] = true
+	*p = abs
 }
+
+// FromRelative reports whether path, as the config now holds it, was
+// written as a relative path and made absolute from the config file's
+// directory: an error about a missing file can then say so.
+func (c *Config) FromRelative(path string) bool { return c.relative[path] }

@@ -44,7 +44,8 @@ func loadTLS(cfg *conf.Config) (*tlsSet, error) {
 	}
 	bad := func(key string, err error) error {
 		msg := err.Error()
-		if errors.Is(err, fs.ErrNotExist) {
+		var pe *fs.PathError
+		if errors.As(err, &pe) && errors.Is(err, fs.ErrNotExist) && cfg.FromRelative(pe.Path) {
 			// Relative paths were once taken from the working directory.
 			msg += " (a relative path is taken from the config file's directory)"
 		}
