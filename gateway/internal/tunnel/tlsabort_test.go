@@ -40,18 +40,8 @@ func fillSocket(t *testing.T, rawGW net.Conn) {
 // as much. Now the close wakes the write, which gives up, and Abort
 // returns at once.
 func TestTLSAbortAlertInFlight(t *testing.T) {
-	rawClient, rawGW := tcpPair(t)
-	if err := rawClient.(*net.TCPConn).SetReadBuffer(16 << 10); err != nil {
-		t.Fatal(err)
-	}
-	if err := rawGW.(*net.TCPConn).SetWriteBuffer(16 << 10); err != nil {
-		t.Fatal(err)
-	}
-	sock := NewTLSSocket(rawGW)
-	_, gw := tlsOver(t, rawClient, sock)
-	gwNode, _ := tcpPair(t)
-	tun := New(Params{Client: gw, Node: gwNode, WriteTimeout: time.Minute, CloseTimeout: time.Minute})
-	tun.Start()
+	rawClient, sock, tun := smallTLSTunnel(t)
+	rawGW := sock.Conn
 	fillSocket(t, rawGW)
 	// An application-data record of 27 bytes that is no AEAD output of
 	// the session: the gateway's read fails and sends bad_record_mac.

@@ -222,18 +222,8 @@ func TestTLSSlowReaderKeepsTunnel(t *testing.T) {
 // timeout, no close started). Now the alert is dropped and the tunnel ends
 // at once.
 func TestTLSAbortFullClientAtOnce(t *testing.T) {
-	rawClient, rawGW := tcpPair(t)
-	if err := rawClient.(*net.TCPConn).SetReadBuffer(16 << 10); err != nil {
-		t.Fatal(err)
-	}
-	if err := rawGW.(*net.TCPConn).SetWriteBuffer(16 << 10); err != nil {
-		t.Fatal(err)
-	}
-	sock := NewTLSSocket(rawGW)
-	_, gw := tlsOver(t, rawClient, sock)
-	gwNode, _ := tcpPair(t)
-	tun := New(Params{Client: gw, Node: gwNode, WriteTimeout: time.Minute, CloseTimeout: time.Minute})
-	tun.Start()
+	_, sock, tun := smallTLSTunnel(t)
+	rawGW := sock.Conn
 	// Fill the client's socket behind the tunnel's back: no write of
 	// the tunnel's is in flight, and none of its clocks runs.
 	// Full: three writes in a row take nothing in 200 ms.
@@ -297,4 +287,26 @@ func TestTLSWithoutSocketWritesOnce(t *testing.T) {
 		t.Errorf("%d writes to the client: the tunnel spun on a timed-out TLS write", n)
 	}
 	t.Logf("%d writes to the client", counted.writes.Load())
+}
+
+// smallTLSTunnel starts a tunnel whose client is TLS over a TLSSocket,
+// with 16 KiB buffers between the gateway and the client's raw socket
+// (easy to fill) and a minute's write and close timeouts (far off). It
+// returns the client's raw socket, the gateway's TLSSocket, and the
+// tunnel.
+func smallTLSTunnel(t *testing.T) (rawClient net.Conn, sock *TLSSocket, tun *Tunnel) {
+	t.Helper()
+	rawClient, rawGW := tcpPair(t)
+	if err := rawClient.(*net.TCPConn).SetReadBuffer(16 << 10); err != nil {
+		t.Fatal(err)
+	}
+	if err := rawGW.(*net.TCPConn).SetWriteBuffer(16 << 10); err != nil {
+		t.Fatal(err)
+	}
+	sock = NewTLSSocket(rawGW)
+	_, gw := tlsOver(t, rawClient, sock)
+	gwNode, _ := tcpPair(t)
+	tun = New(Params{Client: gw, Node: gwNode, WriteTimeout: time.Minute, CloseTimeout: time.Minute})
+	tun.Start()
+	return rawClient, sock, tun
 }
