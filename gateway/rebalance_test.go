@@ -17,8 +17,8 @@ import (
 	"github.com/fasthttp/websocket"
 	dto "github.com/prometheus/client_model/go"
 	"github.com/wsgate/wsgate/balancer"
+	"github.com/wsgate/wsgate/bench/loadgen"
 	"github.com/wsgate/wsgate/conf"
-	"github.com/wsgate/wsgate/internal/loadgen"
 	"github.com/wsgate/wsgate/internal/redistest"
 	"github.com/wsgate/wsgate/internal/testproc"
 )

@@ -10,7 +10,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/wsgate/wsgate/internal/loadgen"
+	"github.com/wsgate/wsgate/bench/loadgen"
 )
 
 // options is the parsed command line.

@@ -25,7 +25,7 @@ import (
 	"slices"
 	"syscall"
 
-	"github.com/wsgate/wsgate/internal/loadgen"
+	"github.com/wsgate/wsgate/bench/loadgen"
 	"github.com/wsgate/wsgate/internal/rlimit"
 )
 

@@ -18,7 +18,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/wsgate/wsgate/internal/loadgen"
+	"github.com/wsgate/wsgate/bench/loadgen"
 	"github.com/wsgate/wsgate/internal/testproc"
 	"github.com/wsgate/wsgate/relay-backend/relay"
 )

@@ -11,7 +11,7 @@ import (
 	"strconv"
 	"sync"
 
-	"github.com/wsgate/wsgate/internal/loadgen"
+	"github.com/wsgate/wsgate/bench/loadgen"
 )
 
 // execute runs the scenario in this process (-procs 1, or as a child) or

@@ -10,7 +10,7 @@ import (
 
 	"github.com/wsgate/wsgate/bench/internal/loadproc"
 	"github.com/wsgate/wsgate/bench/internal/probe"
-	"github.com/wsgate/wsgate/internal/loadgen"
+	"github.com/wsgate/wsgate/bench/loadgen"
 )
 
 // idleResult is what one idle ramp measured.

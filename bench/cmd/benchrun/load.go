@@ -11,7 +11,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/wsgate/wsgate/internal/loadgen"
+	"github.com/wsgate/wsgate/bench/loadgen"
 )
 
 // loadRun is one wsload process started by startLoad.

@@ -6,7 +6,7 @@ import (
 	"fmt"
 	"io"
 
-	"github.com/wsgate/wsgate/internal/loadgen"
+	"github.com/wsgate/wsgate/bench/loadgen"
 )
 
 // smokeChecks are the CI smoke scenarios through the gateway. The

@@ -23,7 +23,7 @@ import (
 	"time"
 
 	"github.com/wsgate/wsgate/bench/internal/stack"
-	"github.com/wsgate/wsgate/internal/loadgen"
+	"github.com/wsgate/wsgate/bench/loadgen"
 )
 
 // Run is one wsload process started by Start. Wait must be called once;
