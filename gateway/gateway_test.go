@@ -126,12 +126,15 @@ func (e *env) waitZero() {
 		for _, r := range e.relays {
 			held += r.Info().Connections
 		}
+		late := 0 // handshakes waiting for their hijack (handoff.run)
+		e.srv.lateHandoffs.Range(func(any, any) bool { late++; return true })
+		held += late
 		if held == 0 {
 			return
 		}
 		if time.Now().After(deadline) {
-			e.t.Fatalf("still held after the test: tunnels %d, slots %d, total %d",
-				e.srv.Tunnels(), e.srv.limits.open(), held)
+			e.t.Fatalf("still held after the test: tunnels %d, slots %d, late handshakes %d, total %d",
+				e.srv.Tunnels(), e.srv.limits.open(), late, held)
 		}
 		time.Sleep(5 * time.Millisecond)
 	}
