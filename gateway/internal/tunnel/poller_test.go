@@ -207,4 +207,14 @@ func TestPollerTableFollowsOwnTunnels(t *testing.T) {
 			t.Fatalf("a kept tunnel (slot %d) got events %b from its sockets, want both", tun.slot, seen[tun])
 		}
 	}
+
+	// Once every tunnel has ended, the poller holds none and its table is
+	// back to the floor.
+	for tun := range kept {
+		p.forget(tun)
+	}
+	p.compact()
+	if p.live != 0 || len(p.slots) > compactMin {
+		t.Fatalf("all tunnels ended: %d live, table of %d slots, want 0 and at most %d", p.live, len(p.slots), compactMin)
+	}
 }
