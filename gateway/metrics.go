@@ -64,7 +64,7 @@ func newMetrics(s *Server) *metrics {
 		}, []string{"code", "side"}),
 		tunnelEnds: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "wsgate_tunnels_closed_total",
-			Help: "Tunnels ended, by the first cause seen: closed (close handshake finished), client_gone and node_gone (that side's connection ended without a close frame), write_timeout (the client or node accepted no byte for gateway.write_timeout), close_timeout (the close handshake did not finish in time), aborted (cut at the end of a drain), pong_timeout (the client did not answer a keepalive ping within the route's pong_timeout).",
+			Help: "Tunnels ended, by the first cause seen: closed (close handshake finished), client_gone and node_gone (that side's connection ended without a close frame), write_timeout (the client or node accepted no byte for gateway.write_timeout), close_timeout (the close handshake did not finish in time), aborted (cut at the end of a drain), pong_timeout (after a keepalive ping reached the client, it sent nothing for the route's pong_timeout; or the ping waited longer than write_timeout + pong_timeout).",
 		}, []string{"reason"}),
 		drains: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "wsgate_drains_total",
