@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/valyala/fasthttp"
+	"github.com/wsgate/wsgate/gateway/internal/telemetry"
 	"github.com/wsgate/wsgate/gateway/internal/tunnel"
 )
 
@@ -24,7 +25,7 @@ type accessLog struct {
 	on  func() bool // [log] access of the running config
 
 	mu       sync.Mutex
-	refusals logThrottle
+	refusals telemetry.Throttle
 	lastSeen time.Time   // the latest refusal
 	timer    *time.Timer // writes the count of refusals left out once a flood stops
 }
@@ -95,9 +96,9 @@ func (a *accessLog) refused(client net.Addr, path string, status int, reason str
 	a.mu.Lock()
 	now := time.Now()
 	a.lastSeen = now
-	n, ok := a.refusals.note(now, refusalLogEvery)
+	n, ok := a.refusals.Note(now, refusalLogEvery)
 	if !ok && a.timer == nil {
-		a.timer = time.AfterFunc(a.refusals.wait(now, refusalLogEvery), a.flush)
+		a.timer = time.AfterFunc(a.refusals.Wait(now, refusalLogEvery), a.flush)
 	}
 	a.mu.Unlock()
 	if !ok {
@@ -119,7 +120,7 @@ func (a *accessLog) refused(client net.Addr, path string, status int, reason str
 func (a *accessLog) flush() {
 	a.mu.Lock()
 	a.timer = nil
-	if a.refusals.pending() == 0 {
+	if a.refusals.Pending() == 0 {
 		a.mu.Unlock()
 		return
 	}
@@ -129,7 +130,7 @@ func (a *accessLog) flush() {
 		a.mu.Unlock()
 		return
 	}
-	n := a.refusals.take(now)
+	n := a.refusals.Take(now)
 	a.mu.Unlock()
 	a.log.Info("access", "kind", "refused", "dropped", n)
 }

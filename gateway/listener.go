@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/valyala/fasthttp"
+	"github.com/wsgate/wsgate/gateway/internal/telemetry"
 	"github.com/wsgate/wsgate/gateway/internal/tunnel"
 )
 
@@ -202,7 +203,7 @@ type acceptLog struct {
 	addr string
 
 	mu      sync.Mutex
-	lines   logThrottle
+	lines   telemetry.Throttle
 	pending bool      // errors since the last "accepting again"
 	since   time.Time // the first of them
 	failing bool      // the last accept failed
@@ -218,7 +219,7 @@ func (a *acceptLog) failed(err error, pause time.Duration) {
 		a.pending, a.since = true, now
 	}
 	a.failing = true
-	n, ok := a.lines.note(now, acceptLogEvery)
+	n, ok := a.lines.Note(now, acceptLogEvery)
 	if !ok {
 		return
 	}
@@ -236,7 +237,7 @@ func (a *acceptLog) resumed() {
 	if a.timer != nil {
 		return
 	}
-	if wait := a.lines.wait(time.Now(), acceptLogEvery); wait > 0 {
+	if wait := a.lines.Wait(time.Now(), acceptLogEvery); wait > 0 {
 		a.timer = time.AfterFunc(wait, a.flush)
 		return
 	}
@@ -257,43 +258,8 @@ func (a *acceptLog) writeResumed() {
 		return
 	}
 	now := time.Now()
-	a.log.Warn("accepting again", "addr", a.addr, "errors", a.lines.take(now), "after", now.Sub(a.since).Round(time.Millisecond))
+	a.log.Warn("accepting again", "addr", a.addr, "errors", a.lines.Take(now), "after", now.Sub(a.since).Round(time.Millisecond))
 	a.pending = false
-}
-
-// logThrottle spaces out the log lines about an error that can come in
-// floods: at most one line per interval, each with the number of errors
-// since the line before, so a flood costs one line a second and loses no
-// count. It is not safe for concurrent use: its owner locks.
-type logThrottle struct {
-	n    int       // errors not yet in a line
-	last time.Time // when the last line was written
-}
-
-// note counts one error at now. It reports whether a line is due (every
-// has passed since the last one) and, if so, the count the line carries,
-// which is then taken.
-func (t *logThrottle) note(now time.Time, every time.Duration) (int, bool) {
-	t.n++
-	if now.Sub(t.last) < every {
-		return 0, false
-	}
-	return t.take(now), true
-}
-
-// take returns the errors not yet in a line and notes a line written at now.
-func (t *logThrottle) take(now time.Time) int {
-	n := t.n
-	t.n, t.last = 0, now
-	return n
-}
-
-// pending is the number of errors not yet in a line.
-func (t *logThrottle) pending() int { return t.n }
-
-// wait is how long after now the next line may be written.
-func (t *logThrottle) wait(now time.Time, every time.Duration) time.Duration {
-	return every - now.Sub(t.last)
 }
 
 // refuse answers a connection over a limit and closes it: 429 over

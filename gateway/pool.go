@@ -14,6 +14,7 @@ import (
 	"github.com/valyala/fasthttp"
 	"github.com/wsgate/wsgate/balancer"
 	"github.com/wsgate/wsgate/conf"
+	"github.com/wsgate/wsgate/gateway/internal/telemetry"
 	"github.com/wsgate/wsgate/health"
 	"github.com/wsgate/wsgate/internal/sockopt"
 )
@@ -377,7 +378,7 @@ type dialLog struct {
 
 // nodeDialLog is dialLog's state for one node.
 type nodeDialLog struct {
-	lines  logThrottle
+	lines  telemetry.Throttle
 	reason string // of the last failure
 	err    error  // the last failure
 	timer  *time.Timer
@@ -393,9 +394,9 @@ func (l *dialLog) failed(node, reason string, err error) {
 	}
 	nl.reason, nl.err = reason, err
 	now := time.Now()
-	n, ok := nl.lines.note(now, dialLogEvery)
+	n, ok := nl.lines.Note(now, dialLogEvery)
 	if !ok && nl.timer == nil {
-		nl.timer = time.AfterFunc(nl.lines.wait(now, dialLogEvery), func() { l.flush(node) })
+		nl.timer = time.AfterFunc(nl.lines.Wait(now, dialLogEvery), func() { l.flush(node) })
 	}
 	l.mu.Unlock()
 	if ok { // written outside the lock: a slow log sink slows this dial only
@@ -408,9 +409,9 @@ func (l *dialLog) flush(node string) {
 	l.mu.Lock()
 	nl := l.nodes[node]
 	nl.timer = nil
-	n := nl.lines.pending()
+	n := nl.lines.Pending()
 	if n > 0 {
-		n = nl.lines.take(time.Now())
+		n = nl.lines.Take(time.Now())
 	}
 	reason, err := nl.reason, nl.err
 	l.mu.Unlock()

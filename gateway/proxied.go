@@ -9,6 +9,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/wsgate/wsgate/gateway/internal/telemetry"
 	"github.com/wsgate/wsgate/internal/proxyproto"
 )
 
@@ -37,7 +38,7 @@ type proxyState struct {
 	err   error         // why it ended; read after done
 
 	mu    sync.Mutex
-	lines logThrottle
+	lines telemetry.Throttle
 }
 
 // proxyProtocol makes l read a PROXY header on every connection.
@@ -157,7 +158,7 @@ func (l *limitListener) proxyRefused(c net.Conn, reason string, peerIP netip.Add
 	l.metrics.refused.WithLabelValues(reason).Inc()
 	p := l.proxy
 	p.mu.Lock()
-	n, ok := p.lines.note(time.Now(), proxyLogEvery)
+	n, ok := p.lines.Note(time.Now(), proxyLogEvery)
 	p.mu.Unlock()
 	if ok {
 		l.log.Warn("connection refused: PROXY protocol", "reason", reason, "peer", peerIP, "err", err, "refused", n)
