@@ -39,4 +39,3 @@ func (t *Throttle) Pending() int { return t.n }
 func (t *Throttle) Wait(now time.Time, every time.Duration) time.Duration {
 	return every - now.Sub(t.last)
 }
-
