@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/valyala/fasthttp"
+	"github.com/wsgate/wsgate/gateway/internal/registry"
 	"github.com/wsgate/wsgate/gateway/internal/telemetry"
 	"github.com/wsgate/wsgate/gateway/internal/tunnel"
 )
@@ -33,11 +34,11 @@ type accessLog struct {
 // tunnel writes the line of a tunnel that ended, from its hold. A tunnel
 // that began while the access log was off has no client, path, route or
 // start recorded: its line leaves them empty and has no duration_ms.
-func (a *accessLog) tunnel(hd *hold, st tunnel.Stats) {
+func (a *accessLog) tunnel(hd *registry.Entry, st tunnel.Stats) {
 	if !a.on() {
 		return
 	}
-	e := hd.info()
+	e := hd.Info()
 	code := uint16(0)
 	switch st.FirstClose {
 	case tunnel.ByClient:
@@ -49,24 +50,24 @@ func (a *accessLog) tunnel(hd *hold, st tunnel.Stats) {
 	}
 	args := []any{
 		"kind", "tunnel",
-		"client", e.client,
-		"path", e.path,
-		"route", e.route,
-		"node", hd.node().Addr(),
+		"client", e.Client,
+		"path", e.Path,
+		"route", e.Route,
+		"node", hd.Node().Addr(),
 		"status", fasthttp.StatusSwitchingProtocols,
 		"close_code", code,
 		"close_by", st.FirstClose.String(),
 		"end", st.End.String(),
 	}
-	if !e.start.IsZero() {
-		args = append(args, "duration_ms", float64(time.Since(e.start).Microseconds())/1000)
+	if !e.Start.IsZero() {
+		args = append(args, "duration_ms", float64(time.Since(e.Start).Microseconds())/1000)
 	}
 	args = append(args,
 		"frames_in", st.FramesToNode,
 		"bytes_in", st.BytesToNode,
 		"frames_out", st.FramesToClient,
 		"bytes_out", st.BytesToClient,
-		"subject", e.subject,
+		"subject", e.Subject,
 	)
 	a.log.Info("access", args...)
 }

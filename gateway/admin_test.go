@@ -91,7 +91,7 @@ func TestMetricsMatchRelays(t *testing.T) {
 	}
 	// Every room member gets the frames: wait until the gateway counted
 	// them toward the clients.
-	waitUntil(t, func() bool { return e.srv.tunnels.totals().FramesToClient >= 10 })
+	waitUntil(t, func() bool { return e.srv.tunnels.Totals().FramesToClient >= 10 })
 	fams := e.scrape()
 	got := map[string]float64{}
 	for _, m := range fams["wsgate_connections"].GetMetric() {

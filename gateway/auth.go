@@ -209,9 +209,9 @@ func (s *Server) loadRevocations(ctx context.Context) (loaded, closed int, err e
 		}
 		var n int
 		if name[0] == 's' {
-			n = s.tunnels.revoke(name[2:], "")
+			n = s.tunnels.Revoke(name[2:], "")
 		} else {
-			n = s.tunnels.revoke("", name[2:])
+			n = s.tunnels.Revoke("", name[2:])
 		}
 		s.metrics.revocations.Add(float64(n))
 		closed += n
@@ -356,7 +356,7 @@ func (s *Server) applyRevocation(r revocation) int {
 	if r.Key != "" {
 		s.revoked.add("k:"+r.Key, until)
 	}
-	n := s.tunnels.revoke(r.Subject, r.Key)
+	n := s.tunnels.Revoke(r.Subject, r.Key)
 	s.metrics.revocations.Add(float64(n))
 	s.log.Info("revoked", "subject", r.Subject, "key", r.Key, "tunnels", n)
 	return n

@@ -17,6 +17,7 @@ import (
 	"github.com/valyala/fasthttp"
 	"github.com/wsgate/wsgate/balancer"
 	"github.com/wsgate/wsgate/gateway/internal/pluginhost"
+	"github.com/wsgate/wsgate/gateway/internal/registry"
 	"github.com/wsgate/wsgate/gateway/internal/tunnel"
 	"github.com/wsgate/wsgate/health"
 	"github.com/wsgate/wsgate/internal/wsframe"
@@ -98,14 +99,15 @@ func (s *Server) serveUpgrade(ctx *fasthttp.RequestCtx, g *generation, rt *route
 			return
 		}
 		p.health.ReportSuccess(lease.Node().Addr())
-		ho.hd = &hold{lease: lease}
+		var info *registry.Info
 		if s.access.on() || !authz.Expires.IsZero() || authz.Subject != "" || authz.CredentialID != "" {
-			ho.hd.ext = &holdExt{expires: authz.Expires, subject: authz.Subject, key: authz.CredentialID}
+			info = &registry.Info{Expires: authz.Expires, Subject: authz.Subject, Key: authz.CredentialID}
 			if s.access.on() { // what only the access log reads: no copies when it is off
-				ho.hd.ext.client, ho.hd.ext.path = ctx.RemoteAddr().String(), string(ctx.Path())
-				ho.hd.ext.route, ho.hd.ext.start = rt.name, ctx.Time()
+				info.Client, info.Path = ctx.RemoteAddr().String(), string(ctx.Path())
+				info.Route, info.Start = rt.name, ctx.Time()
 			}
 		}
+		ho.hd = registry.NewEntry(lease, info)
 		ho.run(ctx)
 		return
 	}
@@ -241,7 +243,7 @@ type handoff struct {
 	rt    *route
 	start time.Time
 	up    upstream
-	hd    *hold
+	hd    *registry.Entry
 	// claimed is set by whichever of the hijack handler and the timer
 	// runs first; the other does nothing.
 	claimed atomic.Bool
@@ -272,7 +274,7 @@ func (h *handoff) run(ctx *fasthttp.RequestCtx) {
 	// From here until the tunnel is registered (or the handshake given
 	// up) a drain waits for it, so a client that gets its 101 during a
 	// drain still gets its 1001.
-	s.tunnels.reserve()
+	s.tunnels.Reserve()
 	ctx.HijackSetNoResponse(true)
 	if ctx.ConnRequestNum() > 1 {
 		h.late, h.conn = true, ctx.Conn()
@@ -306,7 +308,7 @@ func (h *handoff) clientGone() {
 	_ = h.up.conn.Close()
 	h.hd.Release()
 	h.s.metrics.handshake("client_gone", h.start)
-	h.s.tunnels.unreserve()
+	h.s.tunnels.Unreserve()
 }
 
 // closeConn is the hijack handler of a client whose 101 could not be sent.
@@ -321,7 +323,7 @@ func (h *handoff) expire() {
 		_ = h.up.conn.Close()
 		h.hd.Release()
 		h.s.metrics.handshake("client_gone", h.start)
-		h.s.tunnels.unreserve()
+		h.s.tunnels.Unreserve()
 	}
 }
 
@@ -365,7 +367,7 @@ func (h *handoff) hijacked(c net.Conn) {
 		}
 	}
 	h.s.startTunnel(c, h)
-	h.s.tunnels.unreserve()
+	h.s.tunnels.Unreserve()
 }
 
 // startTunnel starts the tunnel between the client connection c, whose 101
@@ -390,19 +392,19 @@ func (s *Server) startTunnel(c net.Conn, ho *handoff) {
 	})
 	s.metrics.handshake("ok", start)
 	s.metrics.startedOn[t.Engine()].Inc()
-	hd.t = t
-	e := hd.info()
-	if !e.expires.IsZero() {
-		hd.expiry = time.AfterFunc(time.Until(e.expires)+g.cfg.Gateway.ExpiryGrace.Duration, func() {
+	hd.SetTunnel(t)
+	e := hd.Info()
+	if !e.Expires.IsZero() {
+		hd.SetExpiry(time.AfterFunc(time.Until(e.Expires)+g.cfg.Gateway.ExpiryGrace.Duration, func() {
 			s.metrics.expiries.Inc()
 			t.GoAway(tunnel.CodePolicy, "credential expired")
-		})
+		}))
 	}
-	s.tunnels.add(hd)
+	s.tunnels.Add(hd)
 	t.Start()
 	// A revocation that scanned the registry just before this tunnel was
 	// added has already marked its subject or key: close it now.
-	if s.revoked.has("s:"+e.subject) || s.revoked.has("k:"+e.key) {
+	if s.revoked.has("s:"+e.Subject) || s.revoked.has("k:"+e.Key) {
 		s.metrics.revocations.Inc()
 		go t.GoAway(tunnel.CodePolicy, "credential revoked")
 	}
@@ -412,8 +414,8 @@ func (s *Server) startTunnel(c net.Conn, ho *handoff) {
 // its access log line.
 func (s *Server) tunnelEnded(t *tunnel.Tunnel) {
 	st := t.Stats()
-	hd := t.Lease().(*hold)
-	ok := s.tunnels.remove(hd, st)
+	hd := t.Lease().(*registry.Entry)
+	ok := s.tunnels.Remove(hd, st)
 	s.metrics.tunnelEnded(st)
 	if ok {
 		s.access.tunnel(hd, st)

@@ -297,7 +297,7 @@ func (c *liveCollector) Describe(ch chan<- *prometheus.Desc) {
 
 func (c *liveCollector) Collect(ch chan<- prometheus.Metric) {
 	s := c.s
-	ch <- prometheus.MustNewConstMetric(descTunnels, prometheus.GaugeValue, float64(s.tunnels.len()))
+	ch <- prometheus.MustNewConstMetric(descTunnels, prometheus.GaugeValue, float64(s.tunnels.Len()))
 	for _, p := range s.poolList() {
 		for _, n := range p.bal.Nodes() {
 			ch <- prometheus.MustNewConstMetric(descConnections, prometheus.GaugeValue, float64(n.Live()), p.name, n.Addr())
@@ -312,7 +312,7 @@ func (c *liveCollector) Collect(ch chan<- prometheus.Metric) {
 			}
 		}
 	}
-	t := s.tunnels.totals()
+	t := s.tunnels.Totals()
 	ch <- prometheus.MustNewConstMetric(descFrames, prometheus.CounterValue, float64(t.FramesToNode), "to_node")
 	ch <- prometheus.MustNewConstMetric(descFrames, prometheus.CounterValue, float64(t.FramesToClient), "to_client")
 	ch <- prometheus.MustNewConstMetric(descBytes, prometheus.CounterValue, float64(t.BytesToNode), "to_node")

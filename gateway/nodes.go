@@ -6,6 +6,7 @@ import (
 
 	"github.com/wsgate/wsgate/balancer"
 	"github.com/wsgate/wsgate/gateway/internal/pluginhost"
+	"github.com/wsgate/wsgate/gateway/internal/registry"
 )
 
 // poolList returns the pools sorted by name.
@@ -68,14 +69,14 @@ type checkJSON struct {
 }
 
 func (s *Server) nodesView() nodesJSON {
-	t := s.tunnels.totals()
+	t := s.tunnels.Totals()
 	v := nodesJSON{
 		Generation: s.current().n,
 		Plugins:    s.pluginStatus(),
 		Reload:     s.LastReload(),
 		Ready:      s.ready.Load(),
 		Draining:   s.draining.Load(),
-		Tunnels:    s.tunnels.len(),
+		Tunnels:    s.tunnels.Len(),
 		Handshakes: s.metrics.handshakeCounts(),
 		Frames:     directionJSON{ToNode: t.FramesToNode, ToClient: t.FramesToClient},
 		Bytes:      directionJSON{ToNode: t.BytesToNode, ToClient: t.BytesToClient},
@@ -118,16 +119,16 @@ func (s *Server) drainNode(p *pool, n *balancer.Node, migrate bool) int {
 		return 0
 	}
 	s.metrics.drains.WithLabelValues("node_migrate").Inc()
-	ts := s.tunnels.retire(n)
+	ts := s.tunnels.Retire(n)
 	window := s.current().cfg.Gateway.DrainWindow.Duration
 	s.log.Info("draining node", "pool", p.name, "node", n.Addr(), "tunnels", len(ts), "window", window)
-	go spread(context.Background(), ts, window, "node drained")
+	go registry.Spread(context.Background(), ts, window, "node drained")
 	return len(ts)
 }
 
 // undrainNode lets n take new connections again (once healthy).
 func (s *Server) undrainNode(p *pool, n *balancer.Node) {
 	p.undrain(n)
-	s.tunnels.unretire(n)
+	s.tunnels.Unretire(n)
 	s.log.Info("node undrained", "pool", p.name, "node", n.Addr())
 }

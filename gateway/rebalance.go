@@ -8,6 +8,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/wsgate/wsgate/balancer"
 	"github.com/wsgate/wsgate/conf"
+	"github.com/wsgate/wsgate/gateway/internal/registry"
 	"github.com/wsgate/wsgate/gateway/internal/tunnel"
 )
 
@@ -190,7 +191,7 @@ func (rb *rebalancer) plan(nodes []*balancer.Node, tolerance float64, now time.T
 	if len(r.left) == 0 {
 		return nil
 	}
-	r.queue = rb.s.tunnels.oldest(r.left)
+	r.queue = rb.s.tunnels.Oldest(r.left)
 	return r
 }
 
@@ -222,13 +223,13 @@ func (rb *rebalancer) move(p *pool, ps *poolRebalance, nodes []*balancer.Node, n
 		}
 		t := r.queue[n][0]
 		r.queue[n] = r.queue[n][1:]
-		if !rb.s.tunnels.holds(t, n) {
+		if !rb.s.tunnels.Holds(t, n) {
 			continue // ended meanwhile
 		}
 		if st := t.Stats(); st.FirstClose != 0 || st.End != 0 {
 			continue // closing already: its client is leaving anyway
 		}
-		t.GoAway(tunnelGoAwayCode, "rebalancing")
+		t.GoAway(registry.GoAwayCode, "rebalancing")
 		ps.tokens--
 		r.left[n]--
 		r.moved++
@@ -270,7 +271,7 @@ func (rb *rebalancer) settled(r *rebalanceRound, nodes []*balancer.Node, now tim
 	}
 	// A moved tunnel still closing counts on its node, and would be the
 	// oldest there, to be told again: wait until every one has ended.
-	for len(r.told) > 0 && !rb.s.tunnels.alive(r.told[len(r.told)-1]) {
+	for len(r.told) > 0 && !rb.s.tunnels.Alive(r.told[len(r.told)-1]) {
 		r.told = r.told[:len(r.told)-1]
 	}
 	if len(r.told) > 0 {
@@ -281,41 +282,4 @@ func (rb *rebalancer) settled(r *rebalanceRound, nodes []*balancer.Node, now tim
 		live += n.Live()
 	}
 	return live >= r.total
-}
-
-// oldest returns, for every node of want, its live tunnels oldest first
-// (in the order they were registered, a moment after their 101), at most
-// twice as many as want names plus a few, room for tunnels that end before
-// their turn. It walks the registry once under its lock; the list runs
-// newest first, so each node's run is reversed outside it.
-func (r *registry) oldest(want map[*balancer.Node]int) map[*balancer.Node][]*tunnel.Tunnel {
-	out := make(map[*balancer.Node][]*tunnel.Tunnel, len(want))
-	r.mu.Lock()
-	for h := r.head; h != nil; h = h.next {
-		if n := h.node(); want[n] > 0 {
-			out[n] = append(out[n], h.t)
-		}
-	}
-	r.mu.Unlock()
-	for n, ts := range out {
-		slices.Reverse(ts)
-		out[n] = ts[:min(len(ts), 2*want[n]+16)]
-	}
-	return out
-}
-
-// alive reports whether t is live.
-func (r *registry) alive(t *tunnel.Tunnel) bool {
-	h := t.Lease().(*hold)
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return r.linked(h)
-}
-
-// holds reports whether t is live and runs to n.
-func (r *registry) holds(t *tunnel.Tunnel, n *balancer.Node) bool {
-	h := t.Lease().(*hold)
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return r.linked(h) && h.node() == n
 }

@@ -303,7 +303,7 @@ func TestRebalanceStopsAtCap(t *testing.T) {
 	}
 	t.Cleanup(func() {
 		close(done)
-		e.srv.tunnels.abortAll()
+		e.srv.tunnels.AbortAll()
 		wg.Wait()
 	})
 	waitRebalance(t, "40 clients on A", func() bool { return a.Live() == 40 })
@@ -431,7 +431,7 @@ func TestRebalanceReloadKeepsSettle(t *testing.T) {
 		}()
 	}
 	t.Cleanup(func() {
-		e.srv.tunnels.abortAll()
+		e.srv.tunnels.AbortAll()
 		wg.Wait()
 	})
 	waitRebalance(t, "40 clients on A", func() bool { return a.Live() == 40 })

@@ -12,6 +12,7 @@ import (
 
 	"github.com/wsgate/wsgate/balancer"
 	"github.com/wsgate/wsgate/conf"
+	"github.com/wsgate/wsgate/gateway/internal/registry"
 	"github.com/wsgate/wsgate/gateway/internal/tunnel"
 )
 
@@ -168,14 +169,14 @@ func (s *Server) swap(cfg *conf.Config, by string) ([]string, error) {
 			}
 			for _, n := range p.bal.Nodes() {
 				if op.node(n.Addr()) == nil {
-					s.tunnels.unretire(n)
+					s.tunnels.Unretire(n)
 					p.health.AddPending(nodeTarget{n})
 				}
 			}
 		} else {
 			p.health.SetObserver(probeObserver{m: s.metrics, pool: p.name})
 			for _, n := range p.bal.Nodes() {
-				s.tunnels.unretire(n)
+				s.tunnels.Unretire(n)
 				p.health.AddPending(nodeTarget{n})
 			}
 		}
@@ -190,7 +191,7 @@ func (s *Server) swap(cfg *conf.Config, by string) ([]string, error) {
 	// Else the file drops the TLS listener, which needs a restart: until
 	// then it keeps serving the certificates it has.
 	// Nodes removed by earlier reloads whose tunnels have all ended.
-	s.tunnels.pruneRetired(g.holds)
+	s.tunnels.PruneRetired(g.holds)
 	s.forgetNodes(g, gone)
 	s.reload.gone, s.reload.goneAt = gone, time.Now()
 
@@ -199,9 +200,9 @@ func (s *Server) swap(cfg *conf.Config, by string) ([]string, error) {
 	for _, l := range gone {
 		l.p.health.Remove(l.n.Addr())
 		l.n.SetState(balancer.StateDrained)
-		ts := s.tunnels.retire(l.n)
+		ts := s.tunnels.Retire(l.n)
 		s.log.Info("node removed", "by", by, "pool", l.p.name, "node", l.n.Addr(), "tunnels", len(ts), "window", window)
-		go spread(context.Background(), ts, window, "node removed")
+		go registry.Spread(context.Background(), ts, window, "node removed")
 	}
 	if len(gone) > 0 {
 		// Those with no tunnel are forgotten once no handshake that read
@@ -264,7 +265,7 @@ func (s *Server) sweepNodes() {
 	if time.Since(s.reload.goneAt) < g.handshakeTimeout {
 		gone = s.reload.gone
 	}
-	s.tunnels.pruneRetired(g.holds)
+	s.tunnels.PruneRetired(g.holds)
 	s.forgetNodes(g, gone)
 }
 

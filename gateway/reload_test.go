@@ -295,7 +295,7 @@ func TestReloadRemovingNode(t *testing.T) {
 	// The removed node is remembered as leaving only while it has
 	// tunnels: once its last one has ended it is forgotten, without
 	// waiting for another reload.
-	waitUntil(t, func() bool { return e.srv.tunnels.retiredLen() == 0 })
+	waitUntil(t, func() bool { return e.srv.tunnels.RetiredLen() == 0 })
 }
 
 // TestBrokenReloadKeepsServing feeds broken files to a running gateway:
@@ -560,10 +560,7 @@ pool = "relay"
 	if x.Live() != 2 {
 		t.Fatalf("x live %d after a new tunnel, want 2", x.Live())
 	}
-	e.srv.tunnels.mu.Lock()
-	leaving := e.srv.tunnels.retired[x]
-	e.srv.tunnels.mu.Unlock()
-	if leaving {
+	if e.srv.tunnels.Leaving(x) {
 		t.Fatal("x is back in the config but still marked leaving: its new tunnels would be closed")
 	}
 	if _, resp, err := e.dial("/room/r", nil); err == nil || resp == nil || resp.StatusCode != http.StatusServiceUnavailable {

@@ -21,6 +21,7 @@ import (
 	"github.com/wsgate/wsgate/balancer"
 	"github.com/wsgate/wsgate/conf"
 	"github.com/wsgate/wsgate/gateway/internal/pluginhost"
+	"github.com/wsgate/wsgate/gateway/internal/registry"
 	"github.com/wsgate/wsgate/gateway/internal/tunnel"
 	"github.com/wsgate/wsgate/internal/fastlog"
 	"github.com/wsgate/wsgate/internal/rlimit"
@@ -55,7 +56,7 @@ type Server struct {
 	gen     atomic.Pointer[generation]
 	limits  *limiter
 	ipRate  *ipRate // handshake_rate_per_ip
-	tunnels registry
+	tunnels registry.Tunnels
 
 	// onTunnelEnd is tunnelEnded as a func value, made once: every
 	// tunnel's OnEnd shares it.
@@ -120,7 +121,7 @@ func New(cfg *conf.Config, log *slog.Logger) (*Server, error) {
 	s.gen.Store(g)
 	s.access = &accessLog{log: log, on: func() bool { return s.current().cfg.Log.Access }}
 	s.onTunnelEnd = s.tunnelEnded
-	s.tunnels.idle = s.requestSweep
+	s.tunnels.OnIdle(s.requestSweep)
 	s.metrics = newMetrics(s)
 	api, err := newAdminAPI(s)
 	if err != nil {
@@ -368,7 +369,7 @@ func (s *Server) AdminAddr() net.Addr {
 }
 
 // Tunnels is the number of live WebSocket tunnels.
-func (s *Server) Tunnels() int { return s.tunnels.len() }
+func (s *Server) Tunnels() int { return s.tunnels.Len() }
 
 // Shutdown drains the gateway: it stops accepting, turns readiness false,
 // closes every tunnel with 1001 spread evenly over drain_window, waits for
@@ -397,21 +398,21 @@ func (s *Server) Shutdown(ctx context.Context) error {
 
 	s.metrics.drains.WithLabelValues("gateway").Inc()
 	// Said as the window opens, not once it has passed.
-	s.log.Info("draining", "tunnels", s.tunnels.len(), "window", window, "timeout", g.cfg.Gateway.DrainTimeout.Duration)
-	n := s.tunnels.drainAll(ctx, window, "gateway shutting down")
-	left := s.tunnels.wait(ctx)
+	s.log.Info("draining", "tunnels", s.tunnels.Len(), "window", window, "timeout", g.cfg.Gateway.DrainTimeout.Duration)
+	n := s.tunnels.DrainAll(ctx, window, "gateway shutting down")
+	left := s.tunnels.Wait(ctx)
 	if left > 0 {
 		s.log.Warn("drain timeout: cutting tunnels", "left", left)
-		s.tunnels.abortAll()
-		s.tunnels.wait(context.Background())
+		s.tunnels.AbortAll()
+		s.tunnels.Wait(context.Background())
 	}
 	s.log.Info("tunnels drained", "told", n, "cut", left)
 	<-stopped
 	if left == 0 && ctx.Err() != nil {
 		// The drain timeout passed with handshakes still in flight:
 		// their tunnels are cut as they come, not told to go away.
-		s.tunnels.abortAll()
-		s.tunnels.wait(context.Background())
+		s.tunnels.AbortAll()
+		s.tunnels.Wait(context.Background())
 	}
 	for _, ln := range s.listeners {
 		_ = ln.Close()
