@@ -230,7 +230,7 @@ func (s *Server) discovered(pool string, wt *watch, nodes []discovery.Node, log 
 	if !current {
 		return nil
 	}
-	if _, err := s.swap(s.current().cfg, byDiscovery); err != nil {
+	if _, err := s.swap(s.current().cfg, byDiscovery, nil); err != nil {
 		return err
 	}
 	log.Info("discovered nodes applied", "nodes", addrs)

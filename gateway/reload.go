@@ -12,14 +12,23 @@ import (
 
 	"github.com/wsgate/wsgate/balancer"
 	"github.com/wsgate/wsgate/conf"
+	"github.com/wsgate/wsgate/gateway/internal/pluginhost"
 	"github.com/wsgate/wsgate/gateway/internal/registry"
 	"github.com/wsgate/wsgate/gateway/internal/tunnel"
 )
 
 // reloadState serializes reloads and remembers how the last one went.
+//
+// A reload has two locks. serial is held for the whole of it, so reloads
+// run one at a time; it covers the slow part, done before mu: reading the
+// file and starting the auth plugins it lists (up to their start
+// timeout). mu is held only to build and commit the generation, the part
+// every other changer of the running config (discovery, the TLS watcher,
+// the node sweep) and the admin API's reads wait for.
 type reloadState struct {
-	mu   sync.Mutex
-	last ReloadStatus
+	serial sync.Mutex
+	mu     sync.Mutex
+	last   ReloadStatus
 	// gone are the nodes the last swap removed, at goneAt: a sweep keeps
 	// them for a handshake timeout (see forgetNodes). Under mu.
 	gone   []leaving
@@ -90,26 +99,55 @@ func (s *Server) Reload() error {
 // ReloadFrom is Reload from the file at path.
 func (s *Server) ReloadFrom(path string) error {
 	start := time.Now()
+	s.reload.serial.Lock()
+	defer s.reload.serial.Unlock()
 	cfg, err := conf.Load(path)
+	var staged *pluginhost.Staged
+	if err == nil {
+		staged, err = s.stagePlugins(cfg)
+	}
 	s.reload.mu.Lock()
 	defer s.reload.mu.Unlock()
 	if err != nil {
 		s.recordReload(err, nil, start)
 		return err
 	}
-	return s.apply(cfg, start)
+	return s.apply(cfg, staged, start)
 }
 
 // Apply swaps in a loaded config as Reload does.
 func (s *Server) Apply(cfg *conf.Config) error {
+	start := time.Now()
+	s.reload.serial.Lock()
+	defer s.reload.serial.Unlock()
+	staged, err := s.stagePlugins(cfg)
 	s.reload.mu.Lock()
 	defer s.reload.mu.Unlock()
-	return s.apply(cfg, time.Now())
+	if err != nil {
+		s.recordReload(err, nil, start)
+		return err
+	}
+	return s.apply(cfg, staged, start)
 }
 
-// apply is Apply with reload.mu held.
-func (s *Server) apply(cfg *conf.Config, start time.Time) error {
-	restart, err := s.swap(cfg, byReload)
+// stagePlugins starts the auth plugins of cfg that do not run as listed,
+// without swapping them in (see pluginhost.Host.Stage): the slow part of
+// a reload, done with reload.serial held and reload.mu not. It returns nil
+// without a plugin host.
+func (s *Server) stagePlugins(cfg *conf.Config) (*pluginhost.Staged, error) {
+	if s.plugins == nil {
+		return nil, nil
+	}
+	staged, err := s.plugins.Stage(cfg.Plugins)
+	if err != nil {
+		return nil, fmt.Errorf("auth plugins: %w", err)
+	}
+	return staged, nil
+}
+
+// apply is Apply with reload.mu held; staged are cfg's plugins, started.
+func (s *Server) apply(cfg *conf.Config, staged *pluginhost.Staged, start time.Time) error {
+	restart, err := s.swap(cfg, byReload, staged)
 	if err != nil {
 		s.recordReload(err, nil, start)
 		return err
@@ -132,8 +170,18 @@ const (
 // swap builds the generation for cfg, its discovered nodes filled in (see
 // discoveries.fill), and swaps it in, with reload.mu held: the one path by
 // which nodes enter and leave pools, whether a reload or discovery (by)
-// changed them. It returns the changes that need a restart.
-func (s *Server) swap(cfg *conf.Config, by string) ([]string, error) {
+// changed them. staged are the auth plugins a reload started for cfg
+// (nil for discovery, which changes no plugin): committed with the
+// generation, or discarded on an error. It returns the changes that need
+// a restart.
+func (s *Server) swap(cfg *conf.Config, by string, staged *pluginhost.Staged) (restart []string, err error) {
+	if staged != nil {
+		defer func() {
+			if err != nil {
+				staged.Discard() // nothing after a successful Commit
+			}
+		}()
+	}
 	if s.draining.Load() {
 		return nil, fmt.Errorf("gateway is shutting down: %s refused", by)
 	}
@@ -147,11 +195,12 @@ func (s *Server) swap(cfg *conf.Config, by string) ([]string, error) {
 	if by == byReload {
 		g.n++
 	}
-	restart := needsRestart(old.cfg, cfg)
+	restart = needsRestart(old.cfg, cfg)
 	// Plugins first: their reload is all or nothing, and a failure must
-	// leave everything as it was.
-	if s.plugins != nil {
-		if err := s.plugins.Reload(cfg.Plugins); err != nil {
+	// leave everything as it was. They were started before reload.mu was
+	// taken; committing them takes no time.
+	if staged != nil {
+		if err := staged.Commit(); err != nil {
 			return nil, fmt.Errorf("auth plugins: %w", err)
 		}
 	}

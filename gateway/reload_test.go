@@ -636,3 +636,47 @@ pool = "relay"
 		t.Errorf("tunnel_engine: needs restart %v, want nothing (it applies to new tunnels)", got)
 	}
 }
+
+// TestReloadLockFreeWhilePluginsStart pins the reload's two locks: while a
+// reload waits for an auth plugin to start, the config in force keeps
+// serving, and what waits on the reload lock (the admin API's reload
+// status, a discovery change, the TLS watcher) does not wait for the
+// plugin. The plugin here starts only once the test lets it.
+func TestReloadLockFreeWhilePluginsStart(t *testing.T) {
+	t.Setenv("GORACE", "atexit_sleep_ms=0")
+	plugin := testproc.Build(t, "./plugins/internal/testplugin")
+	e, path := reloadable(t, 2, reloadBase)
+	dir := t.TempDir()
+	started, release := filepath.Join(dir, "started"), filepath.Join(dir, "release")
+	withPlugin := reloadBase + fmt.Sprintf("[[plugins]]\nname = \"slow\"\npath = %q\n  [plugins.config]\n  started_file = %q\n  release_file = %q\n",
+		plugin, started, release)
+	e.writeConfig(path, withPlugin)
+	before := e.srv.LastReload().Generation
+
+	done := make(chan error, 1)
+	go func() { done <- e.srv.Reload() }()
+	waitUntil(t, func() bool { _, err := os.Stat(started); return err == nil })
+
+	// The plugin is starting: the reload lock is free, and the config in
+	// force serves.
+	if got := e.srv.LastReload().Generation; got != before {
+		t.Fatalf("generation %d while the reload waits for its plugin, want %d", got, before)
+	}
+	c := e.mustDial("/room/r")
+	c.Close()
+	select {
+	case err := <-done:
+		t.Fatalf("the reload ended (%v) before its plugin was let start", err)
+	default:
+	}
+
+	if err := os.WriteFile(release, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if got := e.srv.LastReload().Generation; got != before+1 {
+		t.Fatalf("generation %d after the reload, want %d", got, before+1)
+	}
+}

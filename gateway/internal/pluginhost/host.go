@@ -103,7 +103,8 @@ type Host struct {
 	cache *decisionCache
 	slots atomic.Pointer[map[string]*slot]
 
-	mu       sync.Mutex // serialises Reload and Close
+	mu       sync.Mutex // serialises Commit, Discard and Close
+	stage    sync.Mutex // serialises Stage: one reload starts its plugins at a time
 	closed   atomic.Bool
 	retiring sync.WaitGroup // slots replaced by Reload, being stopped
 }
@@ -193,19 +194,46 @@ func (r *Result) merge(d *auth.Decision) {
 // ones they replace retire: calls already in flight finish on them, then
 // they stop. Plugins no longer listed stop the same way. A changed timeout
 // applies at once, without a restart. If any start fails, nothing changes
-// and the error says which.
+// and the error says which. It is Stage then Commit.
 func (h *Host) Reload(plugins []conf.Plugin) error {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	if h.closed.Load() {
-		return errors.New("pluginhost: reload after close")
+	st, err := h.Stage(plugins)
+	if err != nil {
+		return err
 	}
-	old := *h.slots.Load()
+	return st.Commit()
+}
+
+// Staged is the plugins of a reload started and configured but not yet
+// serving: Commit swaps them in, Discard stops them. Staging takes as long
+// as the slowest plugin's start (up to the start timeout); committing takes
+// no time, so a caller stages outside its own locks and commits under
+// them.
+type Staged struct {
+	h       *Host
+	plugins []conf.Plugin
+	base    *map[string]*slot // the slots in force when staged
+	start   []conf.Plugin     // the plugins started for this reload
+	started []*instance       // their processes, by index of start
+	done    bool
+}
+
+// Stage starts and configures the plugins of plugins that are not running
+// as listed (see Reload), without swapping them in. If any start fails,
+// the others are stopped and the error says which. Stages are serialized:
+// one waits for the one before it to start its plugins.
+func (h *Host) Stage(plugins []conf.Plugin) (*Staged, error) {
+	h.stage.Lock()
+	defer h.stage.Unlock()
+	if h.closed.Load() {
+		return nil, errors.New("pluginhost: reload after close")
+	}
+	base := h.slots.Load()
+	old := *base
 	seen := make(map[string]bool, len(plugins))
 	var start []conf.Plugin
 	for _, p := range plugins {
 		if seen[p.Name] {
-			return fmt.Errorf("pluginhost: plugin %q listed twice", p.Name)
+			return nil, fmt.Errorf("pluginhost: plugin %q listed twice", p.Name)
 		}
 		seen[p.Name] = true
 		if s := old[p.Name]; s == nil || !sameProcess(s.spec, p) {
@@ -223,24 +251,45 @@ func (h *Host) Reload(plugins []conf.Plugin) error {
 		})
 	}
 	wg.Wait()
+	st := &Staged{h: h, plugins: plugins, base: base, start: start, started: started}
 	if err := errors.Join(errs...); err != nil {
-		for _, in := range started {
-			if in != nil {
-				in.stop()
-			}
-		}
-		return err // each names its plugin; the caller adds its own context
+		st.Discard()
+		return nil, err // each names its plugin; the caller adds its own context
 	}
-	next := make(map[string]*slot, len(plugins))
-	for _, p := range plugins {
+	return st, nil
+}
+
+// Commit swaps the staged plugins in and retires the ones they replace. It
+// fails, and stops the staged plugins, when the host was closed or another
+// reload committed since Stage. It is the only call of a Staged that
+// changes what serves, and it takes no time.
+func (st *Staged) Commit() error {
+	h := st.h
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if st.done {
+		return errors.New("pluginhost: staged plugins committed or discarded already")
+	}
+	switch {
+	case h.closed.Load():
+		st.discard()
+		return errors.New("pluginhost: reload after close")
+	case h.slots.Load() != st.base:
+		st.discard()
+		return errors.New("pluginhost: the plugins changed since this reload started them")
+	}
+	st.done = true
+	old := *st.base
+	next := make(map[string]*slot, len(st.plugins))
+	for _, p := range st.plugins {
 		if s := old[p.Name]; s != nil && sameProcess(s.spec, p) {
 			s.timeout.Store(int64(callTimeout(p)))
 			next[p.Name] = s
 		}
 	}
-	for i, p := range start {
-		next[p.Name] = newSlot(h, p, started[i])
-		h.opts.Logger.Info("auth plugin started", "plugin", p.Name, "path", p.Path, "plugin_pid", started[i].pid)
+	for i, p := range st.start {
+		next[p.Name] = newSlot(h, p, st.started[i])
+		h.opts.Logger.Info("auth plugin started", "plugin", p.Name, "path", p.Path, "plugin_pid", st.started[i].pid)
 	}
 	h.slots.Store(&next)
 	for name, s := range old {
@@ -249,6 +298,27 @@ func (h *Host) Reload(plugins []conf.Plugin) error {
 		}
 	}
 	return nil
+}
+
+// Discard stops the staged plugins, which never served; after Commit it
+// does nothing.
+func (st *Staged) Discard() {
+	st.h.mu.Lock()
+	defer st.h.mu.Unlock()
+	st.discard()
+}
+
+// discard is Discard with the host's mu held.
+func (st *Staged) discard() {
+	if st.done {
+		return
+	}
+	st.done = true
+	for _, in := range st.started {
+		if in != nil {
+			in.stop()
+		}
+	}
 }
 
 // sameProcess reports whether a running plugin for a can serve b.

@@ -450,3 +450,67 @@ func TestStartErrorText(t *testing.T) {
 		})
 	}
 }
+
+// TestStageCommitDiscard pins the two halves of a reload: staged plugins
+// run but do not serve until Commit; Discard stops them and leaves the
+// running ones serving; a stage that another reload overtook cannot
+// commit.
+func TestStageCommitDiscard(t *testing.T) {
+	bin := testPlugin(t)
+	a := spec("a", bin, map[string]any{"tag": "v1"})
+	h, _, _ := newHost(t, []conf.Plugin{a}, Options{Logger: quiet})
+	ctx := context.Background()
+	tag := func() string {
+		t.Helper()
+		res, err := h.Authenticate(ctx, []string{"a"}, req("/"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return res.Headers["X-Tag"]
+	}
+	v := func(tag string) []conf.Plugin {
+		p := a
+		p.Config = map[string]any{"tag": tag}
+		return []conf.Plugin{p}
+	}
+
+	st, err := h.Stage(v("v2"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := tag(); got != "v1" {
+		t.Fatalf("staged plugin serves: tag %q, want v1", got)
+	}
+	staged := st.started[0].pid
+	st.Discard()
+	waitFor(t, 10*time.Second, "the discarded plugin to exit", func() bool { return !alive(staged) })
+	if got := tag(); got != "v1" {
+		t.Fatalf("after Discard: tag %q, want v1", got)
+	}
+	if err := st.Commit(); err == nil {
+		t.Fatal("a discarded stage committed")
+	}
+
+	first, err := h.Stage(v("v3"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	second, err := h.Stage(v("v4"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := first.Commit(); err != nil {
+		t.Fatal(err)
+	}
+	if got := tag(); got != "v3" {
+		t.Fatalf("after Commit: tag %q, want v3", got)
+	}
+	overtaken := second.started[0].pid
+	if err := second.Commit(); err == nil {
+		t.Fatal("a stage overtaken by another reload committed")
+	}
+	waitFor(t, 10*time.Second, "the overtaken stage's plugin to exit", func() bool { return !alive(overtaken) })
+	if got := tag(); got != "v3" {
+		t.Fatalf("after the overtaken Commit: tag %q, want v3", got)
+	}
+}

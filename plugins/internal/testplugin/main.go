@@ -31,6 +31,10 @@ type config struct {
 	BadConfig  bool          `json:"bad_config"`
 	SlowFor    auth.Duration `json:"slow_for"`
 	HeaderName string        `json:"header_name"`
+	// StartedFile, when set, is created as Configure begins; Configure
+	// then waits until ReleaseFile exists (a plugin slow to start).
+	StartedFile string `json:"started_file"`
+	ReleaseFile string `json:"release_file"`
 }
 
 type testAuth struct {
@@ -38,12 +42,27 @@ type testAuth struct {
 	calls atomic.Int64
 }
 
-func (a *testAuth) Configure(_ context.Context, raw map[string]any) error {
+func (a *testAuth) Configure(ctx context.Context, raw map[string]any) error {
 	if err := auth.DecodeConfig(raw, &a.cfg); err != nil {
 		return err
 	}
 	if a.cfg.BadConfig {
 		return fmt.Errorf("%w: bad_config is set", auth.ErrInvalidConfig)
+	}
+	if a.cfg.StartedFile != "" {
+		if err := os.WriteFile(a.cfg.StartedFile, nil, 0o600); err != nil {
+			return err
+		}
+		for {
+			if _, err := os.Stat(a.cfg.ReleaseFile); err == nil {
+				break
+			}
+			select {
+			case <-time.After(5 * time.Millisecond):
+			case <-ctx.Done():
+				return ctx.Err()
+			}
+		}
 	}
 	if a.cfg.HeaderName == "" {
 		a.cfg.HeaderName = "X-Tag"
