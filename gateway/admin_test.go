@@ -15,8 +15,8 @@ import (
 	dto "github.com/prometheus/client_model/go"
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
-	"github.com/valyala/fasthttp"
 	"github.com/wsgate/wsgate/conf"
+	"github.com/wsgate/wsgate/gateway/internal/admin"
 	"github.com/wsgate/wsgate/internal/redistest"
 	"github.com/wsgate/wsgate/internal/testproc"
 )
@@ -161,7 +161,7 @@ func TestAdminAPIErrors(t *testing.T) {
 		})
 	}
 	code, body := e.admin("GET", "/api/nodes", "")
-	var v nodesJSON
+	var v admin.Nodes
 	if err := json.Unmarshal(body, &v); code != 200 || err != nil || len(v.Pools) != 1 || len(v.Pools[0].Nodes) != 2 {
 		t.Fatalf("/api/nodes: %d %v %s", code, err, body)
 	}
@@ -190,45 +190,6 @@ token_env = "WSGATE_TEST_TOKEN"`, 1))
 	} {
 		if code, _ := e.admin("GET", tc.path, tc.token); code != tc.want {
 			t.Errorf("GET %s with token %q: %d, want %d", tc.path, tc.token, code, tc.want)
-		}
-	}
-}
-
-// TestRedactedConfig pins secrets shown by GET /api/config: plugin config
-// keys holding secrets were hidden only at the top level and in tables
-// (not in arrays of tables), and URLs kept their passwords.
-func TestRedactedConfig(t *testing.T) {
-	m := redactMap(map[string]any{
-		"hs256_secret_env": "JWT_SECRET", "secret": "x", "api_key": "k", "issuer": "me",
-		"nested":          map[string]any{"password": "p", "rs256_public_key_file": "/k.pem"},
-		"issuers":         []map[string]any{{"name": "a", "hs256_secret": "s1"}},
-		"redis_url":       "redis://user:hunter2@10.0.0.1:6379/0",
-		"upstreams":       []any{"https://svc.example/?access_token=t0k&x=1", "plain"},
-		"client_password": "cp", "session_cookie": "c", "db_dsn": "host=db password=pw", "max": int64(3),
-	})
-	want := map[string]any{
-		"hs256_secret_env": "JWT_SECRET", "secret": "REDACTED", "api_key": "REDACTED", "issuer": "me",
-		"nested":          map[string]any{"password": "REDACTED", "rs256_public_key_file": "/k.pem"},
-		"issuers":         []map[string]any{{"name": "a", "hs256_secret": "REDACTED"}},
-		"redis_url":       "redis://user:REDACTED@10.0.0.1:6379/0",
-		"upstreams":       []any{"https://svc.example/?access_token=REDACTED&x=1", "plain"},
-		"client_password": "REDACTED", "session_cookie": "REDACTED", "db_dsn": "REDACTED", "max": int64(3),
-	}
-	if fmt.Sprint(m) != fmt.Sprint(want) {
-		t.Fatalf("got %v\nwant %v", m, want)
-	}
-	for _, tc := range []struct{ in, want string }{
-		{"redis://:hunter2@127.0.0.1:6379/0", "redis://:REDACTED@127.0.0.1:6379/0"},
-		{"rediss://default:hunter2@cache.example:6380/1?dial_timeout=3s", "rediss://default:REDACTED@cache.example:6380/1?dial_timeout=3s"},
-		{"redis://hunter2@127.0.0.1:6379", "redis://REDACTED@127.0.0.1:6379"},
-		{"redis://127.0.0.1:6379/0?password=hunter2&db=1", "redis://127.0.0.1:6379/0?db=1&password=REDACTED"},
-		{"redis://127.0.0.1:6379/0", "redis://127.0.0.1:6379/0"},
-		{"redis://:hunter2@127.0.0.1:six/0", "REDACTED"}, // does not parse: hidden whole
-		{"", ""},
-		{"not a url", "not a url"},
-	} {
-		if got := redactURL(tc.in); got != tc.want {
-			t.Errorf("redactURL(%q) = %q, want %q", tc.in, got, tc.want)
 		}
 	}
 }
@@ -580,43 +541,6 @@ func TestAdminChecksHostOnReads(t *testing.T) {
 	// answer) and is what some monitoring pages do.
 	if code, body := e.send(http.MethodGet, "/api/nodes", "", browserShape{origin: "http://grafana.example"}, ""); code != 200 {
 		t.Errorf("GET /api/nodes with a foreign Origin: %d %s", code, body)
-	}
-}
-
-// TestAdminOwnHost pins which Host names the admin listener takes as its
-// own, including names built to look like one (a DNS-rebinding page
-// chooses its name freely, but cannot send an IP address or localhost).
-func TestAdminOwnHost(t *testing.T) {
-	e := newEnv(t, 2, strings.Replace(withAdmin, "[admin]\n", "[admin]\nhosts = [\"gw1.example.test.\"]\n", 1))
-	a := &adminAPI{s: e.srv, listenHost: "gw-admin.test"}
-	for _, tc := range []struct {
-		host string
-		own  bool
-	}{
-		{"127.0.0.1:9090", true},
-		{"127.0.0.1", true},
-		{"[::1]:9090", true},
-		{"[::1]", true},
-		{"10.1.2.3:80", true}, // a port map or the machine's own address
-		{"localhost", true},
-		{"LOCALHOST.:18080", true},
-		{"gw-admin.test:9090", true}, // the host of admin.listen
-		{"Gw1.Example.Test:443", true},
-		{"gw1.example.test.", true},
-		{"", true}, // no browser sends a request without Host
-		{"evil.example:9090", false},
-		{"localhost.evil.example", false},
-		{"127.0.0.1.evil.example", false},
-		{"gw1.example.test.evil.example", false},
-		{"2130706433", false}, // 127.0.0.1 as one number: a name to us
-		{"[]", false},
-		{"[::1", false},
-	} {
-		var ctx fasthttp.RequestCtx
-		ctx.Request.Header.SetHost(tc.host)
-		if got := a.ownHost(&ctx); got != tc.own {
-			t.Errorf("Host %q: own = %v, want %v (%d %s)", tc.host, got, tc.own, ctx.Response.StatusCode(), ctx.Response.Body())
-		}
 	}
 }
 

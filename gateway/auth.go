@@ -13,6 +13,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 	"github.com/valyala/fasthttp"
+	"github.com/wsgate/wsgate/gateway/internal/admin"
 	"github.com/wsgate/wsgate/gateway/internal/pluginhost"
 	"github.com/wsgate/wsgate/plugins/auth"
 )
@@ -106,10 +107,10 @@ func (s *Server) startRevocations(url string) error {
 	// Subscribed first, loaded second: a revocation stored after the load
 	// read the set is published after the subscription, so it arrives.
 	if _, err := sub.Receive(ctx); err != nil {
-		return fail(fmt.Errorf("subscribe to revocations on %s: %w", redactURL(url), err))
+		return fail(fmt.Errorf("subscribe to revocations on %s: %w", admin.RedactURL(url), err))
 	}
 	if _, _, err := s.loadRevocations(ctx); err != nil {
-		return fail(fmt.Errorf("load revocations from %s: %w", redactURL(url), err))
+		return fail(fmt.Errorf("load revocations from %s: %w", admin.RedactURL(url), err))
 	}
 	s.revokeSub = sub
 	resync := make(chan struct{}, 1)

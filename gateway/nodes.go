@@ -5,6 +5,7 @@ import (
 	"sort"
 
 	"github.com/wsgate/wsgate/balancer"
+	"github.com/wsgate/wsgate/gateway/internal/admin"
 	"github.com/wsgate/wsgate/gateway/internal/pluginhost"
 	"github.com/wsgate/wsgate/gateway/internal/registry"
 )
@@ -20,57 +21,10 @@ func (s *Server) poolList() []*pool {
 	return ps
 }
 
-// nodesJSON is the answer of GET /api/nodes.
-type nodesJSON struct {
-	Ready      bool                      `json:"ready"`
-	Draining   bool                      `json:"draining"`
-	Tunnels    int                       `json:"tunnels"`
-	Handshakes map[string]uint64         `json:"handshakes"`
-	Frames     directionJSON             `json:"frames"`
-	Bytes      directionJSON             `json:"bytes"`
-	Pools      []poolJSON                `json:"pools"`
-	Generation uint64                    `json:"generation"`
-	Plugins    []pluginhost.PluginStatus `json:"plugins"`
-	Reload     ReloadStatus              `json:"reload"`
-}
-
-type directionJSON struct {
-	ToNode   uint64 `json:"to_node"`
-	ToClient uint64 `json:"to_client"`
-}
-
-type poolJSON struct {
-	Name    string     `json:"name"`
-	Balance string     `json:"balance"`
-	Nodes   []nodeJSON `json:"nodes"`
-}
-
-// nodeJSON is one node as the admin API shows it.
-type nodeJSON struct {
-	Addr     string     `json:"addr"`
-	State    string     `json:"state"`
-	Live     int        `json:"live"`
-	MaxConns int        `json:"max_conns"`
-	Weight   int        `json:"weight"`
-	Check    *checkJSON `json:"check,omitempty"`
-}
-
-// checkJSON is the node's last health check, when the pool checks health.
-type checkJSON struct {
-	Last                string  `json:"last,omitempty"`
-	LatencyMS           float64 `json:"latency_ms"`
-	Result              string  `json:"result"`
-	ConsecutiveFailures int     `json:"consecutive_failures"`
-	ConsecutivePasses   int     `json:"consecutive_passes"`
-	PassiveFailures     int     `json:"passive_failures"`
-	AgentWeight         int     `json:"agent_weight,omitempty"`
-	AgentLoad           int     `json:"agent_load,omitempty"`
-	AdminDrain          bool    `json:"admin_drain"`
-}
-
-func (s *Server) nodesView() nodesJSON {
+// nodesView is the answer of GET /api/nodes.
+func (s *Server) nodesView() admin.Nodes {
 	t := s.tunnels.Totals()
-	v := nodesJSON{
+	v := admin.Nodes{
 		Generation: s.current().n,
 		Plugins:    s.pluginStatus(),
 		Reload:     s.LastReload(),
@@ -78,11 +32,11 @@ func (s *Server) nodesView() nodesJSON {
 		Draining:   s.draining.Load(),
 		Tunnels:    s.tunnels.Len(),
 		Handshakes: s.metrics.handshakeCounts(),
-		Frames:     directionJSON{ToNode: t.FramesToNode, ToClient: t.FramesToClient},
-		Bytes:      directionJSON{ToNode: t.BytesToNode, ToClient: t.BytesToClient},
+		Frames:     admin.Direction{ToNode: t.FramesToNode, ToClient: t.FramesToClient},
+		Bytes:      admin.Direction{ToNode: t.BytesToNode, ToClient: t.BytesToClient},
 	}
 	for _, p := range s.poolList() {
-		pj := poolJSON{Name: p.name, Balance: p.balance}
+		pj := admin.Pool{Name: p.name, Balance: p.balance}
 		for _, n := range p.bal.Nodes() {
 			pj.Nodes = append(pj.Nodes, s.nodeView(p, n))
 		}
@@ -98,8 +52,9 @@ func (s *Server) pluginStatus() []pluginhost.PluginStatus {
 	return s.plugins.Status()
 }
 
-func (s *Server) nodeView(p *pool, n *balancer.Node) nodeJSON {
-	return nodeJSON{
+// nodeView is n as the admin API shows it.
+func (s *Server) nodeView(p *pool, n *balancer.Node) admin.Node {
+	return admin.Node{
 		Addr:     n.Addr(),
 		State:    n.State().String(),
 		Live:     n.Live(),

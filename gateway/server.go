@@ -20,6 +20,7 @@ import (
 	"github.com/valyala/fasthttp"
 	"github.com/wsgate/wsgate/balancer"
 	"github.com/wsgate/wsgate/conf"
+	"github.com/wsgate/wsgate/gateway/internal/admin"
 	"github.com/wsgate/wsgate/gateway/internal/pluginhost"
 	"github.com/wsgate/wsgate/gateway/internal/registry"
 	"github.com/wsgate/wsgate/gateway/internal/tunnel"
@@ -123,7 +124,7 @@ func New(cfg *conf.Config, log *slog.Logger) (*Server, error) {
 	s.onTunnelEnd = s.tunnelEnded
 	s.tunnels.OnIdle(s.requestSweep)
 	s.metrics = newMetrics(s)
-	api, err := newAdminAPI(s)
+	api, err := admin.New(adminView{s}, s.metrics.reg)
 	if err != nil {
 		return nil, err
 	}
@@ -143,7 +144,7 @@ func New(cfg *conf.Config, log *slog.Logger) (*Server, error) {
 		Logger:                fastlog.Logger{Log: log},
 	}
 	s.admin = &fasthttp.Server{
-		Handler:               api.handle,
+		Handler:               api.Handle,
 		Name:                  "wsgate-admin",
 		ReadTimeout:           10 * time.Second,
 		WriteTimeout:          10 * time.Second, // a client that never reads holds no write

@@ -9,6 +9,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/wsgate/wsgate/balancer"
 	"github.com/wsgate/wsgate/conf"
+	"github.com/wsgate/wsgate/gateway/internal/admin"
 	"github.com/wsgate/wsgate/gateway/internal/sharedcount"
 )
 
@@ -108,7 +109,7 @@ func (s *Server) syncSharedCounts(g *generation) {
 			continue
 		}
 		sc.running[name] = &sharedRun{conf: c, id: id, s: sh, obs: obs}
-		s.log.Info("shared counts started", "pool", name, "redis", redactURL(c.Redis), "id", id, "interval", c.Interval.Duration)
+		s.log.Info("shared counts started", "pool", name, "redis", admin.RedactURL(c.Redis), "id", id, "interval", c.Interval.Duration)
 	}
 }
 

@@ -9,6 +9,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
 	"github.com/wsgate/wsgate/conf"
+	"github.com/wsgate/wsgate/gateway/internal/admin"
 	"github.com/wsgate/wsgate/internal/redistest"
 )
 
@@ -178,7 +179,7 @@ func TestSharedCountsRedisRedacted(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	out := redactedConfig(cfg)
+	out := admin.RedactedConfig(cfg)
 	if got := out.Pools[0].SharedCounts.Redis; got != "redis://:REDACTED@127.0.0.1:6379/0" {
 		t.Fatalf("shown as %q", got)
 	}

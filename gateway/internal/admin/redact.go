@@ -1,4 +1,4 @@
-package gateway
+package admin
 
 import (
 	"net/url"
@@ -31,18 +31,18 @@ func isSecretKey(k string) bool {
 	return secretKey.MatchString(k)
 }
 
-// redactedConfig is the effective config as the admin API shows it: the
+// RedactedConfig is the effective config as the admin API shows it: the
 // credentials in gateway.revoke_redis, pools' discovery.redis and
 // shared_counts.redis, the values of plugin config keys
 // that hold secrets, and the credentials of any URL in a plugin's config
 // are replaced with "REDACTED".
-func redactedConfig(c *conf.Config) conf.Config {
+func RedactedConfig(c *conf.Config) conf.Config {
 	out := *c
-	out.Gateway.RevokeRedis = redactURL(c.Gateway.RevokeRedis)
+	out.Gateway.RevokeRedis = RedactURL(c.Gateway.RevokeRedis)
 	out.Pools = make([]conf.Pool, len(c.Pools))
 	for i, p := range c.Pools {
-		p.Discovery.Redis = redactURL(p.Discovery.Redis)
-		p.SharedCounts.Redis = redactURL(p.SharedCounts.Redis)
+		p.Discovery.Redis = RedactURL(p.Discovery.Redis)
+		p.SharedCounts.Redis = RedactURL(p.SharedCounts.Redis)
 		out.Pools[i] = p
 	}
 	out.Plugins = make([]conf.Plugin, len(c.Plugins))
@@ -90,18 +90,18 @@ func redactValue(v any) any {
 		}
 		return out
 	case string:
-		return redactURL(vv)
+		return RedactURL(vv)
 	}
 	return v
 }
 
-// redactURL returns s with the credentials of a URL replaced: the password
+// RedactURL returns s with the credentials of a URL replaced: the password
 // of its userinfo (or the whole userinfo when it is a lone name, as a token
 // used as user name is) and the values of query parameters that hold
 // secrets. A string that is not a URL comes back unchanged; one that looks
 // like a URL ("://") but does not parse is replaced whole, since where its
 // secrets are cannot be told.
-func redactURL(s string) string {
+func RedactURL(s string) string {
 	if !strings.Contains(s, "://") {
 		return s
 	}

@@ -1,4 +1,4 @@
-package gateway
+package admin
 
 import (
 	"mime"
@@ -29,7 +29,7 @@ const adminHeader = "X-Wsgate-Admin"
 // and a rebinding page cannot choose the name. A request without Host is
 // sent by no browser and passes. An absolute-form target's host (which
 // RFC 9112 section 3.2.2 puts before Host) must be ours too.
-func (a *adminAPI) ownHost(ctx *fasthttp.RequestCtx) bool {
+func (a *API) ownHost(ctx *fasthttp.RequestCtx) bool {
 	for _, raw := range [...][]byte{ctx.Request.Header.Host(), ctx.Host()} {
 		if host, ok := a.isOwn(string(raw)); !ok {
 			jsonError(ctx, fasthttp.StatusForbidden, "Host "+strconv.Quote(string(raw))+" does not name this admin listener (a DNS-rebinding page would send its own name): "+
@@ -42,7 +42,7 @@ func (a *adminAPI) ownHost(ctx *fasthttp.RequestCtx) bool {
 
 // isOwn reports whether the Host value raw names this admin listener (see
 // ownHost), and returns its host part.
-func (a *adminAPI) isOwn(raw string) (string, bool) {
+func (a *API) isOwn(raw string) (string, bool) {
 	if raw == "" {
 		return "", true
 	}
@@ -53,7 +53,7 @@ func (a *adminAPI) isOwn(raw string) (string, bool) {
 	if host == "localhost" || (a.listenHost != "" && host == hostOnly(a.listenHost)) {
 		return host, true
 	}
-	for _, h := range a.s.current().cfg.Admin.Hosts {
+	for _, h := range a.gw.Config().Admin.Hosts {
 		if strings.EqualFold(host, strings.TrimSuffix(h, ".")) {
 			return host, true
 		}

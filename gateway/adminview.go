@@ -1,0 +1,86 @@
+package gateway
+
+import (
+	"fmt"
+
+	"github.com/wsgate/wsgate/balancer"
+	"github.com/wsgate/wsgate/conf"
+	"github.com/wsgate/wsgate/gateway/internal/admin"
+)
+
+// adminView is the Server as the admin API reads and steers it.
+type adminView struct{ s *Server }
+
+// Ready reports whether the server serves clients.
+func (v adminView) Ready() bool { return v.s.ready.Load() }
+
+// Draining reports whether the server is shutting down.
+func (v adminView) Draining() bool { return v.s.draining.Load() }
+
+// Nodes is the answer of GET /api/nodes.
+func (v adminView) Nodes() admin.Nodes { return v.s.nodesView() }
+
+// Config is the config of the generation in force.
+func (v adminView) Config() *conf.Config { return v.s.current().cfg }
+
+// Reload reloads the config file now.
+func (v adminView) Reload() error { return v.s.Reload() }
+
+// LastReload is how the last reload went, a ReloadStatus.
+func (v adminView) LastReload() any { return v.s.LastReload() }
+
+// Revoke closes and refuses the tunnels of r's subject or key.
+func (v adminView) Revoke(r admin.Revocation) (published bool, closed int, err error) {
+	return v.s.revoke(revocation{Subject: r.Subject, Key: r.Key, TTL: r.TTL})
+}
+
+// DrainNode drains the node at addr in the pool named pool (see drainNode).
+func (v adminView) DrainNode(pool, addr string, migrate bool) (admin.Node, int, error) {
+	p, n, err := v.node(pool, addr)
+	if err != nil {
+		return admin.Node{}, 0, err
+	}
+	moved := v.s.drainNode(p, n, migrate)
+	return v.s.nodeView(p, n), moved, nil
+}
+
+// UndrainNode undrains the node at addr in the pool named pool (see
+// undrainNode).
+func (v adminView) UndrainNode(pool, addr string) (admin.Node, error) {
+	p, n, err := v.node(pool, addr)
+	if err != nil {
+		return admin.Node{}, err
+	}
+	v.s.undrainNode(p, n)
+	return v.s.nodeView(p, n), nil
+}
+
+// node finds the node at addr in the pool named name of the generation in
+// force.
+func (v adminView) node(name, addr string) (*pool, *balancer.Node, error) {
+	p := v.s.current().pools[name]
+	if p == nil {
+		return nil, nil, fmt.Errorf("pool %q: %w", name, admin.ErrNoPool)
+	}
+	n := p.node(addr)
+	if n == nil {
+		return nil, nil, fmt.Errorf("pool %q, node %q: %w", name, addr, admin.ErrNoNode)
+	}
+	return p, n, nil
+}
+
+// node returns the pool's node at addr, or nil.
+func (p *pool) node(addr string) *balancer.Node {
+	for _, n := range p.bal.Nodes() {
+		if n.Addr() == addr {
+			return n
+		}
+	}
+	return nil
+}
+
+// checkJSON is the node's last health check as the admin API shows it:
+// pool.checkView builds one.
+type checkJSON = admin.Check
+
+var _ admin.Gateway = adminView{}

@@ -1,0 +1,45 @@
+package admin
+
+import (
+	"fmt"
+	"testing"
+)
+
+// TestRedactedConfig pins secrets shown by GET /api/config: plugin config
+// keys holding secrets were hidden only at the top level and in tables
+// (not in arrays of tables), and URLs kept their passwords.
+func TestRedactedConfig(t *testing.T) {
+	m := redactMap(map[string]any{
+		"hs256_secret_env": "JWT_SECRET", "secret": "x", "api_key": "k", "issuer": "me",
+		"nested":          map[string]any{"password": "p", "rs256_public_key_file": "/k.pem"},
+		"issuers":         []map[string]any{{"name": "a", "hs256_secret": "s1"}},
+		"redis_url":       "redis://user:hunter2@10.0.0.1:6379/0",
+		"upstreams":       []any{"https://svc.example/?access_token=t0k&x=1", "plain"},
+		"client_password": "cp", "session_cookie": "c", "db_dsn": "host=db password=pw", "max": int64(3),
+	})
+	want := map[string]any{
+		"hs256_secret_env": "JWT_SECRET", "secret": "REDACTED", "api_key": "REDACTED", "issuer": "me",
+		"nested":          map[string]any{"password": "REDACTED", "rs256_public_key_file": "/k.pem"},
+		"issuers":         []map[string]any{{"name": "a", "hs256_secret": "REDACTED"}},
+		"redis_url":       "redis://user:REDACTED@10.0.0.1:6379/0",
+		"upstreams":       []any{"https://svc.example/?access_token=REDACTED&x=1", "plain"},
+		"client_password": "REDACTED", "session_cookie": "REDACTED", "db_dsn": "REDACTED", "max": int64(3),
+	}
+	if fmt.Sprint(m) != fmt.Sprint(want) {
+		t.Fatalf("got %v\nwant %v", m, want)
+	}
+	for _, tc := range []struct{ in, want string }{
+		{"redis://:hunter2@127.0.0.1:6379/0", "redis://:REDACTED@127.0.0.1:6379/0"},
+		{"rediss://default:hunter2@cache.example:6380/1?dial_timeout=3s", "rediss://default:REDACTED@cache.example:6380/1?dial_timeout=3s"},
+		{"redis://hunter2@127.0.0.1:6379", "redis://REDACTED@127.0.0.1:6379"},
+		{"redis://127.0.0.1:6379/0?password=hunter2&db=1", "redis://127.0.0.1:6379/0?db=1&password=REDACTED"},
+		{"redis://127.0.0.1:6379/0", "redis://127.0.0.1:6379/0"},
+		{"redis://:hunter2@127.0.0.1:six/0", "REDACTED"}, // does not parse: hidden whole
+		{"", ""},
+		{"not a url", "not a url"},
+	} {
+		if got := RedactURL(tc.in); got != tc.want {
+			t.Errorf("RedactURL(%q) = %q, want %q", tc.in, got, tc.want)
+		}
+	}
+}
