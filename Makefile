@@ -15,7 +15,7 @@ test: deps
 
 # demo runs the gateway in front of two in-process relay replicas.
 demo:
-	$(GO) run ./cmd/wsgate demo
+	$(GO) run ./cmd/wsgate-demo
 
 # bench builds wsgate, relay-backend and wsload, starts redis, two relays,
 # the gateway, nginx and HAProxy on 127.0.0.1, runs fixed wsload scenarios

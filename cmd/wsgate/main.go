@@ -8,7 +8,11 @@
 //	wsgate -version                  print the version, VCS revision and Go version
 //	wsgate -healthcheck URL          GET URL: exit 0 on a 2xx answer, else 1 (for
 //	                                 container health checks; the image has no shell)
-//	wsgate demo [-listen ADDR]       gateway + two relay replicas in one process
+//
+// The demo, the gateway and two relay replicas in one process, is a command
+// of its own, so that this binary does not link the reference relay:
+//
+//	go run ./cmd/wsgate-demo [-listen ADDR]
 package main
 
 import (
@@ -39,7 +43,7 @@ func main() {
 // run is main with its outputs and exit code explicit, for tests.
 func run(args []string, stdout, stderr io.Writer) int {
 	if len(args) > 0 && args[0] == "demo" {
-		return runDemo(args[1:], stdout, stderr)
+		return demoMoved(stderr)
 	}
 	fs := flag.NewFlagSet("wsgate", flag.ContinueOnError)
 	fs.SetOutput(stderr)
@@ -63,7 +67,10 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return 0
 	}
 	if fs.NArg() > 0 {
-		fmt.Fprintf(stderr, "wsgate: unexpected argument %q (did you mean 'wsgate demo'?)\n", fs.Arg(0))
+		if fs.Arg(0) == "demo" {
+			return demoMoved(stderr)
+		}
+		fmt.Fprintf(stderr, "wsgate: unexpected argument %q\n", fs.Arg(0))
 		return 2
 	}
 	if *health != "" {
@@ -98,6 +105,16 @@ func run(args []string, stdout, stderr io.Writer) int {
 	}
 	return 0
 }
+
+// demoMoved answers `wsgate demo`, which the demo's own command replaced:
+// it says where the demo is and exits 2.
+func demoMoved(stderr io.Writer) int {
+	fmt.Fprintln(stderr, "wsgate: the demo is its own command: "+demoCommand)
+	return 2
+}
+
+// demoCommand runs the demo from the source tree.
+const demoCommand = "go run ./cmd/wsgate-demo"
 
 // serveOptions are the flags that shape a gateway process's life.
 type serveOptions struct {

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"os"
 	"regexp"
 	"runtime"
@@ -36,15 +37,30 @@ func TestVersion(t *testing.T) {
 }
 
 // TestHelpMentionsDemo pins that -h tells every way to run the command,
-// the demo and its flags included (it did not mention the demo).
+// and where the demo is (it did not mention the demo; the demo's flags
+// are now in its own -h, pinned in cmd/wsgate-demo).
 func TestHelpMentionsDemo(t *testing.T) {
 	code, out := runBinary(t, "-h")
 	if code != 0 {
 		t.Fatalf("exit %d, want 0:\n%s", code, out)
 	}
-	for _, want := range []string{"wsgate demo", "-replicas", "-admin", "wsgate -check", "-version", "-config"} {
+	for _, want := range []string{"go run ./cmd/wsgate-demo", "wsgate -check", "-version", "-config"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("-h does not mention %s:\n%s", want, out)
+		}
+	}
+}
+
+// TestDemoPointsToItsCommand pins what `wsgate demo` does since the demo
+// became its own command (so that wsgate does not link the reference
+// relay): one line naming that command, and exit 2, whether demo comes
+// first or after flags.
+func TestDemoPointsToItsCommand(t *testing.T) {
+	for _, args := range [][]string{{"demo"}, {"demo", "-replicas", "3"}, {"-log-level", "debug", "demo"}} {
+		var out, errb bytes.Buffer
+		code := run(args, &out, &errb)
+		if msg := errb.String(); code != 2 || strings.Count(msg, "\n") != 1 || !strings.Contains(msg, "go run ./cmd/wsgate-demo") {
+			t.Errorf("wsgate %s: exit %d, stderr %q; want 2 and one line naming go run ./cmd/wsgate-demo", strings.Join(args, " "), code, msg)
 		}
 	}
 }

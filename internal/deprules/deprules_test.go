@@ -17,17 +17,19 @@ var gatewaySide = []string{"gateway", "balancer", "health", "conf", "plugins", "
 // included: nothing in internal/ imports gateway/ or relay-backend/ (they
 // are leaf libraries), and relay-backend/ imports nothing of the gateway's
 // side. The load generator, which speaks the relay's protocol, lives in
-// bench/ for that reason.
+// bench/ for that reason. And the production binary, cmd/wsgate (its
+// tests aside), links no package of relay-backend/: the demo, which runs
+// the reference relay in process, is cmd/wsgate-demo for that reason.
 func TestDependencyRules(t *testing.T) {
 	out, err := exec.Command("go", "list", "-test", "-f", "{{.ImportPath}}|{{join .Deps \",\"}}",
-		module+"internal/...", module+"relay-backend/...").Output()
+		module+"internal/...", module+"relay-backend/...", module+"cmd/wsgate").Output()
 	if err != nil {
 		if ee, ok := err.(*exec.ExitError); ok {
 			t.Fatalf("go list: %v\n%s", err, ee.Stderr)
 		}
 		t.Fatalf("go list: %v", err)
 	}
-	checked := 0
+	checked, wsgate := 0, false
 	for line := range strings.Lines(string(out)) {
 		pkg, deps, _ := strings.Cut(strings.TrimSpace(line), "|")
 		name := strings.TrimPrefix(strings.Fields(pkg)[0], module)
@@ -37,6 +39,9 @@ func TestDependencyRules(t *testing.T) {
 			banned = []string{"gateway", "relay-backend"}
 		case strings.HasPrefix(name, "relay-backend"):
 			banned = gatewaySide
+		case pkg == module+"cmd/wsgate":
+			banned = []string{"relay-backend"}
+			wsgate = true
 		default:
 			continue
 		}
@@ -53,7 +58,7 @@ func TestDependencyRules(t *testing.T) {
 			}
 		}
 	}
-	if checked == 0 {
-		t.Fatalf("go list named no package of internal/ or relay-backend/:\n%s", out)
+	if checked == 0 || !wsgate {
+		t.Fatalf("go list named no package of internal/ or relay-backend/, or not cmd/wsgate:\n%s", out)
 	}
 }

@@ -1,3 +1,10 @@
+// Command wsgate-demo runs the gateway in front of in-process relay
+// replicas on an in-process bus: no config file, no Redis.
+//
+//	go run ./cmd/wsgate-demo [-listen ADDR] [-admin ADDR] [-replicas N]
+//
+// It is a command of its own, not a mode of wsgate, so that the production
+// wsgate binary does not link the reference relay (relay-backend/...).
 package main
 
 import (
@@ -8,6 +15,7 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"os"
 	"os/signal"
 	"strings"
 	"syscall"
@@ -15,11 +23,16 @@ import (
 
 	"github.com/wsgate/wsgate/conf"
 	"github.com/wsgate/wsgate/gateway"
+	"github.com/wsgate/wsgate/internal/rlimit"
 	"github.com/wsgate/wsgate/relay-backend/bus"
 	"github.com/wsgate/wsgate/relay-backend/relay"
 )
 
-// demoOptions are the flags of `wsgate demo`.
+func main() {
+	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
+}
+
+// demoOptions are the flags of wsgate-demo.
 type demoOptions struct {
 	listen, admin string
 	replicas      int
@@ -27,14 +40,14 @@ type demoOptions struct {
 
 // demoFlags defines the demo's flags on a new flag set that writes to w.
 func demoFlags(o *demoOptions, w io.Writer) (fs *flag.FlagSet, logLevel *string) {
-	fs = flag.NewFlagSet("wsgate demo", flag.ContinueOnError)
+	fs = flag.NewFlagSet("wsgate-demo", flag.ContinueOnError)
 	fs.SetOutput(w)
 	fs.StringVar(&o.listen, "listen", "127.0.0.1:8080", "gateway listen address")
 	fs.StringVar(&o.admin, "admin", "127.0.0.1:9090", "admin listen address")
 	fs.IntVar(&o.replicas, "replicas", 2, "relay replicas to run in process (1-16)")
 	logLevel = fs.String("log-level", "info", "log level: debug, info, warn, error")
 	fs.Usage = func() {
-		fmt.Fprint(w, "Usage: wsgate demo [flags]\n\n"+demoAbout+"\nFlags:\n")
+		fmt.Fprint(w, "Usage: go run ./cmd/wsgate-demo [flags]\n\n"+demoAbout+"\nFlags:\n")
 		fs.PrintDefaults()
 	}
 	return fs, logLevel
@@ -45,8 +58,9 @@ const demoAbout = `The gateway in front of in-process relay replicas on an in-pr
 no config file, no Redis. Open the printed URL in two browser tabs.
 `
 
-// runDemo parses the demo's flags and runs it until SIGINT or SIGTERM.
-func runDemo(args []string, stdout, stderr io.Writer) int {
+// run parses the demo's flags and runs it until SIGINT or SIGTERM; it is
+// main with its outputs and exit code explicit, for tests.
+func run(args []string, stdout, stderr io.Writer) int {
 	var o demoOptions
 	fs, logLevel := demoFlags(&o, stderr)
 	if err := fs.Parse(args); err != nil {
@@ -56,19 +70,19 @@ func runDemo(args []string, stdout, stderr io.Writer) int {
 		return 2
 	}
 	if o.replicas < 1 || o.replicas > 16 {
-		fmt.Fprintln(stderr, "wsgate demo: -replicas must be 1 to 16")
+		fmt.Fprintln(stderr, "wsgate-demo: -replicas must be 1 to 16")
 		return 2
 	}
 	level, err := parseLevel(*logLevel)
 	if err != nil {
-		fmt.Fprintln(stderr, "wsgate demo:", err)
+		fmt.Fprintln(stderr, "wsgate-demo:", err)
 		return 2
 	}
-	log := newLogger(stderr, level, "text")
+	log := newLogger(stderr, level)
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
 	if err := demo(ctx, o, stdout, log); err != nil {
-		fmt.Fprintln(stderr, "wsgate demo:", err)
+		fmt.Fprintln(stderr, "wsgate-demo:", err)
 		return 1
 	}
 	return 0
@@ -145,4 +159,28 @@ func demoConfig(o demoOptions, addrs []string) string {
 	}
 	b.WriteString("\n[[routes]]\npath_prefix = \"/\"\npool = \"relay\"\n")
 	return b.String()
+}
+
+// logLimits raises the open-file limit and says what it is, as wsgate does.
+func logLimits(log *slog.Logger) {
+	soft, hard, err := rlimit.RaiseNoFile()
+	if err != nil {
+		log.Warn("open-file limit not raised", "err", err)
+	}
+	log.Info("open-file limit", "soft", soft, "hard", hard, "reserve", rlimit.Reserve(soft), "max_conns_ceiling", rlimit.MaxConns(soft))
+}
+
+// parseLevel reads the -log-level flag.
+func parseLevel(level string) (slog.Level, error) {
+	var l slog.Level
+	if err := l.UnmarshalText([]byte(level)); err != nil {
+		return 0, errors.New("bad -log-level " + level + ": want debug, info, warn or error")
+	}
+	return l, nil
+}
+
+// newLogger builds the demo's text log on w, every line with the process
+// id, as wsgate's.
+func newLogger(w io.Writer, level slog.Level) *slog.Logger {
+	return slog.New(slog.NewTextHandler(w, &slog.HandlerOptions{Level: level})).With("pid", os.Getpid())
 }
