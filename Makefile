@@ -2,7 +2,7 @@
 GO ?= go
 PKGS ?= ./...
 
-.PHONY: test demo bench bench-tls lint fuzz build proto deps
+.PHONY: test demo graph bench bench-tls lint fuzz build proto deps
 
 # test runs every test with the race detector, in random order. The
 # integration tests start a real redis-server; deps installs it if missing.
@@ -16,6 +16,11 @@ test: deps
 # demo runs the gateway in front of two in-process relay replicas.
 demo:
 	$(GO) run ./cmd/wsgate-demo
+
+# graph redraws the package graph of docs/architecture.md from go list
+# (internal/deprules's test fails while it is out of date).
+graph:
+	$(GO) run ./internal/deprules/graph
 
 # bench builds wsgate, relay-backend and wsload, starts redis, two relays,
 # the gateway, nginx and HAProxy on 127.0.0.1, runs fixed wsload scenarios
