@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/fasthttp/websocket"
+	"github.com/wsgate/wsgate/gateway/internal/telemetry"
 	"github.com/wsgate/wsgate/internal/testproc"
 )
 
@@ -193,15 +194,15 @@ func refuseOrigin(gw, query string) error {
 }
 
 // TestAccessLogRefusalFlood pins the sampling of refusal lines: a flood
-// of at least 500 refused handshakes, lasting several refusalLogEvery,
-// writes at most one line per refusalLogEvery (plus the last count), keeps
+// of at least 500 refused handshakes, lasting several RefusalLogEvery,
+// writes at most one line per RefusalLogEvery (plus the last count), keeps
 // writing sampled lines while it lasts, and the lines' dropped counts
 // account for every refusal left out.
 func TestAccessLogRefusalFlood(t *testing.T) {
 	var logs testproc.Buffer
 	e := newEnvLog(t, 1, originOnlyCfg(0, true), jsonLog(&logs))
 	const floor, workers = 500, 4
-	minTime := 5 * refusalLogEvery
+	minTime := 5 * telemetry.RefusalLogEvery
 	start := time.Now()
 	var wg sync.WaitGroup
 	var sent atomic.Int64
@@ -244,9 +245,9 @@ func TestAccessLogRefusalFlood(t *testing.T) {
 	if written+dropped != total {
 		t.Errorf("%d lines written + %d dropped, want %d refusals", written, dropped, total)
 	}
-	// A line every refusalLogEvery while the flood lasts, give or take
+	// A line every RefusalLogEvery while the flood lasts, give or take
 	// the scheduling of a loaded machine: at least half of them.
-	least, most := int(elapsed/refusalLogEvery)/2, int(elapsed/refusalLogEvery)+2
+	least, most := int(elapsed/telemetry.RefusalLogEvery)/2, int(elapsed/telemetry.RefusalLogEvery)+2
 	if written > most || written < least {
 		t.Errorf("%d refusal lines in %v, want %d to %d", written, elapsed, least, most)
 	}

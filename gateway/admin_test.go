@@ -257,7 +257,7 @@ func TestDrainMigrateMovesClients(t *testing.T) {
 	if code != 200 || !strings.Contains(string(body), `"migrating": 10`) {
 		t.Fatalf("drain: %d %s", code, body)
 	}
-	failed := e.srv.metrics.handshakeCounts()
+	failed := e.srv.metrics.HandshakeCounts()
 	for _, x := range cls {
 		if x.node != "relay-1" {
 			continue
@@ -274,7 +274,7 @@ func TestDrainMigrateMovesClients(t *testing.T) {
 		}
 		c.Close()
 	}
-	after := e.srv.metrics.handshakeCounts()
+	after := e.srv.metrics.HandshakeCounts()
 	for r, n := range after {
 		if r != "ok" && n != failed[r] {
 			t.Errorf("handshakes %s went from %d to %d during the migration", r, failed[r], n)

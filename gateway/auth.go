@@ -214,7 +214,7 @@ func (s *Server) loadRevocations(ctx context.Context) (loaded, closed int, err e
 		} else {
 			n = s.tunnels.Revoke("", name[2:])
 		}
-		s.metrics.revocations.Add(float64(n))
+		s.metrics.Revocations.Add(float64(n))
 		closed += n
 	}
 	return len(zs), closed, nil
@@ -358,7 +358,7 @@ func (s *Server) applyRevocation(r revocation) int {
 		s.revoked.add("k:"+r.Key, until)
 	}
 	n := s.tunnels.Revoke(r.Subject, r.Key)
-	s.metrics.revocations.Add(float64(n))
+	s.metrics.Revocations.Add(float64(n))
 	s.log.Info("revoked", "subject", r.Subject, "key", r.Key, "tunnels", n)
 	return n
 }

@@ -58,7 +58,7 @@ func BenchmarkHandshake(b *testing.B) {
 // pluginCalls snapshots the jwt plugin's latency histogram.
 func pluginCalls(s *Server) *dto.Histogram {
 	var m dto.Metric
-	_ = s.metrics.pluginSeconds.WithLabelValues("jwt").(interface{ Write(*dto.Metric) error }).Write(&m)
+	_ = s.metrics.PluginSeconds.WithLabelValues("jwt").(interface{ Write(*dto.Metric) error }).Write(&m)
 	return m.GetHistogram()
 }
 

@@ -120,7 +120,7 @@ func (s *Server) syncDiscovery() {
 	if len(want) == 0 {
 		return
 	}
-	d.initMetrics(s.metrics.reg)
+	d.initMetrics(s.metrics.Reg)
 	if d.running == nil {
 		d.running = map[string]*watch{}
 	}

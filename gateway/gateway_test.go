@@ -461,7 +461,7 @@ pool = "relay"
 	if err == nil || resp == nil || resp.StatusCode != http.StatusBadGateway {
 		t.Fatalf("want 502, got %v %+v", err, resp)
 	}
-	if got := e.srv.metrics.handshakeCounts()["upstream_error"]; got != 1 {
+	if got := e.srv.metrics.HandshakeCounts()["upstream_error"]; got != 1 {
 		t.Fatalf("upstream_error handshakes = %d, want 1", got)
 	}
 	e.waitZero()

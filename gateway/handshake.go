@@ -18,6 +18,7 @@ import (
 	"github.com/wsgate/wsgate/balancer"
 	"github.com/wsgate/wsgate/gateway/internal/pluginhost"
 	"github.com/wsgate/wsgate/gateway/internal/registry"
+	"github.com/wsgate/wsgate/gateway/internal/telemetry"
 	"github.com/wsgate/wsgate/gateway/internal/tunnel"
 	"github.com/wsgate/wsgate/health"
 	"github.com/wsgate/wsgate/internal/wsframe"
@@ -93,16 +94,16 @@ func (s *Server) serveUpgrade(ctx *fasthttp.RequestCtx, g *generation, rt *route
 			// own): the client gets that answer as is.
 			lease.Release()
 			answer.CopyTo(&ctx.Response)
-			s.access.handshake(ctx, answer.StatusCode(), "upstream_refused")
+			s.access.Handshake(ctx, answer.StatusCode(), "upstream_refused")
 			fasthttp.ReleaseResponse(answer)
-			s.metrics.handshake("upstream_refused", ctx.Time())
+			s.metrics.Handshake("upstream_refused", ctx.Time())
 			return
 		}
 		p.health.ReportSuccess(lease.Node().Addr())
 		var info *registry.Info
-		if s.access.on() || !authz.Expires.IsZero() || authz.Subject != "" || authz.CredentialID != "" {
+		if s.access.On() || !authz.Expires.IsZero() || authz.Subject != "" || authz.CredentialID != "" {
 			info = &registry.Info{Expires: authz.Expires, Subject: authz.Subject, Key: authz.CredentialID}
-			if s.access.on() { // what only the access log reads: no copies when it is off
+			if s.access.On() { // what only the access log reads: no copies when it is off
 				info.Client, info.Path = ctx.RemoteAddr().String(), string(ctx.Path())
 				info.Route, info.Start = rt.name, ctx.Time()
 			}
@@ -307,7 +308,7 @@ func (h *handoff) run(ctx *fasthttp.RequestCtx) {
 func (h *handoff) clientGone() {
 	_ = h.up.conn.Close()
 	h.hd.Release()
-	h.s.metrics.handshake("client_gone", h.start)
+	h.s.metrics.Handshake("client_gone", h.start)
 	h.s.tunnels.Unreserve()
 }
 
@@ -322,7 +323,7 @@ func (h *handoff) expire() {
 		h.forgetLate()
 		_ = h.up.conn.Close()
 		h.hd.Release()
-		h.s.metrics.handshake("client_gone", h.start)
+		h.s.metrics.Handshake("client_gone", h.start)
 		h.s.tunnels.Unreserve()
 	}
 }
@@ -390,13 +391,13 @@ func (s *Server) startTunnel(c net.Conn, ho *handoff) {
 		OnEnd:         s.onTunnelEnd,
 		Engine:        g.engine,
 	})
-	s.metrics.handshake("ok", start)
-	s.metrics.startedOn[t.Engine()].Inc()
+	s.metrics.Handshake("ok", start)
+	s.metrics.StartedOn[t.Engine()].Inc()
 	hd.SetTunnel(t)
 	e := hd.Info()
 	if !e.Expires.IsZero() {
 		hd.SetExpiry(time.AfterFunc(time.Until(e.Expires)+g.cfg.Gateway.ExpiryGrace.Duration, func() {
-			s.metrics.expiries.Inc()
+			s.metrics.Expiries.Inc()
 			t.GoAway(tunnel.CodePolicy, "credential expired")
 		}))
 	}
@@ -405,7 +406,7 @@ func (s *Server) startTunnel(c net.Conn, ho *handoff) {
 	// A revocation that scanned the registry just before this tunnel was
 	// added has already marked its subject or key: close it now.
 	if s.revoked.has("s:"+e.Subject) || s.revoked.has("k:"+e.Key) {
-		s.metrics.revocations.Inc()
+		s.metrics.Revocations.Inc()
 		go t.GoAway(tunnel.CodePolicy, "credential revoked")
 	}
 }
@@ -416,9 +417,13 @@ func (s *Server) tunnelEnded(t *tunnel.Tunnel) {
 	st := t.Stats()
 	hd := t.Lease().(*registry.Entry)
 	ok := s.tunnels.Remove(hd, st)
-	s.metrics.tunnelEnded(st)
-	if ok {
-		s.access.tunnel(hd, st)
+	s.metrics.TunnelEnded(st)
+	if ok && s.access.On() { // the line's fields are read only when it is on
+		e := hd.Info()
+		s.access.Tunnel(telemetry.TunnelLine{
+			Client: e.Client, Path: e.Path, Route: e.Route,
+			Node: hd.Node().Addr(), Subject: e.Subject, Start: e.Start,
+		}, st)
 	}
 }
 
@@ -469,8 +474,8 @@ func (s *Server) overflow(ctx *fasthttp.RequestCtx, g *generation, rt *route, re
 		s.retryLaterAfter(ctx, fasthttp.StatusServiceUnavailable, result, msg, retryAfter)
 		return
 	}
-	s.metrics.handshake(result, ctx.Time())
-	s.access.handshake(ctx, fasthttp.StatusSwitchingProtocols, result)
+	s.metrics.Handshake(result, ctx.Time())
+	s.access.Handshake(ctx, fasthttp.StatusSwitchingProtocols, result)
 	accept := acceptKey(ctx.Request.Header.Peek("Sec-WebSocket-Key"))
 	timeout := g.handshakeTimeout
 	ctx.HijackSetNoResponse(true)
@@ -571,8 +576,8 @@ func scheme(ctx *fasthttp.RequestCtx) string {
 
 // reject answers a handshake or request with status and a one-line reason.
 func (s *Server) reject(ctx *fasthttp.RequestCtx, status int, result, msg string) {
-	s.metrics.handshake(result, ctx.Time())
-	s.access.handshake(ctx, status, result)
+	s.metrics.Handshake(result, ctx.Time())
+	s.access.Handshake(ctx, status, result)
 	ctx.Error("wsgate: "+msg+"\n", status) // resets the response headers
 	ctx.SetConnectionClose()
 }

@@ -52,9 +52,9 @@ const (
 type limitListener struct {
 	net.Listener
 	limits  *limiter // nil: no connection limits (the admin listener)
-	metrics *metrics
+	metrics *telemetry.Metrics
 	log     *slog.Logger
-	access  *accessLog // nil: no access log (the admin listener)
+	access  *telemetry.AccessLog // nil: no access log (the admin listener)
 	// retryAfter is the Retry-After of a refusal, in seconds.
 	retryAfter func() int
 	// linger holds a token per lingering refused socket.
@@ -75,7 +75,7 @@ type limitListener struct {
 	proxy *proxyState
 }
 
-func newLimitListener(ln net.Listener, limits *limiter, m *metrics, log *slog.Logger, access *accessLog, retryAfter func() int) *limitListener {
+func newLimitListener(ln net.Listener, limits *limiter, m *telemetry.Metrics, log *slog.Logger, access *telemetry.AccessLog, retryAfter func() int) *limitListener {
 	return &limitListener{
 		Listener:   ln,
 		limits:     limits,
@@ -143,7 +143,7 @@ func (l *limitListener) acceptRaw() (net.Conn, error) {
 				return nil, err
 			}
 			pause = min(max(2*pause, acceptBackoffMin), acceptBackoffMax)
-			l.metrics.acceptErrors.WithLabelValues(errno).Inc()
+			l.metrics.AcceptErrors.WithLabelValues(errno).Inc()
 			l.errLog.failed(err, pause)
 			t := time.NewTimer(pause)
 			select {
@@ -276,8 +276,8 @@ func (l *limitListener) refuse(c net.Conn, ip netip.Addr, status int) {
 	}
 	// Counted once the socket is closed (or handed to the linger), so a
 	// count read off the metric never includes a socket still being refused.
-	defer l.metrics.refused.WithLabelValues(reason).Inc()
-	l.access.connection(c, status, reason)
+	defer l.metrics.Refused.WithLabelValues(reason).Inc()
+	l.access.Connection(c, status, reason)
 	if l.tls != nil {
 		closeDrained(c)
 		return

@@ -96,9 +96,9 @@ func TestRemovedNodeSeriesDeleted(t *testing.T) {
 		return false
 	})
 	// The other vectors move only on rarer events: count one each.
-	probeObserver{m: e.srv.metrics, pool: "relay"}.StateChanged(gone, health.StateUp, health.StateDown)
+	e.srv.metrics.ProbeObserver("relay").StateChanged(gone, health.StateUp, health.StateDown)
 	e.srv.countDialError("relay", gone, "no_source_port")
-	e.srv.metrics.rebalanceMoves.WithLabelValues("relay", gone).Inc()
+	e.srv.metrics.RebalanceMoves.WithLabelValues("relay", gone).Inc()
 	for _, f := range []string{"wsgate_node_transitions_total", "wsgate_upstream_local_dial_errors_total", "wsgate_rebalance_moves_total"} {
 		if fam := e.scrape()[f]; fam == nil || len(fam.GetMetric()) == 0 {
 			t.Fatalf("no %s series", f)

@@ -38,7 +38,7 @@ func TestTunnelEngineMetric(t *testing.T) {
 			if err := conn.WriteMessage(websocket.TextMessage, []byte("hi")); err != nil {
 				t.Fatal(err)
 			}
-			starts := e.srv.metrics.tunnelStarts
+			starts := e.srv.metrics.TunnelStarts
 			waitUntil(t, func() bool { return counterValue(t, starts.WithLabelValues(c.want)) == 1 })
 			if n := counterValue(t, starts.WithLabelValues(c.other)); n != 0 {
 				t.Errorf("%s tunnels started: %v, want 0", c.other, n)

@@ -31,7 +31,7 @@ func (s *Server) nodesView() admin.Nodes {
 		Ready:      s.ready.Load(),
 		Draining:   s.draining.Load(),
 		Tunnels:    s.tunnels.Len(),
-		Handshakes: s.metrics.handshakeCounts(),
+		Handshakes: s.metrics.HandshakeCounts(),
 		Frames:     admin.Direction{ToNode: t.FramesToNode, ToClient: t.FramesToClient},
 		Bytes:      admin.Direction{ToNode: t.BytesToNode, ToClient: t.BytesToClient},
 	}
@@ -70,10 +70,10 @@ func (s *Server) nodeView(p *pool, n *balancer.Node) admin.Node {
 func (s *Server) drainNode(p *pool, n *balancer.Node, migrate bool) int {
 	p.drain(n)
 	if !migrate {
-		s.metrics.drains.WithLabelValues("node").Inc()
+		s.metrics.Drains.WithLabelValues("node").Inc()
 		return 0
 	}
-	s.metrics.drains.WithLabelValues("node_migrate").Inc()
+	s.metrics.Drains.WithLabelValues("node_migrate").Inc()
 	ts := s.tunnels.Retire(n)
 	window := s.current().cfg.Gateway.DrainWindow.Duration
 	s.log.Info("draining node", "pool", p.name, "node", n.Addr(), "tunnels", len(ts), "window", window)

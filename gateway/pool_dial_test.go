@@ -308,13 +308,13 @@ func TestLocalDialErrorKeepsNodeUp(t *testing.T) {
 		t.Fatalf("node %s is %s with %d passive failures, want up with none", e.addrs[0], st.State, st.PassiveFailures)
 	}
 	var m dto.Metric
-	if err := e.srv.metrics.localDialErrors.WithLabelValues("relay", e.addrs[0], health.ReasonNoSourceAddr).Write(&m); err != nil {
+	if err := e.srv.metrics.LocalDialErrors.WithLabelValues("relay", e.addrs[0], health.ReasonNoSourceAddr).Write(&m); err != nil {
 		t.Fatal(err)
 	}
 	if v := m.GetCounter().GetValue(); v != 3 {
 		t.Fatalf("wsgate_upstream_local_dial_errors_total{reason=%q} = %v, want 3", health.ReasonNoSourceAddr, v)
 	}
-	if v := e.srv.metrics.handshakeCounts()["local_dial_error"]; v != 3 {
+	if v := e.srv.metrics.HandshakeCounts()["local_dial_error"]; v != 3 {
 		t.Fatalf("local_dial_error handshakes = %d, want 3", v)
 	}
 	e.waitZero()
@@ -387,7 +387,7 @@ pool = "relay"
 			t.Fatalf("node %s is %s with %d passive failures, want up with none", addr, st.State, st.PassiveFailures)
 		}
 		var m dto.Metric
-		if err := srv.metrics.localDialErrors.WithLabelValues("relay", addr, health.ReasonNoDescriptors).Write(&m); err != nil {
+		if err := srv.metrics.LocalDialErrors.WithLabelValues("relay", addr, health.ReasonNoDescriptors).Write(&m); err != nil {
 			t.Fatal(err)
 		}
 		total += m.GetCounter().GetValue()

@@ -155,7 +155,7 @@ func readProxyHeader(c net.Conn) (proxyproto.Header, []byte, error) {
 // line per proxyLogEvery with the count since the last.
 func (l *limitListener) proxyRefused(c net.Conn, reason string, peerIP netip.Addr, err error) {
 	_ = c.Close()
-	l.metrics.refused.WithLabelValues(reason).Inc()
+	l.metrics.Refused.WithLabelValues(reason).Inc()
 	p := l.proxy
 	p.mu.Lock()
 	n, ok := p.lines.Note(time.Now(), proxyLogEvery)

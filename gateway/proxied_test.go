@@ -25,7 +25,7 @@ import (
 // refusedAt reads wsgate_connections_refused_total{limit=limit}.
 func refusedAt(s *Server, limit string) float64 {
 	var d dto.Metric
-	_ = s.metrics.refused.WithLabelValues(limit).Write(&d)
+	_ = s.metrics.Refused.WithLabelValues(limit).Write(&d)
 	return d.GetCounter().GetValue()
 }
 

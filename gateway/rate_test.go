@@ -209,7 +209,7 @@ func TestPoolAdmissionRate(t *testing.T) {
 	if refused >= 8 && len(seen) < 2 {
 		t.Errorf("Retry-After always %v over %d refusals: not jittered", seen, refused)
 	}
-	if got := e.srv.metrics.handshakeCounts()["admission"]; got != uint64(refused) {
+	if got := e.srv.metrics.HandshakeCounts()["admission"]; got != uint64(refused) {
 		t.Errorf("handshakes{result=admission} = %d, want %d", got, refused)
 	}
 	waitUntil(t, func() bool { return strings.Contains(e.logs.String(), `"reason":"admission"`) })
@@ -261,7 +261,7 @@ func TestHandshakeRatePerIP(t *testing.T) {
 	if resp := e.exchange(t, "127.0.0.8", "GET /c/info HTTP/1.1\r\nHost: gw\r\nConnection: close\r\n\r\n"); resp.StatusCode != http.StatusOK {
 		t.Fatalf("another address: %d, want 200", resp.StatusCode)
 	}
-	if got := e.srv.metrics.handshakeCounts()["ip_rate"]; got != uint64(refused) {
+	if got := e.srv.metrics.HandshakeCounts()["ip_rate"]; got != uint64(refused) {
 		t.Errorf("handshakes{result=ip_rate} = %d, want %d", got, refused)
 	}
 	waitUntil(t, func() bool { return strings.Contains(e.logs.String(), `"reason":"ip_rate"`) })

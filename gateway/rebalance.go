@@ -77,7 +77,7 @@ type rebalanceRound struct {
 func startRebalancer(s *Server) *rebalancer {
 	rb := &rebalancer{
 		s:     s,
-		moves: s.metrics.rebalanceMoves,
+		moves: s.metrics.RebalanceMoves,
 		pools: map[string]*poolRebalance{},
 		stop:  make(chan struct{}),
 		done:  make(chan struct{}),

@@ -223,7 +223,7 @@ func (s *Server) swap(cfg *conf.Config, by string, staged *pluginhost.Staged) (r
 				}
 			}
 		} else {
-			p.health.SetObserver(probeObserver{m: s.metrics, pool: p.name})
+			p.health.SetObserver(s.metrics.ProbeObserver(p.name))
 			for _, n := range p.bal.Nodes() {
 				s.tunnels.Unretire(n)
 				p.health.AddPending(nodeTarget{n})
@@ -262,7 +262,7 @@ func (s *Server) swap(cfg *conf.Config, by string, staged *pluginhost.Staged) (r
 	for name, op := range old.pools {
 		if g.pools[name] == nil {
 			op.close()
-			s.metrics.forgetPool(name)
+			s.metrics.ForgetPool(name)
 		} else {
 			op.closeIdle()
 		}
@@ -286,7 +286,7 @@ func (s *Server) forgetNodes(g *generation, gone []leaving) {
 		keep[l.n] = true
 	}
 	for _, n := range g.nodes.ForgetNodes(func(n *balancer.Node) bool { return keep[n] }) {
-		s.metrics.forgetNode(n.Pool, n.Addr)
+		s.metrics.ForgetNode(n.Pool, n.Addr)
 	}
 }
 
@@ -433,8 +433,8 @@ func (s *Server) recordReload(err error, restart []string, start time.Time) {
 		s.log.Error("config reload failed; the running config stays", "err", err)
 	}
 	if s.metrics != nil {
-		s.metrics.reloads.WithLabelValues(st.Result).Inc()
-		s.metrics.generation.Set(float64(st.Generation))
+		s.metrics.Reloads.WithLabelValues(st.Result).Inc()
+		s.metrics.Generation.Set(float64(st.Generation))
 	}
 	s.reload.last = st
 }

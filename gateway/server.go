@@ -23,6 +23,7 @@ import (
 	"github.com/wsgate/wsgate/gateway/internal/admin"
 	"github.com/wsgate/wsgate/gateway/internal/pluginhost"
 	"github.com/wsgate/wsgate/gateway/internal/registry"
+	"github.com/wsgate/wsgate/gateway/internal/telemetry"
 	"github.com/wsgate/wsgate/gateway/internal/tunnel"
 	"github.com/wsgate/wsgate/internal/fastlog"
 	"github.com/wsgate/wsgate/internal/rlimit"
@@ -63,13 +64,13 @@ type Server struct {
 	// tunnel's OnEnd shares it.
 	onTunnelEnd func(*tunnel.Tunnel)
 
-	metrics *metrics
+	metrics *telemetry.Metrics
 	reload  reloadState
 	// lateHandoffs holds the handshakes whose 101 waits for fasthttp to
 	// flush earlier answers, by client connection (see handoff.run).
 	lateHandoffs sync.Map
 	plugins      *pluginhost.Host // auth plugins; started by Start
-	access       *accessLog
+	access       *telemetry.AccessLog
 	tls          *tlsState // the TLS listener's certificates and their watcher
 
 	disc discoveries // [pools.discovery] watchers and the nodes they found
@@ -120,11 +121,11 @@ func New(cfg *conf.Config, log *slog.Logger) (*Server, error) {
 	s.tls.set.Store(g.tls)
 	g.n = 1
 	s.gen.Store(g)
-	s.access = &accessLog{log: log, on: func() bool { return s.current().cfg.Log.Access }}
+	s.access = telemetry.NewAccessLog(log, func() bool { return s.current().cfg.Log.Access })
 	s.onTunnelEnd = s.tunnelEnded
 	s.tunnels.OnIdle(s.requestSweep)
-	s.metrics = newMetrics(s)
-	api, err := admin.New(adminView{s}, s.metrics.reg)
+	s.metrics = telemetry.NewMetrics(liveSource{s})
+	api, err := admin.New(adminView{s}, s.metrics.Reg)
 	if err != nil {
 		return nil, err
 	}
@@ -211,7 +212,7 @@ func listenTCP(addr string, reusePort bool) (net.Listener, error) {
 // background. The gateway is ready once Start returns nil.
 func (s *Server) Start() error {
 	g := s.current()
-	plugins, err := pluginhost.New(g.cfg.Plugins, pluginhost.Options{Logger: s.log, Observer: pluginObserver{s.metrics}})
+	plugins, err := pluginhost.New(g.cfg.Plugins, pluginhost.Options{Logger: s.log, Observer: s.metrics.PluginObserver()})
 	if err != nil {
 		return fmt.Errorf("auth plugins: %w", err)
 	}
@@ -253,7 +254,7 @@ func (s *Server) Start() error {
 		s.log.Info("listening", "listener", "admin", "addr", ln.Addr().String())
 	}
 	for _, p := range g.pools {
-		p.startHealth(probeObserver{m: s.metrics, pool: p.name})
+		p.startHealth(s.metrics.ProbeObserver(p.name))
 	}
 	s.syncSharedCounts(g)
 	for _, ln := range s.listeners {
@@ -397,7 +398,7 @@ func (s *Server) Shutdown(ctx context.Context) error {
 		close(stopped)
 	}()
 
-	s.metrics.drains.WithLabelValues("gateway").Inc()
+	s.metrics.Drains.WithLabelValues("gateway").Inc()
 	// Said as the window opens, not once it has passed.
 	s.log.Info("draining", "tunnels", s.tunnels.Len(), "window", window, "timeout", g.cfg.Gateway.DrainTimeout.Duration)
 	n := s.tunnels.DrainAll(ctx, window, "gateway shutting down")

@@ -11,6 +11,7 @@ import (
 	"github.com/wsgate/wsgate/conf"
 	"github.com/wsgate/wsgate/gateway/internal/admin"
 	"github.com/wsgate/wsgate/gateway/internal/sharedcount"
+	"github.com/wsgate/wsgate/gateway/internal/telemetry"
 )
 
 // sharedCounts runs a sharer for every pool with [pools.shared_counts],
@@ -163,7 +164,7 @@ type sharedMetrics struct {
 	fallbacks *prometheus.CounterVec
 }
 
-func newSharedMetrics(m *metrics) *sharedMetrics {
+func newSharedMetrics(m *telemetry.Metrics) *sharedMetrics {
 	sm := &sharedMetrics{
 		exchanges: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "wsgate_shared_counts_exchanges_total",
@@ -183,7 +184,7 @@ func newSharedMetrics(m *metrics) *sharedMetrics {
 		}, []string{"pool"}),
 	}
 	if m != nil {
-		m.reg.MustRegister(sm.exchanges, sm.peers, sm.fallback, sm.fallbacks)
+		m.Reg.MustRegister(sm.exchanges, sm.peers, sm.fallback, sm.fallbacks)
 	}
 	return sm
 }

@@ -210,11 +210,11 @@ func (s *Server) reloadTLSFiles() {
 		if err == nil {
 			err = errors.New("no TLS listener in the config in force")
 		}
-		s.metrics.tlsReloads.WithLabelValues("error").Inc()
+		s.metrics.TLSReloads.WithLabelValues("error").Inc()
 		s.log.Error("TLS files changed but did not load; the certificates in force stay", "err", err)
 		return
 	}
-	s.metrics.tlsReloads.WithLabelValues("ok").Inc()
+	s.metrics.TLSReloads.WithLabelValues("ok").Inc()
 	s.tls.set.Store(set)
 	s.log.Info("TLS files reloaded", "certificates", len(s.current().cfg.Gateway.TLS.Certificates))
 }

@@ -295,7 +295,7 @@ func TestTLSSharesConnectionLimits(t *testing.T) {
 				t.Fatalf("a second TLS connection over %s finished its handshake", c.limit)
 			}
 			// Counted once the socket is closed.
-			waitUntil(t, func() bool { return counterValue(t, e.srv.metrics.refused.WithLabelValues(c.limit)) == 2 })
+			waitUntil(t, func() bool { return counterValue(t, e.srv.metrics.Refused.WithLabelValues(c.limit)) == 2 })
 			_ = held.Close()
 			e.waitZero()
 		})
@@ -398,7 +398,7 @@ func TestTLSFilesReloadedOnChange(t *testing.T) {
 	if err := os.WriteFile(f.certs[0][1], next.KeyPEM, 0o600); err != nil {
 		t.Fatal(err)
 	}
-	waitUntil(t, func() bool { return counterValue(t, e.srv.metrics.tlsReloads.WithLabelValues("error")) >= 1 })
+	waitUntil(t, func() bool { return counterValue(t, e.srv.metrics.TLSReloads.WithLabelValues("error")) >= 1 })
 	if !bytes.Equal(servedLeaf(t, addr, "gw.test"), f.leafs[0].Cert.Raw) {
 		t.Fatal("a mismatched key replaced the certificate in force")
 	}
@@ -406,7 +406,7 @@ func TestTLSFilesReloadedOnChange(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitUntil(t, func() bool { return bytes.Equal(servedLeaf(t, addr, "gw.test"), next.Cert.Raw) })
-	if v := counterValue(t, e.srv.metrics.tlsReloads.WithLabelValues("ok")); v < 1 {
+	if v := counterValue(t, e.srv.metrics.TLSReloads.WithLabelValues("ok")); v < 1 {
 		t.Fatalf("tls reloads ok = %v", v)
 	}
 	if err := live.WriteMessage(websocket.TextMessage, []byte("still here")); err != nil {

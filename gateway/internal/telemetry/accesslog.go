@@ -1,4 +1,4 @@
-package gateway
+package telemetry
 
 import (
 	"log/slog"
@@ -7,38 +7,60 @@ import (
 	"time"
 
 	"github.com/valyala/fasthttp"
-	"github.com/wsgate/wsgate/gateway/internal/registry"
-	"github.com/wsgate/wsgate/gateway/internal/telemetry"
 	"github.com/wsgate/wsgate/gateway/internal/tunnel"
 )
 
-// refusalLogEvery spaces the access log's refusal lines: at most ten a
+// RefusalLogEvery spaces the access log's refusal lines: at most ten a
 // second, so a flood of refused handshakes or connections costs ten lines
 // a second, each with the count of refusals left out since the line before.
-const refusalLogEvery = 100 * time.Millisecond
+const RefusalLogEvery = 100 * time.Millisecond
 
-// accessLog writes the access log, when [log] access is on: one line per
+// AccessLog writes the access log, when [log] access is on: one line per
 // tunnel at its end and one per refused handshake or connection, the
-// latter sampled (see refusalLogEvery). A line carries no header value and
-// no query string, where credentials ride. It is safe for concurrent use.
-type accessLog struct {
+// latter sampled (see RefusalLogEvery). A line carries no header value and
+// no query string, where credentials ride. It is safe for concurrent use;
+// it must not be copied.
+type AccessLog struct {
 	log *slog.Logger
 	on  func() bool // [log] access of the running config
 
 	mu       sync.Mutex
-	refusals telemetry.Throttle
+	refusals Throttle
 	lastSeen time.Time   // the latest refusal
 	timer    *time.Timer // writes the count of refusals left out once a flood stops
 }
 
-// tunnel writes the line of a tunnel that ended, from its hold. A tunnel
-// that began while the access log was off has no client, path, route or
-// start recorded: its line leaves them empty and has no duration_ms.
-func (a *accessLog) tunnel(hd *registry.Entry, st tunnel.Stats) {
+// NewAccessLog returns the access log written to log while on reports
+// [log] access of the running config on.
+func NewAccessLog(log *slog.Logger, on func() bool) *AccessLog {
+	return &AccessLog{log: log, on: on}
+}
+
+// On reports whether the access log is on, so that a handshake records
+// what only the access log reads (a TunnelLine's fields) only then.
+func (a *AccessLog) On() bool { return a.on() }
+
+// TunnelLine is what the line of a tunnel that ended says beside its
+// Stats: what the gateway recorded of the tunnel at its handshake. A
+// tunnel that began while the access log was off has no client, path,
+// route or start recorded.
+type TunnelLine struct {
+	Client  string    // the client's address
+	Path    string    // the request's path, without query string
+	Route   string    // the route's name
+	Node    string    // the address of the node the tunnel ran to
+	Subject string    // the credential's subject (empty: none)
+	Start   time.Time // when the handshake arrived (zero: not recorded)
+}
+
+// Tunnel writes the line of a tunnel that ended, from what its handshake
+// recorded. A tunnel that began while the access log was off has no
+// client, path, route or start recorded: its line leaves them empty and
+// has no duration_ms.
+func (a *AccessLog) Tunnel(e TunnelLine, st tunnel.Stats) {
 	if !a.on() {
 		return
 	}
-	e := hd.Info()
 	code := uint16(0)
 	switch st.FirstClose {
 	case tunnel.ByClient:
@@ -53,7 +75,7 @@ func (a *accessLog) tunnel(hd *registry.Entry, st tunnel.Stats) {
 		"client", e.Client,
 		"path", e.Path,
 		"route", e.Route,
-		"node", hd.Node().Addr(),
+		"node", e.Node,
 		"status", fasthttp.StatusSwitchingProtocols,
 		"close_code", code,
 		"close_by", st.FirstClose.String(),
@@ -72,8 +94,8 @@ func (a *accessLog) tunnel(hd *registry.Entry, st tunnel.Stats) {
 	a.log.Info("access", args...)
 }
 
-// handshake writes the line of a refused request (sampled).
-func (a *accessLog) handshake(ctx *fasthttp.RequestCtx, status int, reason string) {
+// Handshake writes the line of a refused request (sampled).
+func (a *AccessLog) Handshake(ctx *fasthttp.RequestCtx, status int, reason string) {
 	if !a.on() {
 		return
 	}
@@ -81,8 +103,9 @@ func (a *accessLog) handshake(ctx *fasthttp.RequestCtx, status int, reason strin
 	a.refused(ctx.RemoteAddr(), string(ctx.Path()), status, reason)
 }
 
-// connection writes the line of a connection refused at accept (sampled).
-func (a *accessLog) connection(c net.Conn, status int, reason string) {
+// Connection writes the line of a connection refused at accept (sampled).
+// A nil AccessLog (a listener without access log) writes nothing.
+func (a *AccessLog) Connection(c net.Conn, status int, reason string) {
 	if a == nil || !a.on() {
 		return
 	}
@@ -90,16 +113,16 @@ func (a *accessLog) connection(c net.Conn, status int, reason string) {
 }
 
 // refused writes the line of a refused handshake or connection, unless
-// one was written less than refusalLogEvery ago; the next line written
-// carries the count left out, and once refusals stop for refusalLogEvery
+// one was written less than RefusalLogEvery ago; the next line written
+// carries the count left out, and once refusals stop for RefusalLogEvery
 // a line of its own does.
-func (a *accessLog) refused(client net.Addr, path string, status int, reason string) {
+func (a *AccessLog) refused(client net.Addr, path string, status int, reason string) {
 	a.mu.Lock()
 	now := time.Now()
 	a.lastSeen = now
-	n, ok := a.refusals.Note(now, refusalLogEvery)
+	n, ok := a.refusals.Note(now, RefusalLogEvery)
 	if !ok && a.timer == nil {
-		a.timer = time.AfterFunc(a.refusals.Wait(now, refusalLogEvery), a.flush)
+		a.timer = time.AfterFunc(a.refusals.Wait(now, RefusalLogEvery), a.flush)
 	}
 	a.mu.Unlock()
 	if !ok {
@@ -116,9 +139,9 @@ func (a *accessLog) refused(client net.Addr, path string, status int, reason str
 
 // flush writes the count of refusals left out since the last line, if
 // any are and refusals have stopped; while they go on, the next refusal's
-// own line will carry it, and flush looks again once refusalLogEvery has
+// own line will carry it, and flush looks again once RefusalLogEvery has
 // passed since the latest.
-func (a *accessLog) flush() {
+func (a *AccessLog) flush() {
 	a.mu.Lock()
 	a.timer = nil
 	if a.refusals.Pending() == 0 {
@@ -126,8 +149,8 @@ func (a *accessLog) flush() {
 		return
 	}
 	now := time.Now()
-	if quiet := now.Sub(a.lastSeen); quiet < refusalLogEvery {
-		a.timer = time.AfterFunc(refusalLogEvery-quiet, a.flush)
+	if quiet := now.Sub(a.lastSeen); quiet < RefusalLogEvery {
+		a.timer = time.AfterFunc(RefusalLogEvery-quiet, a.flush)
 		a.mu.Unlock()
 		return
 	}
