@@ -10,6 +10,7 @@ import (
 	"sync"
 
 	"github.com/wsgate/wsgate/conf"
+	"github.com/wsgate/wsgate/gateway/internal/edge"
 	"github.com/wsgate/wsgate/gateway/internal/pluginhost"
 	"github.com/wsgate/wsgate/plugins/auth"
 )
@@ -63,6 +64,6 @@ func pluginKey(i int, field string) string {
 // fail on. It returns nil, or a *conf.Error naming the file, the line and
 // the key (gateway.tls.certificates[i] or gateway.tls.client_ca_file).
 func CheckTLS(cfg *conf.Config) error {
-	_, err := loadTLS(cfg)
+	_, err := edge.LoadTLS(cfg)
 	return err
 }

@@ -117,7 +117,7 @@ func (e *env) waitZero() {
 	e.t.Helper()
 	deadline := time.Now().Add(10 * time.Second)
 	for {
-		held := e.srv.Tunnels() + int(e.srv.limits.open())
+		held := e.srv.Tunnels() + int(e.srv.limits.Open())
 		for _, p := range e.srv.current().pools {
 			for _, n := range p.bal.Nodes() {
 				held += n.Live()
@@ -134,7 +134,7 @@ func (e *env) waitZero() {
 		}
 		if time.Now().After(deadline) {
 			e.t.Fatalf("still held after the test: tunnels %d, slots %d, late handshakes %d, total %d",
-				e.srv.Tunnels(), e.srv.limits.open(), late, held)
+				e.srv.Tunnels(), e.srv.limits.Open(), late, held)
 		}
 		time.Sleep(5 * time.Millisecond)
 	}

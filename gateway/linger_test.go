@@ -15,6 +15,7 @@ import (
 
 	"github.com/valyala/fasthttp"
 	"github.com/wsgate/wsgate/conf"
+	"github.com/wsgate/wsgate/gateway/internal/edge"
 	"github.com/wsgate/wsgate/gateway/internal/tunnel"
 	"github.com/wsgate/wsgate/internal/testproc"
 )
@@ -61,10 +62,10 @@ overflow = "close-1013"
 	}
 	// The client neither answers nor closes. While the gateway lingers,
 	// the socket holds a slot beside the tunnel's.
-	if open := e.srv.limits.open(); open != 2 {
+	if open := e.srv.limits.Open(); open != 2 {
 		t.Fatalf("open slots while lingering = %d, want 2 (tunnel + lingering socket)", open)
 	}
-	waitUntil(t, func() bool { return e.srv.limits.open() == 1 && lingering() == base })
+	waitUntil(t, func() bool { return e.srv.limits.Open() == 1 && lingering() == base })
 	held.Close()
 	e.waitZero()
 }
@@ -75,7 +76,7 @@ overflow = "close-1013"
 // tunnel fasthttp's wrapper (and its buffers) without a word; this test
 // fails then. It runs the gateway's own fasthttp server, with a handler
 // that hijacks and detaches, and checks detach returns the socket the
-// listener accepted (a *countedConn around the *net.TCPConn) with the
+// listener accepted (a *edge.CountedConn around the *net.TCPConn) with the
 // bytes the client sent right behind its request. On the TLS listener it
 // must return the *tls.Conn over that socket (wrapped in a
 // tunnel.TLSSocket), never the socket itself, whose bytes are ciphertext.
@@ -149,8 +150,8 @@ func TestDetachUnwrapsHijackedConn(t *testing.T) {
 				}
 				sock = ts.Conn
 			}
-			if _, ok := sock.(*countedConn); !ok {
-				t.Fatalf("TLS %t: detach returned %T over %T, want the listener's *countedConn: fasthttp's hijacked connection no longer exposes UnsafeConn", secure, r.raw, sock)
+			if _, ok := sock.(*edge.CountedConn); !ok {
+				t.Fatalf("TLS %t: detach returned %T over %T, want the listener's *edge.CountedConn: fasthttp's hijacked connection no longer exposes UnsafeConn", secure, r.raw, sock)
 			}
 			if string(r.rest) != "tail!" {
 				t.Fatalf("TLS %t: bytes behind the request = %q, want %q", secure, r.rest, "tail!")

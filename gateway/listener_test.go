@@ -13,7 +13,6 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"syscall"
 	"testing"
@@ -22,130 +21,10 @@ import (
 	"github.com/fasthttp/websocket"
 	"github.com/valyala/fasthttp"
 	"github.com/wsgate/wsgate/conf"
+	"github.com/wsgate/wsgate/gateway/internal/edge"
 	"github.com/wsgate/wsgate/internal/testproc"
 	"golang.org/x/sys/unix"
 )
-
-// TestLimiterSlots walks the limiter through admissions and releases: the
-// global cap answers 503, the per-IP cap 429, a release frees its slot once
-// however often it is called, the open-file ceiling holds max_conns down
-// (also when a reload raises it), and every count is back to zero at the
-// end.
-func TestLimiterSlots(t *testing.T) {
-	a, b := netip.MustParseAddr("192.0.2.1"), netip.MustParseAddr("192.0.2.2")
-	type step struct {
-		ip      netip.Addr
-		release int // >0: release the nth slot taken (1-based) instead of admitting
-		want    int // 0 = admitted
-	}
-	cases := []struct {
-		name                string
-		max, perIP, ceiling int
-		steps               []step
-		wantOpen, wantFromA int64
-		wantEffective       int64
-	}{
-		{name: "global cap", max: 2, ceiling: 0, steps: []step{
-			{ip: a}, {ip: b}, {ip: a, want: 503}, {release: 1}, {ip: b}, {ip: b, want: 503},
-		}, wantOpen: 2, wantFromA: 0, wantEffective: 2},
-		{name: "per-ip cap", max: 100, perIP: 2, steps: []step{
-			{ip: a}, {ip: a}, {ip: a, want: 429}, {ip: b}, {release: 2}, {ip: a}, {ip: a, want: 429},
-		}, wantOpen: 3, wantFromA: 2, wantEffective: 100},
-		{name: "global before per-ip", max: 1, perIP: 1, steps: []step{
-			{ip: a}, {ip: a, want: 503}, {ip: b, want: 503},
-		}, wantOpen: 1, wantFromA: 1, wantEffective: 1},
-		{name: "double release frees once", max: 2, steps: []step{
-			{ip: a}, {ip: a}, {release: 1}, {release: 1}, {ip: a}, {ip: a, want: 503},
-		}, wantOpen: 2, wantFromA: 2, wantEffective: 2},
-		{name: "open-file ceiling", max: 1_000_000, ceiling: 2, steps: []step{
-			{ip: a}, {ip: b}, {ip: a, want: 503},
-		}, wantOpen: 2, wantFromA: 1, wantEffective: 2},
-		{name: "unlimited per ip", max: 10, perIP: 0, steps: []step{
-			{ip: a}, {ip: a}, {ip: a}, {ip: a},
-		}, wantOpen: 4, wantFromA: 4, wantEffective: 10},
-	}
-	for _, tc := range cases {
-		t.Run(tc.name, func(t *testing.T) {
-			l := newLimiter(tc.max, tc.perIP, tc.ceiling)
-			var slots []*slot
-			for i, st := range tc.steps {
-				if st.release > 0 {
-					slots[st.release-1].release()
-					continue
-				}
-				s, status := l.admit(st.ip)
-				if status != st.want || (s == nil) != (st.want != 0) {
-					t.Fatalf("step %d (%v): status %d, slot %v; want %d", i, st.ip, status, s != nil, st.want)
-				}
-				if s != nil {
-					slots = append(slots, s)
-				}
-			}
-			if got := l.open(); got != tc.wantOpen {
-				t.Errorf("open %d, want %d", got, tc.wantOpen)
-			}
-			if got := l.fromIP(a); got != tc.wantFromA {
-				t.Errorf("from %v: %d, want %d", a, got, tc.wantFromA)
-			}
-			if _, eff, _ := l.limits(); eff != tc.wantEffective {
-				t.Errorf("effective max_conns %d, want %d", eff, tc.wantEffective)
-			}
-			for _, s := range slots {
-				s.release()
-			}
-			if l.open() != 0 || l.fromIP(a) != 0 || l.fromIP(b) != 0 || len(l.byIP) != 0 {
-				t.Fatalf("after releasing everything: open %d, by IP %v", l.open(), l.byIP)
-			}
-		})
-	}
-	t.Run("reload keeps the ceiling", func(t *testing.T) {
-		l := newLimiter(5, 0, 10)
-		l.set(50, 3)
-		if conf, eff, perIP := l.limits(); conf != 50 || eff != 10 || perIP != 3 {
-			t.Fatalf("after set(50, 3) under ceiling 10: configured %d, effective %d, per IP %d", conf, eff, perIP)
-		}
-		l.set(4, 0)
-		if _, eff, _ := l.limits(); eff != 4 {
-			t.Fatalf("after set(4, 0): effective %d", eff)
-		}
-	})
-}
-
-// TestLimiterConcurrent admits and releases from many goroutines at once:
-// never more than the caps are open, and the counts end at zero.
-func TestLimiterConcurrent(t *testing.T) {
-	l := newLimiter(40, 5, 0)
-	var peak, peakIP atomic.Int64
-	var wg sync.WaitGroup
-	for g := range 16 {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			ip := netip.AddrFrom4([4]byte{10, 0, 0, byte(g % 4)})
-			for range 500 {
-				s, _ := l.admit(ip)
-				if s == nil {
-					continue
-				}
-				if n := l.open(); n > peak.Load() {
-					peak.Store(n)
-				}
-				if n := l.fromIP(ip); n > peakIP.Load() {
-					peakIP.Store(n)
-				}
-				s.release()
-				s.release()
-			}
-		}()
-	}
-	wg.Wait()
-	if peak.Load() > 40 || peakIP.Load() > 5 {
-		t.Fatalf("peak open %d (max 40), peak from one IP %d (max 5)", peak.Load(), peakIP.Load())
-	}
-	if l.open() != 0 || len(l.byIP) != 0 {
-		t.Fatalf("open %d, by IP %v after every release", l.open(), l.byIP)
-	}
-}
 
 // rawConn dials the gateway from the local address from (a 127.0.0.0/8
 // address) and sends nothing.
@@ -164,9 +43,9 @@ func rawConn(t *testing.T, gw, from string) net.Conn {
 func (e *env) waitOpen(n int64) {
 	e.t.Helper()
 	deadline := time.Now().Add(10 * time.Second)
-	for e.srv.limits.open() != n {
+	for e.srv.limits.Open() != n {
 		if time.Now().After(deadline) {
-			e.t.Fatalf("open slots %d, want %d", e.srv.limits.open(), n)
+			e.t.Fatalf("open slots %d, want %d", e.srv.limits.Open(), n)
 		}
 		time.Sleep(2 * time.Millisecond)
 	}
@@ -203,7 +82,7 @@ func TestUnfinishedRequestsCountAtAccept(t *testing.T) {
 	if resp.StatusCode != http.StatusTooManyRequests || resp.Header.Get("Retry-After") != "1" || !resp.Close {
 		t.Fatalf("fourth connection from one address: %d %v", resp.StatusCode, resp.Header)
 	}
-	if got := e.srv.limits.fromIP(netip.MustParseAddr("127.0.0.1")); got != 3 {
+	if got := e.srv.limits.FromIP(netip.MustParseAddr("127.0.0.1")); got != 3 {
 		t.Fatalf("127.0.0.1 holds %d slots, want 3", got)
 	}
 	d := websocket.Dialer{NetDial: (&net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP("127.0.0.2")}}).Dial}
@@ -399,21 +278,6 @@ func TestDeadAcceptLoopFailsReadiness(t *testing.T) {
 	}
 }
 
-// TestRefusalAnswer checks the bytes written to a refused connection parse
-// as a complete HTTP answer that closes the connection.
-func TestRefusalAnswer(t *testing.T) {
-	for _, status := range []int{429, 503} {
-		b := refusal(status, "limit", 7)
-		resp, err := http.ReadResponse(bufio.NewReader(strings.NewReader(string(b))), nil)
-		if err != nil {
-			t.Fatalf("%d: %v\n%s", status, err, b)
-		}
-		if resp.StatusCode != status || resp.Header.Get("Retry-After") != "7" || !resp.Close || resp.ContentLength != int64(len("wsgate: limit\n")) {
-			t.Fatalf("%d: parsed %d %v", status, resp.StatusCode, resp.Header)
-		}
-	}
-}
-
 // gatewaySockets counts this process's open sockets whose local address
 // is gw, the gateway's listening address, and whose peer is ip (any peer
 // for the zero Addr): the gateway's side of the connections from ip that
@@ -512,9 +376,9 @@ func TestRefusalLingerKeepsPerIPCap(t *testing.T) {
 }
 
 // TestRefusalLingerBounded hits the bounds of the lingering 503 refusal:
-// at most refuseLingerMax refused sockets linger at a time gateway-wide,
+// at most edge.RefuseLingerMax refused sockets linger at a time gateway-wide,
 // whatever the number of addresses they come from, and each is closed
-// after refuseLingerTime even when its client neither reads nor closes.
+// after edge.RefuseLingerTime even when its client neither reads nor closes.
 func TestRefusalLingerBounded(t *testing.T) {
 	// A long handshake_timeout keeps the silent connection that fills
 	// max_conns open however slowly the refusals below run.
@@ -522,7 +386,7 @@ func TestRefusalLingerBounded(t *testing.T) {
 	gw := netip.MustParseAddrPort(e.gw)
 	rawConn(t, e.gw, "127.0.0.1") // fills max_conns
 	e.waitOpen(1)
-	const n = refuseLingerMax + 36
+	const n = edge.RefuseLingerMax + 36
 	peak := 0
 	for i := range n {
 		// One address each, so no per-IP cap stops a linger: only the
@@ -534,18 +398,18 @@ func TestRefusalLingerBounded(t *testing.T) {
 		peak = max(peak, gatewaySockets(t, gw, netip.Addr{}))
 	}
 	// As above, the refusal just answered may be counted before it is
-	// closed once refuseLingerMax others linger.
+	// closed once edge.RefuseLingerMax others linger.
 	if peak < 1 { // the admitted connection is held open: counting is broken
 		t.Fatal("counted no socket at the gateway, the admitted one is open")
 	}
-	if peak > 1+refuseLingerMax+1 {
-		t.Fatalf("the gateway held %d sockets: 1 admitted and %d refusals, want at most %d lingering and 1 closing", peak, peak-1, refuseLingerMax)
+	if peak > 1+edge.RefuseLingerMax+1 {
+		t.Fatalf("the gateway held %d sockets: 1 admitted and %d refusals, want at most %d lingering and 1 closing", peak, peak-1, edge.RefuseLingerMax)
 	}
 	// None of the clients closes: every linger must end by itself.
 	deadline := time.Now().Add(30 * time.Second)
 	for gatewaySockets(t, gw, netip.Addr{}) > 1 {
 		if time.Now().After(deadline) {
-			t.Fatalf("%d refused sockets still open 30s on; a linger ends after %v", gatewaySockets(t, gw, netip.Addr{})-1, refuseLingerTime)
+			t.Fatalf("%d refused sockets still open 30s on; a linger ends after %v", gatewaySockets(t, gw, netip.Addr{})-1, edge.RefuseLingerTime)
 		}
 		time.Sleep(20 * time.Millisecond)
 	}

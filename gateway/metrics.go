@@ -22,9 +22,9 @@ func (l liveSource) EachNode(fn func(pool string, n *balancer.Node)) {
 	}
 }
 
-func (l liveSource) OpenConns() int64 { return l.s.limits.open() }
+func (l liveSource) OpenConns() int64 { return l.s.limits.Open() }
 
-func (l liveSource) ConnLimit() int64 { _, eff, _ := l.s.limits.limits(); return eff }
+func (l liveSource) ConnLimit() int64 { _, eff, _ := l.s.limits.Limits(); return eff }
 
 var _ telemetry.Live = liveSource{}
 

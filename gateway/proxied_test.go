@@ -18,6 +18,7 @@ import (
 	"github.com/fasthttp/websocket"
 
 	dto "github.com/prometheus/client_model/go"
+	"github.com/wsgate/wsgate/gateway/internal/edge"
 	"github.com/wsgate/wsgate/internal/proxyproto"
 	"github.com/wsgate/wsgate/internal/testproc"
 )
@@ -187,8 +188,8 @@ path = %q`, plugin), node), log)
 
 	// The access log names the carried client, for tunnels and refusals.
 	a.Close()
-	waitUntil(t, func() bool { return srv.limits.open() == 0 })
-	if n := srv.limits.open(); n != 0 {
+	waitUntil(t, func() bool { return srv.limits.Open() == 0 })
+	if n := srv.limits.Open(); n != 0 {
 		t.Fatalf("open slots %d after every client left, want 0", n)
 	}
 	for _, want := range []string{`"client":"203.0.113.9:40000"`, `"client":"203.0.113.9:40001"`, `"client":"[2001:db8::7]:40002"`} {
@@ -197,8 +198,8 @@ path = %q`, plugin), node), log)
 			t.Errorf("access log lacks %s:\n%s", want, logs.String())
 		}
 	}
-	if len(srv.limits.byIP) != 0 {
-		t.Errorf("per-IP places left: %v", srv.limits.byIP)
+	if left := srv.limits.ByIP(); len(left) != 0 {
+		t.Errorf("per-IP places left: %v", left)
 	}
 }
 
@@ -243,14 +244,17 @@ type proxyNode struct {
 	bad   int
 }
 
-// headConn is a node-side connection past its PROXY header.
+// headConn is a node-side connection past its PROXY header: head holds
+// the bytes read past it, read first.
 type headConn struct {
 	net.Conn
-	peer
+	head []byte
 }
 
 func (c *headConn) Read(b []byte) (int, error) {
-	if n, ok := c.readHead(b); ok {
+	if len(c.head) > 0 {
+		n := copy(b, c.head)
+		c.head = c.head[n:]
 		return n, nil
 	}
 	return c.Conn.Read(b)
@@ -286,7 +290,7 @@ func newProxyNode(t *testing.T) *proxyNode {
 			}
 			go func() {
 				_ = c.SetReadDeadline(time.Now().Add(5 * time.Second))
-				h, rest, err := readProxyHeader(c)
+				h, rest, err := edge.ReadProxyHeader(c)
 				_ = c.SetReadDeadline(time.Time{})
 				n.mu.Lock()
 				if err != nil {
@@ -299,7 +303,7 @@ func newProxyNode(t *testing.T) *proxyNode {
 					c.Close()
 					return
 				}
-				cl.conns <- &headConn{Conn: c, peer: peer{head: rest}}
+				cl.conns <- &headConn{Conn: c, head: rest}
 			}()
 		}
 	}()

@@ -53,7 +53,7 @@ func TestDrainCutsHandshakeFinishedAfterTimeout(t *testing.T) {
 	c := rawConn(t, srv.Addr().String(), "127.0.0.1")
 	_, _ = c.Write([]byte("GET /room/x HTTP/1.1\r\nHost: gw\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n" +
 		"Sec-WebSocket-Version: 13\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n\r\n"))
-	for deadline := time.Now().Add(10 * time.Second); srv.limits.open() != 1; time.Sleep(2 * time.Millisecond) {
+	for deadline := time.Now().Add(10 * time.Second); srv.limits.Open() != 1; time.Sleep(2 * time.Millisecond) {
 		if time.Now().After(deadline) {
 			t.Fatal("the handshake's connection was never admitted")
 		}

@@ -12,6 +12,7 @@ import (
 
 	"github.com/wsgate/wsgate/balancer"
 	"github.com/wsgate/wsgate/conf"
+	"github.com/wsgate/wsgate/gateway/internal/edge"
 	"github.com/wsgate/wsgate/gateway/internal/pluginhost"
 	"github.com/wsgate/wsgate/gateway/internal/registry"
 	"github.com/wsgate/wsgate/gateway/internal/tunnel"
@@ -230,7 +231,7 @@ func (s *Server) swap(cfg *conf.Config, by string, staged *pluginhost.Staged) (r
 			}
 		}
 	}
-	s.limits.set(cfg.Gateway.MaxConns, cfg.Gateway.MaxConnsPerIP)
+	s.limits.Set(cfg.Gateway.MaxConns, cfg.Gateway.MaxConnsPerIP)
 	s.ipRate.set(cfg.Gateway.HandshakeRatePerIP, cfg.Gateway.HandshakeBurstPerIP)
 	s.gen.Store(g)
 	s.syncSharedCounts(g) // starts and stops sharers; no Redis I/O here
@@ -343,7 +344,7 @@ func (s *Server) build(cfg *conf.Config, old *generation) (*generation, []leavin
 		g.engine = tunnel.EngineGoroutines
 	}
 	var err error
-	if g.tls, err = loadTLS(cfg); err != nil {
+	if g.tls, err = edge.LoadTLS(cfg); err != nil {
 		return nil, nil, err
 	}
 	if old != nil {

@@ -13,7 +13,6 @@ import (
 	"net/netip"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -21,13 +20,13 @@ import (
 	"github.com/wsgate/wsgate/balancer"
 	"github.com/wsgate/wsgate/conf"
 	"github.com/wsgate/wsgate/gateway/internal/admin"
+	"github.com/wsgate/wsgate/gateway/internal/edge"
 	"github.com/wsgate/wsgate/gateway/internal/pluginhost"
 	"github.com/wsgate/wsgate/gateway/internal/registry"
 	"github.com/wsgate/wsgate/gateway/internal/telemetry"
 	"github.com/wsgate/wsgate/gateway/internal/tunnel"
 	"github.com/wsgate/wsgate/internal/fastlog"
 	"github.com/wsgate/wsgate/internal/rlimit"
-	"github.com/wsgate/wsgate/internal/sockopt"
 )
 
 // readBufferSize is fasthttp's per-connection read buffer, which bounds the
@@ -46,7 +45,7 @@ type generation struct {
 	handshakeTimeout time.Duration
 	retryAfter       int            // seconds
 	engine           tunnel.Engine  // how new tunnels run (gateway.tunnel_engine)
-	tls              *tlsSet        // the TLS listener's files as loaded; nil without one
+	tls              *edge.CertSet  // the TLS listener's files as loaded; nil without one
 	trusted          []netip.Prefix // gateway.trusted_proxies
 }
 
@@ -56,7 +55,7 @@ type generation struct {
 type Server struct {
 	log     *slog.Logger
 	gen     atomic.Pointer[generation]
-	limits  *limiter
+	limits  *edge.Limiter
 	ipRate  *ipRate // handshake_rate_per_ip
 	tunnels registry.Tunnels
 
@@ -71,7 +70,7 @@ type Server struct {
 	lateHandoffs sync.Map
 	plugins      *pluginhost.Host // auth plugins; started by Start
 	access       *telemetry.AccessLog
-	tls          *tlsState // the TLS listener's certificates and their watcher
+	tls          *edge.Certificates // the TLS listener's certificates and their watcher
 
 	disc discoveries // [pools.discovery] watchers and the nodes they found
 
@@ -108,17 +107,17 @@ func New(cfg *conf.Config, log *slog.Logger) (*Server, error) {
 	tunnel.SetPollers(cfg.Gateway.Pollers)
 	s := &Server{
 		log:    log,
-		limits: newLimiter(cfg.Gateway.MaxConns, cfg.Gateway.MaxConnsPerIP, fileCeiling(log)),
+		limits: edge.NewLimiter(cfg.Gateway.MaxConns, cfg.Gateway.MaxConnsPerIP, fileCeiling(log)),
 		ipRate: newIPRate(cfg.Gateway.HandshakeRatePerIP, cfg.Gateway.HandshakeBurstPerIP),
-		listen: func(addr string) (net.Listener, error) { return listenTCP(addr, false) },
+		listen: func(addr string) (net.Listener, error) { return edge.ListenTCP(addr, false) },
 		failed: make(chan error, 1),
-		tls:    newTLSState(),
+		tls:    edge.NewCertificates(log),
 	}
 	g, _, err := s.build(cfg, nil)
 	if err != nil {
 		return nil, err
 	}
-	s.tls.set.Store(g.tls)
+	s.tls.Swap(g.tls) // not watched before Start
 	g.n = 1
 	s.gen.Store(g)
 	s.access = telemetry.NewAccessLog(log, func() bool { return s.current().cfg.Log.Access })
@@ -137,7 +136,7 @@ func New(cfg *conf.Config, log *slog.Logger) (*Server, error) {
 		WriteTimeout:          30 * time.Second,
 		IdleTimeout:           60 * time.Second,
 		ReadBufferSize:        readBufferSize,
-		Concurrency:           s.limits.concurrency(),
+		Concurrency:           s.limits.Concurrency(),
 		KeepHijackedConns:     true,
 		NoDefaultContentType:  true,
 		CloseOnShutdown:       true,
@@ -169,8 +168,8 @@ func fileCeiling(log *slog.Logger) int {
 // logLimits says which connection limits apply, and warns when the
 // open-file limit holds max_conns below its configured value.
 func (s *Server) logLimits() {
-	conf, eff, perIP := s.limits.limits()
-	attrs := []any{"max_conns", eff, "configured", conf, "max_conns_per_ip", perIP, "file_ceiling", s.limits.ceiling}
+	conf, eff, perIP := s.limits.Limits()
+	attrs := []any{"max_conns", eff, "configured", conf, "max_conns_per_ip", perIP, "file_ceiling", s.limits.Ceiling()}
 	if eff < conf {
 		s.log.Warn("max_conns held to what the open-file limit carries (two descriptors a connection, less a reserve)", attrs...)
 		return
@@ -186,26 +185,6 @@ func (s *Server) current() *generation { return s.gen.Load() }
 func (s *Server) SetListen(f ListenFunc) {
 	s.listen = f
 	s.inherited = true
-}
-
-// listenReusePort opens a TCP listener with SO_REUSEPORT set, so other
-// processes may listen on the same address.
-func listenReusePort(addr string) (net.Listener, error) { return listenTCP(addr, true) }
-
-// listenTCP opens a TCP listener, with SO_REUSEPORT if reusePort. TCP
-// keepalive is set on the listening socket (sockopt.ListenKeepAlive), which
-// every accepted connection inherits, instead of four setsockopt calls on
-// each accept: the settings are Go's defaults either way.
-func listenTCP(addr string, reusePort bool) (net.Listener, error) {
-	lc := net.ListenConfig{KeepAlive: -1, Control: func(network, address string, c syscall.RawConn) error {
-		if reusePort {
-			if err := sockopt.ReusePort(network, address, c); err != nil {
-				return err
-			}
-		}
-		return sockopt.ListenKeepAlive(network, address, c)
-	}}
-	return lc.Listen(context.Background(), "tcp", addr)
 }
 
 // Start opens the client and admin listeners and serves them in the
@@ -228,7 +207,7 @@ func (s *Server) Start() error {
 	for _, a := range addrs {
 		listen := s.listen
 		if g.cfg.Gateway.ReusePort && !s.inherited {
-			listen = listenReusePort
+			listen = edge.ListenReusePort
 		}
 		ln, err := listen(a)
 		if err != nil {
@@ -250,7 +229,7 @@ func (s *Server) Start() error {
 			return fmt.Errorf("admin listen on %s: %w", a, err)
 		}
 		s.adminLn, s.adminAt = ln, a
-		s.serve(s.admin, newLimitListener(ln, nil, s.metrics, s.log, nil, s.retryAfter))
+		s.serve(s.admin, edge.NewListener(ln, nil, edgeMetrics{s.metrics}, s.log, nil, s.retryAfter))
 		s.log.Info("listening", "listener", "admin", "addr", ln.Addr().String())
 	}
 	for _, p := range g.pools {
@@ -258,14 +237,14 @@ func (s *Server) Start() error {
 	}
 	s.syncSharedCounts(g)
 	for _, ln := range s.listeners {
-		l := newLimitListener(ln, s.limits, s.metrics, s.log, s.access, s.retryAfter)
+		l := edge.NewListener(ln, s.limits, edgeMetrics{s.metrics}, s.log, s.access, s.retryAfter)
 		if g.cfg.Gateway.ProxyProtocol {
-			l.proxyProtocol(func(ip netip.Addr) bool { return s.current().trusts(ip) },
+			l.ProxyProtocol(func(ip netip.Addr) bool { return s.current().trusts(ip) },
 				func() time.Duration { return s.current().handshakeTimeout })
 		}
 		kind := "plain"
 		if ln == s.tlsLn {
-			l.withTLS(s.tls.config, func() time.Duration { return s.current().handshakeTimeout })
+			l.WithTLS(s.tls.Config(), func() time.Duration { return s.current().handshakeTimeout })
 			kind = "tls"
 		}
 		s.serve(s.http, l)

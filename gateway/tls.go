@@ -1,222 +1,34 @@
 package gateway
 
 import (
-	"context"
 	"crypto/tls"
-	"crypto/x509"
-	"errors"
-	"fmt"
-	"io/fs"
-	"os"
-	"slices"
-	"strings"
-	"sync"
-	"sync/atomic"
 
 	"github.com/valyala/fasthttp"
-	"github.com/wsgate/wsgate/conf"
+	"github.com/wsgate/wsgate/gateway/internal/edge"
 	"github.com/wsgate/wsgate/plugins/auth"
 )
-
-// alpnHTTP11 is the one application protocol the TLS listener offers: the
-// WebSocket handshake is HTTP/1.1.
-var alpnHTTP11 = []string{"http/1.1"}
-
-// tlsSet is one loading of the TLS listener's files: the server
-// certificates by the names in them, the client CAs, and the *tls.Config
-// every handshake from then on gets. It is read-only once built, so safe
-// for concurrent use; a reload builds a new one.
-type tlsSet struct {
-	config   *tls.Config
-	def      *tls.Certificate            // the first entry: no name matched
-	exact    map[string]*tls.Certificate // lowercase DNS name
-	wildcard map[string]*tls.Certificate // "example.com" for "*.example.com"
-	files    []string                    // every file read, for the watcher
-}
-
-// loadTLS reads the certificate, key and CA files cfg's [gateway.tls]
-// names. It returns nil without a TLS listener. A file that cannot be
-// used is a *conf.Error naming the file, line and key it was set at.
-func loadTLS(cfg *conf.Config) (*tlsSet, error) {
-	t := &cfg.Gateway.TLS
-	if t.Listen == "" {
-		return nil, nil
-	}
-	bad := func(key string, err error) error {
-		msg := err.Error()
-		var pe *fs.PathError
-		if errors.As(err, &pe) && errors.Is(err, fs.ErrNotExist) && cfg.FromRelative(pe.Path) {
-			// Relative paths were once taken from the working directory.
-			msg += " (a relative path is taken from the config file's directory)"
-		}
-		return &conf.Error{File: cfg.File, Line: cfg.Line(key), Key: key, Msg: msg}
-	}
-	set := &tlsSet{exact: map[string]*tls.Certificate{}, wildcard: map[string]*tls.Certificate{}}
-	for i, c := range t.Certificates {
-		key := fmt.Sprintf("gateway.tls.certificates[%d]", i)
-		pair, err := tls.LoadX509KeyPair(c.CertFile, c.KeyFile)
-		if err != nil {
-			return nil, bad(key, fmt.Errorf("load %s and %s: %w", c.CertFile, c.KeyFile, err))
-		}
-		if i == 0 {
-			set.def = &pair
-		}
-		for _, name := range pair.Leaf.DNSNames {
-			name = strings.ToLower(name)
-			m, k := set.exact, name
-			if rest, ok := strings.CutPrefix(name, "*."); ok {
-				m, k = set.wildcard, rest
-			}
-			if _, taken := m[k]; !taken { // the first certificate naming it wins
-				m[k] = &pair
-			}
-		}
-		set.files = append(set.files, c.CertFile, c.KeyFile)
-	}
-	set.config = &tls.Config{
-		MinVersion:     tls.VersionTLS12,
-		NextProtos:     alpnHTTP11,
-		GetCertificate: set.certificate,
-	}
-	if f := t.ClientCAFile; f != "" {
-		pem, err := os.ReadFile(f)
-		if err != nil {
-			return nil, bad("gateway.tls.client_ca_file", fmt.Errorf("read client CAs: %w", err))
-		}
-		pool := x509.NewCertPool()
-		if !pool.AppendCertsFromPEM(pem) {
-			return nil, bad("gateway.tls.client_ca_file", fmt.Errorf("%s holds no PEM certificate", f))
-		}
-		set.config.ClientCAs = pool
-		set.config.ClientAuth = tls.RequireAndVerifyClientCert
-		set.files = append(set.files, f)
-	}
-	return set, nil
-}
-
-// certificate picks the certificate for a client's server name (SNI): one
-// that names it exactly, else one whose wildcard covers its first label,
-// else the default.
-func (set *tlsSet) certificate(hello *tls.ClientHelloInfo) (*tls.Certificate, error) {
-	name := strings.ToLower(strings.TrimSuffix(hello.ServerName, "."))
-	if c := set.exact[name]; c != nil {
-		return c, nil
-	}
-	if _, rest, ok := strings.Cut(name, "."); ok {
-		if c := set.wildcard[rest]; c != nil {
-			return c, nil
-		}
-	}
-	return set.def, nil
-}
-
-// tlsState is the gateway's TLS listener state: the files loaded last,
-// and the watcher that loads them again when one changes.
-type tlsState struct {
-	set    atomic.Pointer[tlsSet] // in force; nil without a TLS listener
-	config *tls.Config            // the listener's: hands each handshake the set in force
-
-	mu      sync.Mutex // guards the fields below
-	files   []string   // watched now
-	stop    context.CancelFunc
-	started bool // Start has run: watch the files
-	stopped bool // Shutdown has run: watch nothing
-}
-
-func newTLSState() *tlsState {
-	st := &tlsState{}
-	st.config = &tls.Config{
-		MinVersion: tls.VersionTLS12,
-		NextProtos: alpnHTTP11,
-		GetConfigForClient: func(*tls.ClientHelloInfo) (*tls.Config, error) {
-			set := st.set.Load()
-			if set == nil {
-				return nil, errors.New("no TLS certificates loaded")
-			}
-			return set.config, nil
-		},
-	}
-	return st
-}
 
 // swapTLS puts set in force for the next handshakes (connections already
 // up keep what they negotiated) and, once the gateway has started, watches
 // its files.
-func (s *Server) swapTLS(set *tlsSet) {
-	s.tls.set.Store(set)
-	s.watchTLS()
-}
-
-// watchTLS (re)starts the watchers of the TLS files in force, unless they
-// are the files watched already. A change of any of them loads them all
-// again (see reloadTLSFiles).
-func (s *Server) watchTLS() {
-	st := s.tls
-	set := st.set.Load()
-	var files []string
-	if set != nil {
-		files = slices.Clone(set.files)
-		slices.Sort(files)
-		files = slices.Compact(files)
-	}
-	st.mu.Lock()
-	defer st.mu.Unlock()
-	if !st.started || st.stopped || (st.stop != nil && slices.Equal(files, st.files)) {
-		return
-	}
-	if st.stop != nil {
-		st.stop()
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	st.stop, st.files = cancel, files
-	for _, f := range files {
-		if err := conf.Watch(ctx, f, 0, s.reloadTLSFiles); err != nil {
-			s.log.Warn("TLS file not watched: a change of it needs a reload", "file", f, "err", err)
-		}
-	}
-}
+func (s *Server) swapTLS(set *edge.CertSet) { s.tls.Swap(set) }
 
 // startTLSWatch starts watching the TLS files (Start).
-func (s *Server) startTLSWatch() {
-	s.tls.mu.Lock()
-	s.tls.started = true
-	s.tls.mu.Unlock()
-	s.watchTLS()
-}
+func (s *Server) startTLSWatch() { s.tls.Start(s.reloadTLSFiles) }
 
 // stopTLSWatch stops the watchers for good (Shutdown).
-func (s *Server) stopTLSWatch() {
-	st := s.tls
-	st.mu.Lock()
-	defer st.mu.Unlock()
-	st.stopped = true
-	if st.stop != nil {
-		st.stop()
-	}
-}
+func (s *Server) stopTLSWatch() { s.tls.Stop() }
 
 // reloadTLSFiles loads the TLS files of the config in force again after
-// one of them changed. On an error (a certificate half written, a key that
-// does not match) the certificates in force stay. Tunnels are not touched:
-// a TLS connection keeps the keys it negotiated.
+// one of them changed (see edge.Certificates.Reload), unless the gateway
+// is draining.
 func (s *Server) reloadTLSFiles() {
 	s.reload.mu.Lock() // one loading at a time, config reloads included
 	defer s.reload.mu.Unlock()
 	if s.draining.Load() {
 		return
 	}
-	set, err := loadTLS(s.current().cfg)
-	if err != nil || set == nil {
-		if err == nil {
-			err = errors.New("no TLS listener in the config in force")
-		}
-		s.metrics.TLSReloads.WithLabelValues("error").Inc()
-		s.log.Error("TLS files changed but did not load; the certificates in force stay", "err", err)
-		return
-	}
-	s.metrics.TLSReloads.WithLabelValues("ok").Inc()
-	s.tls.set.Store(set)
-	s.log.Info("TLS files reloaded", "certificates", len(s.current().cfg.Gateway.TLS.Certificates))
+	s.tls.Reload(s.current().cfg, edgeMetrics{s.metrics})
 }
 
 // tlsInfo is what auth plugins learn of a request's TLS connection. The

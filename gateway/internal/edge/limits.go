@@ -1,6 +1,7 @@
-package gateway
+package edge
 
 import (
+	"maps"
 	"net/netip"
 	"sync"
 	"sync/atomic"
@@ -8,12 +9,12 @@ import (
 	"github.com/valyala/fasthttp"
 )
 
-// limiter caps open client connections gateway-wide and per client IP. A
+// Limiter caps open client connections gateway-wide and per client IP. A
 // connection takes its slot when it is accepted, before a byte of its
 // request is read, and gives it back when its socket closes: handshakes in
 // flight, keep-alive HTTP connections and tunnels all count. It is safe for
 // concurrent use.
-type limiter struct {
+type Limiter struct {
 	ceiling int64 // what the open-file limit carries; 0 = no ceiling
 
 	mu    sync.Mutex
@@ -25,17 +26,17 @@ type limiter struct {
 	total atomic.Int64 // open slots; read without the lock
 }
 
-// newLimiter returns a limiter for maxConns and perIP, with maxConns never
+// NewLimiter returns a Limiter for maxConns and perIP, with maxConns never
 // above ceiling (0 = no ceiling).
-func newLimiter(maxConns, perIP, ceiling int) *limiter {
-	l := &limiter{ceiling: int64(ceiling), byIP: make(map[netip.Addr]int64)}
-	l.set(maxConns, perIP)
+func NewLimiter(maxConns, perIP, ceiling int) *Limiter {
+	l := &Limiter{ceiling: int64(ceiling), byIP: make(map[netip.Addr]int64)}
+	l.Set(maxConns, perIP)
 	return l
 }
 
-// set changes the limits for the next admissions; open connections stay.
+// Set changes the limits for the next admissions; open connections stay.
 // maxConns is held to the ceiling.
-func (l *limiter) set(maxConns, perIP int) {
+func (l *Limiter) Set(maxConns, perIP int) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	l.conf = int64(maxConns)
@@ -46,17 +47,21 @@ func (l *limiter) set(maxConns, perIP int) {
 	l.perIP = int64(perIP)
 }
 
-// limits returns the configured and effective max_conns and max_conns_per_ip.
-func (l *limiter) limits() (configured, effective, perIP int64) {
+// Limits returns the configured and effective max_conns and max_conns_per_ip.
+func (l *Limiter) Limits() (configured, effective, perIP int64) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.conf, l.max, l.perIP
 }
 
+// Ceiling is what the open-file limit carries, which max_conns is held
+// to; 0 = no ceiling.
+func (l *Limiter) Ceiling() int64 { return l.ceiling }
+
 // slot is one admitted connection, or one refused socket that lingers
 // (see hold); release frees it once.
 type slot struct {
-	l        *limiter
+	l        *Limiter
 	ip       netip.Addr
 	refused  bool // a place of ip's only: no gateway-wide slot to free
 	noIP     bool // a gateway-wide slot only, until charge (under l.mu)
@@ -65,7 +70,7 @@ type slot struct {
 
 // admit takes a slot for a connection from ip, or returns nil and the status
 // to answer: 503 when the gateway is full, 429 when the IP is.
-func (l *limiter) admit(ip netip.Addr) (*slot, int) {
+func (l *Limiter) admit(ip netip.Addr) (*slot, int) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.total.Load() >= l.max {
@@ -84,7 +89,7 @@ func (l *limiter) admit(ip netip.Addr) (*slot, int) {
 // address is not known yet (its PROXY header is still to be read), or
 // returns nil and 503 when the gateway is full. charge then gives it its
 // address's place.
-func (l *limiter) admitAny() (*slot, int) {
+func (l *Limiter) admitAny() (*slot, int) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.total.Load() >= l.max {
@@ -96,7 +101,7 @@ func (l *limiter) admitAny() (*slot, int) {
 
 // charge takes a place of ip's for s, a slot from admitAny, and returns
 // 0; or 429 when ip is at max_conns_per_ip, leaving s as it was.
-func (l *limiter) charge(s *slot, ip netip.Addr) int {
+func (l *Limiter) charge(s *slot, ip netip.Addr) int {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	n := l.byIP[ip]
@@ -112,7 +117,7 @@ func (l *limiter) charge(s *slot, ip netip.Addr) int {
 // its answer is read, so an address never holds more sockets than
 // max_conns_per_ip, refused ones included; nil when ip has no room. It
 // takes no gateway-wide slot (the linger tokens bound those sockets).
-func (l *limiter) hold(ip netip.Addr) *slot {
+func (l *Limiter) hold(ip netip.Addr) *slot {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	n := l.byIP[ip]
@@ -143,26 +148,35 @@ func (s *slot) release() {
 	l.mu.Unlock()
 }
 
-// open is the number of admitted connections.
-func (l *limiter) open() int64 { return l.total.Load() }
+// Open is the number of admitted connections.
+func (l *Limiter) Open() int64 { return l.total.Load() }
 
-// fromIP is the number of admitted connections from ip, with its refused
+// FromIP is the number of admitted connections from ip, with its refused
 // sockets that linger.
-func (l *limiter) fromIP(ip netip.Addr) int64 {
+func (l *Limiter) FromIP(ip netip.Addr) int64 {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.byIP[ip]
 }
 
-// concurrency is fasthttp's Concurrency for the client listeners: every
+// ByIP returns a copy of the places held by each address: its admitted
+// connections and its refused sockets that linger. An address holding
+// none is not in it.
+func (l *Limiter) ByIP() map[netip.Addr]int64 {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return maps.Clone(l.byIP)
+}
+
+// Concurrency is fasthttp's Concurrency for the client listeners: every
 // connection it serves holds a slot, so the highest max_conns any reload can
 // set (the ceiling) bounds it; the margin covers a worker still finishing a
 // connection whose slot was already freed. fasthttp never refuses one then.
-func (l *limiter) concurrency() int {
+func (l *Limiter) Concurrency() int {
 	const margin = 1024
 	if l.ceiling > 0 {
 		return int(l.ceiling) + margin
 	}
-	_, eff, _ := l.limits()
+	_, eff, _ := l.Limits()
 	return int(min(eff, 1<<30)) + margin
 }
