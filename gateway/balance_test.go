@@ -25,7 +25,7 @@ func threeNodesWith(pool string) string {
 // address.
 func (e *env) lives() map[string]int {
 	out := map[string]int{}
-	for _, n := range e.srv.current().pools["relay"].bal.Nodes() {
+	for _, n := range e.srv.current().pools["relay"].Balancer.Nodes() {
 		out[n.Addr()] = n.Live()
 	}
 	return out

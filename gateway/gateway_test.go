@@ -14,6 +14,7 @@ import (
 
 	"github.com/fasthttp/websocket"
 	"github.com/wsgate/wsgate/conf"
+	"github.com/wsgate/wsgate/gateway/internal/upstream"
 	"github.com/wsgate/wsgate/relay-backend/bus"
 	"github.com/wsgate/wsgate/relay-backend/relay"
 )
@@ -119,7 +120,7 @@ func (e *env) waitZero() {
 	for {
 		held := e.srv.Tunnels() + int(e.srv.limits.open())
 		for _, p := range e.srv.current().pools {
-			for _, n := range p.bal.Nodes() {
+			for _, n := range p.Balancer.Nodes() {
 				held += n.Live()
 			}
 		}
@@ -484,8 +485,8 @@ pool = "p"
 	if err != nil {
 		f.Fatal(err)
 	}
-	p := &pool{name: "p"}
-	rt := compileRoutes(cfg, map[string]*pool{"p": p})
+	p := &upstream.Pool{Name: "p"}
+	rt := compileRoutes(cfg, map[string]*upstream.Pool{"p": p})
 	for _, s := range []string{"x.example.com:80", "[::1]:8080", "::1", "EXAMPLE.ORG", "example.com", "", "example.org.:443", "x.example.com."} {
 		f.Add(s, "/a/b")
 	}

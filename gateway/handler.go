@@ -55,7 +55,7 @@ func (s *Server) handle(ctx *fasthttp.RequestCtx) {
 	}
 	// Last, so only requests that would reach a node take a token: a
 	// flood of bad or unauthorized requests does not use up the pool's.
-	if ok, rate, burst := rt.pool.admit.allow(); !ok {
+	if ok, rate, burst := rt.pool.Admit.Allow(); !ok {
 		retry := jitteredRetryAfter(g.retryAfter, rate, burst)
 		if upgrade {
 			s.overflow(ctx, g, rt, "admission", "the pool is admitting new clients at a limited rate", retry)
@@ -419,17 +419,17 @@ func (s *Server) serveHTTP(ctx *fasthttp.RequestCtx, g *generation, rt *route, s
 	p := rt.pool
 	// The key is read from the request as the client sent it, as for a
 	// handshake; prepareForward rewrites the headers it points into.
-	hkey := bytes.Clone(p.key.of(ctx)) // a hash pool's; nil for the others
+	hkey := bytes.Clone(rt.key.of(ctx)) // a hash pool's; nil for the others
 	prepareForward(ctx, g, rt, set)
 	req := &ctx.Request
 	var excl [maxTries]*balancer.Node
 	exclude := excl[:0]
-	tries := min(p.tries, maxTries)
+	tries := min(p.Tries, maxTries)
 	if !ctx.IsGet() && !ctx.IsHead() {
 		tries = 1
 	}
 	for try := 0; try < tries; try++ {
-		lease, err := p.bal.AcquireKey(exclude, hkey)
+		lease, err := p.Balancer.AcquireKey(exclude, hkey)
 		if err != nil {
 			if try == 0 {
 				s.retryLater(ctx, fasthttp.StatusServiceUnavailable, "no_capacity", "no node with capacity")
@@ -437,16 +437,16 @@ func (s *Server) serveHTTP(ctx *fasthttp.RequestCtx, g *generation, rt *route, s
 			}
 			break
 		}
-		if p.sendProxy {
-			err = p.doOwnConn(lease.Node().Addr(), proxyHeaderFor(ctx), req, &ctx.Response, proxyTimeout)
+		if p.SendProxy {
+			err = p.DoOwnConn(lease.Node().Addr(), proxyHeaderFor(ctx), req, &ctx.Response, proxyTimeout)
 		} else {
-			err = p.http[lease.Node()].DoTimeout(req, &ctx.Response, proxyTimeout)
+			err = p.HTTP[lease.Node()].DoTimeout(req, &ctx.Response, proxyTimeout)
 		}
 		lease.Release()
 		if err == nil {
 			return
 		}
-		s.log.Warn("proxy request failed", "pool", p.name, "node", lease.Node().Addr(), "err", err)
+		s.log.Warn("proxy request failed", "pool", p.Name, "node", lease.Node().Addr(), "err", err)
 		var nerr net.Error
 		if !errors.As(err, &nerr) && !errors.Is(err, fasthttp.ErrConnectionClosed) {
 			break

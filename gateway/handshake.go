@@ -20,6 +20,7 @@ import (
 	"github.com/wsgate/wsgate/gateway/internal/registry"
 	"github.com/wsgate/wsgate/gateway/internal/telemetry"
 	"github.com/wsgate/wsgate/gateway/internal/tunnel"
+	"github.com/wsgate/wsgate/gateway/internal/upstream"
 	"github.com/wsgate/wsgate/health"
 	"github.com/wsgate/wsgate/internal/wsframe"
 )
@@ -47,21 +48,21 @@ func (s *Server) serveUpgrade(ctx *fasthttp.RequestCtx, g *generation, rt *route
 	p := rt.pool
 	rb := acquireBuf()
 	defer releaseBuf(rb)
-	if p.sendProxy {
+	if p.SendProxy {
 		*rb = appendProxyHeader(*rb, ctx)
 	}
 	*rb = s.appendUpstreamRequest(*rb, ctx, g, rt, authz.Headers)
 	req := *rb
-	hkey := p.key.of(ctx) // a hash pool's; nil for the others. ctx's request is unchanged above.
+	hkey := rt.key.of(ctx) // a hash pool's; nil for the others. ctx's request is unchanged above.
 	// One allocation carries what the hand-off needs: the node
 	// connection, the 101 for the client and the hijack's state.
 	ho := &handoff{s: s, g: g, rt: rt, start: ctx.Time()}
 	var excl [maxTries]*balancer.Node
 	exclude := excl[:0]
-	tries := min(p.tries, maxTries)
+	tries := min(p.Tries, maxTries)
 	local := false // a dial failed on the gateway's side
 	for try := 0; try < tries; try++ {
-		lease, err := p.bal.AcquireKey(exclude, hkey)
+		lease, err := p.Balancer.AcquireKey(exclude, hkey)
 		if err != nil {
 			if try > 0 {
 				break // nodes were tried and failed: 502 below
@@ -73,20 +74,20 @@ func (s *Server) serveUpgrade(ctx *fasthttp.RequestCtx, g *generation, rt *route
 		if err != nil {
 			lease.Release()
 			exclude = append(exclude, lease.Node())
-			if errors.Is(err, errLocalDial) {
+			if errors.Is(err, upstream.ErrLocalDial) {
 				// The gateway is short, not the node: its health is
 				// left alone (the dialer has counted and logged it).
 				// Out of ports toward this node from every source,
 				// another node may still be reachable; out of
 				// descriptors or memory, none is.
 				local = true
-				if perSource(health.LocalReason(err)) {
+				if upstream.PerSource(health.LocalReason(err)) {
 					continue
 				}
 				break
 			}
-			p.health.ReportFailure(lease.Node().Addr(), err)
-			s.log.Warn("upstream handshake failed", "pool", p.name, "node", lease.Node().Addr(), "err", err)
+			p.Health.ReportFailure(lease.Node().Addr(), err)
+			s.log.Warn("upstream handshake failed", "pool", p.Name, "node", lease.Node().Addr(), "err", err)
 			continue
 		}
 		if answer != nil {
@@ -99,7 +100,7 @@ func (s *Server) serveUpgrade(ctx *fasthttp.RequestCtx, g *generation, rt *route
 			s.metrics.Handshake("upstream_refused", ctx.Time())
 			return
 		}
-		p.health.ReportSuccess(lease.Node().Addr())
+		p.Health.ReportSuccess(lease.Node().Addr())
 		var info *registry.Info
 		if s.access.On() || !authz.Expires.IsZero() || authz.Subject != "" || authz.CredentialID != "" {
 			info = &registry.Info{Expires: authz.Expires, Subject: authz.Subject, Key: authz.CredentialID}
@@ -123,8 +124,8 @@ func (s *Server) serveUpgrade(ctx *fasthttp.RequestCtx, g *generation, rt *route
 	s.reject(ctx, fasthttp.StatusBadGateway, "upstream_error", "no node completed the websocket handshake")
 }
 
-// upstream is a node connection whose 101 has been read.
-type upstream struct {
+// upgradedConn is a node connection whose 101 has been read.
+type upgradedConn struct {
 	conn    net.Conn
 	pending []byte // bytes the node sent after its 101
 	header  []byte // the 101 response for the client
@@ -153,12 +154,12 @@ func releaseBuf(b *[]byte) {
 // fills up with the upgraded connection, its header for the client
 // appended to hdr (see clientResponse); it returns a non-101 answer below
 // 500 to pass on, or an error wrapping errUpstream, or one wrapping
-// errLocalDial when the dial failed on the gateway's side (which says
+// upstream.ErrLocalDial when the dial failed on the gateway's side (which says
 // nothing about n).
-func (s *Server) dialNode(p *pool, n *balancer.Node, req, accept []byte, up *upstream, hdr []byte) (*fasthttp.Response, error) {
-	conn, err := p.dial.dial(n.Addr())
+func (s *Server) dialNode(p *upstream.Pool, n *balancer.Node, req, accept []byte, up *upgradedConn, hdr []byte) (*fasthttp.Response, error) {
+	conn, err := p.Dialer.Dial(n.Addr())
 	if err != nil {
-		if errors.Is(err, errLocalDial) {
+		if errors.Is(err, upstream.ErrLocalDial) {
 			return nil, fmt.Errorf("dial %s: %w", n.Addr(), err)
 		}
 		return nil, fmt.Errorf("%w: dial: %w", errUpstream, err)
@@ -169,7 +170,7 @@ func (s *Server) dialNode(p *pool, n *balancer.Node, req, accept []byte, up *ups
 			_ = conn.Close()
 		}
 	}()
-	_ = conn.SetDeadline(time.Now().Add(p.connectTimeout))
+	_ = conn.SetDeadline(time.Now().Add(p.ConnectTimeout))
 	if _, err := conn.Write(req); err != nil {
 		return nil, fmt.Errorf("%w: write request: %w", errUpstream, err)
 	}
@@ -207,7 +208,7 @@ func (s *Server) dialNode(p *pool, n *balancer.Node, req, accept []byte, up *ups
 	if !bytes.Equal(resp.Header.Peek("Sec-WebSocket-Accept"), accept) {
 		return nil, fmt.Errorf("%w: wrong Sec-WebSocket-Accept", errUpstream)
 	}
-	*up = upstream{conn: conn, header: clientResponse(hdr, &resp.Header)}
+	*up = upgradedConn{conn: conn, header: clientResponse(hdr, &resp.Header)}
 	if k := br.Buffered(); k > 0 {
 		b, _ := br.Peek(k)
 		up.pending = append([]byte(nil), b...)
@@ -243,7 +244,7 @@ type handoff struct {
 	g     *generation
 	rt    *route
 	start time.Time
-	up    upstream
+	up    upgradedConn
 	hd    *registry.Entry
 	// claimed is set by whichever of the hijack handler and the timer
 	// runs first; the other does nothing.

@@ -9,7 +9,7 @@ import (
 )
 
 // hashKey says where a hash pool finds a request's key (pools.hash_key),
-// parsed once when the pool is built. The zero value finds none.
+// parsed once when the routes are compiled. The zero value finds none.
 type hashKey struct {
 	kind    hashKeyKind
 	name    string // query parameter or header name

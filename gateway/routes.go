@@ -5,7 +5,9 @@ import (
 	"strings"
 	"time"
 
+	"github.com/wsgate/wsgate/balancer"
 	"github.com/wsgate/wsgate/conf"
+	"github.com/wsgate/wsgate/gateway/internal/upstream"
 )
 
 // route is a [[routes]] entry compiled for matching: lowercase host pattern,
@@ -16,7 +18,8 @@ type route struct {
 	host       string   // "" matches any host; "*.x.y" stored as ".x.y"
 	wildcard   bool
 	pathPrefix []byte
-	pool       *pool
+	pool       *upstream.Pool
+	key        hashKey             // its pool's hash_key when a hash pool; none for the others
 	origins    map[string]struct{} // nil: any origin
 	overflow   string
 	maxFrame   uint64
@@ -30,7 +33,13 @@ type route struct {
 // routeTable is an ordered list of routes; the first match wins.
 type routeTable []*route
 
-func compileRoutes(cfg *conf.Config, pools map[string]*pool) routeTable {
+func compileRoutes(cfg *conf.Config, pools map[string]*upstream.Pool) routeTable {
+	keys := map[string]hashKey{}
+	for _, pc := range cfg.Pools {
+		if pc.Balance == balancer.PolicyHash {
+			keys[pc.Name] = parseHashKey(pc.HashKey)
+		}
+	}
 	rt := make(routeTable, 0, len(cfg.Routes))
 	for _, r := range cfg.Routes {
 		cr := &route{
@@ -38,6 +47,7 @@ func compileRoutes(cfg *conf.Config, pools map[string]*pool) routeTable {
 			auth:         r.Auth,
 			pathPrefix:   []byte(r.PathPrefix),
 			pool:         pools[r.Pool],
+			key:          keys[r.Pool],
 			overflow:     r.Overflow,
 			maxFrame:     uint64(r.MaxFrame),
 			pingInterval: r.PingInterval.Duration,

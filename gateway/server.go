@@ -25,6 +25,7 @@ import (
 	"github.com/wsgate/wsgate/gateway/internal/registry"
 	"github.com/wsgate/wsgate/gateway/internal/telemetry"
 	"github.com/wsgate/wsgate/gateway/internal/tunnel"
+	"github.com/wsgate/wsgate/gateway/internal/upstream"
 	"github.com/wsgate/wsgate/internal/fastlog"
 	"github.com/wsgate/wsgate/internal/rlimit"
 	"github.com/wsgate/wsgate/internal/sockopt"
@@ -41,7 +42,7 @@ type generation struct {
 	n                uint64
 	cfg              *conf.Config
 	routes           routeTable
-	pools            map[string]*pool
+	pools            map[string]*upstream.Pool
 	nodes            *balancer.Registry // every pool's nodes, shared by all generations
 	handshakeTimeout time.Duration
 	retryAfter       int            // seconds
@@ -254,7 +255,7 @@ func (s *Server) Start() error {
 		s.log.Info("listening", "listener", "admin", "addr", ln.Addr().String())
 	}
 	for _, p := range g.pools {
-		p.startHealth(s.metrics.ProbeObserver(p.name))
+		p.StartHealth(s.metrics.ProbeObserver(p.Name))
 	}
 	s.syncSharedCounts(g)
 	for _, ln := range s.listeners {
@@ -432,7 +433,7 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	s.serving.Wait()
 	s.reload.mu.Lock() // no reload may start a checker from here on
 	for _, p := range s.current().pools {
-		p.close()
+		p.Close()
 	}
 	sharers := s.shared.takeAll()
 	s.stopPluginsAndRevocations()
