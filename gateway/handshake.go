@@ -18,6 +18,7 @@ import (
 	"github.com/wsgate/wsgate/balancer"
 	"github.com/wsgate/wsgate/gateway/internal/pluginhost"
 	"github.com/wsgate/wsgate/gateway/internal/registry"
+	"github.com/wsgate/wsgate/gateway/internal/route"
 	"github.com/wsgate/wsgate/gateway/internal/telemetry"
 	"github.com/wsgate/wsgate/gateway/internal/tunnel"
 	"github.com/wsgate/wsgate/gateway/internal/upstream"
@@ -41,11 +42,11 @@ var errUpstream = errors.New("upstream handshake failed")
 // serveUpgrade carries one admitted WebSocket handshake (see handle): a
 // node from the route's pool, its 101 relayed to the client, and the
 // tunnel.
-func (s *Server) serveUpgrade(ctx *fasthttp.RequestCtx, g *generation, rt *route, authz pluginhost.Result) {
+func (s *Server) serveUpgrade(ctx *fasthttp.RequestCtx, g *generation, rt *route.Route, authz pluginhost.Result) {
 	var acc [acceptLen]byte // on the stack: it is only compared
 	accept := appendAccept(acc[:0], ctx.Request.Header.Peek("Sec-WebSocket-Key"))
 
-	p := rt.pool
+	p := rt.Pool
 	rb := acquireBuf()
 	defer releaseBuf(rb)
 	if p.SendProxy {
@@ -53,7 +54,7 @@ func (s *Server) serveUpgrade(ctx *fasthttp.RequestCtx, g *generation, rt *route
 	}
 	*rb = s.appendUpstreamRequest(*rb, ctx, g, rt, authz.Headers)
 	req := *rb
-	hkey := rt.key.of(ctx) // a hash pool's; nil for the others. ctx's request is unchanged above.
+	hkey := rt.HashKey.Of(ctx) // a hash pool's; nil for the others. ctx's request is unchanged above.
 	// One allocation carries what the hand-off needs: the node
 	// connection, the 101 for the client and the hijack's state.
 	ho := &handoff{s: s, g: g, rt: rt, start: ctx.Time()}
@@ -106,7 +107,7 @@ func (s *Server) serveUpgrade(ctx *fasthttp.RequestCtx, g *generation, rt *route
 			info = &registry.Info{Expires: authz.Expires, Subject: authz.Subject, Key: authz.CredentialID}
 			if s.access.On() { // what only the access log reads: no copies when it is off
 				info.Client, info.Path = ctx.RemoteAddr().String(), string(ctx.Path())
-				info.Route, info.Start = rt.name, ctx.Time()
+				info.Route, info.Start = rt.Name, ctx.Time()
 			}
 		}
 		ho.hd = registry.NewEntry(lease, info)
@@ -242,7 +243,7 @@ func clientResponse(b []byte, h *fasthttp.ResponseHeader) []byte {
 type handoff struct {
 	s     *Server
 	g     *generation
-	rt    *route
+	rt    *route.Route
 	start time.Time
 	up    upgradedConn
 	hd    *registry.Entry
@@ -382,11 +383,11 @@ func (s *Server) startTunnel(c net.Conn, ho *handoff) {
 		Node:          up.conn,
 		ClientPending: pending,
 		NodePending:   up.pending,
-		MaxFrame:      rt.maxFrame,
-		PingInterval:  rt.pingInterval,
-		PongTimeout:   rt.pongTimeout,
-		FrameRate:     rt.frameRate,
-		ByteRate:      rt.byteRate,
+		MaxFrame:      rt.MaxFrame,
+		PingInterval:  rt.PingInterval,
+		PongTimeout:   rt.PongTimeout,
+		FrameRate:     rt.FrameRate,
+		ByteRate:      rt.ByteRate,
 		WriteTimeout:  g.cfg.Gateway.WriteTimeout.Duration,
 		Lease:         hd,
 		OnEnd:         s.onTunnelEnd,
@@ -470,8 +471,8 @@ func detach(c net.Conn) (net.Conn, []byte) {
 // most handshake_timeout, and keeps its connection slot (taken at accept)
 // until it is closed, so lingering sockets count against max_conns and
 // max_conns_per_ip.
-func (s *Server) overflow(ctx *fasthttp.RequestCtx, g *generation, rt *route, result, msg string, retryAfter int) {
-	if rt.overflow != "close-1013" {
+func (s *Server) overflow(ctx *fasthttp.RequestCtx, g *generation, rt *route.Route, result, msg string, retryAfter int) {
+	if rt.Overflow != "close-1013" {
 		s.retryLaterAfter(ctx, fasthttp.StatusServiceUnavailable, result, msg, retryAfter)
 		return
 	}
@@ -523,7 +524,7 @@ func lingerClose(c net.Conn, until time.Time) {
 // the auth chain's headers set (replacing the client's own of the same
 // name under any spelling, see sameHeader, so a client cannot forge them;
 // an empty value only removes the client's).
-func (s *Server) appendUpstreamRequest(b []byte, ctx *fasthttp.RequestCtx, g *generation, rt *route, set map[string]string) []byte {
+func (s *Server) appendUpstreamRequest(b []byte, ctx *fasthttp.RequestCtx, g *generation, rt *route.Route, set map[string]string) []byte {
 	h := &ctx.Request.Header
 	b = append(b, "GET "...)
 	b = append(b, ctx.URI().RequestURI()...)
@@ -541,7 +542,7 @@ func (s *Server) appendUpstreamRequest(b []byte, ctx *fasthttp.RequestCtx, g *ge
 	for k, v := range h.All() {
 		switch {
 		case decided(set, k), headerIs(k, "host"), headerIs(k, "x-forwarded-for"), headerIs(k, "x-forwarded-proto"), headerIs(k, "content-length"),
-			isHopByHop(k), rt.ownsHeader(k), connectionListed(conn, k):
+			isHopByHop(k), rt.OwnsHeader(k), connectionListed(conn, k):
 			continue
 		}
 		b = append(b, k...)
@@ -629,5 +630,5 @@ func validKey(key []byte) bool {
 // headerIs reports whether the header name k equals name, which must be
 // lowercase ASCII, ignoring the case of k.
 func headerIs(k []byte, name string) bool {
-	return len(k) == len(name) && equalFoldSuffix(k, name)
+	return len(k) == len(name) && route.EqualFoldSuffix(k, name)
 }

@@ -14,6 +14,7 @@ import (
 	"github.com/wsgate/wsgate/conf"
 	"github.com/wsgate/wsgate/gateway/internal/pluginhost"
 	"github.com/wsgate/wsgate/gateway/internal/registry"
+	"github.com/wsgate/wsgate/gateway/internal/route"
 	"github.com/wsgate/wsgate/gateway/internal/tunnel"
 	"github.com/wsgate/wsgate/gateway/internal/upstream"
 )
@@ -385,7 +386,7 @@ func (s *Server) build(cfg *conf.Config, old *generation) (*generation, []leavin
 			}
 		}
 	}
-	g.routes = compileRoutes(cfg, g.pools)
+	g.routes = route.Compile(cfg, g.pools)
 	return g, gone, nil
 }
 

@@ -23,6 +23,7 @@ import (
 	"github.com/wsgate/wsgate/gateway/internal/admin"
 	"github.com/wsgate/wsgate/gateway/internal/pluginhost"
 	"github.com/wsgate/wsgate/gateway/internal/registry"
+	"github.com/wsgate/wsgate/gateway/internal/route"
 	"github.com/wsgate/wsgate/gateway/internal/telemetry"
 	"github.com/wsgate/wsgate/gateway/internal/tunnel"
 	"github.com/wsgate/wsgate/gateway/internal/upstream"
@@ -41,7 +42,7 @@ const readBufferSize = 8 << 10
 type generation struct {
 	n                uint64
 	cfg              *conf.Config
-	routes           routeTable
+	routes           route.Table
 	pools            map[string]*upstream.Pool
 	nodes            *balancer.Registry // every pool's nodes, shared by all generations
 	handshakeTimeout time.Duration

@@ -1,4 +1,8 @@
-package gateway
+// Package route is the gateway's route table: the [[routes]] entries
+// compiled once at load for matching a request's host and path, each with
+// its pool, its Origin allow-list, the headers it owns (auth_headers),
+// its limits and where its pool's hash key is read from the request.
+package route
 
 import (
 	"bytes"
@@ -10,51 +14,56 @@ import (
 	"github.com/wsgate/wsgate/gateway/internal/upstream"
 )
 
-// route is a [[routes]] entry compiled for matching: lowercase host pattern,
-// its pool resolved, limits converted once at load.
-type route struct {
-	name       string   // host and path prefix, as logs and plugins see it
-	auth       []string // plugin chain
+// Route is a [[routes]] entry compiled for matching: lowercase host pattern,
+// its pool resolved, limits converted once at load. It is read-only once
+// compiled.
+type Route struct {
+	Name       string   // host and path prefix, as logs and plugins see it
+	Auth       []string // plugin chain
 	host       string   // "" matches any host; "*.x.y" stored as ".x.y"
 	wildcard   bool
 	pathPrefix []byte
-	pool       *upstream.Pool
-	key        hashKey             // its pool's hash_key when a hash pool; none for the others
-	origins    map[string]struct{} // nil: any origin
-	overflow   string
-	maxFrame   uint64
+	Pool       *upstream.Pool // where the route's requests go
+	// HashKey is where a request's key is found when Pool is a hash pool
+	// (pools.hash_key); none for the others.
+	HashKey  HashKey
+	origins  map[string]struct{} // nil: any origin
+	Overflow string              // a full pool's answer: "http-503" or "close-1013"
+	MaxFrame uint64              // the largest frame a client may send, in bytes
 	// Keepalive pings and the client's rate caps (0 = off).
-	pingInterval, pongTimeout time.Duration
-	frameRate, byteRate       uint64
-	plainHTTP                 bool     // plain requests are proxied; false: refused with 426
+	PingInterval, PongTimeout time.Duration
+	FrameRate, ByteRate       uint64
+	PlainHTTP                 bool     // plain requests are proxied; false: refused with 426
 	strip                     []string // auth_headers, lowercase: removed from client input
 }
 
-// routeTable is an ordered list of routes; the first match wins.
-type routeTable []*route
+// Table is an ordered list of routes; the first match wins.
+type Table []*Route
 
-func compileRoutes(cfg *conf.Config, pools map[string]*upstream.Pool) routeTable {
-	keys := map[string]hashKey{}
+// Compile compiles cfg's routes, resolving each route's pool by name in
+// pools (built from cfg).
+func Compile(cfg *conf.Config, pools map[string]*upstream.Pool) Table {
+	keys := map[string]HashKey{}
 	for _, pc := range cfg.Pools {
 		if pc.Balance == balancer.PolicyHash {
-			keys[pc.Name] = parseHashKey(pc.HashKey)
+			keys[pc.Name] = ParseHashKey(pc.HashKey)
 		}
 	}
-	rt := make(routeTable, 0, len(cfg.Routes))
+	rt := make(Table, 0, len(cfg.Routes))
 	for _, r := range cfg.Routes {
-		cr := &route{
-			name:         r.Host + r.PathPrefix,
-			auth:         r.Auth,
+		cr := &Route{
+			Name:         r.Host + r.PathPrefix,
+			Auth:         r.Auth,
 			pathPrefix:   []byte(r.PathPrefix),
-			pool:         pools[r.Pool],
-			key:          keys[r.Pool],
-			overflow:     r.Overflow,
-			maxFrame:     uint64(r.MaxFrame),
-			pingInterval: r.PingInterval.Duration,
-			pongTimeout:  r.PongTimeout.Duration,
-			frameRate:    uint64(r.FrameRate),
-			byteRate:     uint64(r.ByteRate),
-			plainHTTP:    r.PlainHTTP != "refuse",
+			Pool:         pools[r.Pool],
+			HashKey:      keys[r.Pool],
+			Overflow:     r.Overflow,
+			MaxFrame:     uint64(r.MaxFrame),
+			PingInterval: r.PingInterval.Duration,
+			PongTimeout:  r.PongTimeout.Duration,
+			FrameRate:    uint64(r.FrameRate),
+			ByteRate:     uint64(r.ByteRate),
+			PlainHTTP:    r.PlainHTTP != "refuse",
 		}
 		for _, h := range r.AuthHeaders {
 			cr.strip = append(cr.strip, strings.ToLower(h))
@@ -77,10 +86,10 @@ func compileRoutes(cfg *conf.Config, pools map[string]*upstream.Pool) routeTable
 	return rt
 }
 
-// match returns the first route for host (as sent, maybe with a port and a
+// Match returns the first route for host (as sent, maybe with a port and a
 // final dot, which names the same host to DNS and to most servers) and
 // path, or nil.
-func (rt routeTable) match(host, path []byte) *route {
+func (rt Table) Match(host, path []byte) *Route {
 	host = bytes.TrimRight(stripPort(host), ".")
 	for _, r := range rt {
 		if !r.matchHost(host) || !bytes.HasPrefix(path, r.pathPrefix) {
@@ -91,20 +100,20 @@ func (rt routeTable) match(host, path []byte) *route {
 	return nil
 }
 
-func (r *route) matchHost(host []byte) bool {
+func (r *Route) matchHost(host []byte) bool {
 	switch {
 	case r.host == "":
 		return true
 	case r.wildcard:
-		return len(host) > len(r.host) && equalFoldSuffix(host, r.host)
+		return len(host) > len(r.host) && EqualFoldSuffix(host, r.host)
 	default:
-		return len(host) == len(r.host) && equalFoldSuffix(host, r.host)
+		return len(host) == len(r.host) && EqualFoldSuffix(host, r.host)
 	}
 }
 
-// originAllowed reports whether the Origin header value is on the route's
+// OriginAllowed reports whether the Origin header value is on the route's
 // allow-list (always true without one).
-func (r *route) originAllowed(origin []byte) bool {
+func (r *Route) OriginAllowed(origin []byte) bool {
 	if r.origins == nil {
 		return true
 	}
@@ -112,22 +121,22 @@ func (r *route) originAllowed(origin []byte) bool {
 	return ok
 }
 
-// ownsHeader reports whether the header name k is one of the route's
+// OwnsHeader reports whether the header name k is one of the route's
 // auth_headers, which a client may not send, under any spelling a node
-// may read as that name (see sameHeader).
-func (r *route) ownsHeader(k []byte) bool {
+// may read as that name (see SameHeader).
+func (r *Route) OwnsHeader(k []byte) bool {
 	for _, name := range r.strip {
-		if sameHeader(k, name) {
+		if SameHeader(k, name) {
 			return true
 		}
 	}
 	return false
 }
 
-// sameHeader reports whether header names k and name are one to a node:
+// SameHeader reports whether header names k and name are one to a node:
 // equal ignoring case, with "_" and " " taken for "-", since CGI, WSGI, PHP
 // and Rack map X-User-Id, X_User_Id and "X User Id" alike to HTTP_X_USER_ID.
-func sameHeader(k []byte, name string) bool {
+func SameHeader(k []byte, name string) bool {
 	if len(k) != len(name) {
 		return false
 	}
@@ -149,9 +158,9 @@ func foldHeaderByte(c byte) byte {
 	return c
 }
 
-// equalFoldSuffix reports whether s ends with the lowercase ASCII suffix,
+// EqualFoldSuffix reports whether s ends with the lowercase ASCII suffix,
 // ignoring the case of s.
-func equalFoldSuffix(s []byte, suffix string) bool {
+func EqualFoldSuffix(s []byte, suffix string) bool {
 	off := len(s) - len(suffix)
 	for i := 0; i < len(suffix); i++ {
 		c := s[off+i]
