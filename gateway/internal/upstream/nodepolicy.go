@@ -203,3 +203,8 @@ func (s *policySource) Lookup(ctx context.Context) ([]discovery.Node, error) {
 	}
 	return kept, nil
 }
+
+var (
+	_ health.AddrCheck = (*NodePolicy)(nil)
+	_ discovery.Source = (*policySource)(nil)
+)

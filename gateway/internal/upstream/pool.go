@@ -291,6 +291,9 @@ type NodeTarget struct{ *balancer.Node }
 // SetState maps the checker's state onto the balancer's.
 func (t NodeTarget) SetState(s health.State) { t.Node.SetState(balancerState(s)) }
 
+var _ health.Target = NodeTarget{}
+
+// balancerState is the balancer's state for the checker's state s.
 func balancerState(s health.State) balancer.State {
 	switch s {
 	case health.StateUp:
