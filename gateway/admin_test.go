@@ -290,7 +290,7 @@ func TestDrainMigrateMovesClients(t *testing.T) {
 	if code, body := e.admin("POST", "/api/pools/relay/nodes/"+drained+"/undrain", ""); code != 200 {
 		t.Fatalf("undrain: %d %s", code, body)
 	}
-	waitUntil(t, func() bool { return e.srv.current().pools["relay"].node(drained).State().String() == "up" })
+	waitUntil(t, func() bool { return e.srv.current().pools["relay"].Node(drained).State().String() == "up" })
 	// Two clients: least_conn puts one on each relay.
 	var back, other *websocket.Conn
 	for range 2 {
@@ -441,8 +441,8 @@ func TestAdminRefusesCrossSite(t *testing.T) {
 			e, _ := reloadable(t, 2, cfg)
 			p := e.srv.current().pools["relay"]
 			node := e.addrs[0]
-			n := p.node(node)
-			drained := func() bool { return p.checkView(node).AdminDrain }
+			n := p.Node(node)
+			drained := func() bool { return p.CheckView(node).AdminDrain }
 			generation := func() uint64 { return e.srv.current().n }
 			endpoints := []struct {
 				name, path, body string

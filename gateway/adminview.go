@@ -6,6 +6,7 @@ import (
 	"github.com/wsgate/wsgate/balancer"
 	"github.com/wsgate/wsgate/conf"
 	"github.com/wsgate/wsgate/gateway/internal/admin"
+	"github.com/wsgate/wsgate/gateway/internal/upstream"
 )
 
 // adminView is the Server as the admin API reads and steers it.
@@ -57,30 +58,20 @@ func (v adminView) UndrainNode(pool, addr string) (admin.Node, error) {
 
 // node finds the node at addr in the pool named name of the generation in
 // force.
-func (v adminView) node(name, addr string) (*pool, *balancer.Node, error) {
+func (v adminView) node(name, addr string) (*upstream.Pool, *balancer.Node, error) {
 	p := v.s.current().pools[name]
 	if p == nil {
 		return nil, nil, fmt.Errorf("pool %q: %w", name, admin.ErrNoPool)
 	}
-	n := p.node(addr)
+	n := p.Node(addr)
 	if n == nil {
 		return nil, nil, fmt.Errorf("pool %q, node %q: %w", name, addr, admin.ErrNoNode)
 	}
 	return p, n, nil
 }
 
-// node returns the pool's node at addr, or nil.
-func (p *pool) node(addr string) *balancer.Node {
-	for _, n := range p.bal.Nodes() {
-		if n.Addr() == addr {
-			return n
-		}
-	}
-	return nil
-}
-
-// checkJSON is the node's last health check as the admin API shows it:
-// pool.checkView builds one.
+// checkJSON is the node's last health check as the admin API shows it,
+// converted from the pool's upstream.CheckView, which has its fields.
 type checkJSON = admin.Check
 
 var _ admin.Gateway = adminView{}

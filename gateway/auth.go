@@ -15,6 +15,7 @@ import (
 	"github.com/valyala/fasthttp"
 	"github.com/wsgate/wsgate/gateway/internal/admin"
 	"github.com/wsgate/wsgate/gateway/internal/pluginhost"
+	"github.com/wsgate/wsgate/gateway/internal/route"
 	"github.com/wsgate/wsgate/plugins/auth"
 )
 
@@ -24,8 +25,8 @@ const revokeChannel = "wsgate:revoke"
 // authorize runs the route's auth chain for a handshake. On a deny or when
 // a plugin gives no decision it answers the client itself (the plugin's
 // status, or 503: fail closed) and returns false.
-func (s *Server) authorize(ctx *fasthttp.RequestCtx, g *generation, rt *route) (pluginhost.Result, bool) {
-	if len(rt.auth) == 0 {
+func (s *Server) authorize(ctx *fasthttp.RequestCtx, g *generation, rt *route.Route) (pluginhost.Result, bool) {
+	if len(rt.Auth) == 0 {
 		return pluginhost.Result{Allow: true}, true
 	}
 	h := &ctx.Request.Header
@@ -37,17 +38,17 @@ func (s *Server) authorize(ctx *fasthttp.RequestCtx, g *generation, rt *route) (
 		Header:     make(http.Header),
 		ClientAddr: ctx.RemoteAddr().String(),
 		TLS:        tlsInfo(ctx),
-		Route:      rt.name,
+		Route:      rt.Name,
 	}
 	for k, v := range h.All() {
 		req.Header.Add(string(k), string(v))
 	}
 	cctx, cancel := context.WithTimeout(context.Background(), g.handshakeTimeout)
 	defer cancel()
-	res, err := s.plugins.Authenticate(cctx, rt.auth, req)
+	res, err := s.plugins.Authenticate(cctx, rt.Auth, req)
 	switch {
 	case err != nil:
-		s.log.Warn("auth plugin gave no decision; refusing (fail closed)", "route", rt.name, "err", err)
+		s.log.Warn("auth plugin gave no decision; refusing (fail closed)", "route", rt.Name, "err", err)
 		s.retryLater(ctx, fasthttp.StatusServiceUnavailable, "auth_unavailable", "authentication unavailable")
 		return res, false
 	case !res.Allow:

@@ -67,7 +67,7 @@ func TestDashboardInBrowser(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Logf("screenshot: %s", shot)
-	if got := e.srv.current().pools["relay"].node(e.addrs[0]).State().String(); !strings.HasPrefix(got, "drain") {
+	if got := e.srv.current().pools["relay"].Node(e.addrs[0]).State().String(); !strings.HasPrefix(got, "drain") {
 		t.Errorf("node state %q after the dashboard's drain", got)
 	}
 }
@@ -120,7 +120,7 @@ func TestDashboardRefusesCrossSitePages(t *testing.T) {
 		requests.Add(1)
 	}))
 	defer attacker.Close()
-	drained := func() bool { return e.srv.current().pools["relay"].checkView(node).AdminDrain }
+	drained := func() bool { return e.srv.current().pools["relay"].CheckView(node).AdminDrain }
 	generation := e.srv.current().n
 
 	for _, tc := range []struct{ enctype, answer string }{

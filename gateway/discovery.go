@@ -10,6 +10,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/wsgate/wsgate/conf"
+	"github.com/wsgate/wsgate/gateway/internal/upstream"
 	"github.com/wsgate/wsgate/internal/discovery"
 )
 
@@ -56,14 +57,14 @@ func (d *discoveries) fill(cfg *conf.Config, old *generation) *conf.Config {
 			continue
 		}
 		if _, ok := d.found[p.Name]; !ok && old != nil && old.pools[p.Name] != nil {
-			d.found[p.Name] = slices.Clone(old.pools[p.Name].conf.Nodes)
+			d.found[p.Name] = slices.Clone(old.pools[p.Name].Conf.Nodes)
 		}
 		// Nodes found under an earlier allow, or listed before a reload
 		// turned discovery on, are held to this section's policy: a
 		// reload that narrows allow drains the nodes it leaves out at
 		// once, the last one up included.
 		if found, ok := d.found[p.Name]; ok {
-			d.found[p.Name] = newNodePolicy(p.Discovery).keep(found)
+			d.found[p.Name] = upstream.NewNodePolicy(p.Discovery).Keep(found)
 		}
 		p.Nodes = make([]conf.Node, len(d.found[p.Name]))
 		for j, n := range d.found[p.Name] {
@@ -164,7 +165,7 @@ func (s *Server) startWatch(name string, spec conf.Discovery) (*watch, error) {
 		return nil, fmt.Errorf("unknown discovery kind %q", spec.Kind)
 	}
 	log := s.log.With("pool", name, "discovery", spec.Kind, "name", spec.Name)
-	src = &policySource{src: src, policy: newNodePolicy(spec), log: log}
+	src = upstream.NewPolicySource(src, upstream.NewNodePolicy(spec), log)
 	wt := &watch{spec: spec}
 	d := &s.disc
 	misses := 1 // a Redis key's lifetime already outlasts a missed refresh

@@ -89,7 +89,7 @@ func expectClose(t *testing.T, c *websocket.Conn, code int) {
 
 // nodeState is the state of addr in the running pool, or false.
 func (s *Server) nodeState(pool, addr string) (balancer.State, bool) {
-	n := s.current().pools[pool].node(addr)
+	n := s.current().pools[pool].Node(addr)
 	if n == nil {
 		return 0, false
 	}
@@ -162,7 +162,7 @@ func TestDiscoveryDNS(t *testing.T) {
 	dns.SetA("relays.wsgate.test", "127.0.0.2", "127.0.0.3")
 	waitUntil(t, func() bool {
 		st, ok := srv.nodeState("relay", a2)
-		chk, _ := srv.current().pools["relay"].health.Status(a2)
+		chk, _ := srv.current().pools["relay"].Health.Status(a2)
 		return ok && st == balancer.StateDown && chk.ConsecutiveFailures >= 2
 	})
 	for i := range 5 {
@@ -226,7 +226,7 @@ func TestDiscoveryDNS(t *testing.T) {
 		before := max(lookups(step.result), 0)
 		step.break_()
 		waitUntil(t, func() bool { return lookups(step.result) >= before+3 })
-		nodes := srv.current().pools["relay"].bal.Nodes()
+		nodes := srv.current().pools["relay"].Balancer.Nodes()
 		if len(nodes) != 1 || nodes[0].Addr() != a2 || nodes[0].State() != balancer.StateUp {
 			t.Fatalf("after %s lookups the pool has %v", step.result, nodes)
 		}
@@ -387,7 +387,7 @@ func TestReloadTurnsDiscoveryOn(t *testing.T) {
 	if replica != "relay-1" {
 		t.Fatalf("client on %q", replica)
 	}
-	n1 := srv.current().pools["relay"].node(a1)
+	n1 := srv.current().pools["relay"].Node(a1)
 	dns.Fail(true) // no answer yet: the listed node stays
 	cfg, err := conf.Parse("on.toml", []byte(fmt.Sprintf(dnsDiscoveryCfg, port, dns.Addr)))
 	if err != nil {
@@ -399,13 +399,13 @@ func TestReloadTurnsDiscoveryOn(t *testing.T) {
 	waitUntil(t, func() bool {
 		return counter(e.scrape(), "wsgate_discovery_lookups_total", "result", "error") >= 2
 	})
-	if n := srv.current().pools["relay"].node(a1); n != n1 || n.State() != balancer.StateUp || srv.Tunnels() != 1 {
+	if n := srv.current().pools["relay"].Node(a1); n != n1 || n.State() != balancer.StateUp || srv.Tunnels() != 1 {
 		t.Fatalf("before the first answer: node %p (was %p), tunnels %d", n, n1, srv.Tunnels())
 	}
 	dns.SetA("relays.wsgate.test", "127.0.0.2", "127.0.0.3")
 	dns.Fail(false)
 	waitUntil(t, func() bool { st, ok := srv.nodeState("relay", a2); return ok && st == balancer.StateUp })
-	if n := srv.current().pools["relay"].node(a1); n != n1 || n.State() != balancer.StateUp || srv.Tunnels() != 1 {
+	if n := srv.current().pools["relay"].Node(a1); n != n1 || n.State() != balancer.StateUp || srv.Tunnels() != 1 {
 		t.Fatalf("after the first answer: node %p (was %p), tunnels %d", n, n1, srv.Tunnels())
 	}
 	c.Close()
@@ -446,7 +446,7 @@ func TestDiscoveryLeavesOutOwnListeners(t *testing.T) {
 	// Lookups go on; the pool keeps only the relay.
 	before := counter(e.scrape(), "wsgate_discovery_lookups_total", "result", "ok")
 	waitUntil(t, func() bool { return counter(e.scrape(), "wsgate_discovery_lookups_total", "result", "ok") >= before+3 })
-	if nodes := srv.current().pools["relay"].bal.Nodes(); len(nodes) != 1 || nodes[0].Addr() != relayAddr {
+	if nodes := srv.current().pools["relay"].Balancer.Nodes(); len(nodes) != 1 || nodes[0].Addr() != relayAddr {
 		t.Fatalf("pool nodes %v, want only %s", nodes, relayAddr)
 	}
 	for i := range 10 {
@@ -466,7 +466,7 @@ func TestDiscoveryLeavesOutOwnListeners(t *testing.T) {
 	}
 	before = counter(e.scrape(), "wsgate_discovery_lookups_total", "result", "ok")
 	waitUntil(t, func() bool { return counter(e.scrape(), "wsgate_discovery_lookups_total", "result", "ok") >= before+3 })
-	if nodes := srv.current().pools["relay"].bal.Nodes(); len(nodes) != 1 || nodes[0].Addr() != relayAddr {
+	if nodes := srv.current().pools["relay"].Balancer.Nodes(); len(nodes) != 1 || nodes[0].Addr() != relayAddr {
 		t.Fatalf("with only its own listeners found, the pool has %v, want %s", nodes, relayAddr)
 	}
 }

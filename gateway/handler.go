@@ -10,6 +10,7 @@ import (
 
 	"github.com/valyala/fasthttp"
 	"github.com/wsgate/wsgate/balancer"
+	"github.com/wsgate/wsgate/gateway/internal/route"
 	"github.com/wsgate/wsgate/internal/proxyproto"
 )
 
@@ -28,7 +29,7 @@ func (s *Server) handle(ctx *fasthttp.RequestCtx) {
 	// the target's for an absolute-form request (RFC 9112 section 3.2.2),
 	// else the Host header. ctx.Path is the normalized path, which both
 	// branches forward too.
-	rt := g.routes.match(ctx.Host(), ctx.Path())
+	rt := g.routes.Match(ctx.Host(), ctx.Path())
 	if rt == nil {
 		s.reject(ctx, fasthttp.StatusNotFound, "no_route", "no route for this host and path")
 		return
@@ -42,7 +43,7 @@ func (s *Server) handle(ctx *fasthttp.RequestCtx) {
 	if !ok {
 		return
 	}
-	if !rt.originAllowed(ctx.Request.Header.Peek("Origin")) {
+	if !rt.OriginAllowed(ctx.Request.Header.Peek("Origin")) {
 		s.reject(ctx, fasthttp.StatusForbidden, "origin", "origin not allowed")
 		return
 	}
@@ -55,7 +56,7 @@ func (s *Server) handle(ctx *fasthttp.RequestCtx) {
 	}
 	// Last, so only requests that would reach a node take a token: a
 	// flood of bad or unauthorized requests does not use up the pool's.
-	if ok, rate, burst := rt.pool.admit.allow(); !ok {
+	if ok, rate, burst := rt.Pool.Admit.Allow(); !ok {
 		retry := jitteredRetryAfter(g.retryAfter, rate, burst)
 		if upgrade {
 			s.overflow(ctx, g, rt, "admission", "the pool is admitting new clients at a limited rate", retry)
@@ -170,7 +171,7 @@ func (sh *reqShape) add(k, v []byte) {
 // WebSocket handshake (so none is ever proxied as plain HTTP), and plain
 // HTTP on a route that does not take it. It reports whether the request is
 // a handshake, and false in ok once it has answered the client.
-func (s *Server) checkShape(ctx *fasthttp.RequestCtx, rt *route) (upgrade, ok bool) {
+func (s *Server) checkShape(ctx *fasthttp.RequestCtx, rt *route.Route) (upgrade, ok bool) {
 	h := &ctx.Request.Header
 	sh := readShape(h)
 	msg := ""
@@ -199,7 +200,7 @@ func (s *Server) checkShape(ctx *fasthttp.RequestCtx, rt *route) (upgrade, ok bo
 		// one has no host to route by or to send upstream either.
 		msg = "request without Host"
 	case !sh.attempt():
-		if !rt.plainHTTP {
+		if !rt.PlainHTTP {
 			s.reject(ctx, fasthttp.StatusUpgradeRequired, "bad_request", "this route takes websocket handshakes only")
 			ctx.Response.Header.Set("Upgrade", "websocket")
 			return false, false
@@ -336,7 +337,7 @@ func connectionListed(conn [][]byte, k []byte) bool {
 // chain's headers set (an empty value only removes the client's), the Host
 // and (normalized) path the request was routed by, and X-Forwarded-For and
 // X-Forwarded-Proto.
-func prepareForward(ctx *fasthttp.RequestCtx, g *generation, rt *route, set map[string]string) {
+func prepareForward(ctx *fasthttp.RequestCtx, g *generation, rt *route.Route, set map[string]string) {
 	h := &ctx.Request.Header
 	for _, v := range h.PeekAll(fasthttp.HeaderConnection) {
 		for len(v) > 0 {
@@ -352,7 +353,7 @@ func prepareForward(ctx *fasthttp.RequestCtx, g *generation, rt *route, set map[
 	}
 	var drop [][]byte // deleting while iterating would skip headers
 	for k := range h.All() {
-		if rt.ownsHeader(k) || decided(set, k) {
+		if rt.OwnsHeader(k) || decided(set, k) {
 			drop = append(drop, append([]byte(nil), k...))
 		}
 	}
@@ -405,7 +406,7 @@ func appendForwardedFor(dst []byte, ctx *fasthttp.RequestCtx, g *generation) []b
 // decision sets (or removes), under any spelling (see sameHeader).
 func decided(set map[string]string, k []byte) bool {
 	for name := range set {
-		if sameHeader(k, name) {
+		if route.SameHeader(k, name) {
 			return true
 		}
 	}
@@ -415,21 +416,21 @@ func decided(set map[string]string, k []byte) bool {
 // serveHTTP proxies an admitted plain HTTP request to a node of the route's
 // pool, so a relay's /info or an app's REST API works through the gateway.
 // Idempotent requests move to the next node when one cannot be reached.
-func (s *Server) serveHTTP(ctx *fasthttp.RequestCtx, g *generation, rt *route, set map[string]string) {
-	p := rt.pool
+func (s *Server) serveHTTP(ctx *fasthttp.RequestCtx, g *generation, rt *route.Route, set map[string]string) {
+	p := rt.Pool
 	// The key is read from the request as the client sent it, as for a
 	// handshake; prepareForward rewrites the headers it points into.
-	hkey := bytes.Clone(p.key.of(ctx)) // a hash pool's; nil for the others
+	hkey := bytes.Clone(rt.HashKey.Of(ctx)) // a hash pool's; nil for the others
 	prepareForward(ctx, g, rt, set)
 	req := &ctx.Request
 	var excl [maxTries]*balancer.Node
 	exclude := excl[:0]
-	tries := min(p.tries, maxTries)
+	tries := min(p.Tries, maxTries)
 	if !ctx.IsGet() && !ctx.IsHead() {
 		tries = 1
 	}
 	for try := 0; try < tries; try++ {
-		lease, err := p.bal.AcquireKey(exclude, hkey)
+		lease, err := p.Balancer.AcquireKey(exclude, hkey)
 		if err != nil {
 			if try == 0 {
 				s.retryLater(ctx, fasthttp.StatusServiceUnavailable, "no_capacity", "no node with capacity")
@@ -437,16 +438,16 @@ func (s *Server) serveHTTP(ctx *fasthttp.RequestCtx, g *generation, rt *route, s
 			}
 			break
 		}
-		if p.sendProxy {
-			err = p.doOwnConn(lease.Node().Addr(), proxyHeaderFor(ctx), req, &ctx.Response, proxyTimeout)
+		if p.SendProxy {
+			err = p.DoOwnConn(lease.Node().Addr(), proxyHeaderFor(ctx), req, &ctx.Response, proxyTimeout)
 		} else {
-			err = p.http[lease.Node()].DoTimeout(req, &ctx.Response, proxyTimeout)
+			err = p.HTTP[lease.Node()].DoTimeout(req, &ctx.Response, proxyTimeout)
 		}
 		lease.Release()
 		if err == nil {
 			return
 		}
-		s.log.Warn("proxy request failed", "pool", p.name, "node", lease.Node().Addr(), "err", err)
+		s.log.Warn("proxy request failed", "pool", p.Name, "node", lease.Node().Addr(), "err", err)
 		var nerr net.Error
 		if !errors.As(err, &nerr) && !errors.Is(err, fasthttp.ErrConnectionClosed) {
 			break

@@ -18,8 +18,10 @@ import (
 	"github.com/wsgate/wsgate/balancer"
 	"github.com/wsgate/wsgate/gateway/internal/pluginhost"
 	"github.com/wsgate/wsgate/gateway/internal/registry"
+	"github.com/wsgate/wsgate/gateway/internal/route"
 	"github.com/wsgate/wsgate/gateway/internal/telemetry"
 	"github.com/wsgate/wsgate/gateway/internal/tunnel"
+	"github.com/wsgate/wsgate/gateway/internal/upstream"
 	"github.com/wsgate/wsgate/health"
 	"github.com/wsgate/wsgate/internal/wsframe"
 )
@@ -40,28 +42,28 @@ var errUpstream = errors.New("upstream handshake failed")
 // serveUpgrade carries one admitted WebSocket handshake (see handle): a
 // node from the route's pool, its 101 relayed to the client, and the
 // tunnel.
-func (s *Server) serveUpgrade(ctx *fasthttp.RequestCtx, g *generation, rt *route, authz pluginhost.Result) {
+func (s *Server) serveUpgrade(ctx *fasthttp.RequestCtx, g *generation, rt *route.Route, authz pluginhost.Result) {
 	var acc [acceptLen]byte // on the stack: it is only compared
 	accept := appendAccept(acc[:0], ctx.Request.Header.Peek("Sec-WebSocket-Key"))
 
-	p := rt.pool
+	p := rt.Pool
 	rb := acquireBuf()
 	defer releaseBuf(rb)
-	if p.sendProxy {
+	if p.SendProxy {
 		*rb = appendProxyHeader(*rb, ctx)
 	}
 	*rb = s.appendUpstreamRequest(*rb, ctx, g, rt, authz.Headers)
 	req := *rb
-	hkey := p.key.of(ctx) // a hash pool's; nil for the others. ctx's request is unchanged above.
+	hkey := rt.HashKey.Of(ctx) // a hash pool's; nil for the others. ctx's request is unchanged above.
 	// One allocation carries what the hand-off needs: the node
 	// connection, the 101 for the client and the hijack's state.
 	ho := &handoff{s: s, g: g, rt: rt, start: ctx.Time()}
 	var excl [maxTries]*balancer.Node
 	exclude := excl[:0]
-	tries := min(p.tries, maxTries)
+	tries := min(p.Tries, maxTries)
 	local := false // a dial failed on the gateway's side
 	for try := 0; try < tries; try++ {
-		lease, err := p.bal.AcquireKey(exclude, hkey)
+		lease, err := p.Balancer.AcquireKey(exclude, hkey)
 		if err != nil {
 			if try > 0 {
 				break // nodes were tried and failed: 502 below
@@ -73,20 +75,20 @@ func (s *Server) serveUpgrade(ctx *fasthttp.RequestCtx, g *generation, rt *route
 		if err != nil {
 			lease.Release()
 			exclude = append(exclude, lease.Node())
-			if errors.Is(err, errLocalDial) {
+			if errors.Is(err, upstream.ErrLocalDial) {
 				// The gateway is short, not the node: its health is
 				// left alone (the dialer has counted and logged it).
 				// Out of ports toward this node from every source,
 				// another node may still be reachable; out of
 				// descriptors or memory, none is.
 				local = true
-				if perSource(health.LocalReason(err)) {
+				if upstream.PerSource(health.LocalReason(err)) {
 					continue
 				}
 				break
 			}
-			p.health.ReportFailure(lease.Node().Addr(), err)
-			s.log.Warn("upstream handshake failed", "pool", p.name, "node", lease.Node().Addr(), "err", err)
+			p.Health.ReportFailure(lease.Node().Addr(), err)
+			s.log.Warn("upstream handshake failed", "pool", p.Name, "node", lease.Node().Addr(), "err", err)
 			continue
 		}
 		if answer != nil {
@@ -99,13 +101,13 @@ func (s *Server) serveUpgrade(ctx *fasthttp.RequestCtx, g *generation, rt *route
 			s.metrics.Handshake("upstream_refused", ctx.Time())
 			return
 		}
-		p.health.ReportSuccess(lease.Node().Addr())
+		p.Health.ReportSuccess(lease.Node().Addr())
 		var info *registry.Info
 		if s.access.On() || !authz.Expires.IsZero() || authz.Subject != "" || authz.CredentialID != "" {
 			info = &registry.Info{Expires: authz.Expires, Subject: authz.Subject, Key: authz.CredentialID}
 			if s.access.On() { // what only the access log reads: no copies when it is off
 				info.Client, info.Path = ctx.RemoteAddr().String(), string(ctx.Path())
-				info.Route, info.Start = rt.name, ctx.Time()
+				info.Route, info.Start = rt.Name, ctx.Time()
 			}
 		}
 		ho.hd = registry.NewEntry(lease, info)
@@ -123,8 +125,8 @@ func (s *Server) serveUpgrade(ctx *fasthttp.RequestCtx, g *generation, rt *route
 	s.reject(ctx, fasthttp.StatusBadGateway, "upstream_error", "no node completed the websocket handshake")
 }
 
-// upstream is a node connection whose 101 has been read.
-type upstream struct {
+// upgradedConn is a node connection whose 101 has been read.
+type upgradedConn struct {
 	conn    net.Conn
 	pending []byte // bytes the node sent after its 101
 	header  []byte // the 101 response for the client
@@ -153,12 +155,12 @@ func releaseBuf(b *[]byte) {
 // fills up with the upgraded connection, its header for the client
 // appended to hdr (see clientResponse); it returns a non-101 answer below
 // 500 to pass on, or an error wrapping errUpstream, or one wrapping
-// errLocalDial when the dial failed on the gateway's side (which says
+// upstream.ErrLocalDial when the dial failed on the gateway's side (which says
 // nothing about n).
-func (s *Server) dialNode(p *pool, n *balancer.Node, req, accept []byte, up *upstream, hdr []byte) (*fasthttp.Response, error) {
-	conn, err := p.dial.dial(n.Addr())
+func (s *Server) dialNode(p *upstream.Pool, n *balancer.Node, req, accept []byte, up *upgradedConn, hdr []byte) (*fasthttp.Response, error) {
+	conn, err := p.Dialer.Dial(n.Addr())
 	if err != nil {
-		if errors.Is(err, errLocalDial) {
+		if errors.Is(err, upstream.ErrLocalDial) {
 			return nil, fmt.Errorf("dial %s: %w", n.Addr(), err)
 		}
 		return nil, fmt.Errorf("%w: dial: %w", errUpstream, err)
@@ -169,7 +171,7 @@ func (s *Server) dialNode(p *pool, n *balancer.Node, req, accept []byte, up *ups
 			_ = conn.Close()
 		}
 	}()
-	_ = conn.SetDeadline(time.Now().Add(p.connectTimeout))
+	_ = conn.SetDeadline(time.Now().Add(p.ConnectTimeout))
 	if _, err := conn.Write(req); err != nil {
 		return nil, fmt.Errorf("%w: write request: %w", errUpstream, err)
 	}
@@ -207,7 +209,7 @@ func (s *Server) dialNode(p *pool, n *balancer.Node, req, accept []byte, up *ups
 	if !bytes.Equal(resp.Header.Peek("Sec-WebSocket-Accept"), accept) {
 		return nil, fmt.Errorf("%w: wrong Sec-WebSocket-Accept", errUpstream)
 	}
-	*up = upstream{conn: conn, header: clientResponse(hdr, &resp.Header)}
+	*up = upgradedConn{conn: conn, header: clientResponse(hdr, &resp.Header)}
 	if k := br.Buffered(); k > 0 {
 		b, _ := br.Peek(k)
 		up.pending = append([]byte(nil), b...)
@@ -241,9 +243,9 @@ func clientResponse(b []byte, h *fasthttp.ResponseHeader) []byte {
 type handoff struct {
 	s     *Server
 	g     *generation
-	rt    *route
+	rt    *route.Route
 	start time.Time
-	up    upstream
+	up    upgradedConn
 	hd    *registry.Entry
 	// claimed is set by whichever of the hijack handler and the timer
 	// runs first; the other does nothing.
@@ -381,11 +383,11 @@ func (s *Server) startTunnel(c net.Conn, ho *handoff) {
 		Node:          up.conn,
 		ClientPending: pending,
 		NodePending:   up.pending,
-		MaxFrame:      rt.maxFrame,
-		PingInterval:  rt.pingInterval,
-		PongTimeout:   rt.pongTimeout,
-		FrameRate:     rt.frameRate,
-		ByteRate:      rt.byteRate,
+		MaxFrame:      rt.MaxFrame,
+		PingInterval:  rt.PingInterval,
+		PongTimeout:   rt.PongTimeout,
+		FrameRate:     rt.FrameRate,
+		ByteRate:      rt.ByteRate,
 		WriteTimeout:  g.cfg.Gateway.WriteTimeout.Duration,
 		Lease:         hd,
 		OnEnd:         s.onTunnelEnd,
@@ -469,8 +471,8 @@ func detach(c net.Conn) (net.Conn, []byte) {
 // most handshake_timeout, and keeps its connection slot (taken at accept)
 // until it is closed, so lingering sockets count against max_conns and
 // max_conns_per_ip.
-func (s *Server) overflow(ctx *fasthttp.RequestCtx, g *generation, rt *route, result, msg string, retryAfter int) {
-	if rt.overflow != "close-1013" {
+func (s *Server) overflow(ctx *fasthttp.RequestCtx, g *generation, rt *route.Route, result, msg string, retryAfter int) {
+	if rt.Overflow != "close-1013" {
 		s.retryLaterAfter(ctx, fasthttp.StatusServiceUnavailable, result, msg, retryAfter)
 		return
 	}
@@ -522,7 +524,7 @@ func lingerClose(c net.Conn, until time.Time) {
 // the auth chain's headers set (replacing the client's own of the same
 // name under any spelling, see sameHeader, so a client cannot forge them;
 // an empty value only removes the client's).
-func (s *Server) appendUpstreamRequest(b []byte, ctx *fasthttp.RequestCtx, g *generation, rt *route, set map[string]string) []byte {
+func (s *Server) appendUpstreamRequest(b []byte, ctx *fasthttp.RequestCtx, g *generation, rt *route.Route, set map[string]string) []byte {
 	h := &ctx.Request.Header
 	b = append(b, "GET "...)
 	b = append(b, ctx.URI().RequestURI()...)
@@ -540,7 +542,7 @@ func (s *Server) appendUpstreamRequest(b []byte, ctx *fasthttp.RequestCtx, g *ge
 	for k, v := range h.All() {
 		switch {
 		case decided(set, k), headerIs(k, "host"), headerIs(k, "x-forwarded-for"), headerIs(k, "x-forwarded-proto"), headerIs(k, "content-length"),
-			isHopByHop(k), rt.ownsHeader(k), connectionListed(conn, k):
+			isHopByHop(k), rt.OwnsHeader(k), connectionListed(conn, k):
 			continue
 		}
 		b = append(b, k...)
@@ -628,5 +630,5 @@ func validKey(key []byte) bool {
 // headerIs reports whether the header name k equals name, which must be
 // lowercase ASCII, ignoring the case of k.
 func headerIs(k []byte, name string) bool {
-	return len(k) == len(name) && equalFoldSuffix(k, name)
+	return len(k) == len(name) && route.EqualFoldSuffix(k, name)
 }

@@ -16,8 +16,8 @@ func (l liveSource) TunnelTotals() tunnel.Stats { return l.s.tunnels.Totals() }
 
 func (l liveSource) EachNode(fn func(pool string, n *balancer.Node)) {
 	for _, p := range l.s.poolList() {
-		for _, n := range p.bal.Nodes() {
-			fn(p.name, n)
+		for _, n := range p.Balancer.Nodes() {
+			fn(p.Name, n)
 		}
 	}
 }

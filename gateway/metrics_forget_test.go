@@ -130,7 +130,7 @@ func TestRemovedNodeSeriesDeleted(t *testing.T) {
 		return n
 	}
 	before := counted()
-	node := e.srv.current().pools["relay"].node(gone)
+	node := e.srv.current().pools["relay"].Node(gone)
 	if node == nil || node.Live() == 0 {
 		t.Fatal("no lease on the third node before the reload")
 	}
@@ -139,7 +139,7 @@ func TestRemovedNodeSeriesDeleted(t *testing.T) {
 	if err := e.srv.Reload(); err != nil {
 		t.Fatal(err)
 	}
-	if e.srv.current().pools["relay"].node(gone) != nil {
+	if e.srv.current().pools["relay"].Node(gone) != nil {
 		t.Fatal("the reload left the node in its pool")
 	}
 	// Past the handshake timeout no handshake can take a lease on the

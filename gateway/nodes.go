@@ -8,16 +8,17 @@ import (
 	"github.com/wsgate/wsgate/gateway/internal/admin"
 	"github.com/wsgate/wsgate/gateway/internal/pluginhost"
 	"github.com/wsgate/wsgate/gateway/internal/registry"
+	"github.com/wsgate/wsgate/gateway/internal/upstream"
 )
 
 // poolList returns the pools sorted by name.
-func (s *Server) poolList() []*pool {
+func (s *Server) poolList() []*upstream.Pool {
 	pools := s.current().pools
-	ps := make([]*pool, 0, len(pools))
+	ps := make([]*upstream.Pool, 0, len(pools))
 	for _, p := range pools {
 		ps = append(ps, p)
 	}
-	sort.Slice(ps, func(i, j int) bool { return ps[i].name < ps[j].name })
+	sort.Slice(ps, func(i, j int) bool { return ps[i].Name < ps[j].Name })
 	return ps
 }
 
@@ -36,8 +37,8 @@ func (s *Server) nodesView() admin.Nodes {
 		Bytes:      admin.Direction{ToNode: t.BytesToNode, ToClient: t.BytesToClient},
 	}
 	for _, p := range s.poolList() {
-		pj := admin.Pool{Name: p.name, Balance: p.balance}
-		for _, n := range p.bal.Nodes() {
+		pj := admin.Pool{Name: p.Name, Balance: p.Balance}
+		for _, n := range p.Balancer.Nodes() {
 			pj.Nodes = append(pj.Nodes, s.nodeView(p, n))
 		}
 		v.Pools = append(v.Pools, pj)
@@ -53,22 +54,22 @@ func (s *Server) pluginStatus() []pluginhost.PluginStatus {
 }
 
 // nodeView is n as the admin API shows it.
-func (s *Server) nodeView(p *pool, n *balancer.Node) admin.Node {
+func (s *Server) nodeView(p *upstream.Pool, n *balancer.Node) admin.Node {
 	return admin.Node{
 		Addr:     n.Addr(),
 		State:    n.State().String(),
 		Live:     n.Live(),
 		MaxConns: n.MaxConns(),
 		Weight:   n.Weight(),
-		Check:    p.checkView(n.Addr()),
+		Check:    (*checkJSON)(p.CheckView(n.Addr())),
 	}
 }
 
 // drainNode stops new connections to n; with migrate it also closes n's
 // tunnels with 1001, spread over drain_window, so their clients reconnect
 // to the other nodes. It returns how many tunnels it is moving.
-func (s *Server) drainNode(p *pool, n *balancer.Node, migrate bool) int {
-	p.drain(n)
+func (s *Server) drainNode(p *upstream.Pool, n *balancer.Node, migrate bool) int {
+	p.Drain(n)
 	if !migrate {
 		s.metrics.Drains.WithLabelValues("node").Inc()
 		return 0
@@ -76,14 +77,14 @@ func (s *Server) drainNode(p *pool, n *balancer.Node, migrate bool) int {
 	s.metrics.Drains.WithLabelValues("node_migrate").Inc()
 	ts := s.tunnels.Retire(n)
 	window := s.current().cfg.Gateway.DrainWindow.Duration
-	s.log.Info("draining node", "pool", p.name, "node", n.Addr(), "tunnels", len(ts), "window", window)
+	s.log.Info("draining node", "pool", p.Name, "node", n.Addr(), "tunnels", len(ts), "window", window)
 	go registry.Spread(context.Background(), ts, window, "node drained")
 	return len(ts)
 }
 
 // undrainNode lets n take new connections again (once healthy).
-func (s *Server) undrainNode(p *pool, n *balancer.Node) {
-	p.undrain(n)
+func (s *Server) undrainNode(p *upstream.Pool, n *balancer.Node) {
+	p.Undrain(n)
 	s.tunnels.Unretire(n)
-	s.log.Info("node undrained", "pool", p.name, "node", n.Addr())
+	s.log.Info("node undrained", "pool", p.Name, "node", n.Addr())
 }

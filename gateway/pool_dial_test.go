@@ -2,205 +2,19 @@ package gateway
 
 import (
 	"context"
-	"errors"
 	"fmt"
-	"log/slog"
 	"net"
 	"net/http"
 	"os"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"syscall"
 	"testing"
-	"time"
 
 	dto "github.com/prometheus/client_model/go"
 	"github.com/wsgate/wsgate/conf"
 	"github.com/wsgate/wsgate/health"
-	"github.com/wsgate/wsgate/internal/testproc"
-	"golang.org/x/sys/unix"
 )
-
-// nodeListener is a node on loopback that records the address each
-// connection comes from, and closes it.
-type nodeListener struct {
-	ln    net.Listener
-	froms chan string
-}
-
-func newNodeListener(t *testing.T) *nodeListener {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	n := &nodeListener{ln: ln, froms: make(chan string, 64)}
-	var wg sync.WaitGroup
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			n.froms <- c.RemoteAddr().(*net.TCPAddr).IP.String()
-			_ = c.Close()
-		}
-	}()
-	t.Cleanup(func() { _ = ln.Close(); wg.Wait() })
-	return n
-}
-
-func (n *nodeListener) addr() string { return n.ln.Addr().String() }
-
-// from waits for the next connection the node accepted and returns the
-// address it came from.
-func (n *nodeListener) from(t *testing.T) string {
-	t.Helper()
-	select {
-	case ip := <-n.froms:
-		return ip
-	case <-time.After(10 * time.Second):
-		t.Fatal("the node accepted no connection within 10s")
-		return ""
-	}
-}
-
-// dialCounts records what a dialer counts, by reason.
-type dialCounts struct {
-	mu sync.Mutex
-	n  map[string]int
-}
-
-func (c *dialCounts) count(pool, node, reason string) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.n == nil {
-		c.n = map[string]int{}
-	}
-	c.n[reason]++
-}
-
-func (c *dialCounts) get(reason string) int {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.n[reason]
-}
-
-// TestDialerBindsNoPortAndSpreads pins that a dial from a source address
-// sets IP_BIND_ADDRESS_NO_PORT (it did not: binding with port 0 took an
-// ephemeral port at bind, so one source address held ~28k connections
-// to all nodes together) and rotates over every configured source.
-func TestDialerBindsNoPortAndSpreads(t *testing.T) {
-	node := newNodeListener(t)
-	d, err := newDialer("p", []string{"127.0.0.2", "127.0.0.3"}, 2*time.Second, quietLog(), nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	seen := map[string]int{}
-	for range 4 {
-		c, err := d.dial(node.addr())
-		if err != nil {
-			t.Fatal(err)
-		}
-		raw, err := c.(*net.TCPConn).SyscallConn()
-		if err != nil {
-			t.Fatal(err)
-		}
-		var v int
-		var serr error
-		if err := raw.Control(func(fd uintptr) {
-			v, serr = unix.GetsockoptInt(int(fd), unix.IPPROTO_IP, unix.IP_BIND_ADDRESS_NO_PORT)
-		}); err != nil || serr != nil {
-			t.Fatal(err, serr)
-		}
-		if v != 1 {
-			t.Errorf("IP_BIND_ADDRESS_NO_PORT = %d on a conn from %v, want 1", v, c.LocalAddr())
-		}
-		_ = c.Close()
-		seen[node.from(t)]++
-	}
-	if seen["127.0.0.2"] != 2 || seen["127.0.0.3"] != 2 {
-		t.Fatalf("the node saw connections from %v, want 2 from each of 127.0.0.2 and 127.0.0.3", seen)
-	}
-}
-
-// TestDialerLocalErrors pins that a dial failing on the gateway's side is
-// told apart from a node's failure (it was not: every dial error counted
-// against the node): counted by reason, wrapped in errLocalDial, and
-// retried from the next source address only when another source can help
-// (no port or no such address there), not when the process is out of
-// descriptors or memory.
-func TestDialerLocalErrors(t *testing.T) {
-	node := newNodeListener(t)
-	sysErr := func(call string, e syscall.Errno) error {
-		return &net.OpError{Op: "dial", Net: "tcp", Err: os.NewSyscallError(call, e)}
-	}
-	cases := []struct {
-		name     string
-		fail     error // what the first source's dial returns
-		reason   string
-		fallback bool // the second source is tried
-	}{
-		{"no port", sysErr("connect", syscall.EADDRNOTAVAIL), health.ReasonNoSourcePort, true},
-		{"no address", sysErr("bind", syscall.EADDRNOTAVAIL), health.ReasonNoSourceAddr, true},
-		{"EMFILE", sysErr("socket", syscall.EMFILE), health.ReasonNoDescriptors, false},
-		{"ENFILE", sysErr("socket", syscall.ENFILE), health.ReasonNoDescriptors, false},
-		{"ENOBUFS", sysErr("connect", syscall.ENOBUFS), health.ReasonNoMemory, false},
-		{"ENOMEM", sysErr("socket", syscall.ENOMEM), health.ReasonNoMemory, false},
-	}
-	for _, tc := range cases {
-		t.Run(tc.name, func(t *testing.T) {
-			var counts dialCounts
-			d, err := newDialer("p", []string{"127.0.0.2", "127.0.0.3"}, 2*time.Second, quietLog(), counts.count)
-			if err != nil {
-				t.Fatal(err)
-			}
-			real := d.dialOne
-			calls := 0
-			d.dialOne = func(nd *net.Dialer, addr string) (net.Conn, error) {
-				calls++
-				if nd.LocalAddr.(*net.TCPAddr).IP.String() == "127.0.0.2" {
-					return nil, tc.fail
-				}
-				return real(nd, addr)
-			}
-			d.next.Store(1) // the next dial starts at 127.0.0.2
-			c, err := d.dial(node.addr())
-			if counts.get(tc.reason) != 1 {
-				t.Errorf("counted %v, want one %s", counts.n, tc.reason)
-			}
-			if tc.fallback {
-				if err != nil {
-					t.Fatalf("dial: %v, want a connection from the second source", err)
-				}
-				_ = c.Close()
-				if from := node.from(t); from != "127.0.0.3" {
-					t.Fatalf("the node saw %s, want 127.0.0.3", from)
-				}
-				return
-			}
-			if !errors.Is(err, errLocalDial) || calls != 1 {
-				t.Fatalf("dial: %v after %d tries, want errLocalDial after 1", err, calls)
-			}
-		})
-	}
-
-	// A node's own failure is not local: nothing counted, not retried.
-	dead, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := dead.Addr().String()
-	_ = dead.Close()
-	var counts dialCounts
-	d, _ := newDialer("p", []string{"127.0.0.2", "127.0.0.3"}, 2*time.Second, quietLog(), counts.count)
-	if _, err := d.dial(addr); err == nil || errors.Is(err, errLocalDial) || len(counts.n) != 0 {
-		t.Fatalf("dial to a closed port: %v, counted %v; want a node error, nothing counted", err, counts.n)
-	}
-}
 
 // unusedSource returns an address that is not on this host, which bind
 // refuses with EADDRNOTAVAIL before any packet leaves, or skips the test
@@ -223,68 +37,6 @@ func unusedSource(t *testing.T) string {
 	return src
 }
 
-// TestDialerRealUnavailableSource pins the classification on a real
-// EADDRNOTAVAIL: a source address that is not on the host fails at bind,
-// is counted as no_source_addr, and the next source carries the dial.
-func TestDialerRealUnavailableSource(t *testing.T) {
-	src := unusedSource(t)
-	node := newNodeListener(t)
-	var counts dialCounts
-	d, err := newDialer("p", []string{src, "127.0.0.2"}, 2*time.Second, quietLog(), counts.count)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for range 2 { // one dial starts at each source
-		c, err := d.dial(node.addr())
-		if err != nil {
-			t.Fatalf("dial: %v", err)
-		}
-		_ = c.Close()
-		if from := node.from(t); from != "127.0.0.2" {
-			t.Fatalf("the node saw %s, want 127.0.0.2", from)
-		}
-	}
-	if n := counts.get(health.ReasonNoSourceAddr); n != 1 {
-		t.Fatalf("counted %v, want one %s", counts.n, health.ReasonNoSourceAddr)
-	}
-
-	only, _ := newDialer("p", []string{src}, 2*time.Second, quietLog(), counts.count)
-	_, err = only.dial(node.addr())
-	if !errors.Is(err, errLocalDial) || !errors.Is(err, syscall.EADDRNOTAVAIL) {
-		t.Fatalf("dial from %s alone: %v, want errLocalDial with EADDRNOTAVAIL", src, err)
-	}
-}
-
-// logLines splits what buf holds into lines.
-func logLines(buf *testproc.Buffer) []string {
-	return strings.Split(strings.TrimSpace(buf.String()), "\n")
-}
-
-// TestDialLogThrottled pins that a flood of local dial failures toward one
-// node writes one line at once and one more with the count of the rest,
-// not a line per failure, and that each node has its own lines.
-func TestDialLogThrottled(t *testing.T) {
-	buf := &testproc.Buffer{} // safe for the dial log's timer
-	l := &dialLog{log: slog.New(slog.NewTextHandler(buf, nil)), pool: "p", nodes: map[string]*nodeDialLog{}}
-	err := os.NewSyscallError("connect", syscall.EADDRNOTAVAIL)
-	for range 50 {
-		l.failed("127.0.0.1:1", health.ReasonNoSourcePort, err)
-	}
-	l.failed("127.0.0.1:2", health.ReasonNoSourcePort, err)
-	waitUntil(t, func() bool { return len(logLines(buf)) >= 3 })
-	lines := logLines(buf)
-	want := []string{"node=127.0.0.1:1 reason=no_source_port", "node=127.0.0.1:2 reason=no_source_port", "node=127.0.0.1:1 reason=no_source_port"}
-	counts := []string{"errors=1", "errors=1", "errors=49"}
-	if len(lines) != 3 {
-		t.Fatalf("got %d lines, want 3:\n%s", len(lines), strings.Join(lines, "\n"))
-	}
-	for i, ln := range lines {
-		if !strings.Contains(ln, want[i]) || !strings.Contains(ln, counts[i]) {
-			t.Errorf("line %d: %s\nwant %s ... %s", i, ln, want[i], counts[i])
-		}
-	}
-}
-
 // TestLocalDialErrorKeepsNodeUp pins that a handshake whose dial fails on
 // the gateway's side does not charge the node (it did: ReportFailure on
 // every dial error, so a gateway out of ports or descriptors ejected
@@ -303,7 +55,7 @@ func TestLocalDialErrorKeepsNodeUp(t *testing.T) {
 		}
 	}
 	p := e.srv.current().pools["relay"]
-	st, _ := p.health.Status(e.addrs[0])
+	st, _ := p.Health.Status(e.addrs[0])
 	if st.State.String() != "up" || st.PassiveFailures != 0 {
 		t.Fatalf("node %s is %s with %d passive failures, want up with none", e.addrs[0], st.State, st.PassiveFailures)
 	}
@@ -325,7 +77,7 @@ func TestLocalDialErrorKeepsNodeUp(t *testing.T) {
 		c := e.mustDial("/room/x")
 		c.Close()
 	}
-	st, _ = e.srv.current().pools["relay"].health.Status(e.addrs[0])
+	st, _ = e.srv.current().pools["relay"].Health.Status(e.addrs[0])
 	if st.State.String() != "up" || st.PassiveFailures != 0 {
 		t.Fatalf("node %s is %s with %d passive failures, want up with none", e.addrs[0], st.State, st.PassiveFailures)
 	}
@@ -337,7 +89,8 @@ func TestLocalDialErrorKeepsNodeUp(t *testing.T) {
 // with Retry-After after that one dial: no other node would fare better,
 // so none is tried, and no node is charged with it.
 func TestOutOfDescriptorsStopsAtOnce(t *testing.T) {
-	a, b := newNodeListener(t), newNodeListener(t)
+	a, _ := countingListener(t, "127.0.0.1")
+	b, _ := countingListener(t, "127.0.0.1")
 	cfg, err := conf.Parse("test.toml", []byte(fmt.Sprintf(`
 [gateway]
 listen = "127.0.0.1:0"
@@ -354,7 +107,7 @@ connect_tries = 3
   addr = %q
 [[routes]]
 pool = "relay"
-`, a.addr(), b.addr())))
+`, a.Addr().String(), b.Addr().String())))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -364,7 +117,7 @@ pool = "relay"
 	}
 	var calls atomic.Int64
 	p := srv.current().pools["relay"]
-	p.dial.dialOne = func(*net.Dialer, string) (net.Conn, error) { // set before Start: no dial yet
+	p.Dialer.DialOne = func(*net.Dialer, string) (net.Conn, error) { // set before Start: no dial yet
 		calls.Add(1)
 		return nil, &net.OpError{Op: "dial", Net: "tcp", Err: os.NewSyscallError("socket", syscall.EMFILE)}
 	}
@@ -381,8 +134,8 @@ pool = "relay"
 		t.Fatalf("%d dials, want 1 (no other node tried when out of descriptors)", n)
 	}
 	var total float64
-	for _, addr := range []string{a.addr(), b.addr()} {
-		st, _ := p.health.Status(addr)
+	for _, addr := range []string{a.Addr().String(), b.Addr().String()} {
+		st, _ := p.Health.Status(addr)
 		if st.State.String() != "up" || st.PassiveFailures != 0 {
 			t.Fatalf("node %s is %s with %d passive failures, want up with none", addr, st.State, st.PassiveFailures)
 		}

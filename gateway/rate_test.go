@@ -275,7 +275,7 @@ func TestReloadRatesAndProxy(t *testing.T) {
 	node := newWireRecorder(t)
 	srv := startGateway(t, recorderConfig("", node))
 	gw := srv.Addr().String()
-	bucket := srv.current().pools["back"].admit
+	bucket := srv.current().pools["back"].Admit
 	get := "GET /info HTTP/1.1\r\nHost: gw\r\nConnection: close\r\n\r\n"
 	e := &rateEnv{srv: srv, gw: gw}
 	for range 3 {
@@ -292,10 +292,10 @@ trusted_proxies = ["127.0.0.9"]`, node), `  [[pools.nodes]]`, "  [pools.admissio
 	if err := srv.Apply(cfg); err != nil {
 		t.Fatal(err)
 	}
-	if srv.current().pools["back"].admit != bucket {
+	if srv.current().pools["back"].Admit != bucket {
 		t.Error("the reload replaced the pool's admission bucket")
 	}
-	if ok, rate, burst := srv.current().pools["back"].admit.allow(); !ok || rate != 1 || burst != 2 {
+	if ok, rate, burst := srv.current().pools["back"].Admit.Allow(); !ok || rate != 1 || burst != 2 {
 		t.Errorf("admission after the reload: %v %d %d, want a token of rate 1, burst 2", ok, rate, burst)
 	}
 	if resp := e.exchange(t, "127.0.0.9", get); resp.StatusCode != http.StatusOK {

@@ -10,6 +10,7 @@ import (
 	"github.com/wsgate/wsgate/conf"
 	"github.com/wsgate/wsgate/gateway/internal/registry"
 	"github.com/wsgate/wsgate/gateway/internal/tunnel"
+	"github.com/wsgate/wsgate/gateway/internal/upstream"
 )
 
 // rebalanceTick is how often the rebalancer looks at the pools; a pool's
@@ -115,12 +116,12 @@ func (rb *rebalancer) run() {
 func (rb *rebalancer) tick(now time.Time) {
 	g := rb.s.current()
 	for name := range rb.pools {
-		if p := g.pools[name]; p == nil || p.conf.Rebalance == nil {
+		if p := g.pools[name]; p == nil || p.Conf.Rebalance == nil {
 			delete(rb.pools, name)
 		}
 	}
 	for name, p := range g.pools {
-		rc := p.conf.Rebalance
+		rc := p.Conf.Rebalance
 		if rc == nil {
 			continue
 		}
@@ -149,8 +150,8 @@ func (rb *rebalancer) tick(now time.Time) {
 func burstOf(rate float64) float64 { return max(1, rate*rebalanceTick.Seconds()) }
 
 // step settles, plans or carries on p's round.
-func (rb *rebalancer) step(p *pool, ps *poolRebalance, now time.Time) {
-	nodes := p.bal.Nodes()
+func (rb *rebalancer) step(p *upstream.Pool, ps *poolRebalance, now time.Time) {
+	nodes := p.Balancer.Nodes()
 	if r := ps.round; r != nil && r.finished() {
 		if !rb.settled(r, nodes, now) {
 			return
@@ -162,7 +163,7 @@ func (rb *rebalancer) step(p *pool, ps *poolRebalance, now time.Time) {
 		if ps.round == nil {
 			return
 		}
-		rb.s.log.Info("rebalancing", "pool", p.name, "moves", ps.round.planMoves(), "tunnels", ps.round.total)
+		rb.s.log.Info("rebalancing", "pool", p.Name, "moves", ps.round.planMoves(), "tunnels", ps.round.total)
 	}
 	rb.move(p, ps, nodes, now)
 }
@@ -198,7 +199,7 @@ func (rb *rebalancer) plan(nodes []*balancer.Node, tolerance float64, now time.T
 // move closes tunnels of r's nodes while p's bucket has tokens: each time
 // one of the node with the most moves left, as long as that node is up,
 // above its share and another node can take the client.
-func (rb *rebalancer) move(p *pool, ps *poolRebalance, nodes []*balancer.Node, now time.Time) {
+func (rb *rebalancer) move(p *upstream.Pool, ps *poolRebalance, nodes []*balancer.Node, now time.Time) {
 	r := ps.round
 	for ps.tokens >= 1 {
 		var n *balancer.Node
@@ -235,7 +236,7 @@ func (rb *rebalancer) move(p *pool, ps *poolRebalance, nodes []*balancer.Node, n
 		r.moved++
 		r.told = append(r.told, t)
 		r.last = now
-		rb.moves.WithLabelValues(p.name, n.Addr()).Inc()
+		rb.moves.WithLabelValues(p.Name, n.Addr()).Inc()
 	}
 }
 

@@ -19,6 +19,7 @@ import (
 	"github.com/wsgate/wsgate/balancer"
 	"github.com/wsgate/wsgate/bench/loadgen"
 	"github.com/wsgate/wsgate/conf"
+	"github.com/wsgate/wsgate/gateway/internal/upstream"
 	"github.com/wsgate/wsgate/internal/redistest"
 	"github.com/wsgate/wsgate/internal/testproc"
 )
@@ -127,7 +128,7 @@ func TestRebalanceConvergesAfterNodeJoins(t *testing.T) {
 			}
 			p := srv.current().pools["relay"]
 			ls, total := []int{}, 0
-			for _, n := range p.bal.Nodes() {
+			for _, n := range p.Balancer.Nodes() {
 				ls = append(ls, n.Live())
 				total += n.Live()
 			}
@@ -183,7 +184,7 @@ func TestRebalanceConvergesAfterNodeJoins(t *testing.T) {
 	if moves < 90 || moves > 100 {
 		t.Errorf("moves %v, want 90..100", moves)
 	}
-	if n := srv.current().pools["relay"].node(addrs[2]); n == nil || n.State() != balancer.StateUp {
+	if n := srv.current().pools["relay"].Node(addrs[2]); n == nil || n.State() != balancer.StateUp {
 		t.Errorf("third node not up: %v", n)
 	}
 }
@@ -351,13 +352,13 @@ func TestRebalanceStopsAtCap(t *testing.T) {
 // stopForTicks stops e's rebalancer loop so that the test runs its ticks,
 // waits until e's two nodes A and B are up, and drains B: it takes no
 // client until the test undrains it.
-func stopForTicks(t *testing.T, e *env) (rb *rebalancer, p *pool, a, b *balancer.Node) {
+func stopForTicks(t *testing.T, e *env) (rb *rebalancer, p *upstream.Pool, a, b *balancer.Node) {
 	t.Helper()
 	rb = e.srv.rebal
 	stopRebalancer(rb)
 	e.srv.rebal = nil
 	p = e.srv.current().pools["relay"]
-	a, b = p.node(e.addrs[0]), p.node(e.addrs[1])
+	a, b = p.Node(e.addrs[0]), p.Node(e.addrs[1])
 	waitRebalance(t, "both nodes up", func() bool { return a.State() == balancer.StateUp && b.State() == balancer.StateUp })
 	e.srv.drainNode(p, b, false)
 	return rb, p, a, b

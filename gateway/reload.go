@@ -15,7 +15,9 @@ import (
 	"github.com/wsgate/wsgate/gateway/internal/edge"
 	"github.com/wsgate/wsgate/gateway/internal/pluginhost"
 	"github.com/wsgate/wsgate/gateway/internal/registry"
+	"github.com/wsgate/wsgate/gateway/internal/route"
 	"github.com/wsgate/wsgate/gateway/internal/tunnel"
+	"github.com/wsgate/wsgate/gateway/internal/upstream"
 )
 
 // reloadState serializes reloads and remembers how the last one went.
@@ -80,7 +82,7 @@ func (st ReloadStatus) MarshalJSON() ([]byte, error) {
 
 // leaving is a node a reload removed, with the pool it was in.
 type leaving struct {
-	p *pool
+	p *upstream.Pool
 	n *balancer.Node
 }
 
@@ -211,23 +213,23 @@ func (s *Server) swap(cfg *conf.Config, by string, staged *pluginhost.Staged) (r
 	// removed while tunnels to it stayed open: it gets its new settings
 	// and is no longer leaving, so its new tunnels stay.
 	for _, p := range g.pools {
-		p.applyNodeSettings()
-		p.admit.set(p.conf.Admission.Rate, p.conf.Admission.Burst)
-		if op := old.pools[p.name]; op != nil {
-			if p.healthConf != op.healthConf {
-				p.health.SetConfig(p.healthConf)
+		p.ApplyNodeSettings()
+		p.Admit.Set(p.Conf.Admission.Rate, p.Conf.Admission.Burst)
+		if op := old.pools[p.Name]; op != nil {
+			if p.HealthConf != op.HealthConf {
+				p.Health.SetConfig(p.HealthConf)
 			}
-			for _, n := range p.bal.Nodes() {
-				if op.node(n.Addr()) == nil {
+			for _, n := range p.Balancer.Nodes() {
+				if op.Node(n.Addr()) == nil {
 					s.tunnels.Unretire(n)
-					p.health.AddPending(nodeTarget{n})
+					p.Health.AddPending(upstream.NodeTarget{Node: n})
 				}
 			}
 		} else {
-			p.health.SetObserver(s.metrics.ProbeObserver(p.name))
-			for _, n := range p.bal.Nodes() {
+			p.Health.SetObserver(s.metrics.ProbeObserver(p.Name))
+			for _, n := range p.Balancer.Nodes() {
 				s.tunnels.Unretire(n)
-				p.health.AddPending(nodeTarget{n})
+				p.Health.AddPending(upstream.NodeTarget{Node: n})
 			}
 		}
 	}
@@ -248,10 +250,10 @@ func (s *Server) swap(cfg *conf.Config, by string, staged *pluginhost.Staged) (r
 	// Retire what left: no new connections, then their tunnels go away.
 	window := cfg.Gateway.DrainWindow.Duration
 	for _, l := range gone {
-		l.p.health.Remove(l.n.Addr())
+		l.p.Health.Remove(l.n.Addr())
 		l.n.SetState(balancer.StateDrained)
 		ts := s.tunnels.Retire(l.n)
-		s.log.Info("node removed", "by", by, "pool", l.p.name, "node", l.n.Addr(), "tunnels", len(ts), "window", window)
+		s.log.Info("node removed", "by", by, "pool", l.p.Name, "node", l.n.Addr(), "tunnels", len(ts), "window", window)
 		go registry.Spread(context.Background(), ts, window, "node removed")
 	}
 	if len(gone) > 0 {
@@ -262,10 +264,10 @@ func (s *Server) swap(cfg *conf.Config, by string, staged *pluginhost.Staged) (r
 	}
 	for name, op := range old.pools {
 		if g.pools[name] == nil {
-			op.close()
+			op.Close()
 			s.metrics.ForgetPool(name)
 		} else {
-			op.closeIdle()
+			op.CloseIdle()
 		}
 	}
 	return restart, nil
@@ -279,7 +281,7 @@ func (s *Server) swap(cfg *conf.Config, by string, staged *pluginhost.Staged) (r
 func (s *Server) forgetNodes(g *generation, gone []leaving) {
 	keep := make(map[*balancer.Node]bool)
 	for _, p := range g.pools {
-		for _, n := range p.bal.Nodes() {
+		for _, n := range p.Balancer.Nodes() {
 			keep[n] = true
 		}
 	}
@@ -322,7 +324,7 @@ func (s *Server) sweepNodes() {
 // holds reports whether n is a node of one of g's pools.
 func (g *generation) holds(n *balancer.Node) bool {
 	for _, p := range g.pools {
-		if p.node(n.Addr()) == n {
+		if p.Node(n.Addr()) == n {
 			return true
 		}
 	}
@@ -335,7 +337,7 @@ func (g *generation) holds(n *balancer.Node) bool {
 func (s *Server) build(cfg *conf.Config, old *generation) (*generation, []leaving, error) {
 	g := &generation{
 		cfg:              cfg,
-		pools:            make(map[string]*pool, len(cfg.Pools)),
+		pools:            make(map[string]*upstream.Pool, len(cfg.Pools)),
 		nodes:            balancer.NewRegistry(),
 		handshakeTimeout: cfg.Gateway.HandshakeTimeout.Duration,
 		retryAfter:       max(1, int(cfg.Gateway.RetryAfter.Seconds())),
@@ -359,15 +361,18 @@ func (s *Server) build(cfg *conf.Config, old *generation) (*generation, []leavin
 	}
 	var gone []leaving
 	for i := range cfg.Pools {
-		var op *pool
+		var op *upstream.Pool
 		if old != nil {
 			op = old.pools[cfg.Pools[i].Name]
 		}
-		p, _, removed, err := newPool(&cfg.Pools[i], op, g.nodes, s.log, s.countDialError)
+		p, _, removed, err := upstream.NewPool(&cfg.Pools[i], op, g.nodes, s.log, s.countDialError)
 		if err != nil {
 			return nil, nil, err
 		}
-		g.pools[p.name] = p
+		if p.Admit == nil { // a pool new to the config
+			p.Admit = newPoolAdmission(p.Conf.Admission.Rate, p.Conf.Admission.Burst)
+		}
+		g.pools[p.Name] = p
 		for _, n := range removed {
 			gone = append(gone, leaving{op, n})
 		}
@@ -377,12 +382,12 @@ func (s *Server) build(cfg *conf.Config, old *generation) (*generation, []leavin
 			if g.pools[name] != nil {
 				continue
 			}
-			for _, n := range op.bal.Nodes() {
+			for _, n := range op.Balancer.Nodes() {
 				gone = append(gone, leaving{op, n})
 			}
 		}
 	}
-	g.routes = compileRoutes(cfg, g.pools)
+	g.routes = route.Compile(cfg, g.pools)
 	return g, gone, nil
 }
 

@@ -122,8 +122,8 @@ func TestReloadKeepsTunnels(t *testing.T) {
 	close(stop)
 	senders.Wait()
 
-	if g := e.srv.current(); g.n != 4 || g.pools["relay"].node(e.addrs[0]).MaxConns() != 4000 {
-		t.Fatalf("generation %d, cap %d", g.n, g.pools["relay"].node(e.addrs[0]).MaxConns())
+	if g := e.srv.current(); g.n != 4 || g.pools["relay"].Node(e.addrs[0]).MaxConns() != 4000 {
+		t.Fatalf("generation %d, cap %d", g.n, g.pools["relay"].Node(e.addrs[0]).MaxConns())
 	}
 	// Every receiver gets everything its sender sent, then the tunnels
 	// are still all there.
@@ -359,7 +359,7 @@ func TestReloadWatchAndLatency(t *testing.T) {
 	}
 	waitUntil(t, func() bool { return e.srv.current().n == 3 })
 	t.Logf("file renamed -> new generation active in %v (settle %v)", time.Since(start), conf.DefaultSettle)
-	if got := e.srv.current().pools["relay"].node(e.addrs[0]).MaxConns(); got != 4999 {
+	if got := e.srv.current().pools["relay"].Node(e.addrs[0]).MaxConns(); got != 4999 {
 		t.Fatalf("cap %d after the watched reload", got)
 	}
 }
@@ -437,7 +437,7 @@ func TestReloadWatchesConfigMapSwap(t *testing.T) {
 		}
 		waitUntil(t, func() bool { return e.srv.current().n > gen })
 	}
-	if got := e.srv.current().pools["relay"].node(e.addrs[0]).MaxConns(); got != 4999 {
+	if got := e.srv.current().pools["relay"].Node(e.addrs[0]).MaxConns(); got != 4999 {
 		t.Fatalf("cap %d after the ConfigMap update, want 4999", got)
 	}
 }
@@ -530,7 +530,7 @@ pool = "relay"
 `
 	withoutX := strings.Replace(withX, "  [[pools.nodes]]\n  addr = %[2]q\n  max_conns = 2\n", "", 1)
 	e, path := reloadable(t, 2, withX)
-	nodeX := func() *balancer.Node { return e.srv.current().pools["relay"].node(e.addrs[0]) }
+	nodeX := func() *balancer.Node { return e.srv.current().pools["relay"].Node(e.addrs[0]) }
 	x := nodeX()
 	reload := func(cfgFmt string) {
 		t.Helper()
@@ -540,7 +540,7 @@ pool = "relay"
 		}
 	}
 	// The other node holds its one slot, so every handshake goes to x.
-	other := e.srv.current().pools["relay"].node(e.addrs[1])
+	other := e.srv.current().pools["relay"].Node(e.addrs[1])
 	held := takeLeases(t, other, 1)
 	// Two tunnels' worth of leases on x (its cap), then x leaves the config.
 	held = append(held, takeLeases(t, x, 2)...)

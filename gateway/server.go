@@ -23,8 +23,10 @@ import (
 	"github.com/wsgate/wsgate/gateway/internal/edge"
 	"github.com/wsgate/wsgate/gateway/internal/pluginhost"
 	"github.com/wsgate/wsgate/gateway/internal/registry"
+	"github.com/wsgate/wsgate/gateway/internal/route"
 	"github.com/wsgate/wsgate/gateway/internal/telemetry"
 	"github.com/wsgate/wsgate/gateway/internal/tunnel"
+	"github.com/wsgate/wsgate/gateway/internal/upstream"
 	"github.com/wsgate/wsgate/internal/fastlog"
 	"github.com/wsgate/wsgate/internal/rlimit"
 )
@@ -39,8 +41,8 @@ const readBufferSize = 8 << 10
 type generation struct {
 	n                uint64
 	cfg              *conf.Config
-	routes           routeTable
-	pools            map[string]*pool
+	routes           route.Table
+	pools            map[string]*upstream.Pool
 	nodes            *balancer.Registry // every pool's nodes, shared by all generations
 	handshakeTimeout time.Duration
 	retryAfter       int            // seconds
@@ -233,7 +235,7 @@ func (s *Server) Start() error {
 		s.log.Info("listening", "listener", "admin", "addr", ln.Addr().String())
 	}
 	for _, p := range g.pools {
-		p.startHealth(s.metrics.ProbeObserver(p.name))
+		p.StartHealth(s.metrics.ProbeObserver(p.Name))
 	}
 	s.syncSharedCounts(g)
 	for _, ln := range s.listeners {
@@ -411,7 +413,7 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	s.serving.Wait()
 	s.reload.mu.Lock() // no reload may start a checker from here on
 	for _, p := range s.current().pools {
-		p.close()
+		p.Close()
 	}
 	sharers := s.shared.takeAll()
 	s.stopPluginsAndRevocations()

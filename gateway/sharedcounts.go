@@ -64,7 +64,7 @@ func (s *Server) syncSharedCounts(g *generation) {
 	}
 	id := gatewayID(g.cfg)
 	for name, run := range sc.running {
-		if p := g.pools[name]; p == nil || p.conf.SharedCounts.Redis == "" {
+		if p := g.pools[name]; p == nil || p.Conf.SharedCounts.Redis == "" {
 			run.s.Stop(true)
 			run.obs.end(name, true)
 			if p == nil { // the pool left the config: its counters go too
@@ -75,7 +75,7 @@ func (s *Server) syncSharedCounts(g *generation) {
 		}
 	}
 	for name, p := range g.pools {
-		c := p.conf.SharedCounts
+		c := p.Conf.SharedCounts
 		if c.Redis == "" {
 			continue
 		}
@@ -119,7 +119,7 @@ func (s *Server) syncSharedCounts(g *generation) {
 func (s *Server) poolNodes(name string) func() []*balancer.Node {
 	return func() []*balancer.Node {
 		if p := s.current().pools[name]; p != nil {
-			return p.bal.Nodes()
+			return p.Balancer.Nodes()
 		}
 		return nil
 	}

@@ -49,7 +49,7 @@ func (e *env) peer(cfgFmt string) *env {
 // others returns the others count of each node of pool "relay", by address.
 func (e *env) others() map[string]int {
 	out := map[string]int{}
-	for _, n := range e.srv.current().pools["relay"].bal.Nodes() {
+	for _, n := range e.srv.current().pools["relay"].Balancer.Nodes() {
 		out[n.Addr()] = n.Others()
 	}
 	return out

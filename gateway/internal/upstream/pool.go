@@ -1,4 +1,10 @@
-package gateway
+// Package upstream is how the gateway reaches its nodes: the run-time
+// pools built from [[pools]] (the balancer's view of their nodes, their
+// health checkers and HTTP clients), the dialer that opens connections to
+// nodes from the pools' source addresses, and the policy that holds a
+// discovered pool to the addresses it may connect to. It knows nothing of
+// routes, requests or tunnels: the gateway wires it to them.
+package upstream
 
 import (
 	"bufio"
@@ -19,79 +25,98 @@ import (
 	"github.com/wsgate/wsgate/internal/sockopt"
 )
 
-// pool is a [[pools]] entry at run time: the balancer's view of its nodes,
+// Pool is a [[pools]] entry at run time: the balancer's view of its nodes,
 // how to dial them, and an HTTP client per node for plain requests.
-type pool struct {
-	name           string
-	balance        string
-	bal            *balancer.Pool
-	health         *health.Checker
-	connectTimeout time.Duration
-	tries          int
-	dial           *dialer
-	http           map[*balancer.Node]*fasthttp.HostClient
-	key            hashKey       // a hash pool's hash_key; none for the others
-	conf           *conf.Pool    // the config it was built from
-	healthConf     health.Config // its checker's settings
-	// sendProxy is send_proxy_v2: node connections start with a PROXY
+// NewPool sets its fields; they are read-only after, except Admit, which
+// the gateway sets once before the pool is used. It is safe for
+// concurrent use.
+type Pool struct {
+	// Name is the pool's name (pools.name).
+	Name string
+	// Balance is its balancing policy (pools.balance).
+	Balance string
+	// Balancer picks its nodes.
+	Balancer *balancer.Pool
+	// Health probes its nodes and owns their states.
+	Health *health.Checker
+	// ConnectTimeout bounds one dial to a node (pools.connect_timeout).
+	ConnectTimeout time.Duration
+	// Tries is how many nodes a request may try (pools.connect_tries).
+	Tries int
+	// Dialer opens its connections to nodes.
+	Dialer *Dialer
+	// HTTP holds a client per node for plain requests.
+	HTTP map[*balancer.Node]*fasthttp.HostClient
+	// Conf is the config it was built from.
+	Conf *conf.Pool
+	// HealthConf is its checker's settings.
+	HealthConf health.Config
+	// SendProxy is send_proxy_v2: node connections start with a PROXY
 	// header, and plain requests take a connection of their own.
-	sendProxy bool
-	// admit is [pools.admission], shared with the pool of the same name
+	SendProxy bool
+	// Admit is [pools.admission], shared with the pool of the same name
 	// in later generations so a reload keeps its tokens; a reload sets
-	// its rate when it commits.
-	admit *rateLimit
+	// its rate when it commits. NewPool takes it from the pool it
+	// replaces; a pool new to the config has none until the gateway
+	// gives it one.
+	Admit Admission
 }
 
-// newPool builds the run-time pool for pc. Its nodes come from reg by pool
+// Admission is a pool's [pools.admission] limit, which the gateway makes
+// and consults for each request that would reach a node. The pool only
+// carries it from one generation to the next (see Pool.Admit).
+type Admission interface {
+	// Allow takes a token for one request. Without one it reports false
+	// with the rate and burst in force, for the client's Retry-After.
+	Allow() (ok bool, rate, burst int)
+	// Set changes the rate and burst for the next requests, keeping the
+	// tokens.
+	Set(rate, burst int)
+}
+
+// NewPool builds the run-time pool for pc. Its nodes come from reg by pool
 // name and address, so a node kept, or dropped by an earlier reload and
 // named again while tunnels to it are open, is the same node with its
 // live count and tunnels. With old (the pool of the same name in the
 // running generation) it reuses old's checker, so kept nodes keep their
-// health; the nodes old did not have are returned in added, old's nodes
-// pc drops in removed. It changes nothing that is in use: commit does,
-// once the whole new generation is built (a node it registers anew is
-// used by nobody yet). Its dialer calls count for each dial that fails on
-// the gateway's side.
-func newPool(pc *conf.Pool, old *pool, reg *balancer.Registry, log *slog.Logger, count func(pool, node, reason string)) (p *pool, added, removed []*balancer.Node, err error) {
+// health, and old's Admit; the nodes old did not have are returned in
+// added, old's nodes pc drops in removed. It changes nothing that is in
+// use: the gateway's commit does, once the whole new generation is built
+// (a node it registers anew is used by nobody yet). Its dialer calls
+// count for each dial that fails on the gateway's side.
+func NewPool(pc *conf.Pool, old *Pool, reg *balancer.Registry, log *slog.Logger, count func(pool, node, reason string)) (p *Pool, added, removed []*balancer.Node, err error) {
 	picker, err := balancer.NewPicker(pc.Balance)
 	if err != nil {
 		return nil, nil, nil, fmt.Errorf("pool %q: %w", pc.Name, err)
 	}
-	var key hashKey
 	if pc.Balance == balancer.PolicyHash {
-		picker, key = balancer.NewHash(pc.HashBalanceFactor), parseHashKey(pc.HashKey)
+		picker = balancer.NewHash(pc.HashBalanceFactor)
 	}
 	d, err := newDialer(pc.Name, pc.SourceAddrs, pc.ConnectTimeout.Duration, log, count)
 	if err != nil {
 		return nil, nil, nil, fmt.Errorf("pool %q: %w", pc.Name, err)
 	}
-	d.holdTo(newNodePolicy(pc.Discovery))
-	p = &pool{
-		name:           pc.Name,
-		balance:        pc.Balance,
-		key:            key,
-		connectTimeout: pc.ConnectTimeout.Duration,
-		tries:          pc.ConnectTries,
-		dial:           d,
-		http:           make(map[*balancer.Node]*fasthttp.HostClient, len(pc.Nodes)),
-		conf:           pc,
-		healthConf:     healthConfig(pc),
-		sendProxy:      pc.SendProxyV2,
+	d.holdTo(NewNodePolicy(pc.Discovery))
+	p = &Pool{
+		Name:           pc.Name,
+		Balance:        pc.Balance,
+		ConnectTimeout: pc.ConnectTimeout.Duration,
+		Tries:          pc.ConnectTries,
+		Dialer:         d,
+		HTTP:           make(map[*balancer.Node]*fasthttp.HostClient, len(pc.Nodes)),
+		Conf:           pc,
+		HealthConf:     healthConfig(pc),
+		SendProxy:      pc.SendProxyV2,
 	}
 	keep := map[string]*balancer.Node{}
 	if old != nil {
-		p.admit = old.admit
-	} else {
-		p.admit = &rateLimit{}
-		p.admit.set(pc.Admission.Rate, pc.Admission.Burst)
-	}
-	if old != nil {
-		p.health = old.health
-		for _, n := range old.bal.Nodes() {
+		p.Admit = old.Admit
+		p.Health = old.Health
+		for _, n := range old.Balancer.Nodes() {
 			keep[n.Addr()] = n
 		}
 	} else {
-		p.health = health.NewChecker(p.healthConf, log.With("pool", pc.Name))
+		p.Health = health.NewChecker(p.HealthConf, log.With("pool", pc.Name))
 	}
 	nodes := make([]*balancer.Node, 0, len(pc.Nodes))
 	for _, nc := range pc.Nodes {
@@ -101,21 +126,21 @@ func newPool(pc *conf.Pool, old *pool, reg *balancer.Registry, log *slog.Logger,
 		}
 		delete(keep, nc.Addr)
 		nodes = append(nodes, n)
-		p.http[n] = &fasthttp.HostClient{
+		p.HTTP[n] = &fasthttp.HostClient{
 			Addr:                          nc.Addr,
-			Dial:                          func(addr string) (net.Conn, error) { return d.dial(addr) },
+			Dial:                          func(addr string) (net.Conn, error) { return d.Dial(addr) },
 			ReadTimeout:                   30 * time.Second,
 			WriteTimeout:                  30 * time.Second,
 			MaxIdleConnDuration:           30 * time.Second,
 			DisableHeaderNamesNormalizing: true,
-			DisablePathNormalizing:        true, // prepareForward sets the target
+			DisablePathNormalizing:        true, // the gateway's prepareForward sets the target
 			NoDefaultUserAgentHeader:      true,
 		}
 	}
 	for _, n := range keep {
 		removed = append(removed, n)
 	}
-	p.bal = balancer.NewPool(pc.Name, picker, nodes)
+	p.Balancer = balancer.NewPool(pc.Name, picker, nodes)
 	return p, added, removed, nil
 }
 
@@ -132,17 +157,17 @@ func healthConfig(pc *conf.Pool) health.Config {
 		EjectAfter: h.EjectAfter,
 		EjectFor:   h.EjectFor.Duration,
 		ProxyLocal: pc.SendProxyV2,
-		Refuse:     newNodePolicy(pc.Discovery).addrCheck(),
+		Refuse:     NewNodePolicy(pc.Discovery).addrCheck(),
 	}
 }
 
-// doOwnConn sends req to the node at addr on a connection of its own that
+// DoOwnConn sends req to the node at addr on a connection of its own that
 // starts with head (a PROXY header), reads the answer into resp and closes
 // the connection, all within timeout: a send_proxy_v2 pool's plain
 // request, which cannot share a pooled connection whose header names
 // another client.
-func (p *pool) doOwnConn(addr string, head []byte, req *fasthttp.Request, resp *fasthttp.Response, timeout time.Duration) error {
-	conn, err := p.dial.dial(addr)
+func (p *Pool) DoOwnConn(addr string, head []byte, req *fasthttp.Request, resp *fasthttp.Response, timeout time.Duration) error {
+	conn, err := p.Dialer.Dial(addr)
 	if err != nil {
 		return err
 	}
@@ -173,50 +198,77 @@ func (p *pool) doOwnConn(addr string, head []byte, req *fasthttp.Request, resp *
 	return nil
 }
 
-// applyNodeSettings gives every node the weight and cap pc sets for it;
-// they apply from the next pick and never evict.
-func (p *pool) applyNodeSettings() {
-	for _, nc := range p.conf.Nodes {
-		if n := p.node(nc.Addr); n != nil {
+// ApplyNodeSettings gives every node the weight and cap the pool's config
+// sets for it; they apply from the next pick and never evict.
+func (p *Pool) ApplyNodeSettings() {
+	for _, nc := range p.Conf.Nodes {
+		if n := p.Node(nc.Addr); n != nil {
 			n.SetWeight(nc.Weight)
 			n.SetMaxConns(nc.MaxConns)
 		}
 	}
 }
 
-// startHealth begins probing every node, reporting to obs.
-func (p *pool) startHealth(obs health.Observer) {
-	p.health.SetObserver(obs)
-	for _, n := range p.bal.Nodes() {
-		p.health.Add(nodeTarget{n})
+// Node returns the pool's node at addr, or nil.
+func (p *Pool) Node(addr string) *balancer.Node {
+	for _, n := range p.Balancer.Nodes() {
+		if n.Addr() == addr {
+			return n
+		}
+	}
+	return nil
+}
+
+// StartHealth begins probing every node, reporting to obs.
+func (p *Pool) StartHealth(obs health.Observer) {
+	p.Health.SetObserver(obs)
+	for _, n := range p.Balancer.Nodes() {
+		p.Health.Add(NodeTarget{n})
 	}
 }
 
-// closeIdle closes the pool's idle HTTP connections to its nodes.
-func (p *pool) closeIdle() {
-	for _, hc := range p.http {
+// CloseIdle closes the pool's idle HTTP connections to its nodes.
+func (p *Pool) CloseIdle() {
+	for _, hc := range p.HTTP {
 		hc.CloseIdleConnections()
 	}
 }
 
-// close stops the pool's probes and idle HTTP connections.
-func (p *pool) close() {
-	p.health.Stop()
-	p.closeIdle()
+// Close stops the pool's probes and idle HTTP connections.
+func (p *Pool) Close() {
+	p.Health.Stop()
+	p.CloseIdle()
 }
 
-// drain and undrain go through the health checker, which owns node states.
-func (p *pool) drain(n *balancer.Node) { _ = p.health.Drain(n.Addr()) }
+// Drain and Undrain go through the health checker, which owns node
+// states. Drain stops new connections to n.
+func (p *Pool) Drain(n *balancer.Node) { _ = p.Health.Drain(n.Addr()) }
 
-func (p *pool) undrain(n *balancer.Node) { _ = p.health.Undrain(n.Addr()) }
+// Undrain lets n take new connections again, once healthy.
+func (p *Pool) Undrain(n *balancer.Node) { _ = p.Health.Undrain(n.Addr()) }
 
-// checkView is the node's last health check for the admin API.
-func (p *pool) checkView(addr string) *checkJSON {
-	st, ok := p.health.Status(addr)
+// CheckView is a node's last health check as the admin API shows it; its
+// fields are those of the admin API's JSON object.
+type CheckView struct {
+	Last                string // RFC 3339, UTC; "" before the first check
+	LatencyMS           float64
+	Result              string
+	ConsecutiveFailures int
+	ConsecutivePasses   int
+	PassiveFailures     int
+	AgentWeight         int
+	AgentLoad           int
+	AdminDrain          bool
+}
+
+// CheckView is the node's last health check for the admin API, nil when
+// the pool's checker does not know addr.
+func (p *Pool) CheckView(addr string) *CheckView {
+	st, ok := p.Health.Status(addr)
 	if !ok {
 		return nil
 	}
-	c := &checkJSON{
+	c := &CheckView{
 		LatencyMS:           float64(st.LastLatency.Microseconds()) / 1000,
 		Result:              st.LastResult,
 		ConsecutiveFailures: st.ConsecutiveFailures,
@@ -232,13 +284,16 @@ func (p *pool) checkView(addr string) *checkJSON {
 	return c
 }
 
-// nodeTarget lets the health checker steer a balancer node; the two
+// NodeTarget lets the health checker steer a balancer node; the two
 // packages do not know each other.
-type nodeTarget struct{ *balancer.Node }
+type NodeTarget struct{ *balancer.Node }
 
 // SetState maps the checker's state onto the balancer's.
-func (t nodeTarget) SetState(s health.State) { t.Node.SetState(balancerState(s)) }
+func (t NodeTarget) SetState(s health.State) { t.Node.SetState(balancerState(s)) }
 
+var _ health.Target = NodeTarget{}
+
+// balancerState is the balancer's state for the checker's state s.
 func balancerState(s health.State) balancer.State {
 	switch s {
 	case health.StateUp:
@@ -257,12 +312,12 @@ func balancerState(s health.State) balancer.State {
 // dial failures toward one node; the lines carry a count.
 const dialLogEvery = time.Second
 
-// errLocalDial marks a dial that failed on the gateway's side: no port or
+// ErrLocalDial marks a dial that failed on the gateway's side: no port or
 // source address, descriptor or kernel memory to dial from. It says
 // nothing about the node, so the node is not charged with it.
-var errLocalDial = errors.New("dial failed for a local reason")
+var ErrLocalDial = errors.New("dial failed for a local reason")
 
-// dialer opens connections to nodes, rotating over the pool's source
+// Dialer opens connections to nodes, rotating over the pool's source
 // addresses. Each socket bound to a source address is marked
 // IP_BIND_ADDRESS_NO_PORT, so its port is picked at connect against the
 // whole (source, node) pair rather than at bind against the source alone:
@@ -270,23 +325,26 @@ var errLocalDial = errors.New("dial failed for a local reason")
 // range each, instead of all nodes together. A dial that fails for want
 // of a port or a source address tries the next source; every local
 // failure (see [health.LocalReason]) is counted and logged (see dialLog),
-// and returned wrapping errLocalDial. It is safe for concurrent use.
-type dialer struct {
+// and returned wrapping ErrLocalDial. It is safe for concurrent use.
+type Dialer struct {
 	pool    string
 	dialers []net.Dialer
 	next    atomic.Uint32
-	// dialOne dials addr through one source's dialer; tests replace it
+	// DialOne dials addr through one source's dialer; tests replace it
 	// before the first dial to inject errors.
-	dialOne func(d *net.Dialer, addr string) (net.Conn, error)
+	DialOne func(d *net.Dialer, addr string) (net.Conn, error)
 	// count counts one local failure in the metrics.
 	count func(pool, node, reason string)
 	log   *dialLog
 }
 
-func newDialer(pool string, sources []string, timeout time.Duration, log *slog.Logger, count func(pool, node, reason string)) (*dialer, error) {
-	d := &dialer{
+// newDialer returns the dialer of the pool named pool, dialing from
+// sources (none: the kernel's choice) within timeout, logging to log and
+// counting local failures with count (nil: not counted).
+func newDialer(pool string, sources []string, timeout time.Duration, log *slog.Logger, count func(pool, node, reason string)) (*Dialer, error) {
+	d := &Dialer{
 		pool:    pool,
-		dialOne: func(nd *net.Dialer, addr string) (net.Conn, error) { return nd.Dial("tcp", addr) },
+		DialOne: func(nd *net.Dialer, addr string) (net.Conn, error) { return nd.Dial("tcp", addr) },
 		count:   count,
 		log:     &dialLog{log: log, pool: pool, nodes: map[string]*nodeDialLog{}},
 	}
@@ -304,9 +362,9 @@ func newDialer(pool string, sources []string, timeout time.Duration, log *slog.L
 }
 
 // holdTo makes every dial check the address it is about to connect to
-// against p (see nodePolicy); nil p changes nothing. It is called before
+// against p (see NodePolicy); nil p changes nothing. It is called before
 // the first dial.
-func (d *dialer) holdTo(p *nodePolicy) {
+func (d *Dialer) holdTo(p *NodePolicy) {
 	if p == nil {
 		return
 	}
@@ -326,18 +384,18 @@ func (d *dialer) holdTo(p *nodePolicy) {
 	}
 }
 
-// dial connects to the node at addr from the next source address, and
+// Dial connects to the node at addr from the next source address, and
 // from the ones after it while the dial fails for want of a port or a
 // source address there. A shortage of descriptors or memory is the same
 // from every source: it is not tried again.
-func (d *dialer) dial(addr string) (net.Conn, error) {
+func (d *Dialer) Dial(addr string) (net.Conn, error) {
 	i := 0
 	if len(d.dialers) > 1 {
 		i = int(d.next.Add(1) % uint32(len(d.dialers)))
 	}
 	for k := 0; ; k++ {
 		nd := &d.dialers[(i+k)%len(d.dialers)]
-		c, err := d.dialOne(nd, addr)
+		c, err := d.DialOne(nd, addr)
 		if err == nil {
 			return c, nil
 		}
@@ -349,17 +407,17 @@ func (d *dialer) dial(addr string) (net.Conn, error) {
 			d.count(d.pool, addr, reason)
 		}
 		d.log.failed(addr, reason, err)
-		if !perSource(reason) || k+1 >= len(d.dialers) {
-			return nil, fmt.Errorf("%w (%s): %w", errLocalDial, reason, err)
+		if !PerSource(reason) || k+1 >= len(d.dialers) {
+			return nil, fmt.Errorf("%w (%s): %w", ErrLocalDial, reason, err)
 		}
 	}
 }
 
-// perSource reports whether a local dial failure of this reason belongs
+// PerSource reports whether a local dial failure of this reason belongs
 // to one source address toward one node (no port, no such address), so
 // that another source, or another node, may still be dialed; a shortage
 // of descriptors or memory is the whole gateway's.
-func perSource(reason string) bool {
+func PerSource(reason string) bool {
 	return reason == health.ReasonNoSourcePort || reason == health.ReasonNoSourceAddr
 }
 

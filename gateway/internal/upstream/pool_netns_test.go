@@ -1,4 +1,4 @@
-package gateway
+package upstream
 
 import (
 	"errors"
@@ -73,7 +73,7 @@ func loopbackUp() error {
 // holds, and pins a real port shortage: in a network namespace of the
 // test's own whose ephemeral range is 4 ports, two source addresses hold
 // 4 connections each to one node, then each reports no_source_port (real
-// EADDRNOTAVAIL from connect) and the dial fails with errLocalDial; a
+// EADDRNOTAVAIL from connect) and the dial fails with ErrLocalDial; a
 // second node still takes 4 from each source, since with
 // IP_BIND_ADDRESS_NO_PORT the ports are per (source, node) pair. (Bound
 // with port 0, as before, the second node got none: the four ports of a
@@ -120,7 +120,7 @@ func TestSourcePortsPerNode(t *testing.T) {
 			}()
 			// Bounded: one dial more than the two sources hold.
 			for range 2*ports + 1 {
-				c, err := d.dial(ln.Addr().String())
+				c, err := d.Dial(ln.Addr().String())
 				if err != nil {
 					lastErrs[i] = err
 					break
@@ -147,8 +147,8 @@ func TestSourcePortsPerNode(t *testing.T) {
 		if n != 2*ports {
 			t.Errorf("node %d took %d connections from two sources, want %d (%d ports each); last error: %v", i, n, 2*ports, ports, lastErrs[i])
 		}
-		if !errors.Is(lastErrs[i], errLocalDial) || !strings.Contains(fmt.Sprint(lastErrs[i]), health.ReasonNoSourcePort) {
-			t.Errorf("node %d: the dial past the ports failed with %v, want errLocalDial (%s)", i, lastErrs[i], health.ReasonNoSourcePort)
+		if !errors.Is(lastErrs[i], ErrLocalDial) || !strings.Contains(fmt.Sprint(lastErrs[i]), health.ReasonNoSourcePort) {
+			t.Errorf("node %d: the dial past the ports failed with %v, want ErrLocalDial (%s)", i, lastErrs[i], health.ReasonNoSourcePort)
 		}
 	}
 	if n := counts.get(health.ReasonNoSourcePort); n != 4 {

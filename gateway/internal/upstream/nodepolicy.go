@@ -1,4 +1,4 @@
-package gateway
+package upstream
 
 import (
 	"context"
@@ -15,7 +15,7 @@ import (
 	"github.com/wsgate/wsgate/internal/discovery"
 )
 
-// nodePolicy is where a pool with [pools.discovery] may connect. Whoever
+// NodePolicy is where a pool with [pools.discovery] may connect. Whoever
 // can write the pool's Redis prefix or DNS name chooses its nodes, and a
 // node receives clients' upgrade requests, cookies and tokens included.
 // So a discovered node is never at a link-local (a cloud's metadata
@@ -26,17 +26,18 @@ import (
 // connection to a node, tunnel or probe, is about to connect to, so a
 // node given by host name is held to it whatever the name resolves to.
 // A pool without discovery has no policy: its nodes are the operator's.
-type nodePolicy struct {
+// A nil *NodePolicy takes every address. It is read-only once made.
+type NodePolicy struct {
 	allow []netip.Prefix // nil: any address the rules above do not refuse
 }
 
-// newNodePolicy returns the policy of a pool's discovery section, nil for
+// NewNodePolicy returns the policy of a pool's discovery section, nil for
 // a pool without discovery.
-func newNodePolicy(d conf.Discovery) *nodePolicy {
+func NewNodePolicy(d conf.Discovery) *NodePolicy {
 	if d.Kind == "" {
 		return nil
 	}
-	p := &nodePolicy{}
+	p := &NodePolicy{}
 	for _, a := range d.Allow {
 		if pfx, err := conf.ParsePrefix(a); err == nil { // validated: never fails
 			p.allow = append(p.allow, pfx)
@@ -70,7 +71,7 @@ var nat64 = netip.MustParsePrefix("64:ff9b::/96")
 var broadcast = netip.AddrFrom4([4]byte{255, 255, 255, 255})
 
 // check returns nil when ip may be connected to, or a *refusedAddrError.
-func (p *nodePolicy) check(ip netip.Addr) error {
+func (p *NodePolicy) check(ip netip.Addr) error {
 	if p == nil {
 		return nil
 	}
@@ -103,7 +104,7 @@ func embeddedIPv4(ip netip.Addr) netip.Addr {
 // checkNode checks a discovered node's address, host:port: an IP address
 // is checked now; a host name passes, to be checked on the address it
 // resolves to when a connection is made (see control).
-func (p *nodePolicy) checkNode(addr string) error {
+func (p *NodePolicy) checkNode(addr string) error {
 	ap, err := netip.ParseAddrPort(addr)
 	if err != nil {
 		return nil
@@ -113,7 +114,7 @@ func (p *nodePolicy) checkNode(addr string) error {
 
 // CheckAddr checks address, the resolved IP:port a connection to a node
 // is about to connect to.
-func (p *nodePolicy) CheckAddr(address string) error {
+func (p *NodePolicy) CheckAddr(address string) error {
 	ap, err := netip.ParseAddrPort(address)
 	if err != nil {
 		return &refusedAddrError{addr: address, why: "not an IP address and port"}
@@ -123,22 +124,22 @@ func (p *nodePolicy) CheckAddr(address string) error {
 
 // control is a net.Dialer Control function: it refuses a connection to a
 // refused address before the connect.
-func (p *nodePolicy) control(_, address string, _ syscall.RawConn) error {
+func (p *NodePolicy) control(_, address string, _ syscall.RawConn) error {
 	return p.CheckAddr(address)
 }
 
 // addrCheck returns p as the health checker's AddrCheck, nil (the
 // interface, not a nil pointer in it) without a policy.
-func (p *nodePolicy) addrCheck() health.AddrCheck {
+func (p *NodePolicy) addrCheck() health.AddrCheck {
 	if p == nil {
 		return nil
 	}
 	return p
 }
 
-// keep returns the nodes of nodes whose address p takes (all of them
+// Keep returns the nodes of nodes whose address p takes (all of them
 // without a policy; nodes itself when none is refused).
-func (p *nodePolicy) keep(nodes []conf.Node) []conf.Node {
+func (p *NodePolicy) Keep(nodes []conf.Node) []conf.Node {
 	if p == nil || !slices.ContainsFunc(nodes, func(n conf.Node) bool { return p.checkNode(n.Addr) != nil }) {
 		return nodes
 	}
@@ -153,15 +154,22 @@ func (p *nodePolicy) keep(nodes []conf.Node) []conf.Node {
 // time.
 type policySource struct {
 	src     discovery.Source
-	policy  *nodePolicy
+	policy  *NodePolicy
 	log     *slog.Logger
 	refused string // the refused nodes last logged, joined
+}
+
+// NewPolicySource returns src with the nodes policy refuses left out of
+// its answers, logging each new set of refused nodes to log once.
+func NewPolicySource(src discovery.Source, policy *NodePolicy, log *slog.Logger) discovery.Source {
+	return &policySource{src: src, policy: policy, log: log}
 }
 
 // maxLoggedNodes bounds the addresses one log line about refused nodes
 // names.
 const maxLoggedNodes = 20
 
+// Lookup asks the source for its nodes and leaves out the refused ones.
 func (s *policySource) Lookup(ctx context.Context) ([]discovery.Node, error) {
 	nodes, err := s.src.Lookup(ctx)
 	if err != nil {
@@ -195,3 +203,8 @@ func (s *policySource) Lookup(ctx context.Context) ([]discovery.Node, error) {
 	}
 	return kept, nil
 }
+
+var (
+	_ health.AddrCheck = (*NodePolicy)(nil)
+	_ discovery.Source = (*policySource)(nil)
+)

@@ -1,4 +1,4 @@
-package gateway
+package route
 
 import (
 	"bytes"
@@ -8,9 +8,9 @@ import (
 	"github.com/valyala/fasthttp"
 )
 
-// hashKey says where a hash pool finds a request's key (pools.hash_key),
-// parsed once when the pool is built. The zero value finds none.
-type hashKey struct {
+// HashKey says where a hash pool finds a request's key (pools.hash_key),
+// parsed once when the routes are compiled. The zero value finds none.
+type HashKey struct {
 	kind    hashKeyKind
 	name    string // query parameter or header name
 	segment int    // path segment, from 1
@@ -25,28 +25,28 @@ const (
 	keyHeader
 )
 
-// parseHashKey parses a validated hash_key: "path:N", "query:NAME" or
+// ParseHashKey parses a validated hash_key: "path:N", "query:NAME" or
 // "header:NAME"; anything else (the empty string) finds no key.
-func parseHashKey(s string) hashKey {
+func ParseHashKey(s string) HashKey {
 	kind, arg, _ := strings.Cut(s, ":")
 	switch kind {
 	case "path":
 		if n, err := strconv.Atoi(arg); err == nil && n >= 1 {
-			return hashKey{kind: keyPath, segment: n}
+			return HashKey{kind: keyPath, segment: n}
 		}
 	case "query":
-		return hashKey{kind: keyQuery, name: arg}
+		return HashKey{kind: keyQuery, name: arg}
 	case "header":
-		return hashKey{kind: keyHeader, name: arg}
+		return HashKey{kind: keyHeader, name: arg}
 	}
-	return hashKey{}
+	return HashKey{}
 }
 
-// of returns the request's key: the path segment (of the path routes
+// Of returns the request's key: the path segment (of the path routes
 // match), the query parameter's value or the header's value, or nil when
 // the request has none. The slice points into ctx's request: it is only
 // good until the handler returns.
-func (k hashKey) of(ctx *fasthttp.RequestCtx) []byte {
+func (k HashKey) Of(ctx *fasthttp.RequestCtx) []byte {
 	switch k.kind {
 	case keyPath:
 		return pathSegment(ctx.Path(), k.segment)
