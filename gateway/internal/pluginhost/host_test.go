@@ -433,7 +433,7 @@ func TestStartErrorText(t *testing.T) {
 			`plugin "a" (` + bin + `): configure: auth: invalid plugin config: bad_config is set`},
 		{"unknown config key", spec("a", bin, map[string]any{"secret_env": "X"}),
 			`plugin "a" (` + bin + `): configure: auth: invalid plugin config: unknown key "secret_env" ` +
-				`(known: deny, status, tag, cache_key, cache_ttl, bad_config, slow_for, header_name)`},
+				`(known: deny, status, tag, cache_key, cache_ttl, bad_config, slow_for, header_name, started_file, release_file)`},
 		{"wrong type", spec("a", bin, map[string]any{"cache_key": "header:X"}),
 			`plugin "a" (` + bin + `): configure: auth: invalid plugin config: cache_key: wrong type: got string, want []string`},
 		{"checksum", conf.Plugin{Name: "a", Path: bin, SHA256: strings.Repeat("0", 64)},
