@@ -105,9 +105,9 @@ func (s *Server) ReloadFrom(path string) error {
 	s.reload.serial.Lock()
 	defer s.reload.serial.Unlock()
 	cfg, err := conf.Load(path)
-	var staged *pluginhost.Staged
+	var prep *prepared
 	if err == nil {
-		staged, err = s.stagePlugins(cfg)
+		prep, err = s.prepare(cfg)
 	}
 	s.reload.mu.Lock()
 	defer s.reload.mu.Unlock()
@@ -115,7 +115,7 @@ func (s *Server) ReloadFrom(path string) error {
 		s.recordReload(err, nil, start)
 		return err
 	}
-	return s.apply(cfg, staged, start)
+	return s.apply(cfg, prep, start)
 }
 
 // Apply swaps in a loaded config as Reload does.
@@ -123,34 +123,45 @@ func (s *Server) Apply(cfg *conf.Config) error {
 	start := time.Now()
 	s.reload.serial.Lock()
 	defer s.reload.serial.Unlock()
-	staged, err := s.stagePlugins(cfg)
+	prep, err := s.prepare(cfg)
 	s.reload.mu.Lock()
 	defer s.reload.mu.Unlock()
 	if err != nil {
 		s.recordReload(err, nil, start)
 		return err
 	}
-	return s.apply(cfg, staged, start)
+	return s.apply(cfg, prep, start)
 }
 
-// stagePlugins starts the auth plugins of cfg that do not run as listed,
-// without swapping them in (see pluginhost.Host.Stage): the slow part of
-// a reload, done with reload.serial held and reload.mu not. It returns nil
-// without a plugin host.
-func (s *Server) stagePlugins(cfg *conf.Config) (*pluginhost.Staged, error) {
-	if s.plugins == nil {
-		return nil, nil
-	}
-	staged, err := s.plugins.Stage(cfg.Plugins)
+// prepared is what a reload reads and starts before it takes reload.mu:
+// the slow part, done with reload.serial held. swap commits it with the
+// generation, or discards it.
+type prepared struct {
+	tls     *edge.CertSet      // cfg's TLS files, read (nil without a TLS listener)
+	plugins *pluginhost.Staged // cfg's auth plugins, started (nil without a plugin host)
+}
+
+// prepare reads cfg's TLS files and starts the auth plugins of cfg that
+// do not run as listed, without putting either in force (see
+// edge.Certificates.Load, pluginhost.Host.Stage). A TLS file that cannot
+// be used is reported before any plugin starts.
+func (s *Server) prepare(cfg *conf.Config) (*prepared, error) {
+	set, err := s.tls.Load(cfg)
 	if err != nil {
-		return nil, fmt.Errorf("auth plugins: %w", err)
+		return nil, err
 	}
-	return staged, nil
+	prep := &prepared{tls: set}
+	if s.plugins != nil {
+		if prep.plugins, err = s.plugins.Stage(cfg.Plugins); err != nil {
+			return nil, fmt.Errorf("auth plugins: %w", err)
+		}
+	}
+	return prep, nil
 }
 
-// apply is Apply with reload.mu held; staged are cfg's plugins, started.
-func (s *Server) apply(cfg *conf.Config, staged *pluginhost.Staged, start time.Time) error {
-	restart, err := s.swap(cfg, byReload, staged)
+// apply is Apply with reload.mu held; prep is cfg's, prepared.
+func (s *Server) apply(cfg *conf.Config, prep *prepared, start time.Time) error {
+	restart, err := s.swap(cfg, byReload, prep)
 	if err != nil {
 		s.recordReload(err, nil, start)
 		return err
@@ -173,11 +184,16 @@ const (
 // swap builds the generation for cfg, its discovered nodes filled in (see
 // discoveries.fill), and swaps it in, with reload.mu held: the one path by
 // which nodes enter and leave pools, whether a reload or discovery (by)
-// changed them. staged are the auth plugins a reload started for cfg
-// (nil for discovery, which changes no plugin): committed with the
-// generation, or discarded on an error. It returns the changes that need
-// a restart.
-func (s *Server) swap(cfg *conf.Config, by string, staged *pluginhost.Staged) (restart []string, err error) {
+// changed them. prep is what a reload read and started for cfg (nil for
+// discovery, which changes neither TLS files nor plugins): committed with
+// the generation, or its plugins discarded on an error. It returns the
+// changes that need a restart.
+func (s *Server) swap(cfg *conf.Config, by string, prep *prepared) (restart []string, err error) {
+	var staged *pluginhost.Staged
+	tlsSet := s.current().tls
+	if prep != nil {
+		staged, tlsSet = prep.plugins, prep.tls
+	}
 	if staged != nil {
 		defer func() {
 			if err != nil {
@@ -190,7 +206,7 @@ func (s *Server) swap(cfg *conf.Config, by string, staged *pluginhost.Staged) (r
 	}
 	old := s.current()
 	cfg = s.disc.fill(cfg, old)
-	g, gone, err := s.build(cfg, old)
+	g, gone, err := s.build(cfg, old, tlsSet)
 	if err != nil {
 		return nil, err
 	}
@@ -237,8 +253,10 @@ func (s *Server) swap(cfg *conf.Config, by string, staged *pluginhost.Staged) (r
 	s.ipRate.set(cfg.Gateway.HandshakeRatePerIP, cfg.Gateway.HandshakeBurstPerIP)
 	s.gen.Store(g)
 	s.syncSharedCounts(g) // starts and stops sharers; no Redis I/O here
-	if g.tls != nil || s.tlsLn == nil {
-		s.swapTLS(g.tls) // the next TLS handshakes; tunnels keep theirs
+	if prep != nil && (g.tls != nil || s.tlsLn == nil) {
+		// The next TLS handshakes; tunnels keep theirs. A reading of the
+		// same files by the watcher that began after this one's stays.
+		s.tls.Offer(g.tls)
 	}
 	// Else the file drops the TLS listener, which needs a restart: until
 	// then it keeps serving the certificates it has.
@@ -332,9 +350,10 @@ func (g *generation) holds(n *balancer.Node) bool {
 }
 
 // build makes the generation for cfg, reusing old's pools and nodes where
-// names and addresses match. It changes nothing that is running; gone lists
-// the nodes old had that cfg drops.
-func (s *Server) build(cfg *conf.Config, old *generation) (*generation, []leaving, error) {
+// names and addresses match, with tlsSet as cfg's TLS files read. It
+// changes nothing that is running; gone lists the nodes old had that cfg
+// drops.
+func (s *Server) build(cfg *conf.Config, old *generation, tlsSet *edge.CertSet) (*generation, []leaving, error) {
 	g := &generation{
 		cfg:              cfg,
 		pools:            make(map[string]*upstream.Pool, len(cfg.Pools)),
@@ -345,10 +364,7 @@ func (s *Server) build(cfg *conf.Config, old *generation) (*generation, []leavin
 	if cfg.Gateway.TunnelEngine == "goroutines" {
 		g.engine = tunnel.EngineGoroutines
 	}
-	var err error
-	if g.tls, err = edge.LoadTLS(cfg); err != nil {
-		return nil, nil, err
-	}
+	g.tls = tlsSet
 	if old != nil {
 		g.nodes = old.nodes
 	}

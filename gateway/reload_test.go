@@ -1,6 +1,7 @@
 package gateway
 
 import (
+	"bytes"
 	"context"
 	"encoding/binary"
 	"encoding/json"
@@ -12,6 +13,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -678,5 +680,83 @@ func TestReloadLockFreeWhilePluginsStart(t *testing.T) {
 	}
 	if got := e.srv.LastReload().Generation; got != before+1 {
 		t.Fatalf("generation %d after the reload, want %d", got, before+1)
+	}
+}
+
+// TestReloadReadsTLSFilesOutsideTheLock pins where a reload reads its TLS
+// files: before it takes the lock that discovery, the TLS watcher and the
+// admin API's reload status wait on. The reloaded config's certificate
+// is a named pipe, so the reading waits until the test writes it.
+func TestReloadReadsTLSFilesOutsideTheLock(t *testing.T) {
+	f := newTLSFiles(t)
+	tlsAddr := testproc.FreeAddr(t)
+	e := newEnv(t, 1, tlsGatewayConfig("", f.table(tlsAddr, ""), catchAll))
+	path := filepath.Join(t.TempDir(), "wsgate.toml")
+	e.writeConfig(path, tlsGatewayConfig("", f.table(tlsAddr, ""), catchAll))
+	if err := e.srv.ReloadFrom(path); err != nil {
+		t.Fatal(err)
+	}
+	before := e.srv.LastReload().Generation
+
+	next, err := f.ca.Server("gw.test", "127.0.0.1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	pipeDir := t.TempDir()
+	pipe, key := filepath.Join(pipeDir, "next.crt"), filepath.Join(pipeDir, "next.key")
+	if err := syscall.Mkfifo(pipe, 0o600); err != nil {
+		t.Skipf("no named pipe here: %v", err)
+	}
+	if err := os.WriteFile(key, next.KeyPEM, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	g := *f
+	g.certs = [][2]string{{pipe, key}}
+	e.writeConfig(path, tlsGatewayConfig("", g.table(tlsAddr, ""), catchAll))
+
+	done := make(chan error, 1)
+	go func() { done <- e.srv.ReloadFrom(path) }()
+	opened := make(chan *os.File, 1)
+	go func() {
+		w, err := os.OpenFile(pipe, os.O_WRONLY, 0) // returns once the reload opens it to read
+		if err != nil {
+			t.Error(err)
+		}
+		opened <- w
+	}()
+	var w *os.File
+	select {
+	case w = <-opened:
+	case err := <-done:
+		t.Fatalf("the reload ended (%v) without reading the certificate", err)
+	case <-time.After(30 * time.Second):
+		t.Fatal("the reload never opened the certificate")
+	}
+	if w == nil {
+		t.FailNow()
+	}
+	// The reload is reading the certificate: the lock is free.
+	status := make(chan uint64, 1)
+	go func() { status <- e.srv.LastReload().Generation }()
+	select {
+	case got := <-status:
+		if got != before {
+			t.Errorf("generation %d while the reload reads its files, want %d", got, before)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("the reload status waited for the reload's TLS files")
+	}
+	if _, err := w.Write(next.CertPEM); err != nil {
+		t.Fatal(err)
+	}
+	w.Close()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if got := e.srv.LastReload().Generation; got != before+1 {
+		t.Fatalf("generation %d after the reload, want %d", got, before+1)
+	}
+	if !bytes.Equal(servedLeaf(t, e.srv.TLSAddr().String(), "gw.test"), next.Cert.Raw) {
+		t.Fatal("the reloaded certificate is not served")
 	}
 }

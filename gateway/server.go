@@ -115,7 +115,11 @@ func New(cfg *conf.Config, log *slog.Logger) (*Server, error) {
 		failed: make(chan error, 1),
 		tls:    edge.NewCertificates(log),
 	}
-	g, _, err := s.build(cfg, nil)
+	set, err := s.tls.Load(cfg)
+	if err != nil {
+		return nil, err
+	}
+	g, _, err := s.build(cfg, nil, set)
 	if err != nil {
 		return nil, err
 	}

@@ -2,16 +2,11 @@ package gateway
 
 import (
 	"crypto/tls"
+	"reflect"
 
 	"github.com/valyala/fasthttp"
-	"github.com/wsgate/wsgate/gateway/internal/edge"
 	"github.com/wsgate/wsgate/plugins/auth"
 )
-
-// swapTLS puts set in force for the next handshakes (connections already
-// up keep what they negotiated) and, once the gateway has started, watches
-// its files.
-func (s *Server) swapTLS(set *edge.CertSet) { s.tls.Swap(set) }
 
 // startTLSWatch starts watching the TLS files (Start).
 func (s *Server) startTLSWatch() { s.tls.Start(s.reloadTLSFiles) }
@@ -20,15 +15,20 @@ func (s *Server) startTLSWatch() { s.tls.Start(s.reloadTLSFiles) }
 func (s *Server) stopTLSWatch() { s.tls.Stop() }
 
 // reloadTLSFiles loads the TLS files of the config in force again after
-// one of them changed (see edge.Certificates.Reload), unless the gateway
-// is draining.
+// one of them changed, unless the gateway is draining. The files are read
+// before reload.mu is taken; under it, the set goes in only if the config
+// in force still names those files (a config reload that named others
+// read them itself), and only if no newer reading of them went in first
+// (see edge.Certificates.Offer).
 func (s *Server) reloadTLSFiles() {
-	s.reload.mu.Lock() // one loading at a time, config reloads included
+	cfg := s.current().cfg
+	set, err := s.tls.Load(cfg)
+	s.reload.mu.Lock()
 	defer s.reload.mu.Unlock()
-	if s.draining.Load() {
+	if s.draining.Load() || !reflect.DeepEqual(s.current().cfg.Gateway.TLS, cfg.Gateway.TLS) {
 		return
 	}
-	s.tls.Reload(s.current().cfg, edgeMetrics{s.metrics})
+	s.tls.Reloaded(cfg, set, err, edgeMetrics{s.metrics})
 }
 
 // tlsInfo is what auth plugins learn of a request's TLS connection. The

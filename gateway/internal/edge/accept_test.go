@@ -322,8 +322,75 @@ pool = "p"
 	if err := os.WriteFile(filepath.Join(dir, "server0.key"), []byte("not a key"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	st.Reload(cfg, m)
+	bad, err := st.Load(cfg)
+	st.Reloaded(cfg, bad, err, m)
 	if len(m.reloaded) != 1 || m.reloaded[0] || st.set.Load() != set {
 		t.Fatalf("a broken key: reloads %v, set in force replaced %t", m.reloaded, st.set.Load() != set)
+	}
+}
+
+// TestOfferKeepsTheNewerReading pins the order of TLS loadings that run
+// side by side outside the reload lock (a config reload and the watcher
+// after a file changed): of two readings of the same files, the one begun
+// later stays in force whichever is offered last; a reading of other
+// files (a reload that named new ones) always goes in.
+func TestOfferKeepsTheNewerReading(t *testing.T) {
+	ca, err := testca.New("edge test CA")
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	cfgFor := func(name string) *conf.Config {
+		leaf, err := ca.Server(name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		c, k, err := leaf.WriteFiles(dir, name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		cfg, err := conf.Parse("edge.toml", []byte(fmt.Sprintf(`
+[gateway]
+listen = "127.0.0.1:0"
+  [gateway.tls]
+  listen = "127.0.0.1:1"
+  [[gateway.tls.certificates]]
+  cert_file = %q
+  key_file = %q
+[[pools]]
+name = "p"
+  [[pools.nodes]]
+  addr = "127.0.0.1:1"
+[[routes]]
+pool = "p"
+`, c, k)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return cfg
+	}
+	a, b := cfgFor("a.test"), cfgFor("b.test")
+	st := NewCertificates(slog.New(slog.DiscardHandler))
+	load := func(cfg *conf.Config) *CertSet {
+		set, err := st.Load(cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return set
+	}
+	older, newer, other := load(a), load(a), load(b)
+	for i, step := range []struct {
+		offer *CertSet
+		took  bool
+		want  *CertSet
+	}{
+		{newer, true, newer},
+		{older, false, newer}, // same files, read before: the newer stays
+		{other, true, other},  // other files: in, though read before nothing newer
+		{older, true, older},  // back to a's files: in
+	} {
+		if took := st.Offer(step.offer); took != step.took || st.set.Load() != step.want {
+			t.Fatalf("step %d: Offer took %t, in force is the wanted set %t; want %t, true", i, took, st.set.Load() == step.want, step.took)
+		}
 	}
 }

@@ -31,6 +31,9 @@ type CertSet struct {
 	exact    map[string]*tls.Certificate // lowercase DNS name
 	wildcard map[string]*tls.Certificate // "example.com" for "*.example.com"
 	files    []string                    // every file read, for the watcher
+	// seq orders the loadings of one Certificates (see Load): a set read
+	// later has a higher seq.
+	seq uint64
 }
 
 // LoadTLS reads the certificate, key and CA files cfg's [gateway.tls]
@@ -123,6 +126,8 @@ type Certificates struct {
 	set    atomic.Pointer[CertSet] // in force; nil without a TLS listener
 	config *tls.Config             // the listener's: hands each handshake the set in force
 	log    *slog.Logger
+	loads  atomic.Uint64 // the seq of the last Load begun
+	offer  sync.Mutex    // serialises Offer's compare and store
 
 	mu      sync.Mutex // guards the fields below
 	changed func()     // what a change of a watched file calls; set by Start
@@ -160,6 +165,36 @@ func (st *Certificates) Config() *tls.Config { return st.config }
 func (st *Certificates) Swap(set *CertSet) {
 	st.set.Store(set)
 	st.watch()
+}
+
+// Load reads cfg's TLS files as LoadTLS does and stamps the set with the
+// order in which its reading began, for Offer. It takes no lock: a
+// reload reads the files before it takes its own.
+func (st *Certificates) Load(cfg *conf.Config) (*CertSet, error) {
+	seq := st.loads.Add(1)
+	set, err := LoadTLS(cfg)
+	if set != nil {
+		set.seq = seq
+	}
+	return set, err
+}
+
+// Offer puts set (from Load) in force as Swap does, unless the set in
+// force is the same files read later: loadings that ran side by side (a
+// config reload and the watcher after a file changed) then keep the newer
+// contents whichever finishes last. A set of other files (a reload that
+// named new ones) always goes in. It reports whether set went in.
+func (st *Certificates) Offer(set *CertSet) bool {
+	st.offer.Lock()
+	cur := st.set.Load()
+	if set != nil && cur != nil && cur.seq > set.seq && slices.Equal(cur.files, set.files) {
+		st.offer.Unlock()
+		return false
+	}
+	st.set.Store(set)
+	st.offer.Unlock()
+	st.watch()
+	return true
 }
 
 // watch (re)starts the watchers of the TLS files in force, unless they
@@ -210,13 +245,14 @@ func (st *Certificates) Stop() {
 	}
 }
 
-// Reload loads the TLS files of cfg, the config in force, again after one
-// of them changed, and counts the loading in m. On an error (a certificate
-// half written, a key that does not match) the certificates in force stay.
-// Tunnels are not touched: a TLS connection keeps the keys it negotiated.
-// The caller runs one loading at a time.
-func (st *Certificates) Reload(cfg *conf.Config, m ReloadMetrics) {
-	set, err := LoadTLS(cfg)
+// Reloaded puts in force the set that Load read from cfg, the config in
+// force, again after one of the files changed (err is Load's), and counts
+// the loading in m. On an error (a certificate half written, a key that
+// does not match) the certificates in force stay. Tunnels are not touched:
+// a TLS connection keeps the keys it negotiated. The caller reads with
+// Load outside its own locks, and calls Reloaded once it knows cfg's TLS
+// files are still the ones in force.
+func (st *Certificates) Reloaded(cfg *conf.Config, set *CertSet, err error, m ReloadMetrics) {
 	if err != nil || set == nil {
 		if err == nil {
 			err = errors.New("no TLS listener in the config in force")
@@ -226,6 +262,6 @@ func (st *Certificates) Reload(cfg *conf.Config, m ReloadMetrics) {
 		return
 	}
 	m.TLSReloaded(true)
-	st.set.Store(set)
+	st.Offer(set)
 	st.log.Info("TLS files reloaded", "certificates", len(cfg.Gateway.TLS.Certificates))
 }
