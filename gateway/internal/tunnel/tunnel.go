@@ -177,7 +177,7 @@ type Tunnel struct {
 	closeTimeout time.Duration
 	writeTimeout time.Duration
 	closeBy      atomic.Int64 // close deadline in mono ns, 0 until the close starts
-	rate         *rateLimit   // the client's frame and byte rate limit; nil: none
+	rate         *clientRate  // the client's frame and byte rate limit; nil: none
 	ka           *keepalive   // nil: no keepalive pings
 	// done is the channel Done returned, made by its first call; once the
 	// tunnel has ended it holds closedDone (see finish).
@@ -231,7 +231,7 @@ func New(p Params) *Tunnel {
 	t.toClient.init(t, p.Node, p.Client, true, polled)
 	t.toClient.sc = wsframe.Scanner{RejectMasked: true}
 	if p.FrameRate > 0 || p.ByteRate > 0 {
-		t.rate = newRateLimit(p.FrameRate, p.ByteRate)
+		t.rate = newClientRate(p.FrameRate, p.ByteRate)
 	}
 	if p.PingInterval > 0 {
 		t.ka = &keepalive{interval: p.PingInterval, timeout: p.PongTimeout}
