@@ -1,7 +1,6 @@
 package tunnel
 
 import (
-	"os"
 	"sync/atomic"
 	"time"
 )
@@ -127,14 +126,10 @@ func (h *half) pingWaitsForNode() bool {
 // once the node answers, as when a client vanishes.
 func (t *Tunnel) pongTimedOut() {
 	t.setReason(EndPongTimeout)
-	if t.pl != nil {
-		t.toNode.endSrc(os.ErrDeadlineExceeded)
-		return
-	}
-	_ = t.client.SetReadDeadline(time.Unix(1, 0))
+	t.eng.cutClient(t)
 }
 
-// startKeepalive starts the goroutine engine's keepalive timer.
+// startKeepalive starts the stream engine's keepalive timer.
 func (t *Tunnel) startKeepalive() {
 	k := t.ka
 	if k == nil {
@@ -150,7 +145,7 @@ func (t *Tunnel) startKeepalive() {
 	tm.Reset(k.interval)
 }
 
-// stopKeepalive stops the goroutine engine's keepalive timer; a tick
+// stopKeepalive stops the stream engine's keepalive timer; a tick
 // already running finds the tunnel closing and stops by itself.
 func (t *Tunnel) stopKeepalive() {
 	if t.ka == nil {
