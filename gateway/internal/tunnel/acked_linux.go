@@ -27,7 +27,7 @@ func (t *Tunnel) clientWritten() (uint64, bool) { return t.clientCount(bytesWrit
 // clientCount returns count of the client's socket, false when there is
 // none or the tunnel's sockets are closed.
 func (t *Tunnel) clientCount(count func(fd uintptr) (uint64, bool)) (uint64, bool) {
-	if t.pl != nil {
+	if t.poller() != nil {
 		if t.fdsClosed {
 			return 0, false
 		}

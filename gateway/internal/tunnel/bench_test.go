@@ -30,13 +30,15 @@ func BenchmarkForward(b *testing.B) {
 	t := &Tunnel{}
 	h := &t.toNode
 	h.t = t
-	h.initGo(nil, discardConn{})
+	s := new(stream)
+	t.eng = s
+	s.toNode.init(h, nil, discardConn{})
 	h.sc = wsframe.Scanner{RequireMasked: true, MaxPayload: 1 << 20}
 	b.SetBytes(int64(len(chunk) / frames))
 	b.ReportAllocs()
 	b.ResetTimer()
 	for i := 0; i < b.N; i += frames {
-		h.forward(chunk)
+		h.forward(&s.toNode.ob, chunk)
 	}
 }
 
@@ -74,13 +76,15 @@ func BenchmarkForwardTCP(b *testing.B) {
 	t := &Tunnel{}
 	h := &t.toNode
 	h.t = t
-	h.initGo(nil, dst)
+	s := new(stream)
+	t.eng = s
+	s.toNode.init(h, nil, dst)
 	h.sc = wsframe.Scanner{RequireMasked: true, MaxPayload: 1 << 20}
 	b.SetBytes(int64(len(chunk)))
 	b.ReportAllocs()
 	b.ResetTimer()
 	for range b.N {
-		h.forward(chunk)
+		h.forward(&s.toNode.ob, chunk)
 	}
 }
 

@@ -13,7 +13,7 @@ import (
 // is taken off the runtime's poller and run by one of the package's
 // pollers (see poller): both sockets are registered edge-triggered, the
 // poller reads a readable source into its own buffer, scans it with the
-// same framing code as the goroutine engine (half.forward) and writes what
+// same framing code as the stream engine (half.forward) and writes what
 // goes on with one non-blocking write (writev when a held-back header, a
 // payload and a close frame go together). An idle tunnel holds no
 // goroutine and no buffer.
@@ -40,7 +40,7 @@ import (
 // Timeouts are poller timers, not blocked goroutines: a tail that gains no
 // byte for the write timeout ends the tunnel; the close deadline ends the
 // reads and the writes still pending, as a read deadline does on the
-// goroutine engine.
+// stream engine.
 
 // socketOf returns the TCP socket under c: c itself, or the socket of a
 // connection that wraps one and frees something of its own when closed
@@ -105,34 +105,105 @@ func (t *Tunnel) adopt(node net.Conn) bool {
 	if d, ok := t.client.(interface{ DropSocket() }); ok {
 		d.DropSocket()
 	}
-	t.pl, t.clientFD, t.nodeFD, t.slot = p, int32(cfd), int32(nfd), -1
+	t.eng, t.clientFD, t.nodeFD, t.slot = p, int32(cfd), int32(nfd), -1
 	return true
 }
 
 // startPolled registers t's sockets with its poller and forwards the bytes
 // read before the tunnel began.
 func (t *Tunnel) startPolled(cp, np []byte) {
-	t.pl.run(func() {
+	p := t.poller()
+	p.run(func() {
 		if t.fdsClosed {
 			// Aborted before Start: the descriptors are closed, and their
 			// numbers may be another socket's by now.
 			return
 		}
-		if err := t.pl.watch(t); err != nil {
+		if err := p.watch(t); err != nil {
 			t.setReason(EndAborted)
 			t.closeConns()
 			return
 		}
 		if t.ka != nil {
-			t.pl.after(time.Now().Add(t.ka.interval), t, timerKeepalive)
+			p.after(time.Now().Add(t.ka.interval), t, timerKeepalive)
 		}
 		if len(np) > 0 {
-			t.toClient.forward(np)
+			t.toClient.forward(p.out, np)
 		}
 		if len(cp) > 0 && !t.fdsClosed {
-			t.toNode.forward(cp)
+			t.toNode.forward(p.out, cp)
 		}
 	})
+}
+
+// poller is the poller t runs on; nil on the stream engine.
+func (t *Tunnel) poller() *poller {
+	p, _ := t.eng.(*poller)
+	return p
+}
+
+// The poller is the tunnel's engine (see engine): what the tunnel does
+// runs on the poller's goroutine, and writes never block.
+
+func (*poller) name() string { return "epoll" }
+
+func (*poller) start(t *Tunnel, cp, np []byte) { t.startPolled(cp, np) }
+
+func (p *poller) goAway(t *Tunnel, code uint16, reason string) {
+	p.run(func() {
+		t.startClosing()
+		t.toClient.injectClose(code, reason)
+	})
+}
+
+func (p *poller) abort(t *Tunnel) { p.run(t.closeConns) }
+
+// armClose starts the close-deadline timer.
+func (p *poller) armClose(t *Tunnel, dl time.Time) { p.after(dl, t, timerClose) }
+
+// finish finishes t off the poller: OnEnd may log and take locks.
+func (*poller) finish(t *Tunnel) { go t.finish() }
+
+func (*poller) closeConns(t *Tunnel) { t.closeFDs() }
+
+func (*poller) cutClient(t *Tunnel) { t.toNode.endSrc(os.ErrDeadlineExceeded) }
+
+func (*poller) write(h *half, out [][]byte, lastIsClose bool) { h.writeNB(out, lastIsClose) }
+
+func (*poller) writeOwn(h *half, frame []byte, isClose bool) {
+	h.writeNB([][]byte{frame}, isClose)
+}
+
+// writeOwnSoon is writeOwn: on the poller a write never blocks.
+func (*poller) writeOwnSoon(h *half, frame []byte, isClose bool) {
+	h.writeNB([][]byte{frame}, isClose)
+}
+
+// waitTurn does nothing: the poller never reads a source, and so never
+// forwards, while the write turn is taken.
+func (*poller) waitTurn(*half) {}
+
+func (*poller) closeDst(h *half) { h.shutdownDst() }
+
+func (*poller) endDst(h *half) {
+	if h.tail != nil {
+		// What dst has not taken yet goes first: the frames before
+		// the cut, as the stream engine's synchronous writes do.
+		h.tail.shut = true
+		return
+	}
+	h.shutdownDstWrite()
+}
+
+// tail is what a destination has not taken yet on the event-driven
+// engine, with the clocks of its write timeout.
+type tail struct {
+	b            []byte
+	lastProgress int64 // mono ns: when dst last took a byte of the tail
+	graceUntil   int64 // mono ns: how long a tail ending in the gateway's close may wait past the close deadline
+	close        bool  // b ends with the gateway's close frame
+	shut         bool  // dst's stream ends once b is written (endInsideFrame)
+	ping         int32 // the bytes of b up to the end of the keepalive ping in it; 0: none
 }
 
 // srcFD and dstFD are the half's sockets on the poller engine.
@@ -192,11 +263,12 @@ const readBudget = 16
 // the half to go on once the poller has seen to the others.
 func (h *half) readSrc() {
 	t := h.t
-	buf := t.pl.buf
+	p := t.poller()
+	buf := p.buf
 	retried := false
 	for budget := readBudget; h.readable && !h.ended && !h.writing && !t.fdsClosed; budget-- {
 		if budget == 0 {
-			t.pl.later(h)
+			p.later(h)
 			return
 		}
 		n, err := rawRead(h.srcFD(), buf)
@@ -204,7 +276,7 @@ func (h *half) readSrc() {
 			if n < len(buf) && !h.hup && !h.urgent {
 				h.readable = false // the short-read rule
 			}
-			h.forward(buf[:n])
+			h.forward(p.out, buf[:n])
 			continue
 		}
 		if err == unix.EAGAIN {
@@ -250,9 +322,9 @@ func (h *half) endSrc(err error) {
 	}
 }
 
-// writeNB is writeOut for the poller engine: it writes without blocking
-// and keeps what dst did not take as the half's tail, with the write turn
-// still taken; flushTail goes on from there.
+// writeNB is the poller engine's writeOut (see stream.go): it writes
+// without blocking and keeps what dst did not take as the half's tail,
+// with the write turn still taken; flushTail goes on from there.
 func (h *half) writeNB(out [][]byte, lastIsClose bool) {
 	t := h.t
 	for {
@@ -265,7 +337,7 @@ func (h *half) writeNB(out [][]byte, lastIsClose bool) {
 		}
 		n, err := 0, error(net.ErrClosed)
 		if !t.fdsClosed {
-			n, err = t.pl.writev(h.dstFD(), out)
+			n, err = t.poller().writev(h.dstFD(), out)
 		}
 		if err == unix.EAGAIN {
 			n, err = 0, nil
@@ -328,7 +400,7 @@ func (h *half) keepTail(out [][]byte, n int, lastIsClose bool) {
 	}
 	if !h.stallArmed {
 		h.stallArmed = true
-		h.t.pl.after(now.Add(h.t.writeTimeoutOrDefault()), h.t, h.stallTimer())
+		h.t.poller().after(now.Add(h.t.writeTimeoutOrDefault()), h.t, h.stallTimer())
 	}
 }
 
@@ -407,7 +479,7 @@ func (t *Tunnel) fire(kind timerKind, now time.Time) {
 		t.closeDeadlinePassed(now)
 	case timerKeepalive:
 		if next := t.keepaliveTick(); next > 0 {
-			t.pl.after(now.Add(next), t, timerKeepalive)
+			t.poller().after(now.Add(next), t, timerKeepalive)
 		}
 	}
 }
@@ -422,7 +494,7 @@ func (h *half) checkStall(now time.Time) {
 	due := monoTime(h.tail.lastProgress).Add(h.t.writeTimeoutOrDefault())
 	if now.Before(due) {
 		h.stallArmed = true
-		h.t.pl.after(due, h.t, h.stallTimer())
+		h.t.poller().after(due, h.t, h.stallTimer())
 		return
 	}
 	h.dropTail(errWriteTimeout)
@@ -435,7 +507,7 @@ func (h *half) checkStall(now time.Time) {
 func (t *Tunnel) closeDeadlinePassed(now time.Time) {
 	for _, h := range []*half{&t.toNode, &t.toClient} {
 		if h.tail != nil && h.tail.close && mono(now) < h.tail.graceUntil {
-			t.pl.after(monoTime(h.tail.graceUntil), t, timerClose)
+			t.poller().after(monoTime(h.tail.graceUntil), t, timerClose)
 			return
 		}
 	}
@@ -448,9 +520,6 @@ func (t *Tunnel) closeDeadlinePassed(now time.Time) {
 	t.toClient.endSrc(os.ErrDeadlineExceeded)
 }
 
-// armClose starts the close-deadline timer on the poller engine.
-func (t *Tunnel) armClose(dl time.Time) { t.pl.after(dl, t, timerClose) }
-
 // closeFDs closes both sockets on the poller engine, then the Go
 // connections (freeing what a wrapper holds), and ends the sides still
 // being read, as a read of a closed connection fails on the goroutine
@@ -460,12 +529,15 @@ func (t *Tunnel) closeFDs() {
 		return
 	}
 	t.fdsClosed = true
-	t.pl.forget(t) // before the close: see forget
+	p := t.poller()
+	p.forget(t) // before the close: see forget
 	_ = unix.Close(int(t.clientFD))
 	_ = unix.Close(int(t.nodeFD))
-	t.pl.tunnelEnded()
+	p.tunnelEnded()
 	_ = t.client.Close()
 	t.toNode.tail, t.toClient.tail = nil, nil
 	t.toNode.endSrc(net.ErrClosed)
 	t.toClient.endSrc(net.ErrClosed)
 }
+
+var _ engine = (*poller)(nil)

@@ -2,25 +2,16 @@
 
 package tunnel
 
-import (
-	"net"
-	"time"
-)
+import "net"
 
-// poller is the event-driven engine's poller, which exists on Linux only;
-// elsewhere every tunnel runs on goroutines.
-type poller struct{ out *outBuf }
+// The event-driven engine exists on Linux only; elsewhere every tunnel
+// runs on the stream engine.
 
-func (*poller) run(func()) {}
+// adopt reports false: no tunnel runs on a poller here.
+func (t *Tunnel) adopt(net.Conn) bool { return false }
 
-func (t *Tunnel) adopt(net.Conn) bool      { return false }
-func (t *Tunnel) startPolled(_, _ []byte)  {}
-func (t *Tunnel) armClose(time.Time)       {}
-func (t *Tunnel) closeFDs()                {}
-func (h *half) writeNB(_ [][]byte, _ bool) {}
-func (h *half) shutdownDst()               {}
-func (h *half) shutdownDstWrite()          {}
-func (h *half) endSrc(error)               {}
+// tail is the event-driven engine's; a half never has one here.
+type tail struct{}
 
 // SetPollers does nothing where there is no event-driven engine.
 func SetPollers(int) bool { return false }

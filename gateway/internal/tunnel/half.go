@@ -7,24 +7,16 @@ import (
 	"os"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"time"
 
-	"github.com/wsgate/wsgate/internal/pollread"
 	"github.com/wsgate/wsgate/internal/wsframe"
 )
 
-// bufSize is the size of a pooled read buffer. A tunnel holds one per
-// direction only while bytes are in flight.
-const bufSize = 16 << 10
-
-var bufPool = pollread.NewPool(bufSize)
-
-// stallProbe is the longest a write to a destination that accepts nothing
-// waits before it looks again at the clock and at its source: a write
-// deadline or a close deadline that came up meanwhile, or a source that hung
-// up, is noticed within this time.
-const stallProbe = 250 * time.Millisecond
+// The framing both engines share: a half follows src's frames, decides what
+// goes on to dst, and puts the gateway's own close frame or keepalive ping
+// at a frame boundary. Nothing here reads or writes a socket: the engine
+// reads src and hands what it read to forward, and writes what forward
+// queued (see engine).
 
 var (
 	errRateLimited  = errors.New("client over the route's frame or byte rate")
@@ -41,12 +33,12 @@ var (
 // mu guards the framing state and the turn and is never held across I/O;
 // the counters are atomics, so Stats never waits on a write.
 //
-// A half is 152 bytes and two of them are most of an idle tunnel's memory
-// (see TestTunnelSize): what only one engine uses, or only a closing or
-// stalled half, hangs off a pointer that is nil until then (g, why, tail).
+// A half is 144 bytes and two of them are most of an idle tunnel's memory
+// (see TestTunnelSize): what only a closing or stalled half uses hangs off
+// a pointer that is nil until then (why, tail), and what only the stream
+// engine uses hangs off the tunnel's engine (see stream).
 type half struct {
 	t *Tunnel
-	g *goState // the goroutine engine's own (src, dst, buffer); nil on the poller
 
 	frames    atomic.Uint64
 	bytes     atomic.Uint64
@@ -123,85 +115,25 @@ func (h *half) owedWhy() string {
 	return h.why.owed
 }
 
-// tail is what a destination has not taken yet on the event-driven
-// engine, with the clocks of its write timeout.
-type tail struct {
-	b            []byte
-	lastProgress int64 // mono ns: when dst last took a byte of the tail
-	graceUntil   int64 // mono ns: how long a tail ending in the gateway's close may wait past the close deadline
-	close        bool  // b ends with the gateway's close frame
-	shut         bool  // dst's stream ends once b is written (endInsideFrame)
-	ping         int32 // the bytes of b up to the end of the keepalive ping in it; 0: none
-}
-
-func (h *half) init(t *Tunnel, src, dst net.Conn, toClient, polled bool) {
-	h.t, h.toClient = t, toClient
-	if polled {
-		return // the poller has the sockets
-	}
-	h.initGo(src, dst)
-}
-
-// initGo gives the half its goroutine-engine state.
-func (h *half) initGo(src, dst net.Conn) {
-	h.g = &goState{src: src, dst: dst}
-	h.g.turn = sync.NewCond(&h.mu)
-	if _, ok := dst.(interface{ NetConn() net.Conn }); ok {
-		if s := tlsSocketOf(dst); s != nil {
-			h.g.sock = s
-			s.own(h)
-		} else {
-			h.g.final = true
-		}
-	}
-	if src == nil {
-		return
-	}
-	h.g.reader = pollread.NewReader(src, bufPool)
-	h.g.srcRaw = hangUpSocket(src)
-}
-
-// out is where forward queues what goes to dst: the half's own on
-// goroutines, the poller's one for all its tunnels on the event-driven
-// engine (forward never runs twice at once on a poller, and what dst does
-// not take is copied to the tail). Only the holder of the write turn uses
-// it.
-func (h *half) out() *outBuf {
-	if h.g != nil {
-		return &h.g.ob
-	}
-	return h.t.pl.out
-}
-
-// pump reads src until it fails, forwarding what it reads, and returns the
-// read error.
-func (h *half) pump(pending []byte) error {
-	if len(pending) > 0 {
-		h.forward(pending)
-	}
-	for {
-		bp, n, err := h.g.reader.Read()
-		if n > 0 {
-			h.forward((*bp)[:n])
-		}
-		bufPool.Put(bp)
-		if err != nil {
-			return err
-		}
-	}
-}
+// init ties the half to its tunnel; the engine gives it the rest.
+func (h *half) init(t *Tunnel, toClient bool) { h.t, h.toClient = t, toClient }
 
 // forward scans p, writes to dst what dst may still receive, and injects a
 // pending close at the first frame boundary. The scan runs under mu; the
-// writes run after it is released.
-func (h *half) forward(p []byte) {
+// writes run after it is released. It is the read path of both engines:
+// the stream engine's pump and the poller's readSrc call it with what they
+// read, and ob is where it queues what goes to dst: the half's own on the
+// stream engine, the poller's one for all its tunnels on the event-driven
+// engine (forward never runs twice at once on a poller, and what dst does
+// not take is copied to the tail). Only the holder of the write turn uses
+// ob.
+func (h *half) forward(ob *outBuf, p []byte) {
 	h.bytes.Add(uint64(len(p)))
 	h.mu.Lock()
 	if h.broken {
 		h.mu.Unlock()
 		return
 	}
-	ob := h.out()
 	ob.n, ob.close = 0, false
 	start, i := 0, 0
 	closed := false
@@ -215,12 +147,12 @@ func (h *half) forward(p []byte) {
 			// Whole frames before the offending header go out; the
 			// header itself (here or held in carry) never does.
 			if atBoundary {
-				h.queue(p[start:i])
+				h.queue(ob, p[start:i])
 			}
 			h.carryN = 0
 			h.broken = true
 			if h.pendingCode != 0 {
-				h.queueClose(h.pendingCode, h.pendingWhy())
+				h.queueClose(ob, h.pendingCode, h.pendingWhy())
 			}
 			ferr = err
 			break
@@ -235,9 +167,9 @@ func (h *half) forward(p []byte) {
 			if hdrAt == 0 {
 				h.carryN = 0 // the close's header began in an earlier read
 			}
-			h.queue(p[start:hdrAt])
+			h.queue(ob, p[start:hdrAt])
 			start = i
-			h.queueClose(h.owedCode, h.owedWhy())
+			h.queueClose(ob, h.owedCode, h.owedWhy())
 		}
 		if !end {
 			continue
@@ -257,14 +189,14 @@ func (h *half) forward(p []byte) {
 			h.pendingCode = 0
 		}
 		if h.pendingCode != 0 && !h.sentClose {
-			h.queue(p[start:i])
+			h.queue(ob, p[start:i])
 			start = i
-			h.queueClose(h.pendingCode, h.pendingWhy())
+			h.queueClose(ob, h.pendingCode, h.pendingWhy())
 		} else if h.pendingPing && !h.sentClose && !h.dstFailed {
 			// The keepalive ping goes at the first frame end, also in
 			// the middle of a read: a client reading a stream of large
 			// frames gets it as soon as one ends.
-			h.queue(p[start:i])
+			h.queue(ob, p[start:i])
 			start = i
 			h.pendingPing = false
 			ob.seg[ob.n] = pingFrame
@@ -272,7 +204,7 @@ func (h *half) forward(p []byte) {
 		}
 	}
 	if ferr == nil {
-		h.flush(p[start:])
+		h.flush(ob, p[start:])
 	}
 	if ferr == nil && !h.toClient && h.t.rate != nil && !h.t.rate.read(frames, len(p), mono(time.Now())) {
 		// Over the route's rate: what this read brought still goes
@@ -289,14 +221,13 @@ func (h *half) forward(p []byte) {
 	// stops reading at a close frame, so nothing after it is an error.
 	ignoreErr := ferr != nil && h.srcClosed
 	out, outClose := ob.seg[:ob.n], ob.close
-	if len(out) > 0 && h.writing && h.g != nil {
+	if len(out) > 0 && h.writing {
 		// On goroutines, only the gateway's keepalive ping can hold the
 		// turn here (its close sets sentClose, and queue then drops
 		// everything): wait for it, so no frame is split. A close that
-		// went out meanwhile, or a failed dst, ends what may follow.
-		for h.writing {
-			h.g.turn.Wait()
-		}
+		// went out meanwhile, or a failed dst, ends what may follow. (The
+		// poller never reads src while the turn is taken.)
+		h.t.eng.waitTurn(h)
 		if h.dstFailed || (h.sentClose && !outClose) {
 			out = nil
 		}
@@ -311,7 +242,7 @@ func (h *half) forward(p []byte) {
 		h.t.startClosing()
 	}
 	if len(out) > 0 {
-		h.write(out, outClose)
+		h.t.eng.write(h, out, outClose)
 	}
 	if ferr != nil && !ignoreErr {
 		h.framingError(ferr)
@@ -324,25 +255,24 @@ func (h *half) forward(p []byte) {
 
 // flush queues rest, keeping back the bytes of an incomplete header. Called
 // with mu held.
-func (h *half) flush(rest []byte) {
+func (h *half) flush(ob *outBuf, rest []byte) {
 	held := h.sc.PartialHeader()
 	if held > len(rest) {
 		// The header began in an earlier read; all of rest belongs to it.
 		h.carryN += uint8(copy(h.carry[h.carryN:], rest))
 		return
 	}
-	h.queue(rest[:len(rest)-held])
+	h.queue(ob, rest[:len(rest)-held])
 	h.carryN = uint8(copy(h.carry[:], rest[len(rest)-held:]))
 }
 
-// queue adds carried header bytes and b to what forward writes, unless dst
-// may no longer receive frames. Called with mu held, by the pump only.
-func (h *half) queue(b []byte) {
+// queue adds carried header bytes and b to ob, what forward writes, unless
+// dst may no longer receive frames. Called with mu held, by the pump only.
+func (h *half) queue(ob *outBuf, b []byte) {
 	if h.sentClose || h.dstFailed {
 		h.carryN = 0
 		return
 	}
-	ob := h.out()
 	if h.carryN > 0 {
 		n := copy(ob.held[:], h.carry[:h.carryN])
 		h.carryN = 0
@@ -355,13 +285,12 @@ func (h *half) queue(b []byte) {
 	}
 }
 
-// queueClose adds the gateway's own close frame to what forward writes.
+// queueClose adds the gateway's own close frame to ob, what forward writes.
 // Called with mu held at a frame boundary of dst, by the pump only.
-func (h *half) queueClose(code uint16, reason string) {
+func (h *half) queueClose(ob *outBuf, code uint16, reason string) {
 	if h.sentClose || h.dstFailed {
 		return
 	}
-	ob := h.out()
 	ob.seg[ob.n] = h.takeClose(code, reason)
 	ob.n++
 	ob.close = true
@@ -392,50 +321,12 @@ func (h *half) closable() bool {
 	return h.broken || h.sc.AtBoundary() || h.sc.PartialHeader() > 0
 }
 
-// write writes out to dst on the tunnel's engine, the last segment being
-// the gateway's close frame when lastIsClose. The caller holds the write
-// turn.
-func (h *half) write(out [][]byte, lastIsClose bool) {
-	if h.t.pl != nil {
-		h.writeNB(out, lastIsClose)
-		return
-	}
-	h.writeOut(out, lastIsClose)
-}
-
-// writeOut writes out to dst, the last segment being the gateway's close
-// frame when lastIsClose; then, if a close was asked for meanwhile and dst
-// now sits at a frame boundary, it writes that too. The caller holds the
-// write turn; writeOut gives it back.
-func (h *half) writeOut(out [][]byte, lastIsClose bool) {
-	for {
-		var err error
-		for i, b := range out {
-			if isPing(b) {
-				err = h.sendPing(b)
-			} else {
-				err = h.send(b, lastIsClose && i == len(out)-1)
-			}
-			if err != nil {
-				break
-			}
-		}
-		out, lastIsClose = h.afterWrite(err)
-		if err != nil {
-			h.failDst(err)
-			return
-		}
-		if out == nil {
-			return
-		}
-	}
-}
-
 // afterWrite ends a write of everything queued, which failed with err or
 // went out whole. It returns the gateway's close frame (isClose) or
 // keepalive ping to write next, when one was asked for meanwhile and dst
 // now sits at a frame boundary, with the write turn still taken; otherwise
-// nil, with the turn given back.
+// nil, with the turn given back (the stream engine then wakes a pump
+// waiting for it: see writeOut).
 func (h *half) afterWrite(err error) (next [][]byte, isClose bool) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
@@ -449,9 +340,6 @@ func (h *half) afterWrite(err error) (next [][]byte, isClose bool) {
 		return [][]byte{pingFrame}, false
 	}
 	h.writing = false
-	if h.g != nil {
-		h.g.turn.Broadcast()
-	}
 	return nil, false
 }
 
@@ -459,31 +347,6 @@ func (h *half) afterWrite(err error) (next [][]byte, isClose bool) {
 // bytes, a run of the read, the keepalive ping, the rest of the read, and
 // the gateway's close frame.
 const outSegs = 5
-
-// goState is a half's state on the goroutine engine only.
-type goState struct {
-	src, dst net.Conn
-	reader   *pollread.Reader
-	srcRaw   syscall.RawConn // probed for a hang-up while dst stalls; nil if none
-	// turn signals the write turn given back: a pump whose frames wait
-	// behind the gateway's keepalive ping sleeps on it.
-	turn *sync.Cond
-	ob   outBuf
-	// armed is the write deadline set on dst in mono ns, 0 if none yet.
-	// Only the holder of the write turn uses it.
-	armed int64
-	// sock is the TLSSocket under dst, a TLS connection, which wakes
-	// below crypto/tls (see send); nil otherwise. grace is the grace
-	// flag of the write to it in flight, read by the socket.
-	sock  *TLSSocket
-	grace atomic.Bool
-	// final: dst makes a timed-out write final (a TLS connection without
-	// a TLSSocket under it): a write runs to the first limit, at once.
-	final bool
-	// closeOnce, the client→node half's only, closes both connections
-	// (Tunnel.closeConns).
-	closeOnce sync.Once
-}
 
 // outBuf is what one forward queues for dst, written once the half's lock
 // is released (see outSegs); held keeps the carried header bytes.
@@ -501,7 +364,7 @@ var pingFrame = []byte{0x89, 0x00}
 // injectPing sends the gateway's keepalive ping to dst now if dst sits at
 // a frame boundary, or at the end of the frame in flight. It does nothing
 // once a close has gone to dst or is due. Like injectClose it never waits:
-// on the goroutine engine a ping due now is written by a goroutine of its
+// on the stream engine a ping due now is written by a goroutine of its
 // own.
 func (h *half) injectPing() {
 	h.mu.Lock()
@@ -516,129 +379,7 @@ func (h *half) injectPing() {
 	}
 	h.writing = true
 	h.mu.Unlock()
-	if h.t.pl != nil {
-		h.writeNB([][]byte{pingFrame}, false)
-		return
-	}
-	go h.writeOut([][]byte{pingFrame}, false)
-}
-
-// send writes all of b to dst. It fails when dst accepts no byte for the
-// write timeout, or when the close deadline passes; a close frame of the
-// gateway's own (grace) gets at least lastWordTimeout past the close
-// deadline. While dst accepts nothing it wakes every stallProbe to look
-// at the close deadline, which another goroutine may have set meanwhile,
-// and at src: a source that hung up starts the close, so the tunnel ends
-// within the close timeout even when dst never reads again.
-//
-// A TLS connection cannot wake that way: crypto/tls makes a timed-out
-// write final. On one over a TLSSocket the socket wakes below crypto/tls
-// with the same clocks (see TLSSocket.Write); on any other, one write runs
-// to the first limit.
-func (h *half) send(b []byte, grace bool) error {
-	g := h.g
-	if g.sock != nil {
-		g.grace.Store(grace)
-		_, err := g.dst.Write(b)
-		return err
-	}
-	start := time.Now()
-	last, now := start, start // last: when dst last accepted a byte
-	for {
-		until, err := h.writeLimit(start, last, grace)
-		if !now.Before(until) {
-			return err
-		}
-		wake := until
-		if !g.final {
-			wake = earliest(until, now.Add(h.probe()))
-		}
-		// A deadline already set no later than wake and at least half a
-		// probe away serves as well: setting one costs about a tenth
-		// of a small write. Not for a write that cannot wake again.
-		armed := monoTime(g.armed)
-		if g.armed == 0 || wake.Before(armed) || armed.Sub(now) < h.probe()/2 || (g.final && !wake.Equal(armed)) {
-			_ = g.dst.SetWriteDeadline(wake)
-			g.armed = mono(wake)
-		}
-		n, werr := g.dst.Write(b)
-		if werr == nil {
-			return nil
-		}
-		if !errors.Is(werr, os.ErrDeadlineExceeded) {
-			return werr
-		}
-		if g.final {
-			return err
-		}
-		g.armed = 0 // it fired: set one again, whatever the clocks say
-		b = b[n:]
-		now = time.Now()
-		if n > 0 {
-			last = now
-		}
-		h.stalled()
-	}
-}
-
-// sendPing sends the keepalive ping b and records where it lies in the
-// client's socket: between the bytes written to the socket before the
-// write and after it (TLS's record around it included).
-func (h *half) sendPing(b []byte) error {
-	from, placed := h.t.clientWritten()
-	if err := h.send(b, false); err != nil {
-		return err
-	}
-	if end, ok := h.t.clientWritten(); placed && ok && end > from {
-		h.t.notePing(from, end)
-	}
-	return nil
-}
-
-// writeLimit is when a write to dst begun at start, whose last byte dst
-// took at last, fails, and the error it fails with: the write timeout
-// after last, or the close deadline (for the gateway's own close frame,
-// grace, at least lastWordTimeout after start), whichever comes first.
-func (h *half) writeLimit(start, last time.Time, grace bool) (time.Time, error) {
-	t := h.t
-	limit := t.closeDeadline()
-	if grace {
-		if g := start.Add(lastWordTimeout); limit.IsZero() || g.After(limit) {
-			limit = g
-		}
-	}
-	stall := last.Add(t.writeTimeoutOrDefault())
-	if !limit.IsZero() && limit.Before(stall) {
-		return limit, errCloseTimeout
-	}
-	return stall, errWriteTimeout
-}
-
-// earliest returns the earlier of a and b.
-func earliest(a, b time.Time) time.Time {
-	if b.Before(a) {
-		return b
-	}
-	return a
-}
-
-// probe is how often a write to a dst that accepts nothing wakes to look
-// at the clocks and at src: stallProbe, or a quarter of a shorter close
-// timeout.
-func (h *half) probe() time.Duration {
-	if ct := h.t.closeTimeout / 4; ct > 0 && ct < stallProbe {
-		return ct
-	}
-	return stallProbe
-}
-
-// stalled is called each time a write to dst wakes with bytes still to
-// write: a source that hung up meanwhile starts the close, so the close
-// deadline bounds the write.
-func (h *half) stalled() {
-	if h.srcHungUp() {
-		h.t.startClosing()
-	}
+	h.t.eng.writeOwnSoon(h, pingFrame, false)
 }
 
 // failDst stops the writes to dst after one failed. A dst that accepted
@@ -660,16 +401,7 @@ func (h *half) failDst(err error) {
 		h.t.startClosing()
 		return
 	}
-	if h.t.pl != nil {
-		h.shutdownDst()
-		return
-	}
-	if h.g.final {
-		// A TLS connection whose write timed out is broken for good:
-		// no close_notify (crypto/tls would wait up to 5 s for room).
-		_ = h.g.dst.(interface{ NetConn() net.Conn }).NetConn().Close()
-	}
-	closeConn(h.g.dst)
+	h.t.eng.closeDst(h)
 }
 
 // srcEnded records why reading src stopped.
@@ -706,15 +438,8 @@ func (h *half) injectClose(code uint16, reason string) {
 	frame := h.takeClose(code, reason)
 	h.writing = true
 	h.mu.Unlock()
-	if h.t.pl != nil {
-		h.writeNB([][]byte{frame}, true) // on the poller; never blocks
-		return
-	}
-	go h.sendClose(frame)
+	h.t.eng.writeOwnSoon(h, frame, true)
 }
-
-// sendClose writes the gateway's close frame with the write turn taken.
-func (h *half) sendClose(frame []byte) { h.writeOut([][]byte{frame}, true) }
 
 // lastWord writes the gateway's close frame to dst from the pump that has
 // just stopped reading src, so it goes out before the tunnel closes its
@@ -742,7 +467,7 @@ func (h *half) lastWord(code uint16, reason string) {
 	frame := h.takeClose(code, reason)
 	h.writing = true
 	h.mu.Unlock()
-	h.write([][]byte{frame}, true)
+	h.t.eng.writeOwn(h, frame, true)
 }
 
 // framingError answers a frame that broke the rules or the route's limit.
@@ -790,21 +515,7 @@ func (h *half) endInsideFrame() bool {
 	}
 	h.dstFailed = true
 	h.mu.Unlock()
-	if h.t.pl != nil {
-		if h.tail != nil {
-			// What dst has not taken yet goes first: the frames before
-			// the cut, as the goroutine engine's synchronous writes do.
-			h.tail.shut = true
-			return true
-		}
-		h.shutdownDstWrite()
-		return true
-	}
-	if cw, ok := h.g.dst.(interface{ CloseWrite() error }); ok {
-		_ = cw.CloseWrite()
-	} else {
-		_ = h.g.dst.Close()
-	}
+	h.t.eng.endDst(h)
 	return true
 }
 

@@ -14,12 +14,12 @@ func hangUpSocket(src net.Conn) syscall.RawConn { return rawSocket(src) }
 // srcHungUp reports whether src's peer has shut down its side or the
 // connection failed, without reading: the kernel knows it (POLLRDHUP) even
 // while unread bytes sit in front of the end of the stream.
-func (h *half) srcHungUp() bool {
-	if h.g == nil || h.g.srcRaw == nil {
+func (g *goState) srcHungUp() bool {
+	if g.srcRaw == nil {
 		return false
 	}
 	hung := false
-	_ = h.g.srcRaw.Control(func(fd uintptr) {
+	_ = g.srcRaw.Control(func(fd uintptr) {
 		p := []unix.PollFd{{Fd: int32(fd), Events: unix.POLLRDHUP}}
 		if n, err := unix.Poll(p, 0); err == nil && n > 0 {
 			hung = p[0].Revents&(unix.POLLRDHUP|unix.POLLHUP|unix.POLLERR) != 0

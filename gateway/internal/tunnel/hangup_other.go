@@ -13,4 +13,4 @@ func hangUpSocket(net.Conn) syscall.RawConn { return nil }
 // srcHungUp reports false: without POLLRDHUP a hang-up behind unread bytes
 // cannot be seen without reading, and a stalled write then ends by the
 // write timeout or the close deadline only.
-func (h *half) srcHungUp() bool { return false }
+func (*goState) srcHungUp() bool { return false }

@@ -38,7 +38,7 @@ type poller struct {
 	buf    []byte
 	events []unix.EpollEvent
 	iov    [outSegs]unix.Iovec // writev's vector, one per segment forward may queue; poller-owned so a write allocates nothing
-	out    *outBuf             // forward's queue for every half of the poller's (see half.out)
+	out    *outBuf             // forward's queue for every half of the poller's (see half.forward)
 
 	// slots holds the poller's tunnels; an epoll event names its
 	// tunnel by slot index and generation (see eventData), not by

@@ -20,7 +20,7 @@ func TestPollersForgetEndedTunnels(t *testing.T) {
 	ended := map[*Tunnel]bool{}
 	for range 20 {
 		r := newRig(t, 0)
-		if r.tun.pl == nil {
+		if r.tun.poller() == nil {
 			t.Skip("the event-driven engine does not run here")
 		}
 		r.closeNormally()
@@ -61,7 +61,7 @@ func TestPollersSweepEndedTunnelsTimers(t *testing.T) {
 	n := 3 * sweepMin * max(len(pollers), 2)
 	for range n {
 		r := newRigWith(t, Params{PingInterval: time.Hour})
-		if r.tun.pl == nil {
+		if r.tun.poller() == nil {
 			t.Skip("the event-driven engine does not run here")
 		}
 		r.closeNormally()

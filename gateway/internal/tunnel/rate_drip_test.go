@@ -98,7 +98,7 @@ func TestRateLimitSmallReads(t *testing.T) {
 		{3, 30, 3, 30},                       // three small whole frames
 		{1, smallRead - 1, 1, smallRead - 1}, // the end of a frame
 	} {
-		r := newRateLimit(1000, 10000)
+		r := newClientRate(1000, 10000)
 		r.last = 0
 		r.read(c.frames, c.n, 0)
 		if gotF, gotB := 1000-r.frames, 10000-r.bytes; gotF != c.wantF || gotB != c.wantB {

@@ -27,7 +27,7 @@ func TestStaleRegistrationNotRouted(t *testing.T) {
 		t.Skip("no pollers on the goroutine engine")
 	}
 	a := newRig(t, 0)
-	p := a.tun.pl
+	p := a.tun.poller()
 	if p == nil {
 		t.Skip("the event-driven engine does not run here")
 	}
@@ -43,7 +43,7 @@ func TestStaleRegistrationNotRouted(t *testing.T) {
 	var b *rig
 	for range 2*len(pollers) + 2 {
 		r := newRigOnFD(t, fd)
-		if r.tun.pl == p {
+		if r.tun.poller() == p {
 			b = r
 			break
 		}

@@ -94,7 +94,7 @@ func (s *TLSSocket) Write(b []byte) (int, error) {
 	for {
 		var wake time.Time
 		if h != nil {
-			until, err := h.writeLimit(start, last, h.g.grace.Load())
+			until, err := h.writeLimit(start, last, h.streamState().grace.Load())
 			if !now.Before(until) {
 				return s.gaveUp(n, err)
 			}

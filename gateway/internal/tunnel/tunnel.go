@@ -24,17 +24,21 @@
 // 1012 goes to the client only when the node's stream ends without a close
 // frame. Only a side that accepts nothing in time is closed at once.
 //
-// Two engines run tunnels; they share the framing code and behave the
-// same. A tunnel between two TCP sockets runs on the event-driven engine
-// (Linux; see engine_linux.go): a few pollers, one per core, each carrying
-// many tunnels with no goroutine and no buffer per idle tunnel. Any other
-// (a TLS client) runs as a goroutine pair that reads through the runtime
-// poller without holding a buffer while idle; buffers come from a shared
-// pool only while bytes are in flight. On both, no lock is held across
-// I/O: every write has a deadline or is non-blocking (the write timeout,
-// bounded by the close deadline once the close has started), the gateway's
-// own close frames never wait behind a stalled write, and the counters are
-// atomics, so Stats, GoAway and Abort never wait on a peer.
+// Two engines run tunnels; they share the framing code (half.go, which
+// does no I/O) and behave the same (engine.go is what they provide). A
+// tunnel between two TCP sockets runs on the event-driven engine (Linux;
+// see engine_linux.go and poller_linux.go): a few pollers, one per core,
+// each carrying many tunnels with no goroutine and no buffer per idle
+// tunnel. Any other (a TLS client; every tunnel on other systems) runs on
+// the stream engine (stream.go), a goroutine pair that reads through the
+// runtime poller without holding a buffer while idle; buffers come from a
+// shared pool only while bytes are in flight. The keepalive's timers are
+// in keepalive.go, the client's rate limit in clientrate.go. On both, no
+// lock is held across I/O: every write has a deadline or is non-blocking
+// (the write timeout, bounded by the close deadline once the close has
+// started), the gateway's own close frames never wait behind a stalled
+// write, and the counters are atomics, so Stats, GoAway and Abort never
+// wait on a peer.
 //
 // Optional per route: keepalive pings to a silent client, with a pong
 // deadline (Params.PingInterval), and token buckets on the frames and
@@ -143,7 +147,7 @@ const DefaultPongTimeout = 10 * time.Second
 type Engine uint8
 
 // testEngine, set by this package's tests only, runs every tunnel on the
-// goroutine engine when it is EngineGoroutines, so the one suite covers
+// stream engine when it is EngineGoroutines, so the one suite covers
 // both engines (see main_test.go).
 var testEngine Engine
 
@@ -160,16 +164,16 @@ const (
 // use. A Tunnel must not be copied.
 //
 // An idle tunnel on the event-driven engine holds this value and nothing
-// else of its own (448 bytes, TestTunnelSize): state that only one engine,
-// a route option or a closing tunnel needs hangs off pointers that are nil
-// otherwise.
+// else of its own (440 bytes, in the 448-byte size class: TestTunnelSize):
+// state that only the stream engine, a route option or a closing tunnel
+// needs hangs off pointers that are nil otherwise (eng is the poller's).
 type Tunnel struct {
 	toNode   half // client → node
 	toClient half // node → client
 
 	// client is the client's connection, closed at the end (on the
 	// event-driven engine only that: a wrapper frees what it holds). The
-	// node's is the halves' (goroutine engine) or gone (event-driven).
+	// node's is the stream engine's or gone (event-driven).
 	client       net.Conn
 	lease        Releaser
 	onEnd        func(*Tunnel)
@@ -177,7 +181,7 @@ type Tunnel struct {
 	closeTimeout time.Duration
 	writeTimeout time.Duration
 	closeBy      atomic.Int64 // close deadline in mono ns, 0 until the close starts
-	rate         *rateLimit   // the client's frame and byte rate limit; nil: none
+	rate         *clientRate  // the client's frame and byte rate limit; nil: none
 	ka           *keepalive   // nil: no keepalive pings
 	// done is the channel Done returned, made by its first call; once the
 	// tunnel has ended it holds closedDone (see finish).
@@ -191,11 +195,13 @@ type Tunnel struct {
 	firstClose           atomic.Uint32 // the Closer of the first close frame
 	pumps                atomic.Int32
 
-	// The event-driven engine's state (see engine_linux.go); pl is nil on
-	// the goroutine engine. Only the poller uses the rest.
-	pl               *poller
+	// eng is the engine the tunnel runs on: its poller, or its state on
+	// the stream engine.
+	eng engine
+	// The event-driven engine's state (see engine_linux.go), used by the
+	// poller only.
 	clientFD, nodeFD int32
-	slot             int32 // t's slot in pl's table; -1 while it has none
+	slot             int32 // t's slot in its poller's table; -1 while it has none
 	fdsClosed        bool
 }
 
@@ -226,12 +232,15 @@ func New(p Params) *Tunnel {
 	// finds its connections closed).
 	t.pumps.Store(2)
 	polled := p.Engine == EngineAuto && testEngine == EngineAuto && t.adopt(p.Node)
-	t.toNode.init(t, p.Client, p.Node, false, polled)
+	t.toNode.init(t, false)
 	t.toNode.sc = wsframe.Scanner{MaxPayload: p.MaxFrame, RequireMasked: true}
-	t.toClient.init(t, p.Node, p.Client, true, polled)
+	t.toClient.init(t, true)
 	t.toClient.sc = wsframe.Scanner{RejectMasked: true}
+	if !polled {
+		t.eng = newStream(t, p.Client, p.Node)
+	}
 	if p.FrameRate > 0 || p.ByteRate > 0 {
-		t.rate = newRateLimit(p.FrameRate, p.ByteRate)
+		t.rate = newClientRate(p.FrameRate, p.ByteRate)
 	}
 	if p.PingInterval > 0 {
 		t.ka = &keepalive{interval: p.PingInterval, timeout: p.PongTimeout}
@@ -254,22 +263,11 @@ func (t *Tunnel) Start() {
 		cp, np = t.pending[0], t.pending[1]
 		t.pending = nil
 	}
-	if t.pl != nil {
-		t.startPolled(cp, np)
-		return
-	}
-	t.startKeepalive()
-	go t.pumpClientToNode(cp)
-	go t.pumpNodeToClient(np)
+	t.eng.start(t, cp, np)
 }
 
 // Engine names the engine the tunnel runs on: "epoll" or "goroutines".
-func (t *Tunnel) Engine() string {
-	if t.pl != nil {
-		return "epoll"
-	}
-	return "goroutines"
-}
+func (t *Tunnel) Engine() string { return t.eng.name() }
 
 // Done is closed when the tunnel has ended and released its lease. The
 // channel is made by the first call (a tunnel nobody waits on holds none).
@@ -296,26 +294,14 @@ func (t *Tunnel) Lease() Releaser { return t.lease }
 // 1001 of the gateway's own. GoAway returns at once, even while a write to
 // the client is stalled: the close then follows that write.
 func (t *Tunnel) GoAway(code uint16, reason string) {
-	if t.pl != nil {
-		t.pl.run(func() {
-			t.startClosing()
-			t.toClient.injectClose(code, reason)
-		})
-		return
-	}
-	t.startClosing()
-	t.toClient.injectClose(code, reason)
+	t.eng.goAway(t, code, reason)
 }
 
 // Abort closes both connections at once, without a close handshake. Reads
 // and writes in progress fail at once, so the tunnel ends promptly.
 func (t *Tunnel) Abort() {
 	t.setReason(EndAborted)
-	if t.pl != nil {
-		t.pl.run(t.closeConns)
-		return
-	}
-	t.closeConns()
+	t.eng.abort(t)
 }
 
 // EndReason says why a tunnel ended: the first cause the tunnel saw.
@@ -414,12 +400,6 @@ func (t *Tunnel) Stats() Stats {
 	return s
 }
 
-// pumpClientToNode forwards the client's frames to the node until the client
-// side ends.
-func (t *Tunnel) pumpClientToNode(pending []byte) {
-	t.clientEnded(t.toNode.pump(pending))
-}
-
 // clientEnded ends the client side once reading the client stopped with
 // err.
 func (t *Tunnel) clientEnded(err error) {
@@ -434,12 +414,6 @@ func (t *Tunnel) clientEnded(err error) {
 	}
 	t.clientDone.Store(true)
 	t.pumpExited()
-}
-
-// pumpNodeToClient forwards the node's frames to the client until the node
-// side ends.
-func (t *Tunnel) pumpNodeToClient(pending []byte) {
-	t.nodeEnded(t.toClient.pump(pending))
 }
 
 // nodeEnded ends the node side once reading the node stopped with err.
@@ -478,12 +452,7 @@ func (t *Tunnel) startClosing() {
 	if !t.closeBy.CompareAndSwap(0, mono(dl)) {
 		return
 	}
-	if t.pl != nil {
-		t.armClose(dl)
-		return
-	}
-	_ = t.client.SetReadDeadline(dl)
-	_ = t.toClient.g.src.SetReadDeadline(dl)
+	t.eng.armClose(t, dl)
 }
 
 // writeTimeoutOrDefault is the write timeout, also for a Tunnel not made
@@ -514,12 +483,7 @@ func (t *Tunnel) pumpExited() {
 	}
 	t.setReason(EndClosed) // every other cause was recorded where it was seen
 	t.closeConns()
-	if t.pl != nil {
-		// Off the poller: OnEnd may log and take locks.
-		go t.finish()
-		return
-	}
-	t.finish()
+	t.eng.finish(t)
 }
 
 // finish releases the lease, calls OnEnd and closes Done.
@@ -536,13 +500,5 @@ func (t *Tunnel) finish() {
 	}
 }
 
-func (t *Tunnel) closeConns() {
-	if t.pl != nil {
-		t.closeFDs()
-		return
-	}
-	t.toNode.g.closeOnce.Do(func() {
-		closeConn(t.client)
-		_ = t.toClient.g.src.Close()
-	})
-}
+// closeConns closes both connections, once.
+func (t *Tunnel) closeConns() { t.eng.closeConns(t) }
