@@ -392,6 +392,7 @@ func (s *Server) startTunnel(c net.Conn, ho *handoff) {
 		Lease:         hd,
 		OnEnd:         s.onTunnelEnd,
 		Engine:        g.engine,
+		Counters:      s.tunnels.Counters(),
 	})
 	s.metrics.Handshake("ok", start)
 	s.metrics.StartedOn[t.Engine()].Inc()
@@ -418,7 +419,7 @@ func (s *Server) startTunnel(c net.Conn, ho *handoff) {
 func (s *Server) tunnelEnded(t *tunnel.Tunnel) {
 	st := t.Stats()
 	hd := t.Lease().(*registry.Entry)
-	ok := s.tunnels.Remove(hd, st)
+	ok := s.tunnels.Remove(hd)
 	s.metrics.TunnelEnded(st)
 	if ok && s.access.On() { // the line's fields are read only when it is on
 		e := hd.Info()

@@ -50,7 +50,7 @@ func TestDrainCutsTunnelAddedAfterCut(t *testing.T) {
 	node, _ := loopPair(t)
 	hd := &Entry{}
 	tun := tunnel.New(tunnel.Params{Client: client, Node: node, CloseTimeout: time.Hour, Lease: hd, OnEnd: func(tun *tunnel.Tunnel) {
-		r.Remove(hd, tun.Stats())
+		r.Remove(hd)
 	}})
 	hd.SetTunnel(tun)
 	r.Add(hd)
@@ -94,7 +94,7 @@ func TestDrainWaitsForReservedHandshake(t *testing.T) {
 	node, _ := loopPair(t)
 	hd := &Entry{}
 	tun := tunnel.New(tunnel.Params{Client: client, Node: node, CloseTimeout: 300 * time.Millisecond, Lease: hd,
-		OnEnd: func(tun *tunnel.Tunnel) { r.Remove(hd, tun.Stats()) }})
+		OnEnd: func(tun *tunnel.Tunnel) { r.Remove(hd) }})
 	hd.SetTunnel(tun)
 	r.Add(hd)
 	tun.Start()

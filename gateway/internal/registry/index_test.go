@@ -61,10 +61,10 @@ func TestIndexesFollowAddAndRemove(t *testing.T) {
 	}
 	// Remove from the head, the middle and the tail of the lists.
 	for _, i := range []int{8, 4, 0} {
-		if !r.Remove(es[i], tunnel.Stats{}) {
+		if !r.Remove(es[i]) {
 			t.Fatalf("entry %d was not live", i)
 		}
-		if r.Remove(es[i], tunnel.Stats{}) {
+		if r.Remove(es[i]) {
 			t.Fatalf("entry %d removed twice", i)
 		}
 	}
@@ -107,7 +107,7 @@ func TestIndexesFollowAddAndRemove(t *testing.T) {
 		}
 	}
 	for _, e := range es {
-		r.Remove(e, tunnel.Stats{})
+		r.Remove(e)
 	}
 	if r.Len() != 0 || len(r.byNode) != 0 || len(r.bySubj) != 0 || len(r.byKey) != 0 {
 		t.Fatalf("left after every tunnel ended: %d live, %d nodes, %d subjects, %d keys",
@@ -157,7 +157,7 @@ func TestPruneRetiredKeepsBusyNodes(t *testing.T) {
 		t.Fatalf("after prune: leaving %v %v %v, %d retired; want busy and kept nodes only",
 			r.Leaving(nodes[0]), r.Leaving(nodes[1]), r.Leaving(nodes[2]), r.RetiredLen())
 	}
-	r.Remove(e, tunnel.Stats{})
+	r.Remove(e)
 	r.PruneRetired(func(*balancer.Node) bool { return false })
 	if r.RetiredLen() != 0 {
 		t.Fatalf("%d retired after the last tunnel ended", r.RetiredLen())

@@ -21,8 +21,8 @@ import (
 const GoAwayCode = tunnel.CodeGoingAway
 
 // Tunnels holds every live tunnel with the node it runs to, so a drain
-// reaches all of them (or all of one node's), and keeps the counters of
-// tunnels that ended so totals stay monotonic. A tunnel added while a drain
+// reaches all of them (or all of one node's), and the totals of what they
+// forwarded, live and ended. A tunnel added while a drain
 // runs is told to go away at once, and cut at once once the drain has cut
 // the tunnels left (a handshake still in flight then). The zero value is
 // ready to use.
@@ -43,7 +43,9 @@ type Tunnels struct {
 	cut      bool          // the drain timeout passed: AbortAll ran
 	pending  int           // handshakes reserved and not yet added (see Reserve)
 	empty    chan struct{} // made by Wait, closed when live and pending are both empty
-	ended    tunnel.Stats  // frames and bytes of ended tunnels
+	// counters are the frames and bytes every tunnel forwarded, live or
+	// ended, counted by the tunnels themselves (tunnel.Params.Counters).
+	counters tunnel.Counters
 	// idle, when set, is called (without mu) when the last tunnel to a
 	// leaving node has ended and its lease with it: the node may now be
 	// forgotten, with its metric series.
@@ -239,10 +241,12 @@ func (r *Tunnels) Unretire(n *balancer.Node) {
 	r.mu.Unlock()
 }
 
-// Remove retires an ended tunnel, folding its counters into the totals
-// under the same lock a scrape takes, so no scrape counts it twice. It
-// reports whether e was live.
-func (r *Tunnels) Remove(e *Entry, st tunnel.Stats) bool {
+// Counters are what every tunnel made for this registry counts into (its
+// tunnel.Params.Counters), for Totals.
+func (r *Tunnels) Counters() *tunnel.Counters { return &r.counters }
+
+// Remove retires an ended tunnel. It reports whether e was live.
+func (r *Tunnels) Remove(e *Entry) bool {
 	n := e.Node()
 	r.mu.Lock()
 	ok := r.linked(e)
@@ -252,10 +256,6 @@ func (r *Tunnels) Remove(e *Entry, st tunnel.Stats) bool {
 		}
 		r.unlink(e, n)
 	}
-	r.ended.FramesToNode += st.FramesToNode
-	r.ended.FramesToClient += st.FramesToClient
-	r.ended.BytesToNode += st.BytesToNode
-	r.ended.BytesToClient += st.BytesToClient
 	r.signalEmpty()
 	leaving := len(r.retired) > 0 && r.retired[n]
 	r.mu.Unlock()
@@ -304,23 +304,11 @@ func (r *Tunnels) Len() int {
 	return r.n
 }
 
-// Totals returns frames and bytes forwarded so far by every tunnel, live
-// or ended. Tunnel.Stats reads atomics and takes no lock, so a scrape never
-// waits on a tunnel, however stuck its peers are, and never holds r.mu for
-// longer than the sum takes.
-func (r *Tunnels) Totals() tunnel.Stats {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	sum := r.ended
-	for e := r.head; e != nil; e = e.next {
-		st := e.t.Stats()
-		sum.FramesToNode += st.FramesToNode
-		sum.FramesToClient += st.FramesToClient
-		sum.BytesToNode += st.BytesToNode
-		sum.BytesToClient += st.BytesToClient
-	}
-	return sum
-}
+// Totals returns frames and bytes forwarded so far by every tunnel made
+// with Counters, live or ended. The tunnels count as they forward, so a
+// scrape reads a few atomics: it takes no lock, visits no tunnel and costs
+// the same at ten tunnels as at a million.
+func (r *Tunnels) Totals() tunnel.Stats { return r.counters.Totals() }
 
 // Snapshot returns the live tunnels, newest first; of node n only when n
 // is not nil.

@@ -129,6 +129,7 @@ func (h *half) init(t *Tunnel, toClient bool) { h.t, h.toClient = t, toClient }
 // ob.
 func (h *half) forward(ob *outBuf, p []byte) {
 	h.bytes.Add(uint64(len(p)))
+	h.countBytes(uint64(len(p)))
 	h.mu.Lock()
 	if h.broken {
 		h.mu.Unlock()
@@ -217,6 +218,7 @@ func (h *half) forward(ob *outBuf, p []byte) {
 		h.broken = true
 	}
 	h.frames.Add(frames)
+	h.countFrames(frames)
 	// Bytes after src's own close frame are no one's business: a peer
 	// stops reading at a close frame, so nothing after it is an error.
 	ignoreErr := ferr != nil && h.srcClosed

@@ -110,6 +110,9 @@ type Params struct {
 
 	// Engine chooses how the tunnel runs (default EngineAuto).
 	Engine Engine
+	// Counters, when set, are the totals the tunnel adds what it forwards
+	// to, as it forwards (its own Stats count it too).
+	Counters *Counters
 
 	// PingInterval, when > 0, turns keepalive on: a client that has sent
 	// nothing since the last look, once an interval, gets a ping between
@@ -203,6 +206,10 @@ type Tunnel struct {
 	clientFD, nodeFD int32
 	slot             int32 // t's slot in its poller's table; -1 while it has none
 	fdsClosed        bool
+
+	// count is the stripe of Params.Counters the tunnel counts into; nil
+	// without Counters.
+	count *counterStripe
 }
 
 // closedDone is the closed channel Done returns once a tunnel has ended.
@@ -220,6 +227,9 @@ func New(p Params) *Tunnel {
 		writeTimeout: p.WriteTimeout,
 		lease:        p.Lease,
 		onEnd:        p.OnEnd,
+	}
+	if p.Counters != nil {
+		t.count = p.Counters.stripeFor(t)
 	}
 	if t.closeTimeout <= 0 {
 		t.closeTimeout = DefaultCloseTimeout
