@@ -15,7 +15,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/redis/go-redis/v9"
 	"github.com/valyala/fasthttp"
 	"github.com/wsgate/wsgate/balancer"
 	"github.com/wsgate/wsgate/conf"
@@ -23,6 +22,7 @@ import (
 	"github.com/wsgate/wsgate/gateway/internal/edge"
 	"github.com/wsgate/wsgate/gateway/internal/pluginhost"
 	"github.com/wsgate/wsgate/gateway/internal/registry"
+	"github.com/wsgate/wsgate/gateway/internal/revoke"
 	"github.com/wsgate/wsgate/gateway/internal/route"
 	"github.com/wsgate/wsgate/gateway/internal/telemetry"
 	"github.com/wsgate/wsgate/gateway/internal/tunnel"
@@ -76,9 +76,7 @@ type Server struct {
 
 	disc discoveries // [pools.discovery] watchers and the nodes they found
 
-	revokeBus *redis.Client // revocations shared with other replicas
-	revokeSub *redis.PubSub
-	revoked   revokedSet // subjects refused new handshakes
+	revocations *revoke.Revoker // credentials refused, shared with other replicas
 
 	rebal  *rebalancer  // [pools.rebalance]; started by Start
 	shared sharedCounts // [pools.shared_counts] sharers
@@ -126,6 +124,7 @@ func New(cfg *conf.Config, log *slog.Logger) (*Server, error) {
 	s.onTunnelEnd = s.tunnelEnded
 	s.tunnels.OnIdle(s.requestSweep)
 	s.metrics = telemetry.NewMetrics(liveSource{s})
+	s.revocations = revoke.New(log, &s.tunnels, s.metrics.Revocations)
 	api, err := admin.New(adminView{s}, s.metrics.Reg)
 	if err != nil {
 		return nil, err
@@ -198,7 +197,7 @@ func (s *Server) Start() error {
 		return fmt.Errorf("auth plugins: %w", err)
 	}
 	s.plugins = plugins
-	if err := s.startRevocations(g.cfg.Gateway.RevokeRedis); err != nil {
+	if err := s.revocations.Start(g.cfg.Gateway.RevokeRedis); err != nil {
 		_ = plugins.Close()
 		return err
 	}
@@ -423,10 +422,7 @@ func (s *Server) Shutdown(ctx context.Context) error {
 }
 
 func (s *Server) stopPluginsAndRevocations() {
-	if s.revokeSub != nil {
-		_ = s.revokeSub.Close()
-		_ = s.revokeBus.Close()
-	}
+	s.revocations.Stop()
 	if s.plugins != nil {
 		_ = s.plugins.Close()
 	}
