@@ -21,6 +21,7 @@ import (
 	"github.com/wsgate/wsgate/gateway/internal/admin"
 	"github.com/wsgate/wsgate/gateway/internal/edge"
 	"github.com/wsgate/wsgate/gateway/internal/pluginhost"
+	"github.com/wsgate/wsgate/gateway/internal/rebalance"
 	"github.com/wsgate/wsgate/gateway/internal/registry"
 	"github.com/wsgate/wsgate/gateway/internal/revoke"
 	"github.com/wsgate/wsgate/gateway/internal/route"
@@ -78,8 +79,8 @@ type Server struct {
 
 	revocations *revoke.Revoker // credentials refused, shared with other replicas
 
-	rebal  *rebalancer  // [pools.rebalance]; started by Start
-	shared sharedCounts // [pools.shared_counts] sharers
+	rebal  *rebalance.Rebalancer // [pools.rebalance]; started by Start
+	shared sharedCounts          // [pools.shared_counts] sharers
 
 	http      *fasthttp.Server
 	admin     *fasthttp.Server
@@ -254,7 +255,7 @@ func (s *Server) Start() error {
 	s.startTLSWatch()
 	s.syncDiscovery()
 	s.logLimits()
-	s.rebal = startRebalancer(s)
+	s.rebal = rebalance.Start(rebalanceView{s}, &s.tunnels, s.log)
 	s.ready.Store(true)
 	if s.broken.Load() { // an accept loop stopped before the line above
 		s.ready.Store(false)
@@ -362,7 +363,7 @@ func (s *Server) Shutdown(ctx context.Context) error {
 		return errors.New("gateway: already shutting down")
 	}
 	s.ready.Store(false)
-	stopRebalancer(s.rebal) // before the drain: it moves nobody the drain is closing
+	s.rebal.Stop() // before the drain: it moves nobody the drain is closing
 	s.stopTLSWatch()
 	s.stopDiscovery()
 	g := s.current()
