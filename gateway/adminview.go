@@ -6,6 +6,7 @@ import (
 	"github.com/wsgate/wsgate/balancer"
 	"github.com/wsgate/wsgate/conf"
 	"github.com/wsgate/wsgate/gateway/internal/admin"
+	"github.com/wsgate/wsgate/gateway/internal/revoke"
 	"github.com/wsgate/wsgate/gateway/internal/upstream"
 )
 
@@ -32,7 +33,7 @@ func (v adminView) LastReload() any { return v.s.LastReload() }
 
 // Revoke closes and refuses the tunnels of r's subject or key.
 func (v adminView) Revoke(r admin.Revocation) (published bool, closed int, err error) {
-	return v.s.revoke(revocation{Subject: r.Subject, Key: r.Key, TTL: r.TTL})
+	return v.s.revocations.Revoke(revoke.Revocation{Subject: r.Subject, Key: r.Key, TTL: r.TTL})
 }
 
 // DrainNode drains the node at addr in the pool named pool (see drainNode).

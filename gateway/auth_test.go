@@ -20,6 +20,7 @@ import (
 	"github.com/golang-jwt/jwt/v5"
 	"github.com/redis/go-redis/v9"
 	"github.com/wsgate/wsgate/conf"
+	"github.com/wsgate/wsgate/gateway/internal/revoke"
 	"github.com/wsgate/wsgate/internal/redistest"
 	"github.com/wsgate/wsgate/internal/testproc"
 	"github.com/wsgate/wsgate/plugins/auth"
@@ -411,28 +412,6 @@ func TestRevocationAcrossReplicas(t *testing.T) {
 	t.Logf("revocation posted to one replica closed the tunnel on the other in %v", time.Since(start))
 }
 
-// TestRevokedSetBounded fills the revoked subjects past their bound: the
-// one expiring soonest makes room, expired ones are forgotten.
-func TestRevokedSetBounded(t *testing.T) {
-	var r revokedSet
-	now := time.Now()
-	r.add("s:soonest", now.Add(time.Minute))
-	for i := range maxRevoked - 1 {
-		r.add(fmt.Sprintf("s:%d", i), now.Add(time.Hour))
-	}
-	r.add("k:one-more", now.Add(time.Hour))
-	if r.has("s:soonest") || !r.has("k:one-more") || !r.has("s:0") || len(r.until) != maxRevoked {
-		t.Fatalf("after overflow: soonest %v, one-more %v, size %d", r.has("s:soonest"), r.has("k:one-more"), len(r.until))
-	}
-	r.add("s:past", now.Add(-time.Second))
-	if r.has("s:past") {
-		t.Fatal("an expired revocation still refuses")
-	}
-	if r.has("s:") || r.has("k:") {
-		t.Fatal("an empty name matched")
-	}
-}
-
 // TestRevokeByKey revokes one API key by its credential id (the hex
 // SHA-256 of the key): its tunnel closes with 1008 and it cannot come back,
 // while another key of the same user keeps working.
@@ -530,7 +509,7 @@ func TestRevocationBeforeStartEnforced(t *testing.T) {
 	rdb := redis.NewClient(&redis.Options{Addr: rs.Addr})
 	defer rdb.Close()
 	a.postRevoke(t, `{"subject":"frank"}`)
-	members, err := rdb.ZRange(context.Background(), revokedKey, 0, -1).Result()
+	members, err := rdb.ZRange(context.Background(), revoke.SetKey, 0, -1).Result()
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -408,7 +408,7 @@ func (s *Server) startTunnel(c net.Conn, ho *handoff) {
 	t.Start()
 	// A revocation that scanned the registry just before this tunnel was
 	// added has already marked its subject or key: close it now.
-	if s.revoked.has("s:"+e.Subject) || s.revoked.has("k:"+e.Key) {
+	if s.revocations.Revoked(e.Subject, e.Key) {
 		s.metrics.Revocations.Inc()
 		go t.GoAway(tunnel.CodePolicy, "credential revoked")
 	}

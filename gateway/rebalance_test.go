@@ -19,6 +19,7 @@ import (
 	"github.com/wsgate/wsgate/balancer"
 	"github.com/wsgate/wsgate/bench/loadgen"
 	"github.com/wsgate/wsgate/conf"
+	"github.com/wsgate/wsgate/gateway/internal/rebalance"
 	"github.com/wsgate/wsgate/gateway/internal/upstream"
 	"github.com/wsgate/wsgate/internal/redistest"
 	"github.com/wsgate/wsgate/internal/testproc"
@@ -136,7 +137,7 @@ func TestRebalanceConvergesAfterNodeJoins(t *testing.T) {
 			if len(ls) == 3 && total == clients && within(ls, 0.05) {
 				// Stop moving: the clients' own closes at the end of
 				// the run would start another round.
-				stopRebalancer(srv.rebal)
+				srv.rebal.Stop()
 				converged = true
 				return
 			}
@@ -208,7 +209,7 @@ func within(counts []int, tol float64) bool {
 func movesOf(t *testing.T, srv *Server, addr string) float64 {
 	t.Helper()
 	var m dto.Metric
-	if err := srv.rebal.moves.WithLabelValues("relay", addr).Write(&m); err != nil {
+	if err := srv.metrics.RebalanceMoves.WithLabelValues("relay", addr).Write(&m); err != nil {
 		t.Fatal(err)
 	}
 	return m.GetCounter().GetValue()
@@ -308,7 +309,7 @@ func TestRebalanceStopsAtCap(t *testing.T) {
 		wg.Wait()
 	})
 	waitRebalance(t, "40 clients on A", func() bool { return a.Live() == 40 })
-	ticks, moved := driveRebalancer(t, rb, e.addrs[0])
+	ticks, moved := driveRebalancer(t, e.srv, rb, e.addrs[0])
 	// B draining takes nobody: nothing moves.
 	ticks(20)
 	if m := moved(); m != 0 || a.Live() != 40 {
@@ -330,8 +331,8 @@ func TestRebalanceStopsAtCap(t *testing.T) {
 		t.Fatal(err)
 	}
 	ticks(20)
-	if m := moved(); m != 5 || len(rb.pools) != 0 || a.Live() != 35 {
-		t.Fatalf("rebalance off: moves %v, pools tracked %d, A holds %d; want 5, 0, 35", m, len(rb.pools), a.Live())
+	if m := moved(); m != 5 || rb.Tracked() != 0 || a.Live() != 35 {
+		t.Fatalf("rebalance off: moves %v, pools tracked %d, A holds %d; want 5, 0, 35", m, rb.Tracked(), a.Live())
 	}
 
 	write(50, true)
@@ -352,10 +353,10 @@ func TestRebalanceStopsAtCap(t *testing.T) {
 // stopForTicks stops e's rebalancer loop so that the test runs its ticks,
 // waits until e's two nodes A and B are up, and drains B: it takes no
 // client until the test undrains it.
-func stopForTicks(t *testing.T, e *env) (rb *rebalancer, p *upstream.Pool, a, b *balancer.Node) {
+func stopForTicks(t *testing.T, e *env) (rb *rebalance.Rebalancer, p *upstream.Pool, a, b *balancer.Node) {
 	t.Helper()
 	rb = e.srv.rebal
-	stopRebalancer(rb)
+	rb.Stop()
 	e.srv.rebal = nil
 	p = e.srv.current().pools["relay"]
 	a, b = p.Node(e.addrs[0]), p.Node(e.addrs[1])
@@ -365,17 +366,17 @@ func stopForTicks(t *testing.T, e *env) (rb *rebalancer, p *upstream.Pool, a, b 
 }
 
 // driveRebalancer returns a function that runs n ticks of rb, a tick
-// apart on a clock of the test's own, and one that reads the moves off
+// apart on a clock of the test's own, and one that reads srv's moves off
 // node addr.
-func driveRebalancer(t *testing.T, rb *rebalancer, addr string) (ticks func(n int), moved func() float64) {
+func driveRebalancer(t *testing.T, srv *Server, rb *rebalance.Rebalancer, addr string) (ticks func(n int), moved func() float64) {
 	now := time.Now()
 	ticks = func(n int) {
 		for range n {
-			now = now.Add(rebalanceTick)
-			rb.tick(now)
+			now = now.Add(rebalance.TickInterval)
+			rb.Tick(now)
 		}
 	}
-	return ticks, func() float64 { return movesOf(t, &Server{rebal: rb}, addr) }
+	return ticks, func() float64 { return movesOf(t, srv, addr) }
 }
 
 // waitRebalance polls cond until it holds, failing the test after 10 seconds.
@@ -400,11 +401,11 @@ func TestRebalancerStopsAtShutdown(t *testing.T) {
 		t.Fatal(err)
 	}
 	select {
-	case <-rb.done:
+	case <-rb.Done():
 	default:
 		t.Fatal("the rebalancer still runs after Shutdown")
 	}
-	stopRebalancer(rb)
+	rb.Stop()
 }
 
 // TestRebalanceReloadKeepsSettle moves 20 of 40 clients off node A to an
@@ -438,10 +439,10 @@ func TestRebalanceReloadKeepsSettle(t *testing.T) {
 	waitRebalance(t, "40 clients on A", func() bool { return a.Live() == 40 })
 	e.srv.undrainNode(p, b)
 	waitRebalance(t, "B up", func() bool { return b.State() == balancer.StateUp })
-	ticks, moved := driveRebalancer(t, rb, e.addrs[0])
+	ticks, moved := driveRebalancer(t, e.srv, rb, e.addrs[0])
 	ticks(5)
 	waitRebalance(t, "20 moved off A", func() bool { return moved() == 20 && a.Live() == 20 })
-	for range 3 { // reloads every tick or so, well within rebalanceSettle
+	for range 3 { // reloads every tick or so, well within rebalance.SettleTimeout
 		if err := e.srv.ReloadFrom(path); err != nil {
 			t.Fatal(err)
 		}
@@ -450,6 +451,6 @@ func TestRebalanceReloadKeepsSettle(t *testing.T) {
 	if m := moved(); m != 20 || a.Live() != 20 {
 		t.Fatalf("after reloads in the settle wait: moves %v, A holds %d; want 20 and 20", m, a.Live())
 	}
-	ticks(int(rebalanceSettle / rebalanceTick))
+	ticks(int(rebalance.SettleTimeout / rebalance.TickInterval))
 	waitRebalance(t, "the next round after the settle wait", func() bool { ticks(1); return moved() == 30 })
 }

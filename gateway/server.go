@@ -15,14 +15,15 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/redis/go-redis/v9"
 	"github.com/valyala/fasthttp"
 	"github.com/wsgate/wsgate/balancer"
 	"github.com/wsgate/wsgate/conf"
 	"github.com/wsgate/wsgate/gateway/internal/admin"
 	"github.com/wsgate/wsgate/gateway/internal/edge"
 	"github.com/wsgate/wsgate/gateway/internal/pluginhost"
+	"github.com/wsgate/wsgate/gateway/internal/rebalance"
 	"github.com/wsgate/wsgate/gateway/internal/registry"
+	"github.com/wsgate/wsgate/gateway/internal/revoke"
 	"github.com/wsgate/wsgate/gateway/internal/route"
 	"github.com/wsgate/wsgate/gateway/internal/telemetry"
 	"github.com/wsgate/wsgate/gateway/internal/tunnel"
@@ -76,12 +77,10 @@ type Server struct {
 
 	disc discoveries // [pools.discovery] watchers and the nodes they found
 
-	revokeBus *redis.Client // revocations shared with other replicas
-	revokeSub *redis.PubSub
-	revoked   revokedSet // subjects refused new handshakes
+	revocations *revoke.Revoker // credentials refused, shared with other replicas
 
-	rebal  *rebalancer  // [pools.rebalance]; started by Start
-	shared sharedCounts // [pools.shared_counts] sharers
+	rebal  *rebalance.Rebalancer // [pools.rebalance]; started by Start
+	shared sharedCounts          // [pools.shared_counts] sharers
 
 	http      *fasthttp.Server
 	admin     *fasthttp.Server
@@ -130,6 +129,7 @@ func New(cfg *conf.Config, log *slog.Logger) (*Server, error) {
 	s.onTunnelEnd = s.tunnelEnded
 	s.tunnels.OnIdle(s.requestSweep)
 	s.metrics = telemetry.NewMetrics(liveSource{s})
+	s.revocations = revoke.New(log, &s.tunnels, s.metrics.Revocations)
 	api, err := admin.New(adminView{s}, s.metrics.Reg)
 	if err != nil {
 		return nil, err
@@ -202,7 +202,7 @@ func (s *Server) Start() error {
 		return fmt.Errorf("auth plugins: %w", err)
 	}
 	s.plugins = plugins
-	if err := s.startRevocations(g.cfg.Gateway.RevokeRedis); err != nil {
+	if err := s.revocations.Start(g.cfg.Gateway.RevokeRedis); err != nil {
 		_ = plugins.Close()
 		return err
 	}
@@ -259,7 +259,7 @@ func (s *Server) Start() error {
 	s.startTLSWatch()
 	s.syncDiscovery()
 	s.logLimits()
-	s.rebal = startRebalancer(s)
+	s.rebal = rebalance.Start(rebalanceView{s}, &s.tunnels, s.log)
 	s.ready.Store(true)
 	if s.broken.Load() { // an accept loop stopped before the line above
 		s.ready.Store(false)
@@ -367,7 +367,7 @@ func (s *Server) Shutdown(ctx context.Context) error {
 		return errors.New("gateway: already shutting down")
 	}
 	s.ready.Store(false)
-	stopRebalancer(s.rebal) // before the drain: it moves nobody the drain is closing
+	s.rebal.Stop() // before the drain: it moves nobody the drain is closing
 	s.stopTLSWatch()
 	s.stopDiscovery()
 	g := s.current()
@@ -427,10 +427,7 @@ func (s *Server) Shutdown(ctx context.Context) error {
 }
 
 func (s *Server) stopPluginsAndRevocations() {
-	if s.revokeSub != nil {
-		_ = s.revokeSub.Close()
-		_ = s.revokeBus.Close()
-	}
+	s.revocations.Stop()
 	if s.plugins != nil {
 		_ = s.plugins.Close()
 	}
