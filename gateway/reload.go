@@ -166,7 +166,7 @@ func (s *Server) apply(cfg *conf.Config, prep *prepared, start time.Time) error 
 		s.recordReload(err, nil, start)
 		return err
 	}
-	s.syncDiscovery()
+	s.disc.Sync(s.current().cfg)
 	for _, r := range restart {
 		s.log.Warn("config change needs a restart to apply", "change", r)
 	}
@@ -182,7 +182,7 @@ const (
 )
 
 // swap builds the generation for cfg, its discovered nodes filled in (see
-// discoveries.fill), and swaps it in, with reload.mu held: the one path by
+// discover.Set.Fill), and swaps it in, with reload.mu held: the one path by
 // which nodes enter and leave pools, whether a reload or discovery (by)
 // changed them. prep is what a reload read and started for cfg (nil for
 // discovery, which changes neither TLS files nor plugins): committed with
@@ -205,7 +205,7 @@ func (s *Server) swap(cfg *conf.Config, by string, prep *prepared) (restart []st
 		return nil, fmt.Errorf("gateway is shutting down: %s refused", by)
 	}
 	old := s.current()
-	cfg = s.disc.fill(cfg, old)
+	cfg = s.disc.Fill(cfg, old.cfg)
 	g, gone, err := s.build(cfg, old, tlsSet)
 	if err != nil {
 		return nil, err

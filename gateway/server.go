@@ -19,6 +19,7 @@ import (
 	"github.com/wsgate/wsgate/balancer"
 	"github.com/wsgate/wsgate/conf"
 	"github.com/wsgate/wsgate/gateway/internal/admin"
+	"github.com/wsgate/wsgate/gateway/internal/discover"
 	"github.com/wsgate/wsgate/gateway/internal/edge"
 	"github.com/wsgate/wsgate/gateway/internal/pluginhost"
 	"github.com/wsgate/wsgate/gateway/internal/rebalance"
@@ -75,7 +76,7 @@ type Server struct {
 	access       *telemetry.AccessLog
 	tls          *edge.Certificates // the TLS listener's certificates and their watcher
 
-	disc discoveries // [pools.discovery] watchers and the nodes they found
+	disc *discover.Set // [pools.discovery] watchers and the nodes they found
 
 	revocations *revoke.Revoker // credentials refused, shared with other replicas
 
@@ -134,6 +135,7 @@ func New(cfg *conf.Config, log *slog.Logger) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
+	s.disc = newDiscovery(s)
 	s.http = &fasthttp.Server{
 		Handler:               s.handle,
 		ConnState:             s.connState,
@@ -257,7 +259,7 @@ func (s *Server) Start() error {
 		s.log.Info("listening", "listener", kind, "addr", ln.Addr().String(), "proxy_protocol", g.cfg.Gateway.ProxyProtocol)
 	}
 	s.startTLSWatch()
-	s.syncDiscovery()
+	s.disc.Sync(s.current().cfg)
 	s.logLimits()
 	s.rebal = rebalance.Start(rebalanceView{s}, &s.tunnels, s.log)
 	s.ready.Store(true)
@@ -369,7 +371,7 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	s.ready.Store(false)
 	s.rebal.Stop() // before the drain: it moves nobody the drain is closing
 	s.stopTLSWatch()
-	s.stopDiscovery()
+	s.disc.Stop()
 	g := s.current()
 	window := g.cfg.Gateway.DrainWindow.Duration
 	ctx, cancel := context.WithTimeout(ctx, g.cfg.Gateway.DrainTimeout.Duration)
