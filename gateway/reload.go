@@ -252,7 +252,7 @@ func (s *Server) swap(cfg *conf.Config, by string, prep *prepared) (restart []st
 	s.limits.Set(cfg.Gateway.MaxConns, cfg.Gateway.MaxConnsPerIP)
 	s.ipRate.set(cfg.Gateway.HandshakeRatePerIP, cfg.Gateway.HandshakeBurstPerIP)
 	s.gen.Store(g)
-	s.syncSharedCounts(g) // starts and stops sharers; no Redis I/O here
+	s.shared.Sync(g.cfg) // starts and stops sharers; no Redis I/O here
 	if prep != nil && (g.tls != nil || s.tlsLn == nil) {
 		// The next TLS handshakes; tunnels keep theirs. A reading of the
 		// same files by the watcher that began after this one's stays.

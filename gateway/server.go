@@ -26,6 +26,7 @@ import (
 	"github.com/wsgate/wsgate/gateway/internal/registry"
 	"github.com/wsgate/wsgate/gateway/internal/revoke"
 	"github.com/wsgate/wsgate/gateway/internal/route"
+	"github.com/wsgate/wsgate/gateway/internal/sharedcount"
 	"github.com/wsgate/wsgate/gateway/internal/telemetry"
 	"github.com/wsgate/wsgate/gateway/internal/tunnel"
 	"github.com/wsgate/wsgate/gateway/internal/upstream"
@@ -81,7 +82,7 @@ type Server struct {
 	revocations *revoke.Revoker // credentials refused, shared with other replicas
 
 	rebal  *rebalance.Rebalancer // [pools.rebalance]; started by Start
-	shared sharedCounts          // [pools.shared_counts] sharers
+	shared *sharedcount.Set      // [pools.shared_counts] sharers
 
 	http      *fasthttp.Server
 	admin     *fasthttp.Server
@@ -136,6 +137,7 @@ func New(cfg *conf.Config, log *slog.Logger) (*Server, error) {
 		return nil, err
 	}
 	s.disc = newDiscovery(s)
+	s.shared = newSharedCounts(s)
 	s.http = &fasthttp.Server{
 		Handler:               s.handle,
 		ConnState:             s.connState,
@@ -243,7 +245,7 @@ func (s *Server) Start() error {
 	for _, p := range g.pools {
 		p.StartHealth(s.metrics.ProbeObserver(p.Name))
 	}
-	s.syncSharedCounts(g)
+	s.shared.Sync(g.cfg)
 	for _, ln := range s.listeners {
 		l := edge.NewListener(ln, s.limits, edgeMetrics{s.metrics}, s.log, s.access, s.retryAfter)
 		if g.cfg.Gateway.ProxyProtocol {
@@ -421,10 +423,10 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	for _, p := range s.current().pools {
 		p.Close()
 	}
-	sharers := s.shared.takeAll()
+	sharers := s.shared.TakeAll()
 	s.stopPluginsAndRevocations()
 	s.reload.mu.Unlock()
-	stopSharers(sharers) // their last Redis calls, without the lock
+	sharedcount.StopAll(sharers) // their last Redis calls, without the lock
 	return nil
 }
 
