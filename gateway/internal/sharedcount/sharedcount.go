@@ -4,7 +4,9 @@
 // per node under its own expiring key and returns the other gateways'
 // keys. The counts received are summed per node address and handed to the
 // balancer with [balancer.Node.SetOthers]; a handshake reads them from the
-// node's atomic and never waits on Redis.
+// node's atomic and never waits on Redis. A [Set] runs one Sharer per pool
+// that shares, across the gateway's reloads, and counts the exchanges in
+// its metrics.
 package sharedcount
 
 import (
