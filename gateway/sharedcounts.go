@@ -2,8 +2,8 @@ package gateway
 
 import (
 	"github.com/wsgate/wsgate/balancer"
-	"github.com/wsgate/wsgate/gateway/internal/admin"
 	"github.com/wsgate/wsgate/gateway/internal/sharedcount"
+	"github.com/wsgate/wsgate/internal/redact"
 )
 
 // newSharedCounts returns s's [pools.shared_counts] sharers (none running
@@ -14,7 +14,7 @@ func newSharedCounts(s *Server) *sharedcount.Set {
 		Nodes:      s.poolNodes,
 		Log:        s.log,
 		Registerer: s.metrics.Reg,
-		RedactURL:  admin.RedactURL,
+		RedactURL:  redact.URL,
 	})
 }
 

@@ -20,7 +20,7 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
-	"github.com/wsgate/wsgate/gateway/internal/admin"
+	"github.com/wsgate/wsgate/internal/redact"
 )
 
 // Channel is the Redis channel gateway replicas share revocations on.
@@ -109,10 +109,10 @@ func (v *Revoker) Start(url string) error {
 	// Subscribed first, loaded second: a revocation stored after the load
 	// read the set is published after the subscription, so it arrives.
 	if _, err := sub.Receive(ctx); err != nil {
-		return fail(fmt.Errorf("subscribe to revocations on %s: %w", admin.RedactURL(url), err))
+		return fail(fmt.Errorf("subscribe to revocations on %s: %w", redact.URL(url), err))
 	}
 	if _, _, err := v.load(ctx); err != nil {
-		return fail(fmt.Errorf("load revocations from %s: %w", admin.RedactURL(url), err))
+		return fail(fmt.Errorf("load revocations from %s: %w", redact.URL(url), err))
 	}
 	v.sub = sub
 	resync := make(chan struct{}, 1)
