@@ -12,8 +12,8 @@ import (
 	"time"
 
 	"github.com/valyala/fasthttp"
-	"github.com/wsgate/wsgate/gateway/internal/telemetry"
 	"github.com/wsgate/wsgate/gateway/internal/tunnel"
+	"github.com/wsgate/wsgate/internal/throttle"
 )
 
 // Accept-error backoff: a listener out of descriptors (or kernel memory)
@@ -233,7 +233,7 @@ type acceptLog struct {
 	addr string
 
 	mu      sync.Mutex
-	lines   telemetry.Throttle
+	lines   throttle.Lines
 	pending bool      // errors since the last "accepting again"
 	since   time.Time // the first of them
 	failing bool      // the last accept failed

@@ -9,8 +9,8 @@ import (
 	"sync"
 	"time"
 
-	"github.com/wsgate/wsgate/gateway/internal/telemetry"
 	"github.com/wsgate/wsgate/internal/proxyproto"
+	"github.com/wsgate/wsgate/internal/throttle"
 )
 
 // proxyLogEvery is the shortest interval between two log lines about
@@ -38,7 +38,7 @@ type proxyState struct {
 	err   error         // why it ended; read after done
 
 	mu    sync.Mutex
-	lines telemetry.Throttle
+	lines throttle.Lines
 }
 
 // ProxyProtocol makes l read a PROXY header on every connection

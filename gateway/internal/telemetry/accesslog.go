@@ -8,6 +8,7 @@ import (
 
 	"github.com/valyala/fasthttp"
 	"github.com/wsgate/wsgate/gateway/internal/tunnel"
+	"github.com/wsgate/wsgate/internal/throttle"
 )
 
 // RefusalLogEvery spaces the access log's refusal lines: at most ten a
@@ -25,7 +26,7 @@ type AccessLog struct {
 	on  func() bool // [log] access of the running config
 
 	mu       sync.Mutex
-	refusals Throttle
+	refusals throttle.Lines
 	lastSeen time.Time   // the latest refusal
 	timer    *time.Timer // writes the count of refusals left out once a flood stops
 }

@@ -20,9 +20,9 @@ import (
 	"github.com/valyala/fasthttp"
 	"github.com/wsgate/wsgate/balancer"
 	"github.com/wsgate/wsgate/conf"
-	"github.com/wsgate/wsgate/gateway/internal/telemetry"
 	"github.com/wsgate/wsgate/health"
 	"github.com/wsgate/wsgate/internal/sockopt"
+	"github.com/wsgate/wsgate/internal/throttle"
 )
 
 // Pool is a [[pools]] entry at run time: the balancer's view of its nodes,
@@ -436,7 +436,7 @@ type dialLog struct {
 
 // nodeDialLog is dialLog's state for one node.
 type nodeDialLog struct {
-	lines  telemetry.Throttle
+	lines  throttle.Lines
 	reason string // of the last failure
 	err    error  // the last failure
 	timer  *time.Timer

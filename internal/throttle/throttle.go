@@ -1,15 +1,14 @@
-// Package telemetry is what the gateway tells its operators: the Prometheus
-// metrics, the access log, and the throttling that keeps a flood of one
-// error to one log line a second.
-package telemetry
+// Package throttle keeps a flood of one error to one log line an
+// interval, each line carrying the count since the one before.
+package throttle
 
 import "time"
 
-// Throttle spaces out the log lines about an error that can come in
+// Lines spaces out the log lines about an error that can come in
 // floods: at most one line per interval, each with the number of errors
 // since the line before, so a flood costs one line a second and loses no
 // count. It is not safe for concurrent use: its owner locks.
-type Throttle struct {
+type Lines struct {
 	n    int       // errors not yet in a line
 	last time.Time // when the last line was written
 }
@@ -17,7 +16,7 @@ type Throttle struct {
 // Note counts one error at now. It reports whether a line is due (every
 // has passed since the last one) and, if so, the count the line carries,
 // which is then taken.
-func (t *Throttle) Note(now time.Time, every time.Duration) (int, bool) {
+func (t *Lines) Note(now time.Time, every time.Duration) (int, bool) {
 	t.n++
 	if now.Sub(t.last) < every {
 		return 0, false
@@ -26,16 +25,16 @@ func (t *Throttle) Note(now time.Time, every time.Duration) (int, bool) {
 }
 
 // Take returns the errors not yet in a line and notes a line written at now.
-func (t *Throttle) Take(now time.Time) int {
+func (t *Lines) Take(now time.Time) int {
 	n := t.n
 	t.n, t.last = 0, now
 	return n
 }
 
 // Pending is the number of errors not yet in a line.
-func (t *Throttle) Pending() int { return t.n }
+func (t *Lines) Pending() int { return t.n }
 
 // Wait is how long after now the next line may be written.
-func (t *Throttle) Wait(now time.Time, every time.Duration) time.Duration {
+func (t *Lines) Wait(now time.Time, every time.Duration) time.Duration {
 	return every - now.Sub(t.last)
 }
