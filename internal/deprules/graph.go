@@ -44,6 +44,7 @@ var folds = []struct {
 type goPackage struct {
 	ImportPath string
 	Name       string
+	Doc        string // the package doc comment's first sentence
 	Imports    []string
 	Module     *struct{ Path string }
 }
@@ -55,10 +56,11 @@ type goPackage struct {
 // (a main package outside any internal/ folder) and each package of the
 // module it imports, directly or not, with an arrow for each direct import
 // inside the module. Packages no command links (tests, test helpers,
-// tools) are named below the picture. The output is sorted, so the same
-// tree always gives the same text.
+// tools) are named below the picture. Below that comes the tree: one line
+// per package of the module, with the first sentence of its doc comment.
+// The output is sorted, so the same tree always gives the same text.
 func PackageGraph(dir string) (string, error) {
-	cmd := exec.Command("go", "list", "-json=ImportPath,Name,Imports,Module", "./...")
+	cmd := exec.Command("go", "list", "-json=ImportPath,Name,Doc,Imports,Module", "./...")
 	cmd.Dir = dir
 	cmd.Env = append(os.Environ(), "GOOS=linux", "GOARCH=amd64")
 	var stderr bytes.Buffer
@@ -235,6 +237,14 @@ func drawGraph(pkgs map[string]goPackage, module string) string {
 	}
 	if len(unlinked) > 0 {
 		fmt.Fprintf(&b, "Not drawn, as no command links them (tests, test helpers, tools): %s.\n", strings.Join(unlinked, ", "))
+	}
+	b.WriteString("\n| package | what it is (its doc comment) |\n| --- | --- |\n")
+	for _, rel := range sortedKeys(pkgs) {
+		doc := strings.TrimSpace(pkgs[rel].Doc)
+		if doc == "" {
+			doc = "(tests only)"
+		}
+		fmt.Fprintf(&b, "| `%s` | %s |\n", rel, strings.ReplaceAll(doc, "|", "\\|"))
 	}
 	b.WriteString(graphEnd + "\n")
 	return b.String()

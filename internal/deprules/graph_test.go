@@ -50,7 +50,7 @@ func TestDrawGraph(t *testing.T) {
 	const m = "example.com/m"
 	pkgs := map[string]goPackage{
 		"cmd/a":         {Name: "main", Imports: []string{"fmt", m + "/lib", m + "/internal/x"}},
-		"lib":           {Name: "lib", Imports: []string{m + "/internal/y", m + "/lib/sub"}},
+		"lib":           {Name: "lib", Doc: "Package lib is a | b.", Imports: []string{m + "/internal/y", m + "/lib/sub"}},
 		"lib/sub":       {Name: "sub", Imports: []string{m + "/internal/y"}},
 		"internal/x":    {Name: "x"},
 		"internal/y":    {Name: "y"},
@@ -77,6 +77,10 @@ func TestDrawGraph(t *testing.T) {
 		"  lib_sub --> internal_all\n" +
 		"```\n\n" +
 		"Not drawn, as no command links them (tests, test helpers, tools): `internal/z`, `tool/internal`.\n" +
+		"\n| package | what it is (its doc comment) |\n| --- | --- |\n" +
+		"| `bench/cmd/b1` | (tests only) |\n| `bench/cmd/b2` | (tests only) |\n| `cmd/a` | (tests only) |\n" +
+		"| `internal/x` | (tests only) |\n| `internal/y` | (tests only) |\n| `internal/z` | (tests only) |\n" +
+		"| `lib` | Package lib is a \\| b. |\n| `lib/sub` | (tests only) |\n| `tool/internal` | (tests only) |\n" +
 		graphEnd + "\n"
 	if got := drawGraph(pkgs, m); got != want {
 		t.Errorf("drawGraph:\n%s\nwant:\n%s", got, want)
