@@ -1,0 +1,120 @@
+package upgrade
+
+import (
+	"bufio"
+	"bytes"
+	"errors"
+	"fmt"
+	"net"
+	"sync"
+	"time"
+
+	"github.com/valyala/fasthttp"
+	"github.com/wsgate/wsgate/balancer"
+	"github.com/wsgate/wsgate/gateway/internal/upstream"
+)
+
+// maxUpstreamAnswer is the largest body of a non-101 answer from a node that
+// is passed on to the client (a relay's 400 or 401, say).
+const maxUpstreamAnswer = 64 << 10
+
+// ErrUpstream marks a node that failed the handshake: it could not be
+// reached, answered 5xx, or answered a 101 that does not prove it speaks
+// WebSocket for this key. The next node is tried.
+var ErrUpstream = errors.New("upstream handshake failed")
+
+// NodeConn is a node connection whose 101 has been read.
+type NodeConn struct {
+	Conn    net.Conn
+	Pending []byte // bytes the node sent after its 101
+	Header  []byte // the 101 response for the client
+}
+
+// responseReaders holds the readers nodes' answers are read with.
+var responseReaders sync.Pool
+
+// DialNode dials n, sends req and reads the node's answer. On a 101 it
+// fills up with the upgraded connection, its header for the client
+// appended to hdr (see clientResponse); it returns a non-101 answer below
+// 500 to pass on, or an error wrapping ErrUpstream, or one wrapping
+// upstream.ErrLocalDial when the dial failed on the gateway's side (which says
+// nothing about n).
+func DialNode(p *upstream.Pool, n *balancer.Node, req, accept []byte, up *NodeConn, hdr []byte) (*fasthttp.Response, error) {
+	conn, err := p.Dialer.Dial(n.Addr())
+	if err != nil {
+		if errors.Is(err, upstream.ErrLocalDial) {
+			return nil, fmt.Errorf("dial %s: %w", n.Addr(), err)
+		}
+		return nil, fmt.Errorf("%w: dial: %w", ErrUpstream, err)
+	}
+	ok := false
+	defer func() {
+		if !ok {
+			_ = conn.Close()
+		}
+	}()
+	_ = conn.SetDeadline(time.Now().Add(p.ConnectTimeout))
+	if _, err := conn.Write(req); err != nil {
+		return nil, fmt.Errorf("%w: write request: %w", ErrUpstream, err)
+	}
+	br, _ := responseReaders.Get().(*bufio.Reader)
+	if br == nil {
+		br = bufio.NewReaderSize(conn, 4096)
+	} else {
+		br.Reset(conn)
+	}
+	defer func() { br.Reset(nil); responseReaders.Put(br) }()
+
+	resp := fasthttp.AcquireResponse()
+	resp.Header.SetNoDefaultContentType(true)
+	if err := resp.Header.Read(br); err != nil {
+		fasthttp.ReleaseResponse(resp)
+		return nil, fmt.Errorf("%w: read response: %w", ErrUpstream, err)
+	}
+	code := resp.StatusCode()
+	switch {
+	case code >= 500:
+		fasthttp.ReleaseResponse(resp)
+		return nil, fmt.Errorf("%w: node answered %d", ErrUpstream, code)
+	case code != fasthttp.StatusSwitchingProtocols:
+		err := resp.ReadBody(br, maxUpstreamAnswer)
+		if err != nil {
+			fasthttp.ReleaseResponse(resp)
+			return nil, fmt.Errorf("%w: read %d answer: %w", ErrUpstream, code, err)
+		}
+		return resp, nil
+	}
+	defer fasthttp.ReleaseResponse(resp)
+	if !bytes.EqualFold(resp.Header.Peek("Upgrade"), []byte("websocket")) {
+		return nil, fmt.Errorf("%w: 101 without Upgrade: websocket", ErrUpstream)
+	}
+	if !bytes.Equal(resp.Header.Peek("Sec-WebSocket-Accept"), accept) {
+		return nil, fmt.Errorf("%w: wrong Sec-WebSocket-Accept", ErrUpstream)
+	}
+	*up = NodeConn{Conn: conn, Header: clientResponse(hdr, &resp.Header)}
+	if k := br.Buffered(); k > 0 {
+		b, _ := br.Peek(k)
+		up.Pending = append([]byte(nil), b...)
+	}
+	_ = conn.SetDeadline(time.Time{})
+	ok = true
+	return nil, nil
+}
+
+// clientResponse appends to b the node's 101 rendered for the client: its
+// headers as sent, less the framing headers that do not belong on a 101.
+func clientResponse(b []byte, h *fasthttp.ResponseHeader) []byte {
+	b = append(b, "HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"...)
+	for k, v := range h.All() {
+		switch {
+		case HeaderIs(k, "upgrade"), HeaderIs(k, "connection"), HeaderIs(k, "content-length"),
+			HeaderIs(k, "content-type"), HeaderIs(k, "transfer-encoding"):
+			continue
+		}
+		b = append(b, k...)
+		b = append(b, ": "...)
+		b = append(b, v...)
+		b = append(b, "\r\n"...)
+	}
+	return append(b, "\r\n"...)
+}

@@ -1,0 +1,74 @@
+package upgrade
+
+import (
+	"bufio"
+	"strings"
+	"testing"
+
+	"github.com/valyala/fasthttp"
+)
+
+// TestAcceptKey checks Sec-WebSocket-Accept against RFC 6455 section
+// 1.3's example, and that AppendAccept allocates nothing.
+func TestAcceptKey(t *testing.T) {
+	key := []byte("dGhlIHNhbXBsZSBub25jZQ==")
+	if got, want := AcceptKey(key), "s3pPLMBiTxaQ9kYGzzhZRbK+xOo="; got != want {
+		t.Fatalf("AcceptKey = %q, want %q", got, want)
+	}
+	var b [AcceptLen]byte
+	if n := testing.AllocsPerRun(100, func() { _ = AppendAccept(b[:0], key) }); n != 0 {
+		t.Fatalf("AppendAccept allocates %v times", n)
+	}
+}
+
+// TestValidKey checks that a key must be base64 of 16 bytes.
+func TestValidKey(t *testing.T) {
+	for key, want := range map[string]bool{
+		"dGhlIHNhbXBsZSBub25jZQ==": true,
+		"dGhlIHNhbXBsZSBub25jZQ":   false, // unpadded
+		"dGhlIHNhbXBsZSBub25jZQ=x": false,
+		"AAAAAAAAAAAAAAAAAAAAAAAA": false, // 18 bytes
+		"":                         false,
+	} {
+		if got := ValidKey([]byte(key)); got != want {
+			t.Errorf("ValidKey(%q) = %v, want %v", key, got, want)
+		}
+	}
+}
+
+// TestClientResponse checks the client's 101 keeps the node's headers but
+// the framing ones (names as fasthttp's reader normalized them, as
+// DialNode reads them).
+func TestClientResponse(t *testing.T) {
+	var h fasthttp.ResponseHeader
+	raw := "HTTP/1.1 101 Switching Protocols\r\nUpgrade: WebSocket\r\nConnection: upgrade\r\n" +
+		"Sec-WebSocket-Accept: s3pPLMBiTxaQ9kYGzzhZRbK+xOo=\r\nSec-WebSocket-Protocol: chat\r\n" +
+		"Content-Length: 0\r\nContent-Type: text/plain\r\n\r\n"
+	if err := h.Read(bufio.NewReader(strings.NewReader(raw))); err != nil {
+		t.Fatal(err)
+	}
+	got := string(clientResponse(nil, &h))
+	want := "HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n" +
+		"Sec-Websocket-Accept: s3pPLMBiTxaQ9kYGzzhZRbK+xOo=\r\nSec-Websocket-Protocol: chat\r\n\r\n"
+	if got != want {
+		t.Fatalf("clientResponse:\n%q\nwant\n%q", got, want)
+	}
+}
+
+// TestHasToken checks Connection-style token lists.
+func TestHasToken(t *testing.T) {
+	for _, tc := range []struct {
+		v, tok string
+		want   bool
+	}{
+		{"keep-alive, Upgrade", "upgrade", true},
+		{"  upgrade  ", "upgrade", true},
+		{"upgrades", "upgrade", false},
+		{"close,keep-alive", "close", true},
+		{"", "close", false},
+	} {
+		if got := HasToken([]byte(tc.v), tc.tok); got != tc.want {
+			t.Errorf("HasToken(%q, %q) = %v, want %v", tc.v, tc.tok, got, tc.want)
+		}
+	}
+}
