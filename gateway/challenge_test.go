@@ -11,6 +11,7 @@ import (
 
 	"github.com/fasthttp/websocket"
 	"github.com/wsgate/wsgate/conf"
+	"github.com/wsgate/wsgate/gateway/internal/admit"
 	"github.com/wsgate/wsgate/internal/testproc"
 )
 
@@ -83,8 +84,8 @@ path = %q
 	}
 	t.Cleanup(func() { _ = srv.Shutdown(context.Background()) })
 	status, h := denyAnswer(t, srv.Addr().String(), "/a", nil)
-	if got := h.Values("WWW-Authenticate"); status != 401 || len(got) != 1 || got[0] != defaultChallenge {
-		t.Fatalf("status %d, WWW-Authenticate %q; want 401 and %q", status, got, defaultChallenge)
+	if got := h.Values("WWW-Authenticate"); status != 401 || len(got) != 1 || got[0] != admit.DefaultChallenge {
+		t.Fatalf("status %d, WWW-Authenticate %q; want 401 and %q", status, got, admit.DefaultChallenge)
 	}
 	status, h = denyAnswer(t, srv.Addr().String(), "/a", http.Header{"X-Demo-Token": {"wrong"}})
 	if got := h.Values("WWW-Authenticate"); status != 403 || len(got) != 0 {

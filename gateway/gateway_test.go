@@ -126,8 +126,7 @@ func (e *env) waitZero() {
 		for _, r := range e.relays {
 			held += r.Info().Connections
 		}
-		late := 0 // handshakes waiting for their hijack (handoff.run)
-		e.srv.lateHandoffs.Range(func(any, any) bool { late++; return true })
+		late := e.srv.switches.Waiting() // handshakes waiting for their hijack (upgrade.Switch.Run)
 		held += late
 		if held == 0 {
 			return

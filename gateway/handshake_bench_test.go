@@ -11,6 +11,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/wsgate/wsgate/gateway/internal/upgrade"
 )
 
 // BenchmarkHandshakeChurn measures what one WebSocket handshake costs the
@@ -198,7 +200,7 @@ func (n *echoNode) conn(c net.Conn) {
 	key := head[i+len(keyHdr) : i+len(keyHdr)+24]
 	var out [160]byte
 	r := append(out[:0], "HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Accept: "...)
-	r = append(r, acceptKey(key)...)
+	r = append(r, upgrade.AcceptKey(key)...)
 	r = append(r, "\r\n\r\n"...)
 	if _, err := c.Write(r); err != nil {
 		return

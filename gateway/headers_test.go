@@ -11,6 +11,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/wsgate/wsgate/gateway/internal/upgrade"
 )
 
 // headRecorder is a node that records the head of every request it gets
@@ -85,7 +87,7 @@ func (r *headRecorder) serve(c net.Conn) {
 		r.mu.Unlock()
 		if key != "" {
 			_, _ = io.WriteString(c, "HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Accept: "+
-				acceptKey([]byte(key))+"\r\n\r\n")
+				upgrade.AcceptKey([]byte(key))+"\r\n\r\n")
 			_, _ = io.Copy(io.Discard, br)
 			return
 		}

@@ -17,18 +17,19 @@ import (
 	"github.com/wsgate/wsgate/conf"
 	"github.com/wsgate/wsgate/gateway/internal/edge"
 	"github.com/wsgate/wsgate/gateway/internal/tunnel"
+	"github.com/wsgate/wsgate/gateway/internal/upgrade"
 	"github.com/wsgate/wsgate/internal/testproc"
 )
 
-// lingering reports how many goroutines are in lingerClose.
+// lingering reports how many goroutines are in upgrade.LingerClose.
 func lingering() int {
 	buf := make([]byte, 1<<20)
 	buf = buf[:runtime.Stack(buf, true)]
-	return bytes.Count(buf, []byte("gateway.lingerClose("))
+	return bytes.Count(buf, []byte("upgrade.LingerClose("))
 }
 
 // TestOverflowLingerBounded pins issue 9 item 7: a close-1013 overflow
-// connection whose client never closes lingered forever (detach cleared
+// connection whose client never closes lingered forever (Detach cleared
 // its deadline), keeping a goroutine and a socket that no limit counted.
 // Now it holds a connection slot while it lingers and is gone after
 // handshake_timeout.
@@ -72,10 +73,10 @@ overflow = "close-1013"
 
 // TestDetachUnwrapsHijackedConn pins issue 9 item 7: the tunnel takes the
 // raw socket from fasthttp's hijacked connection through its unexported
-// UnsafeConn method. Should fasthttp drop it, detach would hand every
+// UnsafeConn method. Should fasthttp drop it, upgrade.Detach would hand every
 // tunnel fasthttp's wrapper (and its buffers) without a word; this test
 // fails then. It runs the gateway's own fasthttp server, with a handler
-// that hijacks and detaches, and checks detach returns the socket the
+// that hijacks and detaches, and checks upgrade.Detach returns the socket the
 // listener accepted (a *edge.CountedConn around the *net.TCPConn) with the
 // bytes the client sent right behind its request. On the TLS listener it
 // must return the *tls.Conn over that socket (wrapped in a
@@ -98,7 +99,7 @@ func TestDetachUnwrapsHijackedConn(t *testing.T) {
 	srv.http.Handler = func(ctx *fasthttp.RequestCtx) {
 		ctx.HijackSetNoResponse(true)
 		ctx.Hijack(func(c net.Conn) {
-			raw, pending := detach(c)
+			raw, pending := upgrade.Detach(c)
 			// The request's tail is in pending, or still in the socket if
 			// it arrived late.
 			rest := append([]byte(nil), pending...)
@@ -135,14 +136,14 @@ func TestDetachUnwrapsHijackedConn(t *testing.T) {
 		select {
 		case r := <-got:
 			defer r.raw.Close()
-			// The listener's counted socket is what fasthttp wraps: detach
+			// The listener's counted socket is what fasthttp wraps: Detach
 			// must hand that back (or the TLS connection over it), not
 			// fasthttp's wrapper.
 			sock := r.raw
 			if secure {
 				tc, ok := r.raw.(*tls.Conn)
 				if !ok {
-					t.Fatalf("TLS: detach returned %T, want the *tls.Conn", r.raw)
+					t.Fatalf("TLS: Detach returned %T, want the *tls.Conn", r.raw)
 				}
 				ts, ok := tc.NetConn().(*tunnel.TLSSocket)
 				if !ok {
@@ -151,7 +152,7 @@ func TestDetachUnwrapsHijackedConn(t *testing.T) {
 				sock = ts.Conn
 			}
 			if _, ok := sock.(*edge.CountedConn); !ok {
-				t.Fatalf("TLS %t: detach returned %T over %T, want the listener's *edge.CountedConn: fasthttp's hijacked connection no longer exposes UnsafeConn", secure, r.raw, sock)
+				t.Fatalf("TLS %t: Detach returned %T over %T, want the listener's *edge.CountedConn: fasthttp's hijacked connection no longer exposes UnsafeConn", secure, r.raw, sock)
 			}
 			if string(r.rest) != "tail!" {
 				t.Fatalf("TLS %t: bytes behind the request = %q, want %q", secure, r.rest, "tail!")

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/fasthttp/websocket"
+	"github.com/wsgate/wsgate/gateway/internal/upgrade"
 	"github.com/wsgate/wsgate/internal/testproc"
 	"github.com/wsgate/wsgate/internal/wsframe"
 )
@@ -42,7 +43,7 @@ func orderNode(t *testing.T) string {
 		defer wg.Done()
 		defer c.Close()
 		_, _ = fmt.Fprintf(c, "HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Accept: %s\r\n\r\n",
-			acceptKey([]byte(r.Header.Get("Sec-WebSocket-Key"))))
+			upgrade.AcceptKey([]byte(r.Header.Get("Sec-WebSocket-Key"))))
 		for {
 			h, p, err := nodeFrame(brw.Reader)
 			if err != nil || h.Op == wsframe.OpClose {

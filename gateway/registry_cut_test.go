@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/wsgate/wsgate/gateway/internal/upgrade"
 	"github.com/wsgate/wsgate/internal/testproc"
 )
 
@@ -33,7 +34,7 @@ func slowNode(t *testing.T, answer <-chan struct{}) string {
 		}
 		<-answer
 		_, _ = fmt.Fprintf(c, "HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Accept: %s\r\n\r\n",
-			acceptKey([]byte(req.Header.Get("Sec-WebSocket-Key"))))
+			upgrade.AcceptKey([]byte(req.Header.Get("Sec-WebSocket-Key"))))
 	}()
 	return ln.Addr().String()
 }

@@ -12,6 +12,7 @@ import (
 
 	"github.com/wsgate/wsgate/balancer"
 	"github.com/wsgate/wsgate/conf"
+	"github.com/wsgate/wsgate/gateway/internal/admit"
 	"github.com/wsgate/wsgate/gateway/internal/edge"
 	"github.com/wsgate/wsgate/gateway/internal/pluginhost"
 	"github.com/wsgate/wsgate/gateway/internal/registry"
@@ -250,7 +251,7 @@ func (s *Server) swap(cfg *conf.Config, by string, prep *prepared) (restart []st
 		}
 	}
 	s.limits.Set(cfg.Gateway.MaxConns, cfg.Gateway.MaxConnsPerIP)
-	s.ipRate.set(cfg.Gateway.HandshakeRatePerIP, cfg.Gateway.HandshakeBurstPerIP)
+	s.ipRate.Set(cfg.Gateway.HandshakeRatePerIP, cfg.Gateway.HandshakeBurstPerIP)
 	s.gen.Store(g)
 	s.shared.Sync(g.cfg) // starts and stops sharers; no Redis I/O here
 	if prep != nil && (g.tls != nil || s.tlsLn == nil) {
@@ -386,7 +387,7 @@ func (s *Server) build(cfg *conf.Config, old *generation, tlsSet *edge.CertSet) 
 			return nil, nil, err
 		}
 		if p.Admit == nil { // a pool new to the config
-			p.Admit = newPoolAdmission(p.Conf.Admission.Rate, p.Conf.Admission.Burst)
+			p.Admit = admit.NewPoolRate(p.Conf.Admission.Rate, p.Conf.Admission.Burst)
 		}
 		g.pools[p.Name] = p
 		for _, n := range removed {

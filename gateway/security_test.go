@@ -8,7 +8,6 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
-	"net/netip"
 	"strconv"
 	"strings"
 	"sync"
@@ -16,6 +15,7 @@ import (
 	"time"
 
 	"github.com/fasthttp/websocket"
+	"github.com/wsgate/wsgate/gateway/internal/upgrade"
 	"github.com/wsgate/wsgate/internal/wsframe"
 )
 
@@ -44,7 +44,7 @@ func rawNode(t *testing.T, misbehave func(c net.Conn, br *bufio.Reader)) string 
 		defer wg.Done()
 		defer c.Close()
 		_, _ = fmt.Fprintf(c, "HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Accept: %s\r\n\r\n",
-			acceptKey([]byte(r.Header.Get("Sec-WebSocket-Key"))))
+			upgrade.AcceptKey([]byte(r.Header.Get("Sec-WebSocket-Key"))))
 		misbehave(c, brw.Reader)
 	}))
 	t.Cleanup(func() {
@@ -279,21 +279,6 @@ func TestRequestSizeBounds(t *testing.T) {
 				t.Fatalf("%d requests reached the node", reached)
 			}
 		})
-	}
-}
-
-// TestPerIPLimitsKeyOnWholeAddress pins what "one client IP" is for
-// handshake_rate_per_ip: the whole address, so two IPv6 addresses of one
-// /64 count apart. Its max_conns_per_ip half is edge's test of the same
-// name.
-func TestPerIPLimitsKeyOnWholeAddress(t *testing.T) {
-	a, b := netip.MustParseAddr("2001:db8::1"), netip.MustParseAddr("2001:db8::2")
-	r := newIPRate(1, 1)
-	if ok, _, _ := r.allow(a); !ok {
-		t.Fatal("first request from 2001:db8::1 refused")
-	}
-	if ok, _, _ := r.allow(b); !ok {
-		t.Fatal("2001:db8::2 refused for 2001:db8::1's request")
 	}
 }
 

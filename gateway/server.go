@@ -19,6 +19,7 @@ import (
 	"github.com/wsgate/wsgate/balancer"
 	"github.com/wsgate/wsgate/conf"
 	"github.com/wsgate/wsgate/gateway/internal/admin"
+	"github.com/wsgate/wsgate/gateway/internal/admit"
 	"github.com/wsgate/wsgate/gateway/internal/discover"
 	"github.com/wsgate/wsgate/gateway/internal/edge"
 	"github.com/wsgate/wsgate/gateway/internal/pluginhost"
@@ -29,6 +30,7 @@ import (
 	"github.com/wsgate/wsgate/gateway/internal/sharedcount"
 	"github.com/wsgate/wsgate/gateway/internal/telemetry"
 	"github.com/wsgate/wsgate/gateway/internal/tunnel"
+	"github.com/wsgate/wsgate/gateway/internal/upgrade"
 	"github.com/wsgate/wsgate/gateway/internal/upstream"
 	"github.com/wsgate/wsgate/internal/fastlog"
 	"github.com/wsgate/wsgate/internal/rlimit"
@@ -36,7 +38,7 @@ import (
 
 // readBufferSize is fasthttp's per-connection read buffer, which bounds the
 // request headers a client may send.
-const readBufferSize = 8 << 10
+const readBufferSize = upgrade.ReadBufferSize
 
 // generation is one config as the gateway runs it: routes compiled, pools
 // built. A request reads the current generation once and uses it to the
@@ -61,7 +63,7 @@ type Server struct {
 	log     *slog.Logger
 	gen     atomic.Pointer[generation]
 	limits  *edge.Limiter
-	ipRate  *ipRate // handshake_rate_per_ip
+	ipRate  *admit.IPRate // handshake_rate_per_ip
 	tunnels registry.Tunnels
 
 	// onTunnelEnd is tunnelEnded as a func value, made once: every
@@ -70,12 +72,13 @@ type Server struct {
 
 	metrics *telemetry.Metrics
 	reload  reloadState
-	// lateHandoffs holds the handshakes whose 101 waits for fasthttp to
-	// flush earlier answers, by client connection (see handoff.run).
-	lateHandoffs sync.Map
-	plugins      *pluginhost.Host // auth plugins; started by Start
-	access       *telemetry.AccessLog
-	tls          *edge.Certificates // the TLS listener's certificates and their watcher
+	// switches are the handshakes between the node's 101 and the tunnel;
+	// it holds those whose 101 waits for fasthttp to flush earlier
+	// answers, by client connection (see upgrade.Switch.Run).
+	switches upgrade.Switches
+	plugins  *pluginhost.Host // auth plugins; started by Start
+	access   *telemetry.AccessLog
+	tls      *edge.Certificates // the TLS listener's certificates and their watcher
 
 	disc *discover.Set // [pools.discovery] watchers and the nodes they found
 
@@ -111,7 +114,7 @@ func New(cfg *conf.Config, log *slog.Logger) (*Server, error) {
 	s := &Server{
 		log:    log,
 		limits: edge.NewLimiter(cfg.Gateway.MaxConns, cfg.Gateway.MaxConnsPerIP, fileCeiling(log)),
-		ipRate: newIPRate(cfg.Gateway.HandshakeRatePerIP, cfg.Gateway.HandshakeBurstPerIP),
+		ipRate: admit.NewIPRate(cfg.Gateway.HandshakeRatePerIP, cfg.Gateway.HandshakeBurstPerIP),
 		listen: func(addr string) (net.Listener, error) { return edge.ListenTCP(addr, false) },
 		failed: make(chan error, 1),
 		tls:    edge.NewCertificates(log),
@@ -129,6 +132,7 @@ func New(cfg *conf.Config, log *slog.Logger) (*Server, error) {
 	s.gen.Store(g)
 	s.access = telemetry.NewAccessLog(log, func() bool { return s.current().cfg.Log.Access })
 	s.onTunnelEnd = s.tunnelEnded
+	s.switches.Host = switchHost{s}
 	s.tunnels.OnIdle(s.requestSweep)
 	s.metrics = telemetry.NewMetrics(liveSource{s})
 	s.revocations = revoke.New(log, &s.tunnels, s.metrics.Revocations)

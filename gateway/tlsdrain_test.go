@@ -15,6 +15,7 @@ import (
 
 	"github.com/fasthttp/websocket"
 	"github.com/wsgate/wsgate/gateway/internal/tunnel"
+	"github.com/wsgate/wsgate/gateway/internal/upgrade"
 	"github.com/wsgate/wsgate/internal/testproc"
 	"github.com/wsgate/wsgate/internal/wsframe"
 )
@@ -64,7 +65,7 @@ func (n *streamNode) serve(c net.Conn) {
 		return
 	}
 	if _, err := c.Write([]byte("HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Accept: " +
-		acceptKey([]byte(req.Header.Get("Sec-WebSocket-Key"))) + "\r\n\r\n")); err != nil {
+		upgrade.AcceptKey([]byte(req.Header.Get("Sec-WebSocket-Key"))) + "\r\n\r\n")); err != nil {
 		return
 	}
 	f := wsframe.AppendHeader(nil, wsframe.Header{Fin: true, Op: wsframe.OpBinary, Length: 16 << 10})
