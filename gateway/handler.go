@@ -6,6 +6,8 @@ import (
 
 	"github.com/valyala/fasthttp"
 	"github.com/wsgate/wsgate/gateway/internal/admit"
+	"github.com/wsgate/wsgate/gateway/internal/revoke"
+	"github.com/wsgate/wsgate/gateway/internal/telemetry"
 	"github.com/wsgate/wsgate/gateway/internal/upgrade"
 )
 
@@ -97,3 +99,9 @@ func (h switchHost) Handshake(result string, start time.Time) { h.s.metrics.Hand
 func (h switchHost) StartTunnel(c net.Conn, sw *upgrade.Switch) { h.s.startTunnel(c, sw) }
 
 var _ upgrade.Host = switchHost{}
+
+var (
+	_ admit.Metrics     = (*telemetry.Metrics)(nil)
+	_ admit.AccessLog   = (*telemetry.AccessLog)(nil)
+	_ admit.Revocations = (*revoke.Revoker)(nil)
+)
