@@ -1,13 +1,11 @@
 package gateway
 
-import "net/netip"
+import (
+	"net/netip"
 
-// trusts reports whether ip is in gateway.trusted_proxies.
-func (g *generation) trusts(ip netip.Addr) bool {
-	for _, p := range g.trusted {
-		if p.Contains(ip) {
-			return true
-		}
-	}
-	return false
-}
+	"github.com/wsgate/wsgate/gateway/internal/upgrade"
+)
+
+// trusts reports whether ip is in gateway.trusted_proxies: a peer whose
+// PROXY header and X-Forwarded-For are believed.
+func (g *generation) trusts(ip netip.Addr) bool { return upgrade.Trusts(g.trusted, ip) }

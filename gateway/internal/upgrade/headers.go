@@ -93,9 +93,9 @@ func ClientIP(ctx *fasthttp.RequestCtx) netip.Addr {
 	return netip.Addr{}
 }
 
-// trusts reports whether ip is in one of the trusted prefixes
+// Trusts reports whether ip is in one of the trusted prefixes
 // (gateway.trusted_proxies).
-func trusts(trusted []netip.Prefix, ip netip.Addr) bool {
+func Trusts(trusted []netip.Prefix, ip netip.Addr) bool {
 	for _, p := range trusted {
 		if p.Contains(ip) {
 			return true
@@ -111,7 +111,7 @@ func trusts(trusted []netip.Prefix, ip netip.Addr) bool {
 // its address alone.
 func AppendForwardedFor(dst []byte, ctx *fasthttp.RequestCtx, trusted []netip.Prefix) []byte {
 	ip := ClientIP(ctx)
-	if trusts(trusted, ip) {
+	if Trusts(trusted, ip) {
 		for _, v := range ctx.Request.Header.PeekAll("X-Forwarded-For") {
 			dst = append(dst, v...)
 			dst = append(dst, ", "...)
