@@ -1,7 +1,12 @@
-// Package gateway is the wsgate server: client listeners, routing by host and
-// path, the WebSocket handshake relayed to a node picked by the pool's
-// balancer, the tunnel, plain HTTP proxying, the admin listener, config
-// reloads, and drain.
+// Package gateway is the wsgate server: it builds a generation from a
+// config (prepare, outside the reload lock) and swaps it in (commit, under
+// it), starts and drains the listeners, and wires the packages of
+// gateway/internal that do the work, each through the small interface it
+// declares: edge (the accept path), admit (a request's admission), route
+// and upstream (where it goes), upgrade (the handshake toward a node),
+// registry and tunnel (the live tunnels), rebalance, discover,
+// sharedcount and revoke, admin and telemetry. docs/architecture.md draws
+// the packages and says what each is.
 package gateway
 
 import (
