@@ -103,10 +103,15 @@ type Host struct {
 	cache *decisionCache
 	slots atomic.Pointer[map[string]*slot]
 
-	mu       sync.Mutex // serialises Commit, Discard and Close
-	stage    sync.Mutex // serialises Stage: one reload starts its plugins at a time
-	closed   atomic.Bool
-	retiring sync.WaitGroup // slots replaced by Reload, being stopped
+	mu    sync.Mutex // serialises Commit, Discard and Close
+	stage sync.Mutex // serialises Stage: one reload starts its plugins at a time
+	// starting is the context every plugin start runs under; Close
+	// cancels it, so a Stage in progress gives up at once.
+	starting  context.Context
+	cancel    context.CancelFunc
+	closed    atomic.Bool
+	closeOnce sync.Once
+	retiring  sync.WaitGroup // slots replaced by Reload, being stopped
 }
 
 // New starts and configures every plugin of plugins, and returns when all
@@ -115,6 +120,7 @@ type Host struct {
 func New(plugins []conf.Plugin, opts Options) (*Host, error) {
 	opts.defaults()
 	h := &Host{opts: opts, cache: newDecisionCache(opts.CacheSize)}
+	h.starting, h.cancel = context.WithCancel(context.Background())
 	empty := map[string]*slot{}
 	h.slots.Store(&empty)
 	if err := h.Reload(plugins); err != nil {
@@ -245,7 +251,7 @@ func (h *Host) Stage(plugins []conf.Plugin) (*Staged, error) {
 	var wg sync.WaitGroup
 	for i, p := range start {
 		wg.Go(func() {
-			ctx, cancel := context.WithTimeout(context.Background(), h.opts.StartTimeout)
+			ctx, cancel := context.WithTimeout(h.starting, h.opts.StartTimeout)
 			defer cancel()
 			started[i], errs[i] = startInstance(ctx, p, &h.opts)
 		})
@@ -255,6 +261,10 @@ func (h *Host) Stage(plugins []conf.Plugin) (*Staged, error) {
 	if err := errors.Join(errs...); err != nil {
 		st.Discard()
 		return nil, err // each names its plugin; the caller adds its own context
+	}
+	if h.closed.Load() { // Close ran while they started
+		st.Discard()
+		return nil, errors.New("pluginhost: reload after close")
 	}
 	return st, nil
 }
@@ -329,18 +339,27 @@ func sameProcess(a, b conf.Plugin) bool {
 // Close stops every plugin and waits for their processes to exit. Later
 // Authenticate calls return ErrUnavailable. It is idempotent.
 func (h *Host) Close() error {
+	h.closeOnce.Do(h.close)
+	return nil
+}
+
+// close is Close, once.
+func (h *Host) close() {
+	h.closed.Store(true)
+	// A Stage in progress gives up its starts and stops what it started;
+	// wait for it, so no process of this host outlives Close.
+	h.cancel()
+	h.stage.Lock()
+	//lint:ignore SA2001 the empty critical section waits for a Stage in progress
+	h.stage.Unlock()
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	if h.closed.Swap(true) {
-		return nil
-	}
 	empty := map[string]*slot{}
 	old := *h.slots.Swap(&empty)
 	for _, s := range old {
 		h.retiring.Go(s.close)
 	}
 	h.retiring.Wait()
-	return nil
 }
 
 // PluginStatus is one plugin process as the admin API shows it.

@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"os"
+	"path/filepath"
 	"runtime"
 	"strconv"
 	"strings"
@@ -512,5 +513,40 @@ func TestStageCommitDiscard(t *testing.T) {
 	waitFor(t, 10*time.Second, "the overtaken stage's plugin to exit", func() bool { return !alive(overtaken) })
 	if got := tag(); got != "v3" {
 		t.Fatalf("after the overtaken Commit: tag %q, want v3", got)
+	}
+}
+
+// TestCloseStopsAStageInProgress pins Close's promise against a reload
+// that is starting plugins: Close makes the stage give up, and no process
+// the stage started outlives Close.
+func TestCloseStopsAStageInProgress(t *testing.T) {
+	bin := testPlugin(t)
+	h, _, _ := newHost(t, nil, Options{Logger: quiet})
+	dir := t.TempDir()
+	started := filepath.Join(dir, "started")
+	slow := spec("slow", bin, map[string]any{"started_file": started, "release_file": filepath.Join(dir, "never")})
+	staged := make(chan error, 1)
+	go func() {
+		st, err := h.Stage([]conf.Plugin{slow})
+		if err == nil {
+			st.Discard()
+			err = errors.New("staged")
+		}
+		staged <- err
+	}()
+	var pid int
+	waitFor(t, 10*time.Second, "the staged plugin to start configuring", func() bool {
+		b, err := os.ReadFile(started)
+		pid, _ = strconv.Atoi(string(b))
+		return err == nil && pid > 0
+	})
+	if err := h.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if alive(pid) {
+		t.Fatalf("plugin %d, started by a stage, outlived Close", pid)
+	}
+	if err := <-staged; err == nil || err.Error() == "staged" {
+		t.Fatalf("Stage during Close: %v, want an error", err)
 	}
 }

@@ -31,8 +31,9 @@ type config struct {
 	BadConfig  bool          `json:"bad_config"`
 	SlowFor    auth.Duration `json:"slow_for"`
 	HeaderName string        `json:"header_name"`
-	// StartedFile, when set, is created as Configure begins; Configure
-	// then waits until ReleaseFile exists (a plugin slow to start).
+	// StartedFile, when set, is created as Configure begins, holding the
+	// plugin's pid; Configure then waits until ReleaseFile exists (a
+	// plugin slow to start).
 	StartedFile string `json:"started_file"`
 	ReleaseFile string `json:"release_file"`
 }
@@ -50,7 +51,7 @@ func (a *testAuth) Configure(ctx context.Context, raw map[string]any) error {
 		return fmt.Errorf("%w: bad_config is set", auth.ErrInvalidConfig)
 	}
 	if a.cfg.StartedFile != "" {
-		if err := os.WriteFile(a.cfg.StartedFile, nil, 0o600); err != nil {
+		if err := os.WriteFile(a.cfg.StartedFile, []byte(strconv.Itoa(os.Getpid())), 0o600); err != nil {
 			return err
 		}
 		for {
