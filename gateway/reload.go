@@ -191,9 +191,9 @@ const (
 // changes that need a restart.
 func (s *Server) swap(cfg *conf.Config, by string, prep *prepared) (restart []string, err error) {
 	var staged *pluginhost.Staged
-	tlsSet := s.current().tls
+	certs := s.current().tls
 	if prep != nil {
-		staged, tlsSet = prep.plugins, prep.tls
+		staged, certs = prep.plugins, prep.tls
 	}
 	if staged != nil {
 		defer func() {
@@ -207,7 +207,7 @@ func (s *Server) swap(cfg *conf.Config, by string, prep *prepared) (restart []st
 	}
 	old := s.current()
 	cfg = s.disc.Fill(cfg, old.cfg)
-	g, gone, err := s.build(cfg, old, tlsSet)
+	g, gone, err := s.build(cfg, old, certs)
 	if err != nil {
 		return nil, err
 	}
@@ -258,6 +258,13 @@ func (s *Server) swap(cfg *conf.Config, by string, prep *prepared) (restart []st
 		// The next TLS handshakes; tunnels keep theirs. A reading of the
 		// same files by the watcher that began after this one's stays.
 		s.tls.Offer(g.tls)
+		// A file may have changed after this reload read it, and the
+		// watcher's reading of it was dropped (it read for the config
+		// this one replaces) or went in before this one: read the
+		// files in force again.
+		if s.tls.LoadBegunAfter(g.tls) {
+			go s.reloadTLSFiles()
+		}
 	}
 	// Else the file drops the TLS listener, which needs a restart: until
 	// then it keeps serving the certificates it has.
@@ -351,10 +358,10 @@ func (g *generation) holds(n *balancer.Node) bool {
 }
 
 // build makes the generation for cfg, reusing old's pools and nodes where
-// names and addresses match, with tlsSet as cfg's TLS files read. It
+// names and addresses match, with certs as cfg's TLS files read. It
 // changes nothing that is running; gone lists the nodes old had that cfg
 // drops.
-func (s *Server) build(cfg *conf.Config, old *generation, tlsSet *edge.CertSet) (*generation, []leaving, error) {
+func (s *Server) build(cfg *conf.Config, old *generation, certs *edge.CertSet) (*generation, []leaving, error) {
 	g := &generation{
 		cfg:              cfg,
 		pools:            make(map[string]*upstream.Pool, len(cfg.Pools)),
@@ -365,7 +372,7 @@ func (s *Server) build(cfg *conf.Config, old *generation, tlsSet *edge.CertSet) 
 	if cfg.Gateway.TunnelEngine == "goroutines" {
 		g.engine = tunnel.EngineGoroutines
 	}
-	g.tls = tlsSet
+	g.tls = certs
 	if old != nil {
 		g.nodes = old.nodes
 	}

@@ -379,6 +379,9 @@ pool = "p"
 		return set
 	}
 	older, newer, other := load(a), load(a), load(b)
+	if !st.LoadBegunAfter(older) || !st.LoadBegunAfter(newer) || st.LoadBegunAfter(other) || st.LoadBegunAfter(nil) {
+		t.Fatal("LoadBegunAfter: want true for the first two readings only")
+	}
 	for i, step := range []struct {
 		offer *CertSet
 		took  bool

@@ -179,6 +179,14 @@ func (st *Certificates) Load(cfg *conf.Config) (*CertSet, error) {
 	return set, err
 }
 
+// LoadBegunAfter reports whether a Load began after the one that read set:
+// the files may have changed since set read them, and a reading begun
+// later may have been dropped or turned down in set's favour. The caller
+// then reads them again.
+func (st *Certificates) LoadBegunAfter(set *CertSet) bool {
+	return set != nil && st.loads.Load() > set.seq
+}
+
 // Offer puts set (from Load) in force as Swap does, unless the set in
 // force is the same files read later: loadings that ran side by side (a
 // config reload and the watcher after a file changed) then keep the newer
@@ -262,6 +270,9 @@ func (st *Certificates) Reloaded(cfg *conf.Config, set *CertSet, err error, m Re
 		return
 	}
 	m.TLSReloaded(true)
-	st.Offer(set)
+	if !st.Offer(set) {
+		st.log.Info("TLS files reloaded; a reading of them begun later is in force already")
+		return
+	}
 	st.log.Info("TLS files reloaded", "certificates", len(cfg.Gateway.TLS.Certificates))
 }
