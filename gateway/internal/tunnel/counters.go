@@ -12,6 +12,7 @@ import (
 // line, so that pollers forwarding at once seldom share one. The zero
 // value is ready to use; it must not be copied once used.
 type Counters struct {
+	_       [64]byte // off the cache line of whatever precedes Counters
 	stripes [counterStripes]counterStripe
 }
 
@@ -19,10 +20,13 @@ type Counters struct {
 const counterStripes = 8
 
 // counterStripe is one stripe of Counters: frames and bytes by direction
-// (0 client to node, 1 node to client), padded to a cache line.
+// (0 client to node, 1 node to client), padded to two cache lines: Go
+// aligns it to 8 bytes only, so its 32 counted bytes may straddle a line,
+// and 96 bytes of padding keep any line they touch clear of the next
+// stripe's and of what follows Counters.
 type counterStripe struct {
 	dir [2]struct{ frames, bytes atomic.Uint64 }
-	_   [64 - 32]byte
+	_   [128 - 32]byte
 }
 
 // stripeFor is the stripe the tunnel at t counts into, picked from its
