@@ -11,6 +11,7 @@ import (
 	"github.com/wsgate/wsgate/gateway/internal/admit"
 	"github.com/wsgate/wsgate/gateway/internal/route"
 	"github.com/wsgate/wsgate/gateway/internal/upgrade"
+	"github.com/wsgate/wsgate/internal/httpheader"
 )
 
 // proxyTimeout bounds one plain HTTP request to a node.
@@ -27,13 +28,13 @@ func prepareForward(ctx *fasthttp.RequestCtx, g *generation, rt *route.Route, se
 	for _, v := range h.PeekAll(fasthttp.HeaderConnection) {
 		for len(v) > 0 {
 			var t []byte
-			t, v = upgrade.NextToken(v)
+			t, v = httpheader.NextToken(v)
 			if len(t) > 0 {
 				h.DelBytes(t)
 			}
 		}
 	}
-	for _, k := range upgrade.HopByHop {
+	for _, k := range httpheader.HopByHop {
 		h.Del(k) // Del takes any case
 	}
 	var drop [][]byte // deleting while iterating would skip headers

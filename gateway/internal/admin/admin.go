@@ -18,6 +18,7 @@ import (
 	"github.com/valyala/fasthttp"
 	"github.com/valyala/fasthttp/fasthttpadaptor"
 	"github.com/wsgate/wsgate/conf"
+	"github.com/wsgate/wsgate/internal/httpheader"
 )
 
 //go:embed dashboard/index.html
@@ -245,7 +246,7 @@ func (a *API) authorized(ctx *fasthttp.RequestCtx) bool {
 func headerCount(h *fasthttp.RequestHeader, name string) int {
 	n := 0
 	for k := range h.All() {
-		if headerIs(k, name) {
+		if httpheader.Is(k, name) {
 			n++
 		}
 	}
@@ -316,22 +317,4 @@ func writeJSON(ctx *fasthttp.RequestCtx, status int, v any) {
 
 func jsonError(ctx *fasthttp.RequestCtx, status int, msg string) {
 	writeJSON(ctx, status, map[string]string{"error": msg})
-}
-
-// headerIs reports whether the header name k equals name, which must be
-// lowercase ASCII, ignoring the case of k.
-func headerIs(k []byte, name string) bool {
-	if len(k) != len(name) {
-		return false
-	}
-	for i := 0; i < len(name); i++ {
-		c := k[i]
-		if 'A' <= c && c <= 'Z' {
-			c += 'a' - 'A'
-		}
-		if c != name[i] {
-			return false
-		}
-	}
-	return true
 }

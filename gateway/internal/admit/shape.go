@@ -7,6 +7,7 @@ import (
 	"github.com/valyala/fasthttp"
 	"github.com/wsgate/wsgate/gateway/internal/route"
 	"github.com/wsgate/wsgate/gateway/internal/upgrade"
+	"github.com/wsgate/wsgate/internal/httpheader"
 )
 
 // reqShape is what admission reads off the request's headers. Peek is not
@@ -37,9 +38,9 @@ func readShape(h *fasthttp.RequestHeader) reqShape {
 	if (sh.contentLength || sh.transferEncoding) && len(h.RawHeaders()) > 0 {
 		for k := range h.AllInOrder() {
 			switch {
-			case headerIs(k, "content-length"):
+			case httpheader.Is(k, "content-length"):
 				sh.contentLength = true
-			case headerIs(k, "transfer-encoding"):
+			case httpheader.Is(k, "transfer-encoding"):
 				sh.transferEncoding = true
 			}
 		}
@@ -47,34 +48,30 @@ func readShape(h *fasthttp.RequestHeader) reqShape {
 	return sh
 }
 
-// headerIs is upgrade.HeaderIs: whether the header name k equals the
-// lowercase name, ignoring the case of k.
-func headerIs(k []byte, name string) bool { return upgrade.HeaderIs(k, name) }
-
 // add counts one header.
 func (sh *reqShape) add(k, v []byte) {
 	if sh.badName == nil && !isToken(k) {
 		sh.badName = k
 	}
 	switch {
-	case headerIs(k, "upgrade"):
+	case httpheader.Is(k, "upgrade"):
 		sh.upgrades++
-	case headerIs(k, "connection"):
-		sh.connUpgrade = sh.connUpgrade || upgrade.HasToken(v, "upgrade")
-		sh.connClose = sh.connClose || upgrade.HasToken(v, "close")
-	case headerIs(k, "sec-websocket-key"):
+	case httpheader.Is(k, "connection"):
+		sh.connUpgrade = sh.connUpgrade || httpheader.HasToken(v, "upgrade")
+		sh.connClose = sh.connClose || httpheader.HasToken(v, "close")
+	case httpheader.Is(k, "sec-websocket-key"):
 		sh.keys++
-	case headerIs(k, "sec-websocket-version"):
+	case httpheader.Is(k, "sec-websocket-version"):
 		sh.versions++
-	case headerIs(k, "origin"):
+	case httpheader.Is(k, "origin"):
 		sh.origins++
-	case headerIs(k, "authorization"):
+	case httpheader.Is(k, "authorization"):
 		sh.auths++
-	case headerIs(k, "content-length"):
+	case httpheader.Is(k, "content-length"):
 		sh.contentLength = true
-	case headerIs(k, "transfer-encoding"):
+	case httpheader.Is(k, "transfer-encoding"):
 		sh.transferEncoding = true
-	case headerIs(k, "trailer"):
+	case httpheader.Is(k, "trailer"):
 		// All yields Trailer for trailer fields received unannounced too.
 		sh.trailers = true
 	}

@@ -12,6 +12,7 @@ import (
 	"github.com/wsgate/wsgate/balancer"
 	"github.com/wsgate/wsgate/conf"
 	"github.com/wsgate/wsgate/gateway/internal/upstream"
+	"github.com/wsgate/wsgate/internal/httpheader"
 )
 
 // Route is a [[routes]] entry compiled for matching: lowercase host pattern,
@@ -105,9 +106,9 @@ func (r *Route) matchHost(host []byte) bool {
 	case r.host == "":
 		return true
 	case r.wildcard:
-		return len(host) > len(r.host) && EqualFoldSuffix(host, r.host)
+		return len(host) > len(r.host) && httpheader.HasSuffixFold(host, r.host)
 	default:
-		return len(host) == len(r.host) && EqualFoldSuffix(host, r.host)
+		return len(host) == len(r.host) && httpheader.HasSuffixFold(host, r.host)
 	}
 }
 
@@ -126,52 +127,11 @@ func (r *Route) OriginAllowed(origin []byte) bool {
 // may read as that name (see SameHeader).
 func (r *Route) OwnsHeader(k []byte) bool {
 	for _, name := range r.strip {
-		if SameHeader(k, name) {
+		if httpheader.Same(k, name) {
 			return true
 		}
 	}
 	return false
-}
-
-// SameHeader reports whether header names k and name are one to a node:
-// equal ignoring case, with "_" and " " taken for "-", since CGI, WSGI, PHP
-// and Rack map X-User-Id, X_User_Id and "X User Id" alike to HTTP_X_USER_ID.
-func SameHeader(k []byte, name string) bool {
-	if len(k) != len(name) {
-		return false
-	}
-	for i := range len(k) {
-		if foldHeaderByte(k[i]) != foldHeaderByte(name[i]) {
-			return false
-		}
-	}
-	return true
-}
-
-func foldHeaderByte(c byte) byte {
-	switch {
-	case 'A' <= c && c <= 'Z':
-		return c + 'a' - 'A'
-	case c == '_' || c == ' ':
-		return '-'
-	}
-	return c
-}
-
-// EqualFoldSuffix reports whether s ends with the lowercase ASCII suffix,
-// ignoring the case of s.
-func EqualFoldSuffix(s []byte, suffix string) bool {
-	off := len(s) - len(suffix)
-	for i := 0; i < len(suffix); i++ {
-		c := s[off+i]
-		if 'A' <= c && c <= 'Z' {
-			c += 'a' - 'A'
-		}
-		if c != suffix[i] {
-			return false
-		}
-	}
-	return true
 }
 
 // stripPort drops a trailing ":port" from a Host header value, keeping

@@ -12,6 +12,7 @@ import (
 	"github.com/valyala/fasthttp"
 	"github.com/wsgate/wsgate/balancer"
 	"github.com/wsgate/wsgate/gateway/internal/upstream"
+	"github.com/wsgate/wsgate/internal/httpheader"
 )
 
 // maxUpstreamAnswer is the largest body of a non-101 answer from a node that
@@ -107,8 +108,8 @@ func clientResponse(b []byte, h *fasthttp.ResponseHeader) []byte {
 	b = append(b, "HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"...)
 	for k, v := range h.All() {
 		switch {
-		case HeaderIs(k, "upgrade"), HeaderIs(k, "connection"), HeaderIs(k, "content-length"),
-			HeaderIs(k, "content-type"), HeaderIs(k, "transfer-encoding"):
+		case httpheader.Is(k, "upgrade"), httpheader.Is(k, "connection"), httpheader.Is(k, "content-length"),
+			httpheader.Is(k, "content-type"), httpheader.Is(k, "transfer-encoding"):
 			continue
 		}
 		b = append(b, k...)

@@ -6,51 +6,9 @@ import (
 	"net/netip"
 
 	"github.com/valyala/fasthttp"
-	"github.com/wsgate/wsgate/gateway/internal/route"
+	"github.com/wsgate/wsgate/internal/httpheader"
 	"github.com/wsgate/wsgate/internal/proxyproto"
 )
-
-// HopByHop are the request headers that concern one connection only (RFC
-// 9110 section 7.6.1, with Proxy-Connection and Proxy-Authorization, which
-// are meant for a forward proxy), lowercase: never forwarded.
-var HopByHop = [...]string{
-	"connection", "proxy-connection", "keep-alive", "te", "transfer-encoding",
-	"upgrade", "trailer", "proxy-authorization",
-}
-
-// IsHopByHop reports whether header k is one of HopByHop.
-func IsHopByHop(k []byte) bool {
-	for _, name := range HopByHop {
-		if HeaderIs(k, name) {
-			return true
-		}
-	}
-	return false
-}
-
-// NextToken splits the first element off a comma-separated header value,
-// without the whitespace around it.
-func NextToken(v []byte) (tok, rest []byte) {
-	if i := bytes.IndexByte(v, ','); i >= 0 {
-		tok, rest = v[:i], v[i+1:]
-	} else {
-		tok = v
-	}
-	return bytes.Trim(tok, " \t"), rest
-}
-
-// HasToken reports whether the comma-separated header value v lists tok,
-// which must be lowercase, ignoring case.
-func HasToken(v []byte, tok string) bool {
-	for len(v) > 0 {
-		var t []byte
-		t, v = NextToken(v)
-		if HeaderIs(t, tok) {
-			return true
-		}
-	}
-	return false
-}
 
 // connectionListed reports whether header k is named in one of the
 // Connection header values conn, which makes it hop-by-hop.
@@ -58,7 +16,7 @@ func connectionListed(conn [][]byte, k []byte) bool {
 	for _, v := range conn {
 		for len(v) > 0 {
 			var t []byte
-			t, v = NextToken(v)
+			t, v = httpheader.NextToken(v)
 			if len(t) == len(k) && bytes.EqualFold(t, k) {
 				return true
 			}
@@ -67,17 +25,11 @@ func connectionListed(conn [][]byte, k []byte) bool {
 	return false
 }
 
-// HeaderIs reports whether the header name k equals name, which must be
-// lowercase ASCII, ignoring the case of k.
-func HeaderIs(k []byte, name string) bool {
-	return len(k) == len(name) && route.EqualFoldSuffix(k, name)
-}
-
 // Decided reports whether the client's header k is one the auth chain's
 // decision sets (or removes), under any spelling (see route.SameHeader).
 func Decided(set map[string]string, k []byte) bool {
 	for name := range set {
-		if route.SameHeader(k, name) {
+		if httpheader.Same(k, name) {
 			return true
 		}
 	}

@@ -7,6 +7,7 @@ import (
 
 	"github.com/valyala/fasthttp"
 	"github.com/wsgate/wsgate/gateway/internal/route"
+	"github.com/wsgate/wsgate/internal/httpheader"
 )
 
 // requestBufs holds the buffers requests to nodes are rendered in.
@@ -56,8 +57,8 @@ func AppendNodeRequest(b []byte, ctx *fasthttp.RequestCtx, rt *route.Route, trus
 	conn := h.PeekAll(fasthttp.HeaderConnection)
 	for k, v := range h.All() {
 		switch {
-		case Decided(set, k), HeaderIs(k, "host"), HeaderIs(k, "x-forwarded-for"), HeaderIs(k, "x-forwarded-proto"), HeaderIs(k, "content-length"),
-			IsHopByHop(k), rt.OwnsHeader(k), connectionListed(conn, k):
+		case Decided(set, k), httpheader.Is(k, "host"), httpheader.Is(k, "x-forwarded-for"), httpheader.Is(k, "x-forwarded-proto"), httpheader.Is(k, "content-length"),
+			httpheader.IsHopByHop(k), rt.OwnsHeader(k), connectionListed(conn, k):
 			continue
 		}
 		b = append(b, k...)

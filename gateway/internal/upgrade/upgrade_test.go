@@ -54,21 +54,3 @@ func TestClientResponse(t *testing.T) {
 		t.Fatalf("clientResponse:\n%q\nwant\n%q", got, want)
 	}
 }
-
-// TestHasToken checks Connection-style token lists.
-func TestHasToken(t *testing.T) {
-	for _, tc := range []struct {
-		v, tok string
-		want   bool
-	}{
-		{"keep-alive, Upgrade", "upgrade", true},
-		{"  upgrade  ", "upgrade", true},
-		{"upgrades", "upgrade", false},
-		{"close,keep-alive", "close", true},
-		{"", "close", false},
-	} {
-		if got := HasToken([]byte(tc.v), tc.tok); got != tc.want {
-			t.Errorf("HasToken(%q, %q) = %v, want %v", tc.v, tc.tok, got, tc.want)
-		}
-	}
-}
