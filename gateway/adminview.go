@@ -71,8 +71,4 @@ func (v adminView) node(name, addr string) (*upstream.Pool, *balancer.Node, erro
 	return p, n, nil
 }
 
-// checkJSON is the node's last health check as the admin API shows it,
-// converted from the pool's upstream.CheckView, which has its fields.
-type checkJSON = admin.Check
-
 var _ admin.Gateway = adminView{}

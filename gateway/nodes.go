@@ -61,7 +61,9 @@ func (s *Server) nodeView(p *upstream.Pool, n *balancer.Node) admin.Node {
 		Live:     n.Live(),
 		MaxConns: n.MaxConns(),
 		Weight:   n.Weight(),
-		Check:    (*checkJSON)(p.CheckView(n.Addr())),
+		// The same fields, in the same order: the conversion compiles
+		// only while the two types agree.
+		Check: (*admin.Check)(p.CheckView(n.Addr())),
 	}
 }
 

@@ -285,7 +285,7 @@ func (s *Server) swap(cfg *conf.Config, by string, prep *prepared) (restart []st
 	if len(gone) > 0 {
 		// Those with no tunnel are forgotten once no handshake that read
 		// the previous generation can still take a lease on them; the
-		// others when their last tunnel ends (registry.idle).
+		// others when their last tunnel ends (Tunnels.OnIdle).
 		time.AfterFunc(g.handshakeTimeout, s.requestSweep)
 	}
 	for name, op := range old.pools {
@@ -389,12 +389,9 @@ func (s *Server) build(cfg *conf.Config, old *generation, certs *edge.CertSet) (
 		if old != nil {
 			op = old.pools[cfg.Pools[i].Name]
 		}
-		p, _, removed, err := upstream.NewPool(&cfg.Pools[i], op, g.nodes, s.log, s.countDialError)
+		p, _, removed, err := upstream.NewPool(&cfg.Pools[i], op, g.nodes, s.log, s.countDialError, newPoolRate)
 		if err != nil {
 			return nil, nil, err
-		}
-		if p.Admit == nil { // a pool new to the config
-			p.Admit = admit.NewPoolRate(p.Conf.Admission.Rate, p.Conf.Admission.Burst)
 		}
 		g.pools[p.Name] = p
 		for _, n := range removed {
@@ -479,3 +476,6 @@ func (s *Server) LastReload() ReloadStatus {
 	}
 	return s.reload.last
 }
+
+// newPoolRate is a new pool's [pools.admission] rate.
+func newPoolRate(rate, burst int) upstream.Admission { return admit.NewPoolRate(rate, burst) }

@@ -3,7 +3,6 @@ package gateway
 import (
 	"github.com/wsgate/wsgate/balancer"
 	"github.com/wsgate/wsgate/gateway/internal/sharedcount"
-	"github.com/wsgate/wsgate/internal/redact"
 )
 
 // newSharedCounts returns s's [pools.shared_counts] sharers (none running
@@ -14,7 +13,6 @@ func newSharedCounts(s *Server) *sharedcount.Set {
 		Nodes:      s.poolNodes,
 		Log:        s.log,
 		Registerer: s.metrics.Reg,
-		RedactURL:  redact.URL,
 	})
 }
 

@@ -17,8 +17,8 @@ import (
 	"github.com/wsgate/wsgate/internal/discovery"
 )
 
-// Gateway is the gateway a [Set] applies the nodes it finds to.
-// gateway.Server implements it.
+// Gateway is the gateway a [Set] applies the nodes it finds to (the
+// gateway package's discoveryTarget implements it).
 //
 // Locks: the gateway's reload lock comes first, the Set's own lock after
 // it, never the other way round. ApplyDiscovered takes the reload lock

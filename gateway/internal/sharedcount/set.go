@@ -10,6 +10,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/wsgate/wsgate/balancer"
 	"github.com/wsgate/wsgate/conf"
+	"github.com/wsgate/wsgate/internal/redact"
 )
 
 // SetConfig is what a [Set] needs. It is read once by [NewSet].
@@ -24,9 +25,6 @@ type SetConfig struct {
 	// Registerer, if set, registers the sharers' metrics
 	// (wsgate_shared_counts_*) once Sync is first called.
 	Registerer prometheus.Registerer
-	// RedactURL returns a Redis URL as the log may show it: without its
-	// credentials.
-	RedactURL func(string) string
 }
 
 // Set runs a [Sharer] for every pool with [pools.shared_counts], by pool
@@ -135,7 +133,7 @@ func (set *Set) Sync(cfg *conf.Config) {
 			continue
 		}
 		set.running[name] = &sharing{conf: c, id: id, s: sh, obs: obs}
-		log.Info("shared counts started", "pool", name, "redis", set.cfg.RedactURL(c.Redis), "id", id, "interval", c.Interval.Duration)
+		log.Info("shared counts started", "pool", name, "redis", redact.URL(c.Redis), "id", id, "interval", c.Interval.Duration)
 	}
 }
 

@@ -27,8 +27,7 @@ import (
 
 // Pool is a [[pools]] entry at run time: the balancer's view of its nodes,
 // how to dial them, and an HTTP client per node for plain requests.
-// NewPool sets its fields; they are read-only after, except Admit, which
-// the gateway sets once before the pool is used. It is safe for
+// NewPool sets its fields; they are read-only after. It is safe for
 // concurrent use.
 type Pool struct {
 	// Name is the pool's name (pools.name).
@@ -57,8 +56,7 @@ type Pool struct {
 	// Admit is [pools.admission], shared with the pool of the same name
 	// in later generations so a reload keeps its tokens; a reload sets
 	// its rate when it commits. NewPool takes it from the pool it
-	// replaces; a pool new to the config has none until the gateway
-	// gives it one.
+	// replaces, or makes a pool new to the config one.
 	Admit Admission
 }
 
@@ -83,8 +81,10 @@ type Admission interface {
 // added, old's nodes pc drops in removed. It changes nothing that is in
 // use: the gateway's commit does, once the whole new generation is built
 // (a node it registers anew is used by nobody yet). Its dialer calls
-// count for each dial that fails on the gateway's side.
-func NewPool(pc *conf.Pool, old *Pool, reg *balancer.Registry, log *slog.Logger, count func(pool, node, reason string)) (p *Pool, added, removed []*balancer.Node, err error) {
+// count for each dial that fails on the gateway's side. A pool without
+// old gets its Admit from newAdmission, with pc's rate and burst.
+func NewPool(pc *conf.Pool, old *Pool, reg *balancer.Registry, log *slog.Logger, count func(pool, node, reason string),
+	newAdmission func(rate, burst int) Admission) (p *Pool, added, removed []*balancer.Node, err error) {
 	picker, err := balancer.NewPicker(pc.Balance)
 	if err != nil {
 		return nil, nil, nil, fmt.Errorf("pool %q: %w", pc.Name, err)
@@ -116,6 +116,7 @@ func NewPool(pc *conf.Pool, old *Pool, reg *balancer.Registry, log *slog.Logger,
 			keep[n.Addr()] = n
 		}
 	} else {
+		p.Admit = newAdmission(pc.Admission.Rate, pc.Admission.Burst)
 		p.Health = health.NewChecker(p.HealthConf, log.With("pool", pc.Name))
 	}
 	nodes := make([]*balancer.Node, 0, len(pc.Nodes))
