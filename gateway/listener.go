@@ -9,10 +9,14 @@ import (
 // outlive and the loadings of the TLS files after a change.
 type edgeMetrics struct{ m *telemetry.Metrics }
 
+// Refused counts a connection refused over limit (edge.Metrics).
 func (o edgeMetrics) Refused(limit string) { o.m.Refused.WithLabelValues(limit).Inc() }
 
+// AcceptError counts an accept error the listener outlived (edge.Metrics).
 func (o edgeMetrics) AcceptError(errno string) { o.m.AcceptErrors.WithLabelValues(errno).Inc() }
 
+// TLSReloaded counts a loading of the TLS files, by result
+// (edge.ReloadMetrics).
 func (o edgeMetrics) TLSReloaded(ok bool) {
 	result := "error"
 	if ok {

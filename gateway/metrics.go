@@ -10,10 +10,13 @@ import (
 // time: the live tunnels, the pools' nodes and the client connections.
 type liveSource struct{ s *Server }
 
+// LiveTunnels is the number of live tunnels.
 func (l liveSource) LiveTunnels() int { return l.s.tunnels.Len() }
 
+// TunnelTotals are the frames and bytes every tunnel forwarded.
 func (l liveSource) TunnelTotals() tunnel.Stats { return l.s.tunnels.Totals() }
 
+// EachNode calls fn for every node of every pool in force, pools by name.
 func (l liveSource) EachNode(fn func(pool string, n *balancer.Node)) {
 	for _, p := range l.s.poolList() {
 		for _, n := range p.Balancer.Nodes() {
@@ -22,8 +25,10 @@ func (l liveSource) EachNode(fn func(pool string, n *balancer.Node)) {
 	}
 }
 
+// OpenConns is the number of client connections open, counted from accept.
 func (l liveSource) OpenConns() int64 { return l.s.limits.Open() }
 
+// ConnLimit is max_conns as in force (held to the open-file limit).
 func (l liveSource) ConnLimit() int64 { _, eff, _ := l.s.limits.Limits(); return eff }
 
 var _ telemetry.Live = liveSource{}
