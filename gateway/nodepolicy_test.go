@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"net"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -13,32 +12,10 @@ import (
 	"github.com/wsgate/wsgate/conf"
 	"github.com/wsgate/wsgate/internal/discovery"
 	"github.com/wsgate/wsgate/internal/redistest"
+	"github.com/wsgate/wsgate/internal/testproc"
 	"github.com/wsgate/wsgate/relay-backend/bus"
 	"github.com/wsgate/wsgate/relay-backend/relay"
 )
-
-// countingListener listens on host, closes each connection it accepts,
-// and counts them; it is closed when the test ends.
-func countingListener(t *testing.T, host string) (net.Listener, *atomic.Int32) {
-	t.Helper()
-	ln, err := net.Listen("tcp", host+":0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { ln.Close() })
-	n := new(atomic.Int32)
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			n.Add(1)
-			c.Close()
-		}
-	}()
-	return ln, n
-}
 
 // TestDiscoveryAllow runs a Redis-discovered pool held to allow on real
 // relays and a real redis-server. Keys name an allowed relay, a relay
@@ -63,7 +40,7 @@ func TestDiscoveryAllow(t *testing.T) {
 		return ln.Addr().String()
 	}
 	a, b := serve("relay-a", "127.0.0.2"), serve("relay-b", "127.0.0.3")
-	trap, trapped := countingListener(t, "127.0.0.1")
+	trap, trapped := testproc.CountingListener(t, "127.0.0.1")
 	_, trapPort, _ := net.SplitHostPort(trap.Addr().String())
 	named := net.JoinHostPort("localhost", trapPort)
 	cfg := func(allow string) *conf.Config {

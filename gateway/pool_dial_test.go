@@ -6,7 +6,6 @@ import (
 	"net"
 	"net/http"
 	"os"
-	"strings"
 	"sync/atomic"
 	"syscall"
 	"testing"
@@ -14,28 +13,8 @@ import (
 	dto "github.com/prometheus/client_model/go"
 	"github.com/wsgate/wsgate/conf"
 	"github.com/wsgate/wsgate/health"
+	"github.com/wsgate/wsgate/internal/testproc"
 )
-
-// unusedSource returns an address that is not on this host, which bind
-// refuses with EADDRNOTAVAIL before any packet leaves, or skips the test
-// where the kernel would bind it anyway.
-func unusedSource(t *testing.T) string {
-	t.Helper()
-	const src = "192.0.2.1" // TEST-NET-1: never routed, never configured here
-	if b, err := os.ReadFile("/proc/sys/net/ipv4/ip_nonlocal_bind"); err != nil || strings.TrimSpace(string(b)) != "0" {
-		t.Skipf("cannot tell that bind refuses a foreign address (ip_nonlocal_bind: %q %v)", b, err)
-	}
-	addrs, err := net.InterfaceAddrs()
-	if err != nil {
-		t.Skipf("list local addresses: %v", err)
-	}
-	for _, a := range addrs {
-		if n, ok := a.(*net.IPNet); ok && n.IP.String() == src {
-			t.Skipf("%s is configured on this host", src)
-		}
-	}
-	return src
-}
 
 // TestLocalDialErrorKeepsNodeUp pins that a handshake whose dial fails on
 // the gateway's side does not charge the node (it did: ReportFailure on
@@ -45,7 +24,7 @@ func unusedSource(t *testing.T) string {
 // gets 503 with Retry-After. With a second source address that works,
 // the handshake goes through.
 func TestLocalDialErrorKeepsNodeUp(t *testing.T) {
-	src := unusedSource(t)
+	src := testproc.UnusedSource(t)
 	pool := fmt.Sprintf("source_addrs = [%q]\nconnect_tries = 3\n  [pools.health]\n  eject_after = 1", src)
 	e := newEnv(t, 1, oneNodeWith("", pool, ""))
 	for range 3 {
@@ -89,8 +68,8 @@ func TestLocalDialErrorKeepsNodeUp(t *testing.T) {
 // with Retry-After after that one dial: no other node would fare better,
 // so none is tried, and no node is charged with it.
 func TestOutOfDescriptorsStopsAtOnce(t *testing.T) {
-	a, _ := countingListener(t, "127.0.0.1")
-	b, _ := countingListener(t, "127.0.0.1")
+	a, _ := testproc.CountingListener(t, "127.0.0.1")
+	b, _ := testproc.CountingListener(t, "127.0.0.1")
 	cfg, err := conf.Parse("test.toml", []byte(fmt.Sprintf(`
 [gateway]
 listen = "127.0.0.1:0"

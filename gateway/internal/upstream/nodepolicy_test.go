@@ -8,13 +8,13 @@ import (
 	"log/slog"
 	"net"
 	"strings"
-	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/wsgate/wsgate/balancer"
 	"github.com/wsgate/wsgate/conf"
 	"github.com/wsgate/wsgate/internal/discovery"
+	"github.com/wsgate/wsgate/internal/testproc"
 )
 
 // TestNodePolicy pins which node addresses a discovered pool refuses,
@@ -69,29 +69,6 @@ func TestNodePolicy(t *testing.T) {
 	}
 }
 
-// countingListener listens on host, closes each connection it accepts,
-// and counts them; it is closed when the test ends.
-func countingListener(t *testing.T, host string) (net.Listener, *atomic.Int32) {
-	t.Helper()
-	ln, err := net.Listen("tcp", host+":0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { ln.Close() })
-	n := new(atomic.Int32)
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			n.Add(1)
-			c.Close()
-		}
-	}()
-	return ln, n
-}
-
 // discoveredPool is a config with one Redis-discovered pool held to
 // allow = ["127.0.0.2/32"]; its Redis is never reached.
 const discoveredPool = `
@@ -111,8 +88,8 @@ name = "relay"
 // with and without source addresses: a refused address is never
 // connected to (the listener accepts nothing), an allowed one is.
 func TestDialerHoldsToPolicy(t *testing.T) {
-	refused, accepts := countingListener(t, "127.0.0.1")
-	allowed, _ := countingListener(t, "127.0.0.2")
+	refused, accepts := testproc.CountingListener(t, "127.0.0.1")
+	allowed, _ := testproc.CountingListener(t, "127.0.0.2")
 	policy := NewNodePolicy(conf.Discovery{Kind: "dns", Allow: []string{"127.0.0.2/32"}})
 	for _, sources := range [][]string{nil, {"127.0.0.5"}} {
 		d, err := newDialer("p", sources, 2*time.Second, quietLog(), nil)

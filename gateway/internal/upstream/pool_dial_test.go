@@ -214,32 +214,11 @@ func TestDialerLocalErrors(t *testing.T) {
 	}
 }
 
-// unusedSource returns an address that is not on this host, which bind
-// refuses with EADDRNOTAVAIL before any packet leaves, or skips the test
-// where the kernel would bind it anyway.
-func unusedSource(t *testing.T) string {
-	t.Helper()
-	const src = "192.0.2.1" // TEST-NET-1: never routed, never configured here
-	if b, err := os.ReadFile("/proc/sys/net/ipv4/ip_nonlocal_bind"); err != nil || strings.TrimSpace(string(b)) != "0" {
-		t.Skipf("cannot tell that bind refuses a foreign address (ip_nonlocal_bind: %q %v)", b, err)
-	}
-	addrs, err := net.InterfaceAddrs()
-	if err != nil {
-		t.Skipf("list local addresses: %v", err)
-	}
-	for _, a := range addrs {
-		if n, ok := a.(*net.IPNet); ok && n.IP.String() == src {
-			t.Skipf("%s is configured on this host", src)
-		}
-	}
-	return src
-}
-
 // TestDialerRealUnavailableSource pins the classification on a real
 // EADDRNOTAVAIL: a source address that is not on the host fails at bind,
 // is counted as no_source_addr, and the next source carries the dial.
 func TestDialerRealUnavailableSource(t *testing.T) {
-	src := unusedSource(t)
+	src := testproc.UnusedSource(t)
 	node := newNodeListener(t)
 	var counts dialCounts
 	d, err := newDialer("p", []string{src, "127.0.0.2"}, 2*time.Second, quietLog(), counts.count)
