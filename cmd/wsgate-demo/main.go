@@ -91,7 +91,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 // demo runs the gateway in front of o.replicas relay replicas that share an
 // in-process bus, prints where to look, and drains everything when ctx ends.
 func demo(ctx context.Context, o demoOptions, stdout io.Writer, log *slog.Logger) error {
-	logLimits(log)
+	rlimit.RaiseAndLog(log)
 	mem := bus.NewMemory()
 	defer mem.Close()
 	var relays []*relay.Relay
@@ -159,15 +159,6 @@ func demoConfig(o demoOptions, addrs []string) string {
 	}
 	b.WriteString("\n[[routes]]\npath_prefix = \"/\"\npool = \"relay\"\n")
 	return b.String()
-}
-
-// logLimits raises the open-file limit and says what it is, as wsgate does.
-func logLimits(log *slog.Logger) {
-	soft, hard, err := rlimit.RaiseNoFile()
-	if err != nil {
-		log.Warn("open-file limit not raised", "err", err)
-	}
-	log.Info("open-file limit", "soft", soft, "hard", hard, "reserve", rlimit.Reserve(soft), "max_conns_ceiling", rlimit.MaxConns(soft))
 }
 
 // parseLevel reads the -log-level flag.

@@ -127,7 +127,7 @@ type serveOptions struct {
 // starts a new process of the same binary on the same listening sockets
 // and, once it is ready, drains this one.
 func serve(cfg *conf.Config, o serveOptions, log *slog.Logger) error {
-	logLimits(log)
+	rlimit.RaiseAndLog(log)
 	srv, err := gateway.New(cfg, log)
 	if err != nil {
 		return err
@@ -224,16 +224,6 @@ func removeOwnPidfile(path string) {
 	if err == nil && strings.TrimSpace(string(b)) == strconv.Itoa(os.Getpid()) {
 		_ = os.Remove(path)
 	}
-}
-
-// logLimits raises the open-file limit and says what it is; the gateway
-// holds max_conns to what it carries and logs the connection limits.
-func logLimits(log *slog.Logger) {
-	soft, hard, err := rlimit.RaiseNoFile()
-	if err != nil {
-		log.Warn("open-file limit not raised", "err", err)
-	}
-	log.Info("open-file limit", "soft", soft, "hard", hard, "reserve", rlimit.Reserve(soft), "max_conns_ceiling", rlimit.MaxConns(soft))
 }
 
 // parseLevel reads the -log-level flag.

@@ -4,6 +4,7 @@ package rlimit
 
 import (
 	"fmt"
+	"log/slog"
 	"syscall"
 )
 
@@ -53,4 +54,16 @@ func MaxConns(n uint64) int {
 		return 1
 	}
 	return int((n - r) / 2)
+}
+
+// RaiseAndLog raises the open-file limit (RaiseNoFile) and logs the limits
+// in force with what they carry for a gateway: the descriptors kept in
+// reserve and the max_conns ceiling. A limit that could not be raised is a
+// warning, not an error: the process runs on what it has.
+func RaiseAndLog(log *slog.Logger) {
+	soft, hard, err := RaiseNoFile()
+	if err != nil {
+		log.Warn("open-file limit not raised", "err", err)
+	}
+	log.Info("open-file limit", "soft", soft, "hard", hard, "reserve", Reserve(soft), "max_conns_ceiling", MaxConns(soft))
 }
