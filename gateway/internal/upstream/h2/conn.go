@@ -1,0 +1,845 @@
+package h2
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"sync"
+	"time"
+
+	"golang.org/x/net/http2"
+	"golang.org/x/net/http2/hpack"
+)
+
+const (
+	// defaultMaxFrameSize is SETTINGS_MAX_FRAME_SIZE's initial value, the
+	// largest frame either side may send until the other raises it; this
+	// side never raises it (RFC 9113 section 6.5.2).
+	defaultMaxFrameSize = 16384
+	// defaultWindow is the initial flow-control window of a connection and
+	// of every stream (RFC 9113 section 6.9.2).
+	defaultWindow = 65535
+	// maxWindow is the largest flow-control window (RFC 9113 section 6.9.1).
+	maxWindow = 1<<31 - 1
+	// headerTableSize is the hpack dynamic table this side decodes with,
+	// SETTINGS_HEADER_TABLE_SIZE's initial value, never changed.
+	headerTableSize = 4096
+	// keepBufCap is the largest receive buffer a stream keeps once a Read
+	// has drained it; larger ones are dropped, so that an idle stream
+	// holds no buffer.
+	keepBufCap = 4096
+)
+
+// Config is how a Conn behaves; the zero value is usable.
+type Config struct {
+	// StreamWindow is each stream's receive window, advertised as
+	// SETTINGS_INITIAL_WINDOW_SIZE: the most the node may send on a
+	// stream before its reader consumes it, so the most buffered per
+	// stream (default 64 KiB).
+	StreamWindow uint32
+	// ConnWindow is the connection's receive window (default 1 MiB).
+	// Received DATA is credited back to it as soon as a stream buffered
+	// it, since StreamWindow bounds each stream's buffer, so that a stream
+	// whose reader stopped does not hold the connection.
+	ConnWindow uint32
+	// MaxHeaderBytes bounds a decoded response header block (hpack field
+	// sizes, RFC 9113 section 6.5.2), advertised as
+	// SETTINGS_MAX_HEADER_LIST_SIZE (default 16 KiB).
+	MaxHeaderBytes uint32
+	// MaxBody bounds what OpenWebSocket keeps of a non-2xx response body
+	// (default 64 KiB); the rest is discarded and the stream reset.
+	MaxBody int
+	// WriteTimeout bounds every write to the network: a connection that
+	// cannot take a frame within it is lost (default 10s).
+	WriteTimeout time.Duration
+}
+
+func (c Config) withDefaults() Config {
+	if c.StreamWindow == 0 {
+		c.StreamWindow = 64 << 10
+	}
+	if c.StreamWindow > maxWindow {
+		c.StreamWindow = maxWindow
+	}
+	if c.ConnWindow < defaultWindow {
+		c.ConnWindow = 1 << 20
+	}
+	if c.ConnWindow > maxWindow {
+		c.ConnWindow = maxWindow
+	}
+	if c.MaxHeaderBytes == 0 {
+		c.MaxHeaderBytes = 16 << 10
+	}
+	if c.MaxBody <= 0 {
+		c.MaxBody = 64 << 10
+	}
+	if c.WriteTimeout <= 0 {
+		c.WriteTimeout = 10 * time.Second
+	}
+	return c
+}
+
+// Conn is the client side of one HTTP/2 connection to a node. It is safe
+// for concurrent use: any number of goroutines may open streams, ping and
+// close it.
+type Conn struct {
+	nc       net.Conn
+	cfg      Config
+	fr       *http2.Framer
+	bw       *bufio.Writer
+	readDone chan struct{} // closed when the reader goroutine returned
+
+	// wmu serializes frame writes: the Framer's write side, the hpack
+	// encoder (whose state must follow the order of header blocks on the
+	// wire) and stream identifiers (which must rise in that order, RFC
+	// 9113 section 5.1.1). It is held across a network write, which
+	// Config.WriteTimeout bounds. Lock order: wmu before mu.
+	wmu  sync.Mutex
+	henc *hpack.Encoder
+	hbuf bytes.Buffer
+	werr error
+
+	mu         sync.Mutex
+	streams    map[uint32]*Stream
+	nextID     uint32
+	maxStreams uint32 // the node's SETTINGS_MAX_CONCURRENT_STREAMS
+	peerWindow int32  // the node's SETTINGS_INITIAL_WINDOW_SIZE
+	peerFrame  uint32 // the node's SETTINGS_MAX_FRAME_SIZE
+	xconnect   bool   // the node's SETTINGS_ENABLE_CONNECT_PROTOCOL
+	sendWindow int64  // connection send window
+	recvWindow int64  // what the node may still send on the connection
+	recvCredit uint32 // received bytes not yet given back by WINDOW_UPDATE
+	goAway     bool   // GOAWAY received, or Shutdown called
+	err        error  // set once the connection is lost; then every stream ends
+	pings      map[[8]byte]chan struct{}
+	pingSeq    uint64
+	buffered   int           // bytes received and not read, over all streams
+	gone       chan struct{} // signalled (capacity 1) when a stream ends
+	// pendingTable is the node's SETTINGS_HEADER_TABLE_SIZE not yet given
+	// to the encoder, which belongs to wmu.
+	pendingTable *uint32
+}
+
+// Handshake starts HTTP/2 with prior knowledge on nc (RFC 9113 section
+// 3.3): it sends the client preface and this side's SETTINGS, waits for
+// the node's SETTINGS and acknowledges them, then starts the reader. ctx
+// bounds the handshake only. A node that does not enable extended CONNECT
+// is ErrNoExtendedConnect. On error nc is closed.
+func Handshake(ctx context.Context, nc net.Conn, cfg Config) (*Conn, error) {
+	cfg = cfg.withDefaults()
+	c := &Conn{
+		nc:         nc,
+		cfg:        cfg,
+		bw:         bufio.NewWriterSize(nc, 16<<10),
+		readDone:   make(chan struct{}),
+		streams:    make(map[uint32]*Stream),
+		nextID:     1,
+		maxStreams: ^uint32(0), // no limit until the node sets one (section 6.5.2)
+		peerWindow: defaultWindow,
+		peerFrame:  defaultMaxFrameSize,
+		sendWindow: defaultWindow,
+		recvWindow: int64(cfg.ConnWindow),
+		pings:      make(map[[8]byte]chan struct{}),
+		gone:       make(chan struct{}, 1),
+	}
+	c.fr = http2.NewFramer(c.bw, bufio.NewReaderSize(nc, 16<<10))
+	c.fr.SetMaxReadFrameSize(defaultMaxFrameSize)
+	c.fr.ReadMetaHeaders = hpack.NewDecoder(headerTableSize, nil)
+	c.fr.MaxHeaderListSize = cfg.MaxHeaderBytes
+	c.henc = hpack.NewEncoder(&c.hbuf)
+
+	if err := c.handshake(ctx); err != nil {
+		nc.Close()
+		return nil, err
+	}
+	go c.readLoop()
+	return c, nil
+}
+
+func (c *Conn) handshake(ctx context.Context) error {
+	if d, ok := ctx.Deadline(); ok {
+		c.nc.SetDeadline(d)
+	}
+	stop := context.AfterFunc(ctx, func() { c.nc.SetDeadline(time.Unix(1, 0)) })
+	err := c.exchangeSettings()
+	if !stop() || ctx.Err() != nil {
+		return fmt.Errorf("h2: handshake: %w", ctx.Err())
+	}
+	if err != nil {
+		return err
+	}
+	c.nc.SetDeadline(time.Time{})
+	return nil
+}
+
+func (c *Conn) exchangeSettings() error {
+	if _, err := io.WriteString(c.bw, http2.ClientPreface); err != nil {
+		return fmt.Errorf("h2: write the client preface: %w", err)
+	}
+	// This side's SETTINGS must follow the preface (RFC 9113 section 3.4).
+	err := c.fr.WriteSettings(
+		http2.Setting{ID: http2.SettingEnablePush, Val: 0},
+		http2.Setting{ID: http2.SettingInitialWindowSize, Val: c.cfg.StreamWindow},
+		http2.Setting{ID: http2.SettingMaxHeaderListSize, Val: c.cfg.MaxHeaderBytes},
+	)
+	if err == nil && c.cfg.ConnWindow > defaultWindow {
+		// The connection window is not a setting: it grows by
+		// WINDOW_UPDATE on stream 0 (section 6.9.2).
+		err = c.fr.WriteWindowUpdate(0, c.cfg.ConnWindow-defaultWindow)
+	}
+	if err == nil {
+		err = c.bw.Flush()
+	}
+	if err != nil {
+		return fmt.Errorf("h2: write SETTINGS: %w", err)
+	}
+	// The server's preface is a SETTINGS frame (section 3.4); extended
+	// CONNECT needs its SETTINGS_ENABLE_CONNECT_PROTOCOL before the first
+	// :protocol request (RFC 8441 section 3), so wait for it.
+	f, err := c.fr.ReadFrame()
+	if err != nil {
+		return fmt.Errorf("h2: read the node's SETTINGS: %w", err)
+	}
+	sf, ok := f.(*http2.SettingsFrame)
+	if !ok || sf.IsAck() {
+		return fmt.Errorf("h2: the node's first frame is %v, not SETTINGS (RFC 9113 section 3.4)", f.Header())
+	}
+	c.mu.Lock()
+	_, err = c.applySettings(sf)
+	c.mu.Unlock()
+	if err != nil {
+		return err
+	}
+	if !c.xconnect {
+		return ErrNoExtendedConnect
+	}
+	if err := c.fr.WriteSettingsAck(); err != nil {
+		return fmt.Errorf("h2: acknowledge SETTINGS: %w", err)
+	}
+	if err := c.bw.Flush(); err != nil {
+		return fmt.Errorf("h2: acknowledge SETTINGS: %w", err)
+	}
+	return nil
+}
+
+// applySettings takes the node's SETTINGS (RFC 9113 section 6.5.2) and
+// reports whether streams' send windows grew. Called with c.mu held.
+func (c *Conn) applySettings(f *http2.SettingsFrame) (grew bool, err error) {
+	err = f.ForeachSetting(func(s http2.Setting) error {
+		if err := s.Valid(); err != nil {
+			return connError{http2.ErrCodeProtocol, fmt.Sprintf("invalid setting %v", s)}
+		}
+		switch s.ID {
+		case http2.SettingHeaderTableSize:
+			// The encoder's table may shrink to what the node decodes
+			// with; it never grows past hpack's default.
+			c.setHeaderTableSize(s.Val)
+		case http2.SettingMaxConcurrentStreams:
+			c.maxStreams = s.Val
+		case http2.SettingInitialWindowSize:
+			// A change applies to every open stream's send window, which
+			// may go negative or overflow (section 6.9.2).
+			delta := int64(s.Val) - int64(c.peerWindow)
+			for _, st := range c.streams {
+				st.sendWindow += delta
+				if st.sendWindow > maxWindow {
+					return connError{http2.ErrCodeFlowControl, "SETTINGS_INITIAL_WINDOW_SIZE overflows a stream's window"}
+				}
+			}
+			c.peerWindow = int32(s.Val)
+			grew = grew || delta > 0
+		case http2.SettingMaxFrameSize:
+			c.peerFrame = s.Val
+		case http2.SettingEnableConnectProtocol:
+			// Once enabled it must not be withdrawn (RFC 8441 section 3).
+			if c.xconnect && s.Val == 0 {
+				return connError{http2.ErrCodeProtocol, "SETTINGS_ENABLE_CONNECT_PROTOCOL withdrawn"}
+			}
+			c.xconnect = s.Val == 1
+		}
+		// Unknown settings are ignored (section 6.5.2).
+		return nil
+	})
+	return grew, err
+}
+
+// setHeaderTableSize is deferred to the writer: the encoder belongs to
+// wmu, which cannot be taken under mu. The size update is applied before
+// the next header block is encoded.
+func (c *Conn) setHeaderTableSize(v uint32) {
+	c.pendingTable = &v
+}
+
+// readLoop is the connection's one reader: it demultiplexes frames to
+// streams until the connection ends, then ends every stream.
+func (c *Conn) readLoop() {
+	defer close(c.readDone)
+	for {
+		f, err := c.fr.ReadFrame()
+		if err != nil {
+			var se http2.StreamError
+			if errors.As(err, &se) {
+				c.resetStream(se.StreamID, se.Code)
+				continue
+			}
+			var ce http2.ConnectionError
+			switch {
+			case errors.As(err, &ce):
+				err = connError{http2.ErrCode(ce), fmt.Sprint(c.fr.ErrorDetail())}
+			case errors.Is(err, http2.ErrFrameTooLarge):
+				err = connError{http2.ErrCodeFrameSize, "frame larger than SETTINGS_MAX_FRAME_SIZE"}
+			}
+		} else {
+			err = c.handle(f)
+		}
+		if err != nil {
+			var ce connError
+			if errors.As(err, &ce) {
+				c.writeFrames(func(fr *http2.Framer) error { return fr.WriteGoAway(0, ce.Code, nil) })
+			}
+			c.fail(err)
+			return
+		}
+	}
+}
+
+// handle acts on one frame; an error is the connection's end.
+func (c *Conn) handle(f http2.Frame) error {
+	switch f := f.(type) {
+	case *http2.DataFrame:
+		return c.onData(f)
+	case *http2.MetaHeadersFrame:
+		return c.onHeaders(f)
+	case *http2.RSTStreamFrame:
+		return c.onReset(f)
+	case *http2.WindowUpdateFrame:
+		return c.onWindowUpdate(f)
+	case *http2.SettingsFrame:
+		if f.IsAck() {
+			return nil
+		}
+		c.mu.Lock()
+		grew, err := c.applySettings(f)
+		if grew {
+			c.wakeWritersLocked()
+		}
+		c.mu.Unlock()
+		if err != nil {
+			return err
+		}
+		return c.writeFrames(func(fr *http2.Framer) error { return fr.WriteSettingsAck() })
+	case *http2.PingFrame:
+		if !f.IsAck() {
+			return c.writeFrames(func(fr *http2.Framer) error { return fr.WritePing(true, f.Data) })
+		}
+		c.mu.Lock()
+		if ch, ok := c.pings[f.Data]; ok {
+			delete(c.pings, f.Data)
+			close(ch)
+		}
+		c.mu.Unlock()
+	case *http2.GoAwayFrame:
+		c.onGoAway(f)
+	case *http2.PushPromiseFrame:
+		return connError{http2.ErrCodeProtocol, "PUSH_PROMISE although SETTINGS_ENABLE_PUSH is 0 (RFC 9113 section 8.4)"}
+	}
+	// PRIORITY, PRIORITY_UPDATE and unknown frame types are ignored
+	// (RFC 9113 sections 5.3.2 and 5.5).
+	return nil
+}
+
+// lookup finds the stream a frame is for. A stream this side never opened
+// is idle, and a frame on it a connection error (RFC 9113 section 5.1);
+// nil with no error is a stream that has closed, whose late frames are
+// ignored. Called with c.mu held.
+func (c *Conn) lookup(h http2.FrameHeader) (*Stream, error) {
+	if s := c.streams[h.StreamID]; s != nil {
+		return s, nil
+	}
+	if h.StreamID%2 == 0 || h.StreamID >= c.nextID {
+		return nil, connError{http2.ErrCodeProtocol, fmt.Sprintf("%v on idle stream %d", h.Type, h.StreamID)}
+	}
+	return nil, nil
+}
+
+func (c *Conn) onData(f *http2.DataFrame) error {
+	n := f.Header().Length // padding included (RFC 9113 section 6.1)
+	c.mu.Lock()
+	// DATA beyond the advertised window is a flow-control error (section
+	// 6.9.1); it counts against the connection even on a closed stream.
+	if int64(n) > c.recvWindow {
+		c.mu.Unlock()
+		return connError{http2.ErrCodeFlowControl, "DATA beyond the connection window"}
+	}
+	c.recvWindow -= int64(n)
+	c.recvCredit += n
+	s, err := c.lookup(f.Header())
+	var streamInc uint32
+	var resetCode http2.ErrCode
+	if s != nil {
+		if int64(n) > int64(s.recvWindow) {
+			c.mu.Unlock()
+			return connError{http2.ErrCodeFlowControl, fmt.Sprintf("DATA beyond stream %d's window", s.id)}
+		}
+		s.recvWindow -= int32(n)
+		data := f.Data()
+		s.recvCredit += n - uint32(len(data)) // padding is consumed on arrival
+		switch {
+		case s.remoteEnded:
+			// Half-closed (remote): section 5.1.
+			resetCode = http2.ErrCodeStreamClosed
+		case s.status == 0:
+			// DATA before the response's HEADERS is malformed (section 8.1).
+			resetCode = http2.ErrCodeProtocol
+		case !s.ok():
+			// A refusal's body is kept up to MaxBody for OpenWebSocket.
+			room := min(c.cfg.MaxBody-len(s.body), len(data))
+			s.body = append(s.body, data[:room]...)
+			s.recvCredit += uint32(len(data))
+			if len(s.body) >= c.cfg.MaxBody {
+				s.respond()
+			}
+		case s.readClosed:
+			// Nobody reads any more: discard, and give the window back so
+			// that the node can finish.
+			s.recvCredit += uint32(len(data))
+		default:
+			s.rbuf = append(s.rbuf, data...)
+			c.buffered += len(data)
+			signal(s.rwake)
+		}
+		if resetCode == 0 && f.StreamEnded() {
+			s.remoteEnded = true
+			if !s.ok() {
+				s.respond()
+			}
+			signal(s.rwake)
+			s.maybeEndLocked()
+		}
+		if resetCode == 0 && !s.remoteEnded && s.recvCredit >= c.cfg.StreamWindow/2 {
+			streamInc = s.takeCreditLocked()
+		}
+	}
+	connInc := uint32(0)
+	if c.recvCredit >= c.cfg.ConnWindow/2 {
+		connInc = c.recvCredit
+		c.recvWindow += int64(connInc)
+		c.recvCredit = 0
+	}
+	id := f.StreamID
+	c.mu.Unlock()
+	if err != nil {
+		return err
+	}
+	if resetCode != 0 {
+		c.resetStream(id, resetCode)
+	}
+	if connInc == 0 && streamInc == 0 {
+		return nil
+	}
+	return c.writeFrames(func(fr *http2.Framer) error {
+		if connInc > 0 {
+			if err := fr.WriteWindowUpdate(0, connInc); err != nil {
+				return err
+			}
+		}
+		if streamInc > 0 {
+			return fr.WriteWindowUpdate(id, streamInc)
+		}
+		return nil
+	})
+}
+
+func (c *Conn) onHeaders(f *http2.MetaHeadersFrame) error {
+	c.mu.Lock()
+	s, err := c.lookup(f.Header())
+	if s == nil {
+		c.mu.Unlock()
+		return err
+	}
+	var resetCode http2.ErrCode
+	switch {
+	case f.Truncated:
+		s.finishLocked(ErrHeaderTooLarge)
+		resetCode = http2.ErrCodeCancel
+	case s.remoteEnded:
+		resetCode = http2.ErrCodeStreamClosed
+	case s.status != 0:
+		// Trailers: they must end the stream (RFC 9113 section 8.1).
+		if !f.StreamEnded() {
+			resetCode = http2.ErrCodeProtocol
+			break
+		}
+		s.remoteEnded = true
+		if !s.ok() {
+			s.respond()
+		}
+		signal(s.rwake)
+		s.maybeEndLocked()
+	default:
+		code, ok := parseStatus(f.PseudoValue("status"))
+		switch {
+		case !ok || code == 101:
+			// No :status, or 101, which HTTP/2 does not use (section
+			// 8.6): malformed (section 8.1.1).
+			resetCode = http2.ErrCodeProtocol
+		case code < 200:
+			// Interim responses precede the final one and cannot end the
+			// stream (section 8.1).
+			if f.StreamEnded() {
+				resetCode = http2.ErrCodeProtocol
+			}
+		default:
+			s.status = code
+			s.respHeader = fieldsToHeader(f.RegularFields())
+			if f.StreamEnded() {
+				s.remoteEnded = true
+			}
+			if s.ok() || s.remoteEnded {
+				s.respond()
+			}
+			signal(s.rwake)
+			s.maybeEndLocked()
+		}
+	}
+	c.mu.Unlock()
+	if resetCode != 0 {
+		c.resetStream(f.StreamID, resetCode)
+	}
+	return nil
+}
+
+func (c *Conn) onReset(f *http2.RSTStreamFrame) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	s, err := c.lookup(f.Header())
+	switch {
+	case s == nil:
+	case f.ErrCode == http2.ErrCodeNo && s.remoteEnded:
+		// A complete response, then a request to stop sending without
+		// error: the response stands (RFC 9113 section 8.1).
+		s.localEnded, s.endSent = true, true
+		s.finishLocked(nil)
+	default:
+		s.finishLocked(&StreamError{StreamID: s.id, Code: f.ErrCode, Remote: true})
+	}
+	return err
+}
+
+func (c *Conn) onWindowUpdate(f *http2.WindowUpdateFrame) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if f.StreamID == 0 {
+		c.sendWindow += int64(f.Increment)
+		if c.sendWindow > maxWindow {
+			return connError{http2.ErrCodeFlowControl, "WINDOW_UPDATE overflows the connection window (RFC 9113 section 6.9.1)"}
+		}
+		c.wakeWritersLocked()
+		return nil
+	}
+	s, err := c.lookup(f.Header())
+	if s == nil {
+		return err
+	}
+	s.sendWindow += int64(f.Increment)
+	if s.sendWindow > maxWindow {
+		// A stream error (section 6.9.1); the reset goes out after the
+		// lock is released.
+		s.finishLocked(&StreamError{StreamID: s.id, Code: http2.ErrCodeFlowControl})
+		go c.writeReset(s.id, http2.ErrCodeFlowControl)
+		return nil
+	}
+	signal(s.wwake)
+	return nil
+}
+
+// onGoAway stops new streams; streams the node may have processed (at or
+// below its last stream identifier) continue, the others were not and end
+// with REFUSED_STREAM (RFC 9113 section 6.8).
+func (c *Conn) onGoAway(f *http2.GoAwayFrame) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.goAway = true
+	for id, s := range c.streams {
+		if id > f.LastStreamID {
+			s.finishLocked(&StreamError{StreamID: id, Code: http2.ErrCodeRefusedStream, Remote: true})
+		}
+	}
+}
+
+// resetStream ends stream id for a stream error this side found and sends
+// RST_STREAM (RFC 9113 section 5.4.2).
+func (c *Conn) resetStream(id uint32, code http2.ErrCode) {
+	c.mu.Lock()
+	if s := c.streams[id]; s != nil {
+		s.finishLocked(&StreamError{StreamID: id, Code: code})
+	}
+	c.mu.Unlock()
+	c.writeReset(id, code)
+}
+
+func (c *Conn) writeReset(id uint32, code http2.ErrCode) {
+	c.writeFrames(func(fr *http2.Framer) error { return fr.WriteRSTStream(id, code) })
+}
+
+func (c *Conn) wakeWritersLocked() {
+	for _, s := range c.streams {
+		signal(s.wwake)
+	}
+}
+
+// writeFrames runs write with the Framer under wmu and flushes, bounded by
+// Config.WriteTimeout. A failed write loses the connection.
+func (c *Conn) writeFrames(write func(fr *http2.Framer) error) error {
+	c.wmu.Lock()
+	defer c.wmu.Unlock()
+	return c.writeFramesLocked(write)
+}
+
+func (c *Conn) writeFramesLocked(write func(fr *http2.Framer) error) error {
+	if c.werr != nil {
+		return c.werr
+	}
+	c.nc.SetWriteDeadline(time.Now().Add(c.cfg.WriteTimeout))
+	err := write(c.fr)
+	if err == nil {
+		err = c.bw.Flush()
+	}
+	if err != nil {
+		c.werr = &connLostError{fmt.Errorf("write: %w", err)}
+		c.fail(c.werr)
+		return c.werr
+	}
+	return nil
+}
+
+// fail ends the connection once: every stream ends with ErrConnLost (err
+// itself if it is one) and the socket is closed, which stops the reader.
+func (c *Conn) fail(err error) {
+	if !errors.Is(err, ErrConnLost) {
+		err = &connLostError{err}
+	}
+	c.mu.Lock()
+	if c.err != nil {
+		c.mu.Unlock()
+		return
+	}
+	c.err = err
+	for _, s := range c.streams {
+		s.finishLocked(err)
+	}
+	c.mu.Unlock()
+	c.nc.Close()
+}
+
+// OpenWebSocket opens a stream with an extended CONNECT request for a
+// WebSocket (RFC 8441 section 4) and waits, as long as ctx allows, for the
+// node's response. A 2xx response gives an open Stream and the response;
+// any other status gives no stream and the response with its status,
+// fields and at most Config.MaxBody bytes of body, to be passed to the
+// client. ErrFull says the node takes no more streams on this connection,
+// ErrGoingAway that it takes none at all; a *StreamError with
+// REFUSED_STREAM may be retried on another connection.
+func (c *Conn) OpenWebSocket(ctx context.Context, req *Request) (*Stream, *Response, error) {
+	if req.Authority == "" || req.Path == "" {
+		return nil, nil, errors.New("h2: extended CONNECT needs :authority and :path (RFC 8441 section 4)")
+	}
+	s, err := c.startStream(req)
+	if err != nil {
+		return nil, nil, err
+	}
+	select {
+	case <-s.responded:
+	case <-ctx.Done():
+		s.Abort()
+		return nil, nil, fmt.Errorf("h2: wait for the node's response: %w", ctx.Err())
+	}
+	c.mu.Lock()
+	err = s.err
+	resp := &Response{Status: s.status, Header: s.respHeader, Body: s.body}
+	s.body = nil
+	c.mu.Unlock()
+	if err != nil {
+		return nil, nil, err
+	}
+	if !s.ok() {
+		s.Abort()
+		return nil, resp, nil
+	}
+	return s, resp, nil
+}
+
+// startStream sends the request's HEADERS on a new stream.
+func (c *Conn) startStream(req *Request) (*Stream, error) {
+	c.wmu.Lock()
+	defer c.wmu.Unlock()
+	c.mu.Lock()
+	switch {
+	case c.err != nil:
+		err := c.err
+		c.mu.Unlock()
+		return nil, err
+	case c.goAway || c.nextID > maxWindow:
+		c.mu.Unlock()
+		return nil, ErrGoingAway
+	case uint32(len(c.streams)) >= c.maxStreams:
+		c.mu.Unlock()
+		return nil, ErrFull
+	}
+	s := &Stream{
+		c:          c,
+		id:         c.nextID,
+		sendWindow: int64(c.peerWindow),
+		recvWindow: int32(c.cfg.StreamWindow),
+		rwake:      make(chan struct{}, 1),
+		wwake:      make(chan struct{}, 1),
+		responded:  make(chan struct{}),
+	}
+	c.nextID += 2
+	c.streams[s.id] = s
+	maxFrame := c.peerFrame
+	table := c.pendingTable
+	c.pendingTable = nil
+	c.mu.Unlock()
+
+	if table != nil {
+		c.henc.SetMaxDynamicTableSizeLimit(*table)
+	}
+	c.hbuf.Reset()
+	encodeRequest(c.henc, req)
+	block := c.hbuf.Bytes()
+	err := c.writeFramesLocked(func(fr *http2.Framer) error {
+		// A header block larger than a frame continues in CONTINUATION
+		// frames, with nothing in between (RFC 9113 section 4.3).
+		first := block[:min(len(block), int(maxFrame))]
+		rest := block[len(first):]
+		if err := fr.WriteHeaders(http2.HeadersFrameParam{
+			StreamID:      s.id,
+			BlockFragment: first,
+			EndHeaders:    len(rest) == 0,
+		}); err != nil {
+			return err
+		}
+		for len(rest) > 0 {
+			frag := rest[:min(len(rest), int(maxFrame))]
+			rest = rest[len(frag):]
+			if err := fr.WriteContinuation(s.id, len(rest) == 0, frag); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	return s, nil
+}
+
+// Ping sends a PING and waits for its acknowledgement (RFC 9113 section
+// 6.7): the round trip, for keepalive and for detecting a silent node.
+func (c *Conn) Ping(ctx context.Context) (time.Duration, error) {
+	c.mu.Lock()
+	if c.err != nil {
+		err := c.err
+		c.mu.Unlock()
+		return 0, err
+	}
+	c.pingSeq++
+	var data [8]byte
+	binary.BigEndian.PutUint64(data[:], c.pingSeq)
+	ch := make(chan struct{})
+	c.pings[data] = ch
+	c.mu.Unlock()
+	start := time.Now()
+	if err := c.writeFrames(func(fr *http2.Framer) error { return fr.WritePing(false, data) }); err != nil {
+		return 0, err
+	}
+	select {
+	case <-ch:
+		return time.Since(start), nil
+	case <-c.readDone:
+		return 0, c.Err()
+	case <-ctx.Done():
+		c.mu.Lock()
+		delete(c.pings, data)
+		c.mu.Unlock()
+		return 0, fmt.Errorf("h2: ping: %w", ctx.Err())
+	}
+}
+
+// Stats is what a Conn holds at one moment.
+type Stats struct {
+	// Streams counts open streams, those that count against the node's
+	// SETTINGS_MAX_CONCURRENT_STREAMS.
+	Streams int
+	// Buffered is the bytes received on streams and not yet read.
+	Buffered int
+}
+
+// Stats returns the connection's counts.
+func (c *Conn) Stats() Stats {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return Stats{Streams: len(c.streams), Buffered: c.buffered}
+}
+
+// Err returns nil while the connection is up, then why it ended (an error
+// matching ErrConnLost).
+func (c *Conn) Err() error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.err
+}
+
+// Done is closed once the connection has ended and its reader returned.
+func (c *Conn) Done() <-chan struct{} { return c.readDone }
+
+// Close sends GOAWAY and closes the connection; open streams end with
+// ErrConnLost.
+func (c *Conn) Close() error {
+	c.mu.Lock()
+	c.goAway = true
+	c.mu.Unlock()
+	c.writeFrames(func(fr *http2.Framer) error { return fr.WriteGoAway(0, http2.ErrCodeNo, nil) })
+	c.fail(errors.New("closed by the gateway"))
+	<-c.readDone
+	return nil
+}
+
+// Shutdown stops new streams, waits as long as ctx allows for the open
+// ones to end, then closes the connection.
+func (c *Conn) Shutdown(ctx context.Context) error {
+	c.mu.Lock()
+	c.goAway = true
+	c.mu.Unlock()
+	for {
+		c.mu.Lock()
+		n := len(c.streams)
+		c.mu.Unlock()
+		if n == 0 {
+			return c.Close()
+		}
+		select {
+		case <-c.gone:
+		case <-c.readDone:
+			return c.Close()
+		case <-ctx.Done():
+			c.Close()
+			return fmt.Errorf("h2: shutdown with %d streams open: %w", n, ctx.Err())
+		}
+	}
+}
+
+// signal wakes the goroutine waiting on ch, if any, or the next one to
+// wait.
+func signal(ch chan struct{}) {
+	select {
+	case ch <- struct{}{}:
+	default:
+	}
+}

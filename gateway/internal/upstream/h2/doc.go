@@ -1,0 +1,17 @@
+// Package h2 is the client side of one cleartext HTTP/2 connection (prior
+// knowledge, "h2c") from the gateway to a node, carrying WebSockets as
+// extended CONNECT streams (RFC 8441 sections 4 and 5).
+//
+// The wire format is golang.org/x/net/http2's Framer and its hpack codec;
+// this package is the glue: the connection preface and SETTINGS exchange
+// (RFC 9113 section 3.4), stream states (section 5.1), flow control in both
+// directions (sections 5.2 and 6.9), GOAWAY, PING and RST_STREAM.
+//
+// One Conn is one TCP connection with one reader goroutine that
+// demultiplexes frames to its streams; frames written by many streams are
+// serialized by one mutex, and every network write is bounded by
+// Config.WriteTimeout. A Stream is a net.Conn, so that the existing stream
+// engine can relay a WebSocket over it unchanged; the stream's receive
+// window bounds what is buffered for it, so a reader that stops reading
+// stops the node sending on that stream only.
+package h2

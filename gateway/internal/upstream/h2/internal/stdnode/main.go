@@ -1,0 +1,131 @@
+// Command stdnode is a WebSocket node built on Go's standard library alone,
+// for the interop tests of package h2: net/http's server with cleartext
+// HTTP/2 (prior knowledge) and extended CONNECT, which net/http enables
+// only with GODEBUG=http2xconnect=1 in the environment at start.
+//
+// It serves extended CONNECT requests with :protocol websocket (net/http
+// gives r.Method "CONNECT" and the protocol as the ":protocol" header):
+//
+//	/echo    200 (with the first Sec-WebSocket-Protocol offered), then
+//	         echoes the request body, flushing after each read
+//	/deny    403 with a body
+//	/source  200, then sends data until the stream ends
+//	/sink    200, then never reads the request body
+//	/reset   200, then resets the stream after the first read
+//
+// Each response carries X-Seen-Origin, X-Seen-Version and X-Seen-Key: the
+// Origin, Sec-WebSocket-Version and Sec-WebSocket-Key it was sent. It
+// prints "listening ADDR" once it accepts connections, and shuts down
+// gracefully (GOAWAY) on SIGTERM.
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"io"
+	"log"
+	"net"
+	"net/http"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+)
+
+func main() {
+	addr := flag.String("addr", "127.0.0.1:0", "listen address")
+	maxStreams := flag.Int("max-streams", 0, "SETTINGS_MAX_CONCURRENT_STREAMS (0: net/http's default)")
+	streamBuf := flag.Int("stream-buffer", 0, "receive window per stream (0: net/http's default)")
+	flag.Parse()
+
+	ln, err := net.Listen("tcp", *addr)
+	if err != nil {
+		log.Fatal(err)
+	}
+	var protocols http.Protocols
+	protocols.SetUnencryptedHTTP2(true)
+	srv := &http.Server{
+		Handler:   http.HandlerFunc(serve),
+		Protocols: &protocols,
+		HTTP2: &http.HTTP2Config{
+			MaxConcurrentStreams:      *maxStreams,
+			MaxReceiveBufferPerStream: *streamBuf,
+		},
+	}
+	done := make(chan struct{})
+	go func() {
+		sig := make(chan os.Signal, 1)
+		signal.Notify(sig, syscall.SIGTERM)
+		<-sig
+		fmt.Println("shutting down")
+		srv.Shutdown(context.Background())
+		close(done)
+	}()
+	fmt.Println("listening", ln.Addr())
+	if err := srv.Serve(ln); err != http.ErrServerClosed {
+		log.Fatal(err)
+	}
+	<-done
+}
+
+func serve(w http.ResponseWriter, r *http.Request) {
+	if r.Method != http.MethodConnect || r.Header.Get(":protocol") != "websocket" {
+		http.Error(w, "extended CONNECT for websocket only", http.StatusBadRequest)
+		return
+	}
+	h := w.Header()
+	h.Set("X-Seen-Origin", r.Header.Get("Origin"))
+	h.Set("X-Seen-Version", r.Header.Get("Sec-WebSocket-Version"))
+	h.Set("X-Seen-Key", r.Header.Get("Sec-WebSocket-Key"))
+	if p := r.Header.Get("Sec-WebSocket-Protocol"); p != "" {
+		h.Set("Sec-WebSocket-Protocol", strings.TrimSpace(strings.Split(p, ",")[0]))
+	}
+	rc := http.NewResponseController(w)
+	switch r.URL.Path {
+	case "/deny":
+		http.Error(w, "denied by the node", http.StatusForbidden)
+		return
+	case "/echo", "/source", "/sink", "/reset":
+	default:
+		http.NotFound(w, r)
+		return
+	}
+	w.WriteHeader(http.StatusOK)
+	if err := rc.Flush(); err != nil {
+		return
+	}
+	switch r.URL.Path {
+	case "/echo":
+		buf := make([]byte, 32<<10)
+		for {
+			n, err := r.Body.Read(buf)
+			if n > 0 {
+				if _, werr := w.Write(buf[:n]); werr != nil {
+					return
+				}
+				if rc.Flush() != nil {
+					return
+				}
+			}
+			if err != nil {
+				return
+			}
+		}
+	case "/source":
+		buf := []byte(strings.Repeat("s", 16<<10))
+		for {
+			if _, err := w.Write(buf); err != nil {
+				return
+			}
+			if rc.Flush() != nil {
+				return
+			}
+		}
+	case "/sink":
+		<-r.Context().Done()
+	case "/reset":
+		io.ReadFull(r.Body, make([]byte, 1))
+		panic(http.ErrAbortHandler)
+	}
+}

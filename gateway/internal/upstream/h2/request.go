@@ -1,0 +1,99 @@
+package h2
+
+import (
+	"net/http"
+	"strconv"
+	"strings"
+
+	"golang.org/x/net/http2/hpack"
+)
+
+// Request is an extended CONNECT request for a WebSocket (RFC 8441
+// section 4).
+type Request struct {
+	// Authority is :authority, the node's host[:port] as the client's
+	// Host header named it.
+	Authority string
+	// Path is :path, the request target with its query.
+	Path string
+	// Header holds the request's fields: Origin, Sec-WebSocket-Protocol,
+	// Sec-WebSocket-Extensions, Sec-WebSocket-Version, Cookie,
+	// X-Forwarded-For, plugin headers. Names are sent in lowercase; the
+	// fields HTTP/2 forbids (RFC 9113 section 8.2.2) and those of the
+	// HTTP/1.1 upgrade that extended CONNECT replaces (Sec-WebSocket-Key
+	// and Sec-WebSocket-Accept, RFC 8441 section 5) are left out, as are
+	// Host (it is :authority) and pseudo-header names.
+	Header http.Header
+}
+
+// Response is the node's answer to an extended CONNECT.
+type Response struct {
+	// Status is the response's :status: 2xx opened the WebSocket.
+	Status int
+	// Header holds the response's fields with canonical names, such as
+	// the Sec-WebSocket-Protocol and Sec-WebSocket-Extensions the node
+	// chose.
+	Header http.Header
+	// Body is the start (at most Config.MaxBody bytes) of a non-2xx
+	// response's body; nil for 2xx.
+	Body []byte
+}
+
+// skipRequestField reports whether a request field (lowercase name) is
+// not sent.
+func skipRequestField(name string) bool {
+	switch name {
+	case "connection", "upgrade", "keep-alive", "proxy-connection", "transfer-encoding", "te", "http2-settings":
+		// Connection-specific fields (RFC 9113 section 8.2.2); "te" may
+		// only carry "trailers", which a WebSocket has no use for.
+		return true
+	case "sec-websocket-key", "sec-websocket-accept":
+		// Extended CONNECT has no key and no accept (RFC 8441 section 5).
+		return true
+	case "host", "content-length":
+		// Host is :authority (RFC 9113 section 8.3.1); a CONNECT stream
+		// has no length.
+		return true
+	}
+	return name == "" || name[0] == ':'
+}
+
+// encodeRequest writes req's header block: pseudo-header fields first
+// (RFC 9113 section 8.3), then the request's fields.
+func encodeRequest(enc *hpack.Encoder, req *Request) {
+	enc.WriteField(hpack.HeaderField{Name: ":method", Value: "CONNECT"})
+	enc.WriteField(hpack.HeaderField{Name: ":protocol", Value: "websocket"})
+	enc.WriteField(hpack.HeaderField{Name: ":scheme", Value: "http"})
+	enc.WriteField(hpack.HeaderField{Name: ":authority", Value: req.Authority})
+	enc.WriteField(hpack.HeaderField{Name: ":path", Value: req.Path})
+	for name, values := range req.Header {
+		lower := strings.ToLower(name)
+		if skipRequestField(lower) {
+			continue
+		}
+		for _, v := range values {
+			// Cookies stay one field per value; a sensitive value is
+			// never indexed (RFC 7541 section 7.1.3).
+			enc.WriteField(hpack.HeaderField{Name: lower, Value: v, Sensitive: lower == "authorization" || lower == "cookie" && len(v) < 20})
+		}
+	}
+}
+
+// fieldsToHeader copies a response's regular fields.
+func fieldsToHeader(fields []hpack.HeaderField) http.Header {
+	h := make(http.Header, len(fields))
+	for _, f := range fields {
+		k := http.CanonicalHeaderKey(f.Name)
+		h[k] = append(h[k], f.Value)
+	}
+	return h
+}
+
+// parseStatus parses a three-digit :status.
+func parseStatus(s string) (int, bool) {
+	if len(s) != 3 {
+		return 0, false
+	}
+	n, err := strconv.Atoi(s)
+	return n, err == nil && n >= 100
+}

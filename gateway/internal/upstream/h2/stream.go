@@ -1,0 +1,318 @@
+package h2
+
+import (
+	"io"
+	"net"
+	"os"
+	"time"
+
+	"golang.org/x/net/http2"
+)
+
+// Stream is one WebSocket carried by an extended CONNECT stream. It is a
+// net.Conn: Read returns what the node sent, Write sends DATA, both honour
+// their deadlines. One goroutine may read while another writes; Close,
+// CloseWrite, Abort and the deadline setters may be called from any
+// goroutine. Errors: io.EOF once the node ended the stream,
+// os.ErrDeadlineExceeded for a passed deadline, a *StreamError (matching
+// ErrStreamReset) for a reset stream, ErrConnLost (wrapped) for a lost
+// connection, net.ErrClosed after Close or Abort.
+type Stream struct {
+	c         *Conn
+	id        uint32
+	rwake     chan struct{} // signalled when a Read may proceed
+	wwake     chan struct{} // signalled when a Write may proceed
+	responded chan struct{} // closed once the response is known
+
+	// Under c.mu:
+	sendWindow  int64  // what this side may still send (RFC 9113 section 6.9)
+	recvWindow  int32  // what the node may still send
+	recvCredit  uint32 // consumed bytes not yet given back by WINDOW_UPDATE
+	rbuf        []byte // received, not yet read: rbuf[roff:]
+	roff        int
+	status      int
+	respHeader  map[string][]string
+	body        []byte
+	didRespond  bool
+	localEnded  bool // END_STREAM about to be sent: no more Write
+	endSent     bool // END_STREAM written
+	remoteEnded bool // END_STREAM received
+	readClosed  bool // Close or Abort called: nobody reads any more
+	ended       bool // no longer counted by the connection
+	err         error
+	rdeadline   time.Time
+	wdeadline   time.Time
+}
+
+// ID returns the stream identifier.
+func (s *Stream) ID() uint32 { return s.id }
+
+// ok reports whether the response was a success (RFC 8441 section 5: a
+// 2xx status). Called with c.mu held or once the response is known.
+func (s *Stream) ok() bool { return s.status >= 200 && s.status < 300 }
+
+// respond makes the response available to OpenWebSocket. Called with
+// c.mu held.
+func (s *Stream) respond() {
+	if !s.didRespond {
+		s.didRespond = true
+		close(s.responded)
+	}
+}
+
+// takeCreditLocked returns the consumed bytes to give back to the node's
+// send window by WINDOW_UPDATE.
+func (s *Stream) takeCreditLocked() uint32 {
+	inc := s.recvCredit
+	s.recvWindow += int32(inc)
+	s.recvCredit = 0
+	return inc
+}
+
+// maybeEndLocked ends the stream once both sides sent END_STREAM (RFC 9113
+// section 5.1, "closed").
+func (s *Stream) maybeEndLocked() {
+	if s.endSent && s.remoteEnded {
+		s.finishLocked(nil)
+	}
+}
+
+// finishLocked removes the stream from the connection. With an error it
+// also drops what is buffered: Read and Write return err from now on.
+func (s *Stream) finishLocked(err error) {
+	c := s.c
+	if err != nil && s.err == nil {
+		s.err = err
+		c.buffered -= len(s.rbuf) - s.roff
+		s.rbuf, s.roff = nil, 0
+	}
+	s.respond()
+	signal(s.rwake)
+	signal(s.wwake)
+	if s.ended {
+		return
+	}
+	s.ended = true
+	delete(c.streams, s.id)
+	signal(c.gone)
+}
+
+// Read reads what the node sent on the stream.
+func (s *Stream) Read(p []byte) (int, error) {
+	c := s.c
+	for {
+		c.mu.Lock()
+		if s.readClosed {
+			c.mu.Unlock()
+			return 0, net.ErrClosed
+		}
+		if s.err != nil {
+			err := s.err
+			c.mu.Unlock()
+			return 0, err
+		}
+		if s.roff < len(s.rbuf) {
+			n := copy(p, s.rbuf[s.roff:])
+			s.roff += n
+			c.buffered -= n
+			if s.roff == len(s.rbuf) {
+				s.roff = 0
+				s.rbuf = s.rbuf[:0]
+				if cap(s.rbuf) > keepBufCap {
+					s.rbuf = nil
+				}
+			}
+			// The reader consumed n bytes: the node may send them again
+			// (RFC 9113 section 6.9), in updates of half a window.
+			var inc uint32
+			if !s.remoteEnded && !s.ended {
+				s.recvCredit += uint32(n)
+				if s.recvCredit >= c.cfg.StreamWindow/2 {
+					inc = s.takeCreditLocked()
+				}
+			}
+			c.mu.Unlock()
+			if inc > 0 {
+				c.writeFrames(func(fr *http2.Framer) error { return fr.WriteWindowUpdate(s.id, inc) })
+			}
+			return n, nil
+		}
+		if s.remoteEnded {
+			c.mu.Unlock()
+			return 0, io.EOF
+		}
+		dl := s.rdeadline
+		c.mu.Unlock()
+		if err := wait(s.rwake, dl); err != nil {
+			return 0, err
+		}
+	}
+}
+
+// Write sends p as DATA frames, each within the node's SETTINGS_MAX_FRAME_SIZE,
+// waiting for send window on the stream and the connection (RFC 9113
+// section 6.9) until the write deadline.
+func (s *Stream) Write(p []byte) (int, error) {
+	c := s.c
+	written := 0
+	for len(p) > 0 {
+		n, err := s.reserve(len(p))
+		if err != nil {
+			return written, err
+		}
+		if err := c.writeFrames(func(fr *http2.Framer) error { return fr.WriteData(s.id, false, p[:n]) }); err != nil {
+			return written, err
+		}
+		written += n
+		p = p[n:]
+	}
+	return written, nil
+}
+
+// reserve takes up to want bytes of send window from the stream and the
+// connection, waiting until some is there.
+func (s *Stream) reserve(want int) (int, error) {
+	c := s.c
+	for {
+		c.mu.Lock()
+		switch {
+		case s.err != nil:
+			err := s.err
+			c.mu.Unlock()
+			return 0, err
+		case s.localEnded || s.ended:
+			c.mu.Unlock()
+			return 0, net.ErrClosed
+		}
+		n := min(int64(want), s.sendWindow, c.sendWindow, int64(c.peerFrame))
+		if n > 0 {
+			s.sendWindow -= n
+			c.sendWindow -= n
+			c.mu.Unlock()
+			return int(n), nil
+		}
+		dl := s.wdeadline
+		c.mu.Unlock()
+		if err := wait(s.wwake, dl); err != nil {
+			return 0, err
+		}
+	}
+}
+
+// CloseWrite sends END_STREAM: this side sends nothing more, the node may
+// (RFC 9113 section 5.1, "half-closed (local)"). Read goes on until the
+// node ends its side.
+func (s *Stream) CloseWrite() error {
+	c := s.c
+	c.mu.Lock()
+	if s.localEnded || s.ended || s.err != nil {
+		c.mu.Unlock()
+		return nil
+	}
+	s.localEnded = true
+	signal(s.wwake)
+	c.mu.Unlock()
+	err := c.writeFrames(func(fr *http2.Framer) error { return fr.WriteData(s.id, true, nil) })
+	c.mu.Lock()
+	// Counted until END_STREAM is on the wire, so that a stream opened
+	// meanwhile never exceeds the node's limit.
+	s.endSent = err == nil
+	s.maybeEndLocked()
+	c.mu.Unlock()
+	return err
+}
+
+// Close sends END_STREAM as CloseWrite does and stops reading: what is
+// buffered is dropped, what the node still sends is discarded and its
+// window given back, and the stream ends when the node ends its side.
+// Read and Write return net.ErrClosed.
+func (s *Stream) Close() error {
+	c := s.c
+	c.mu.Lock()
+	if !s.readClosed {
+		s.readClosed = true
+		dropped := len(s.rbuf) - s.roff
+		c.buffered -= dropped
+		s.rbuf, s.roff = nil, 0
+		if !s.remoteEnded {
+			s.recvCredit += uint32(dropped)
+		}
+		signal(s.rwake)
+	}
+	inc := uint32(0)
+	if !s.remoteEnded && !s.ended && s.recvCredit > 0 {
+		inc = s.takeCreditLocked()
+	}
+	c.mu.Unlock()
+	if inc > 0 {
+		c.writeFrames(func(fr *http2.Framer) error { return fr.WriteWindowUpdate(s.id, inc) })
+	}
+	return s.CloseWrite()
+}
+
+// Abort resets the stream with RST_STREAM(CANCEL) (RFC 9113 section 6.4):
+// both directions end now and what is buffered is dropped.
+func (s *Stream) Abort() {
+	c := s.c
+	c.mu.Lock()
+	s.readClosed = true
+	wasOpen := !s.ended
+	s.finishLocked(net.ErrClosed)
+	c.mu.Unlock()
+	if wasOpen {
+		c.writeReset(s.id, http2.ErrCodeCancel)
+	}
+}
+
+// LocalAddr returns the connection's local address.
+func (s *Stream) LocalAddr() net.Addr { return s.c.nc.LocalAddr() }
+
+// RemoteAddr returns the node's address.
+func (s *Stream) RemoteAddr() net.Addr { return s.c.nc.RemoteAddr() }
+
+// SetDeadline sets both deadlines.
+func (s *Stream) SetDeadline(t time.Time) error {
+	s.SetReadDeadline(t)
+	return s.SetWriteDeadline(t)
+}
+
+// SetReadDeadline bounds Read; a zero t means no deadline.
+func (s *Stream) SetReadDeadline(t time.Time) error {
+	s.c.mu.Lock()
+	s.rdeadline = t
+	s.c.mu.Unlock()
+	signal(s.rwake)
+	return nil
+}
+
+// SetWriteDeadline bounds Write, including its wait for send window; a
+// zero t means no deadline.
+func (s *Stream) SetWriteDeadline(t time.Time) error {
+	s.c.mu.Lock()
+	s.wdeadline = t
+	s.c.mu.Unlock()
+	signal(s.wwake)
+	return nil
+}
+
+// wait waits for a signal on ch until the deadline dl (none if zero).
+func wait(ch chan struct{}, dl time.Time) error {
+	if dl.IsZero() {
+		<-ch
+		return nil
+	}
+	d := time.Until(dl)
+	if d <= 0 {
+		return os.ErrDeadlineExceeded
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ch:
+		return nil
+	case <-t.C:
+		return os.ErrDeadlineExceeded
+	}
+}
+
+var _ net.Conn = (*Stream)(nil)
