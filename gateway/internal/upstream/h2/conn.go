@@ -290,7 +290,11 @@ func (c *Conn) readLoop() {
 			var ce http2.ConnectionError
 			switch {
 			case errors.As(err, &ce):
-				err = connError{http2.ErrCode(ce), fmt.Sprint(c.fr.ErrorDetail())}
+				reason := "malformed frame or header block over the bound"
+				if d := c.fr.ErrorDetail(); d != nil {
+					reason = d.Error()
+				}
+				err = connError{http2.ErrCode(ce), reason}
 			case errors.Is(err, http2.ErrFrameTooLarge):
 				err = connError{http2.ErrCodeFrameSize, "frame larger than SETTINGS_MAX_FRAME_SIZE"}
 			}
@@ -533,8 +537,8 @@ func (c *Conn) onReset(f *http2.RSTStreamFrame) error {
 
 func (c *Conn) onWindowUpdate(f *http2.WindowUpdateFrame) error {
 	c.mu.Lock()
-	defer c.mu.Unlock()
 	if f.StreamID == 0 {
+		defer c.mu.Unlock()
 		c.sendWindow += int64(f.Increment)
 		if c.sendWindow > maxWindow {
 			return connError{http2.ErrCodeFlowControl, "WINDOW_UPDATE overflows the connection window (RFC 9113 section 6.9.1)"}
@@ -544,17 +548,17 @@ func (c *Conn) onWindowUpdate(f *http2.WindowUpdateFrame) error {
 	}
 	s, err := c.lookup(f.Header())
 	if s == nil {
+		c.mu.Unlock()
 		return err
 	}
 	s.sendWindow += int64(f.Increment)
-	if s.sendWindow > maxWindow {
-		// A stream error (section 6.9.1); the reset goes out after the
-		// lock is released.
-		s.finishLocked(&StreamError{StreamID: s.id, Code: http2.ErrCodeFlowControl})
-		go c.writeReset(s.id, http2.ErrCodeFlowControl)
-		return nil
-	}
+	overflow := s.sendWindow > maxWindow
 	signal(s.wwake)
+	c.mu.Unlock()
+	if overflow {
+		// A stream error (section 6.9.1).
+		c.resetStream(s.id, http2.ErrCodeFlowControl)
+	}
 	return nil
 }
 

@@ -354,3 +354,35 @@ func TestReadDeadline(t *testing.T) {
 	}
 	waitIdle(t, c)
 }
+
+// TestShutdown waits for the open stream to end, then closes the
+// connection; no stream opens meanwhile.
+func TestShutdown(t *testing.T) {
+	_, addr := startNode(t)
+	c := dialNode(t, addr, Config{})
+	s, _ := open(t, c, "/echo", nil)
+	done := make(chan error, 1)
+	go func() { done <- c.Shutdown(context.Background()) }()
+	var err error
+	for range 1000 {
+		var early *Stream
+		if early, _, err = c.OpenWebSocket(context.Background(), &Request{Authority: "n", Path: "/echo"}); errors.Is(err, ErrGoingAway) {
+			break
+		}
+		if early != nil { // opened before Shutdown began
+			early.Close()
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if !errors.Is(err, ErrGoingAway) {
+		t.Fatalf("open during shutdown: %v", err)
+	}
+	if err := echo(s, 5, 100<<10); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-done; err != nil {
+		t.Fatalf("shutdown: %v", err)
+	}
+	<-c.Done()
+	waitIdle(t, c)
+}

@@ -1,0 +1,398 @@
+package h2
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"io"
+	"net"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"golang.org/x/net/http2"
+	"golang.org/x/net/http2/hpack"
+)
+
+// fakeNode is the server side of a connection, scripted frame by frame
+// with the same Framer, for what net/http's server does not do on demand.
+type fakeNode struct {
+	t    *testing.T
+	nc   net.Conn
+	fr   *http2.Framer
+	enc  *hpack.Encoder
+	hbuf bytes.Buffer
+}
+
+// newFakeNode connects a client to a fake node that sends settings as its
+// preface, and returns the client's handshake result and the node.
+func newFakeNode(t *testing.T, cfg Config, settings ...http2.Setting) (*Conn, error, *fakeNode) {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	client, err := net.Dial("tcp", ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	server, err := ln.Accept()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { server.Close() })
+	server.SetDeadline(time.Now().Add(20 * time.Second))
+	n := &fakeNode{t: t, nc: server, fr: http2.NewFramer(server, server)}
+	n.fr.ReadMetaHeaders = hpack.NewDecoder(4096, nil)
+	n.enc = hpack.NewEncoder(&n.hbuf)
+	if err := n.fr.WriteSettings(settings...); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	c, err := Handshake(ctx, client, cfg)
+	if err != nil {
+		return nil, err, n
+	}
+	t.Cleanup(func() { c.Close() })
+	preface := make([]byte, len(http2.ClientPreface))
+	if _, err := io.ReadFull(server, preface); err != nil || string(preface) != http2.ClientPreface {
+		t.Fatalf("preface %q %v", preface, err)
+	}
+	return c, nil, n
+}
+
+var xconnect = http2.Setting{ID: http2.SettingEnableConnectProtocol, Val: 1}
+
+// next reads frames until one satisfies want, and returns it.
+func (n *fakeNode) next(want func(http2.Frame) bool) http2.Frame {
+	n.t.Helper()
+	for {
+		f, err := n.fr.ReadFrame()
+		if err != nil {
+			n.t.Fatalf("fake node: read: %v", err)
+		}
+		if want(f) {
+			return f
+		}
+	}
+}
+
+func (n *fakeNode) nextHeaders() *http2.MetaHeadersFrame {
+	n.t.Helper()
+	return n.next(func(f http2.Frame) bool { _, ok := f.(*http2.MetaHeadersFrame); return ok }).(*http2.MetaHeadersFrame)
+}
+
+func (n *fakeNode) nextData() *http2.DataFrame {
+	n.t.Helper()
+	return n.next(func(f http2.Frame) bool { _, ok := f.(*http2.DataFrame); return ok }).(*http2.DataFrame)
+}
+
+// respond sends a response header block on stream id, split in fragments
+// of at most frag bytes (HEADERS, then CONTINUATION).
+func (n *fakeNode) respond(id uint32, frag int, fields ...string) {
+	n.t.Helper()
+	n.hbuf.Reset()
+	for i := 0; i < len(fields); i += 2 {
+		n.enc.WriteField(hpack.HeaderField{Name: fields[i], Value: fields[i+1]})
+	}
+	block := n.hbuf.Bytes()
+	first := block[:min(frag, len(block))]
+	rest := block[len(first):]
+	if err := n.fr.WriteHeaders(http2.HeadersFrameParam{StreamID: id, BlockFragment: first, EndHeaders: len(rest) == 0}); err != nil {
+		n.t.Fatal(err)
+	}
+	for len(rest) > 0 {
+		p := rest[:min(frag, len(rest))]
+		rest = rest[len(p):]
+		if err := n.fr.WriteContinuation(id, len(rest) == 0, p); err != nil {
+			n.t.Fatal(err)
+		}
+	}
+}
+
+// openAsync opens a stream in the background; the result arrives on the
+// returned channel.
+func openAsync(c *Conn, req *Request) chan openResult {
+	ch := make(chan openResult, 1)
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		s, resp, err := c.OpenWebSocket(ctx, req)
+		ch <- openResult{s, resp, err}
+	}()
+	return ch
+}
+
+type openResult struct {
+	s    *Stream
+	resp *Response
+	err  error
+}
+
+// TestNoExtendedConnect names the missing setting.
+func TestNoExtendedConnect(t *testing.T) {
+	_, err, _ := newFakeNode(t, Config{}, http2.Setting{ID: http2.SettingMaxConcurrentStreams, Val: 10})
+	if !errors.Is(err, ErrNoExtendedConnect) || !strings.Contains(err.Error(), "SETTINGS_ENABLE_CONNECT_PROTOCOL") {
+		t.Fatalf("handshake: %v", err)
+	}
+}
+
+// TestRequestFields checks the request's header block as the node
+// decodes it: the extended CONNECT pseudo-header fields, lowercase names,
+// no connection-specific fields, no Sec-WebSocket-Key.
+func TestRequestFields(t *testing.T) {
+	c, err, n := newFakeNode(t, Config{}, xconnect)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := map[string][]string{
+		"Origin": {"https://app.test"}, "Sec-WebSocket-Version": {"13"}, "Sec-WebSocket-Key": {"k"},
+		"Sec-WebSocket-Protocol": {"a, b"}, "Cookie": {"x=1", "y=2"}, "X-Forwarded-For": {"10.0.0.1"},
+		"Connection": {"Upgrade"}, "Upgrade": {"websocket"}, "Keep-Alive": {"1"}, "Proxy-Connection": {"x"},
+		"Transfer-Encoding": {"chunked"}, "Host": {"h"}, "X-Plugin-User": {"u1"},
+	}
+	res := openAsync(c, &Request{Authority: "node.test:80", Path: "/ws?room=1", Header: h})
+	hf := n.nextHeaders()
+	got := map[string][]string{}
+	for _, f := range hf.Fields {
+		got[f.Name] = append(got[f.Name], f.Value)
+	}
+	want := map[string][]string{
+		":method": {"CONNECT"}, ":protocol": {"websocket"}, ":scheme": {"http"}, ":authority": {"node.test:80"}, ":path": {"/ws?room=1"},
+		"origin": {"https://app.test"}, "sec-websocket-version": {"13"}, "sec-websocket-protocol": {"a, b"},
+		"cookie": {"x=1", "y=2"}, "x-forwarded-for": {"10.0.0.1"}, "x-plugin-user": {"u1"},
+	}
+	if len(got) != len(want) {
+		t.Errorf("fields %v, want %v", got, want)
+	}
+	for k, v := range want {
+		if strings.Join(got[k], "|") != strings.Join(v, "|") {
+			t.Errorf("%s: %q, want %q", k, got[k], v)
+		}
+	}
+	if hf.StreamEnded() {
+		t.Error("the request ended the stream")
+	}
+	n.respond(hf.StreamID, 1000, ":status", "200", "sec-websocket-protocol", "a")
+	r := <-res
+	if r.err != nil || r.resp.Header.Get("Sec-WebSocket-Protocol") != "a" {
+		t.Fatalf("open: %v %+v", r.err, r.resp)
+	}
+}
+
+// TestInitialWindowChange waits a write for window the node opens with a
+// SETTINGS_INITIAL_WINDOW_SIZE change mid-connection, then a
+// WINDOW_UPDATE.
+func TestInitialWindowChange(t *testing.T) {
+	c, err, n := newFakeNode(t, Config{}, xconnect, http2.Setting{ID: http2.SettingInitialWindowSize, Val: 0})
+	if err != nil {
+		t.Fatal(err)
+	}
+	res := openAsync(c, &Request{Authority: "n", Path: "/"})
+	hf := n.nextHeaders()
+	n.respond(hf.StreamID, 1000, ":status", "200")
+	r := <-res
+	if r.err != nil {
+		t.Fatal(r.err)
+	}
+	s := r.s
+	s.SetWriteDeadline(time.Now().Add(50 * time.Millisecond))
+	if k, err := s.Write([]byte("hello world")); k != 0 || !errors.Is(err, os.ErrDeadlineExceeded) {
+		t.Fatalf("write on a zero window: %d %v", k, err)
+	}
+	s.SetWriteDeadline(time.Time{})
+	werr := make(chan error, 1)
+	go func() { _, err := s.Write([]byte("hello world")); werr <- err }()
+	if err := n.fr.WriteSettings(http2.Setting{ID: http2.SettingInitialWindowSize, Val: 5}); err != nil {
+		t.Fatal(err)
+	}
+	n.next(func(f http2.Frame) bool { sf, ok := f.(*http2.SettingsFrame); return ok && sf.IsAck() })
+	if d := n.nextData(); string(d.Data()) != "hello" {
+		t.Fatalf("first DATA %q", d.Data())
+	}
+	n.fr.WriteWindowUpdate(hf.StreamID, 100)
+	if d := n.nextData(); string(d.Data()) != " world" {
+		t.Fatalf("second DATA %q", d.Data())
+	}
+	if err := <-werr; err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestWriteSplitsFrames keeps every DATA frame within the node's
+// SETTINGS_MAX_FRAME_SIZE.
+func TestWriteSplitsFrames(t *testing.T) {
+	c, err, n := newFakeNode(t, Config{}, xconnect, http2.Setting{ID: http2.SettingInitialWindowSize, Val: 1 << 20})
+	if err != nil {
+		t.Fatal(err)
+	}
+	n.fr.WriteWindowUpdate(0, 1<<20)
+	res := openAsync(c, &Request{Authority: "n", Path: "/"})
+	hf := n.nextHeaders()
+	n.respond(hf.StreamID, 1000, ":status", "200")
+	r := <-res
+	if r.err != nil {
+		t.Fatal(r.err)
+	}
+	const size = 40000
+	go r.s.Write(make([]byte, size))
+	for got := 0; got < size; {
+		d := n.nextData()
+		if len(d.Data()) > defaultMaxFrameSize {
+			t.Fatalf("DATA frame of %d bytes", len(d.Data()))
+		}
+		got += len(d.Data())
+	}
+}
+
+// TestDataBeyondWindow ends the connection with FLOW_CONTROL_ERROR when
+// the node sends more than the stream window allows.
+func TestDataBeyondWindow(t *testing.T) {
+	c, err, n := newFakeNode(t, Config{StreamWindow: 1000}, xconnect)
+	if err != nil {
+		t.Fatal(err)
+	}
+	res := openAsync(c, &Request{Authority: "n", Path: "/"})
+	hf := n.nextHeaders()
+	n.respond(hf.StreamID, 1000, ":status", "200")
+	r := <-res
+	if r.err != nil {
+		t.Fatal(r.err)
+	}
+	n.fr.WriteData(hf.StreamID, false, make([]byte, 1001))
+	ga := n.next(func(f http2.Frame) bool { _, ok := f.(*http2.GoAwayFrame); return ok }).(*http2.GoAwayFrame)
+	if ga.ErrCode != http2.ErrCodeFlowControl {
+		t.Errorf("GOAWAY %v", ga.ErrCode)
+	}
+	if _, err := r.s.Read(make([]byte, 1)); !errors.Is(err, ErrConnLost) {
+		t.Errorf("read: %v", err)
+	}
+}
+
+// TestResponseHeaderBlocks reads a response header block continued in
+// CONTINUATION frames, and refuses one over Config.MaxHeaderBytes while
+// the connection goes on.
+func TestResponseHeaderBlocks(t *testing.T) {
+	c, err, n := newFakeNode(t, Config{MaxHeaderBytes: 8 << 10}, xconnect)
+	if err != nil {
+		t.Fatal(err)
+	}
+	long := strings.Repeat("v", 3000)
+	res := openAsync(c, &Request{Authority: "n", Path: "/"})
+	hf := n.nextHeaders()
+	n.respond(hf.StreamID, 700, ":status", "200", "x-long", long)
+	if r := <-res; r.err != nil || r.resp.Header.Get("X-Long") != long {
+		t.Fatalf("continued block: %v", r.err)
+	}
+
+	res = openAsync(c, &Request{Authority: "n", Path: "/"})
+	hf = n.nextHeaders()
+	fields := []string{":status", "200"}
+	for i := range 5 {
+		fields = append(fields, "x-long-"+string(rune('a'+i)), long)
+	}
+	n.respond(hf.StreamID, 16000, fields...)
+	if r := <-res; !errors.Is(r.err, ErrHeaderTooLarge) {
+		t.Fatalf("oversized block: %v", r.err)
+	}
+	n.next(func(f http2.Frame) bool { _, ok := f.(*http2.RSTStreamFrame); return ok })
+	pingAfter(t, c, n)
+
+	// Past the bound, a CONTINUATION is not even decoded: the Framer
+	// ends the connection.
+	res = openAsync(c, &Request{Authority: "n", Path: "/"})
+	hf = n.nextHeaders()
+	n.respond(hf.StreamID, 4000, fields...)
+	if r := <-res; !errors.Is(r.err, ErrConnLost) {
+		t.Fatalf("oversized continued block: %v", r.err)
+	}
+	if ga := n.next(func(f http2.Frame) bool { _, ok := f.(*http2.GoAwayFrame); return ok }).(*http2.GoAwayFrame); ga.ErrCode != http2.ErrCodeProtocol {
+		t.Errorf("GOAWAY %v", ga.ErrCode)
+	}
+}
+
+// pingAfter checks the connection still works: the node answers a ping.
+func pingAfter(t *testing.T, c *Conn, n *fakeNode) {
+	t.Helper()
+	done := make(chan error, 1)
+	go func() { _, err := c.Ping(context.Background()); done <- err }()
+	p := n.next(func(f http2.Frame) bool { _, ok := f.(*http2.PingFrame); return ok }).(*http2.PingFrame)
+	n.fr.WritePing(true, p.Data)
+	if err := <-done; err != nil {
+		t.Fatalf("ping: %v", err)
+	}
+}
+
+// TestLateAndUnknownFrames ignores frames on a stream this side reset,
+// unknown frame types and PRIORITY, answers the node's PING, and treats
+// DATA on a stream never opened as a connection error.
+func TestLateAndUnknownFrames(t *testing.T) {
+	c, err, n := newFakeNode(t, Config{}, xconnect)
+	if err != nil {
+		t.Fatal(err)
+	}
+	res := openAsync(c, &Request{Authority: "n", Path: "/"})
+	hf := n.nextHeaders()
+	n.respond(hf.StreamID, 1000, ":status", "200")
+	r := <-res
+	if r.err != nil {
+		t.Fatal(r.err)
+	}
+	r.s.Abort()
+	if rst := n.next(func(f http2.Frame) bool { _, ok := f.(*http2.RSTStreamFrame); return ok }).(*http2.RSTStreamFrame); rst.ErrCode != http2.ErrCodeCancel {
+		t.Errorf("abort sent %v", rst.ErrCode)
+	}
+	n.fr.WriteData(hf.StreamID, false, []byte("late"))
+	n.fr.WriteWindowUpdate(hf.StreamID, 10)
+	n.fr.WriteRawFrame(0xfa, 0, 0, []byte("unknown"))
+	n.fr.WritePriority(hf.StreamID, http2.PriorityParam{Weight: 1})
+	n.fr.WritePing(false, [8]byte{1, 2, 3})
+	if p := n.next(func(f http2.Frame) bool { _, ok := f.(*http2.PingFrame); return ok }).(*http2.PingFrame); !p.IsAck() || p.Data != [8]byte{1, 2, 3} {
+		t.Errorf("ping answer %v", p)
+	}
+	pingAfter(t, c, n)
+	if st := c.Stats(); st != (Stats{}) {
+		t.Errorf("holds %+v", st)
+	}
+
+	n.fr.WriteData(99, false, []byte("idle"))
+	if ga := n.next(func(f http2.Frame) bool { _, ok := f.(*http2.GoAwayFrame); return ok }).(*http2.GoAwayFrame); ga.ErrCode != http2.ErrCodeProtocol {
+		t.Errorf("GOAWAY %v", ga.ErrCode)
+	}
+	<-c.Done()
+}
+
+// TestGoAwayRefusesLaterStreams ends the streams above a GOAWAY's last
+// stream identifier with REFUSED_STREAM and keeps the ones below.
+func TestGoAwayRefusesLaterStreams(t *testing.T) {
+	c, err, n := newFakeNode(t, Config{}, xconnect)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var streams []*Stream
+	for range 2 {
+		res := openAsync(c, &Request{Authority: "n", Path: "/"})
+		hf := n.nextHeaders()
+		n.respond(hf.StreamID, 1000, ":status", "200")
+		r := <-res
+		if r.err != nil {
+			t.Fatal(r.err)
+		}
+		streams = append(streams, r.s)
+	}
+	n.fr.WriteGoAway(streams[0].ID(), http2.ErrCodeNo, nil)
+	var se *StreamError
+	if _, err := streams[1].Read(make([]byte, 1)); !errors.As(err, &se) || se.Code != http2.ErrCodeRefusedStream {
+		t.Fatalf("stream above GOAWAY: %v", err)
+	}
+	if _, _, err := c.OpenWebSocket(context.Background(), &Request{Authority: "n", Path: "/"}); !errors.Is(err, ErrGoingAway) {
+		t.Fatalf("open after GOAWAY: %v", err)
+	}
+	n.fr.WriteData(streams[0].ID(), true, []byte("still here"))
+	if b, err := io.ReadAll(streams[0]); err != nil || string(b) != "still here" {
+		t.Fatalf("stream below GOAWAY: %q %v", b, err)
+	}
+}
