@@ -396,3 +396,31 @@ func TestGoAwayRefusesLaterStreams(t *testing.T) {
 		t.Fatalf("stream below GOAWAY: %q %v", b, err)
 	}
 }
+
+// TestHeaderTableSize encodes requests within the node's
+// SETTINGS_HEADER_TABLE_SIZE: with 0, a decoder without a dynamic table
+// reads every request.
+func TestHeaderTableSize(t *testing.T) {
+	c, err, n := newFakeNode(t, Config{}, xconnect, http2.Setting{ID: http2.SettingHeaderTableSize, Val: 0})
+	if err != nil {
+		t.Fatal(err)
+	}
+	n.fr.ReadMetaHeaders = hpack.NewDecoder(0, nil)
+	for i := range 3 {
+		res := openAsync(c, &Request{Authority: "n", Path: "/", Header: map[string][]string{"X-Same": {"value"}}})
+		hf := n.nextHeaders()
+		var got string
+		for _, f := range hf.RegularFields() {
+			if f.Name == "x-same" {
+				got = f.Value
+			}
+		}
+		if got != "value" {
+			t.Fatalf("request %d: x-same %q in %v", i, got, hf.Fields)
+		}
+		n.respond(hf.StreamID, 1000, ":status", "200")
+		if r := <-res; r.err != nil {
+			t.Fatal(r.err)
+		}
+	}
+}

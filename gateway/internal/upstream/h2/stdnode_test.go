@@ -156,29 +156,42 @@ func echo(s *Stream, seed, size int) error {
 	return s.Close()
 }
 
-// TestStalledReaderDoesNotStallOthers opens a stream whose node sends
-// without end and never reads it: the node's sender blocks on that stream's
-// window alone, what is buffered for it stays within the window, and
-// another stream echoes more than the connection window meanwhile.
+// TestStalledReaderDoesNotStallOthers opens streams whose node sends
+// without end and never reads them: the node's senders block on those
+// streams' windows alone, so what is buffered for each stays within its
+// window while together they hold more than the connection window, and
+// another stream echoes meanwhile.
 func TestStalledReaderDoesNotStallOthers(t *testing.T) {
 	_, addr := startNode(t)
 	cfg := Config{StreamWindow: 64 << 10, ConnWindow: 256 << 10}
 	c := dialNode(t, addr, cfg)
-	stalled, _ := open(t, c, "/source", nil)
+	const stalled = 5
+	var streams []*Stream
+	for range stalled {
+		s, _ := open(t, c, "/source", nil)
+		streams = append(streams, s)
+	}
+	full := stalled * int(cfg.StreamWindow)
 	for range 1000 {
-		if c.Stats().Buffered >= int(cfg.StreamWindow)/2 {
+		if c.Stats().Buffered >= full {
 			break
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
+	if b := c.Stats().Buffered; b != full {
+		t.Fatalf("buffered for %d stalled streams: %d bytes, want their windows' %d (more than the connection window)", stalled, b, full)
+	}
 	s, _ := open(t, c, "/echo", nil)
+	s.SetDeadline(time.Now().Add(time.Minute)) // a failure, not a hang
 	if err := echo(s, 1, 2<<20); err != nil {
 		t.Fatal(err)
 	}
-	if b := c.Stats().Buffered; b < int(cfg.StreamWindow)/2 || b > int(cfg.StreamWindow) {
-		t.Errorf("buffered for the stalled stream: %d bytes, want within its window of %d", b, cfg.StreamWindow)
+	if b := c.Stats().Buffered; b != full {
+		t.Errorf("buffered for the stalled streams after the echo: %d bytes, want %d", b, full)
 	}
-	stalled.Abort()
+	for _, s := range streams {
+		s.Abort()
+	}
 	waitIdle(t, c)
 }
 
