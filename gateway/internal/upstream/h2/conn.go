@@ -149,6 +149,7 @@ func Handshake(ctx context.Context, nc net.Conn, cfg Config) (*Conn, error) {
 	}
 	c.fr = http2.NewFramer(c.bw, bufio.NewReaderSize(nc, 16<<10))
 	c.fr.SetMaxReadFrameSize(defaultMaxFrameSize)
+	c.fr.SetReuseFrames() // no frame is kept past the next read; DATA is copied
 	c.fr.ReadMetaHeaders = hpack.NewDecoder(headerTableSize, nil)
 	c.fr.MaxHeaderListSize = cfg.MaxHeaderBytes
 	c.henc = hpack.NewEncoder(&c.hbuf)

@@ -18,7 +18,7 @@ import (
 // fakeNode is the server side of a connection, scripted frame by frame
 // with the same Framer, for what net/http's server does not do on demand.
 type fakeNode struct {
-	t    *testing.T
+	t    testing.TB
 	nc   net.Conn
 	fr   *http2.Framer
 	enc  *hpack.Encoder
@@ -27,7 +27,7 @@ type fakeNode struct {
 
 // newFakeNode connects a client to a fake node that sends settings as its
 // preface, and returns the client's handshake result and the node.
-func newFakeNode(t *testing.T, cfg Config, settings ...http2.Setting) (*Conn, error, *fakeNode) {
+func newFakeNode(t testing.TB, cfg Config, settings ...http2.Setting) (*Conn, error, *fakeNode) {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
