@@ -42,7 +42,8 @@ type Config struct {
 	// stream before its reader consumes it, so the most buffered per
 	// stream (default 64 KiB).
 	StreamWindow uint32
-	// ConnWindow is the connection's receive window (default 1 MiB).
+	// ConnWindow is the connection's receive window (default 1 MiB; a
+	// value below the initial 65,535 bytes takes the default).
 	// Received DATA is credited back to it as soon as a stream buffered
 	// it, since StreamWindow bounds each stream's buffer, so that a stream
 	// whose reader stopped does not hold the connection.
