@@ -11,7 +11,7 @@ import (
 // it back from a scripted node that echoes each DATA frame and gives its
 // window back. The allocations counted include the node's.
 func BenchmarkStreamRoundTrip(b *testing.B) {
-	c, err, n := newFakeNode(b, Config{}, xconnect)
+	c, n, err := newFakeNode(b, Config{}, xconnect)
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -27,7 +27,7 @@ type fakeNode struct {
 
 // newFakeNode connects a client to a fake node that sends settings as its
 // preface, and returns the client's handshake result and the node.
-func newFakeNode(t testing.TB, cfg Config, settings ...http2.Setting) (*Conn, error, *fakeNode) {
+func newFakeNode(t testing.TB, cfg Config, settings ...http2.Setting) (*Conn, *fakeNode, error) {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -54,14 +54,14 @@ func newFakeNode(t testing.TB, cfg Config, settings ...http2.Setting) (*Conn, er
 	defer cancel()
 	c, err := Handshake(ctx, client, cfg)
 	if err != nil {
-		return nil, err, n
+		return nil, n, err
 	}
 	t.Cleanup(func() { c.Close() })
 	preface := make([]byte, len(http2.ClientPreface))
 	if _, err := io.ReadFull(server, preface); err != nil || string(preface) != http2.ClientPreface {
 		t.Fatalf("preface %q %v", preface, err)
 	}
-	return c, nil, n
+	return c, n, nil
 }
 
 var xconnect = http2.Setting{ID: http2.SettingEnableConnectProtocol, Val: 1}
@@ -134,7 +134,7 @@ type openResult struct {
 
 // TestNoExtendedConnect names the missing setting.
 func TestNoExtendedConnect(t *testing.T) {
-	_, err, _ := newFakeNode(t, Config{}, http2.Setting{ID: http2.SettingMaxConcurrentStreams, Val: 10})
+	_, _, err := newFakeNode(t, Config{}, http2.Setting{ID: http2.SettingMaxConcurrentStreams, Val: 10})
 	if !errors.Is(err, ErrNoExtendedConnect) || !strings.Contains(err.Error(), "SETTINGS_ENABLE_CONNECT_PROTOCOL") {
 		t.Fatalf("handshake: %v", err)
 	}
@@ -144,7 +144,7 @@ func TestNoExtendedConnect(t *testing.T) {
 // decodes it: the extended CONNECT pseudo-header fields, lowercase names,
 // no connection-specific fields, no Sec-WebSocket-Key.
 func TestRequestFields(t *testing.T) {
-	c, err, n := newFakeNode(t, Config{}, xconnect)
+	c, n, err := newFakeNode(t, Config{}, xconnect)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -187,7 +187,7 @@ func TestRequestFields(t *testing.T) {
 // SETTINGS_INITIAL_WINDOW_SIZE change mid-connection, then a
 // WINDOW_UPDATE.
 func TestInitialWindowChange(t *testing.T) {
-	c, err, n := newFakeNode(t, Config{}, xconnect, http2.Setting{ID: http2.SettingInitialWindowSize, Val: 0})
+	c, n, err := newFakeNode(t, Config{}, xconnect, http2.Setting{ID: http2.SettingInitialWindowSize, Val: 0})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -240,7 +240,7 @@ func TestInitialWindowChange(t *testing.T) {
 // TestWriteSplitsFrames keeps every DATA frame within the node's
 // SETTINGS_MAX_FRAME_SIZE.
 func TestWriteSplitsFrames(t *testing.T) {
-	c, err, n := newFakeNode(t, Config{}, xconnect, http2.Setting{ID: http2.SettingInitialWindowSize, Val: 1 << 20})
+	c, n, err := newFakeNode(t, Config{}, xconnect, http2.Setting{ID: http2.SettingInitialWindowSize, Val: 1 << 20})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -266,7 +266,7 @@ func TestWriteSplitsFrames(t *testing.T) {
 // TestDataBeyondWindow ends the connection with FLOW_CONTROL_ERROR when
 // the node sends more than the stream window allows.
 func TestDataBeyondWindow(t *testing.T) {
-	c, err, n := newFakeNode(t, Config{StreamWindow: 1000}, xconnect)
+	c, n, err := newFakeNode(t, Config{StreamWindow: 1000}, xconnect)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -291,7 +291,7 @@ func TestDataBeyondWindow(t *testing.T) {
 // CONTINUATION frames, and refuses one over Config.MaxHeaderBytes while
 // the connection goes on.
 func TestResponseHeaderBlocks(t *testing.T) {
-	c, err, n := newFakeNode(t, Config{MaxHeaderBytes: 8 << 10}, xconnect)
+	c, n, err := newFakeNode(t, Config{MaxHeaderBytes: 8 << 10}, xconnect)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -345,7 +345,7 @@ func pingAfter(t *testing.T, c *Conn, n *fakeNode) {
 // unknown frame types and PRIORITY, answers the node's PING, and treats
 // DATA on a stream never opened as a connection error.
 func TestLateAndUnknownFrames(t *testing.T) {
-	c, err, n := newFakeNode(t, Config{}, xconnect)
+	c, n, err := newFakeNode(t, Config{}, xconnect)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -383,7 +383,7 @@ func TestLateAndUnknownFrames(t *testing.T) {
 // TestGoAwayRefusesLaterStreams ends the streams above a GOAWAY's last
 // stream identifier with REFUSED_STREAM and keeps the ones below.
 func TestGoAwayRefusesLaterStreams(t *testing.T) {
-	c, err, n := newFakeNode(t, Config{}, xconnect)
+	c, n, err := newFakeNode(t, Config{}, xconnect)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -416,7 +416,7 @@ func TestGoAwayRefusesLaterStreams(t *testing.T) {
 // SETTINGS_HEADER_TABLE_SIZE: with 0, a decoder without a dynamic table
 // reads every request.
 func TestHeaderTableSize(t *testing.T) {
-	c, err, n := newFakeNode(t, Config{}, xconnect, http2.Setting{ID: http2.SettingHeaderTableSize, Val: 0})
+	c, n, err := newFakeNode(t, Config{}, xconnect, http2.Setting{ID: http2.SettingHeaderTableSize, Val: 0})
 	if err != nil {
 		t.Fatal(err)
 	}
