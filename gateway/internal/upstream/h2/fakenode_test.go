@@ -126,6 +126,20 @@ func openAsync(c *Conn, req *Request) chan openResult {
 	return ch
 }
 
+// openOK opens a stream on c, answers it 200 from the node, and returns
+// the open stream and the node's view of its HEADERS.
+func (n *fakeNode) openOK(c *Conn) (*Stream, *http2.MetaHeadersFrame) {
+	n.t.Helper()
+	res := openAsync(c, &Request{Authority: "n", Path: "/"})
+	hf := n.nextHeaders()
+	n.respond(hf.StreamID, 1000, ":status", "200")
+	r := <-res
+	if r.err != nil {
+		n.t.Fatal(r.err)
+	}
+	return r.s, hf
+}
+
 type openResult struct {
 	s    *Stream
 	resp *Response
@@ -191,14 +205,7 @@ func TestInitialWindowChange(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	res := openAsync(c, &Request{Authority: "n", Path: "/"})
-	hf := n.nextHeaders()
-	n.respond(hf.StreamID, 1000, ":status", "200")
-	r := <-res
-	if r.err != nil {
-		t.Fatal(r.err)
-	}
-	s := r.s
+	s, hf := n.openOK(c)
 	s.SetWriteDeadline(time.Now().Add(50 * time.Millisecond))
 	if k, err := s.Write([]byte("hello world")); k != 0 || !errors.Is(err, os.ErrDeadlineExceeded) {
 		t.Fatalf("write on a zero window: %d %v", k, err)
@@ -245,15 +252,9 @@ func TestWriteSplitsFrames(t *testing.T) {
 		t.Fatal(err)
 	}
 	n.fr.WriteWindowUpdate(0, 1<<20)
-	res := openAsync(c, &Request{Authority: "n", Path: "/"})
-	hf := n.nextHeaders()
-	n.respond(hf.StreamID, 1000, ":status", "200")
-	r := <-res
-	if r.err != nil {
-		t.Fatal(r.err)
-	}
+	st, _ := n.openOK(c)
 	const size = 40000
-	go r.s.Write(make([]byte, size))
+	go st.Write(make([]byte, size))
 	for got := 0; got < size; {
 		d := n.nextData()
 		if len(d.Data()) > defaultMaxFrameSize {
@@ -270,19 +271,13 @@ func TestDataBeyondWindow(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	res := openAsync(c, &Request{Authority: "n", Path: "/"})
-	hf := n.nextHeaders()
-	n.respond(hf.StreamID, 1000, ":status", "200")
-	r := <-res
-	if r.err != nil {
-		t.Fatal(r.err)
-	}
+	st, hf := n.openOK(c)
 	n.fr.WriteData(hf.StreamID, false, make([]byte, 1001))
 	ga := n.next(func(f http2.Frame) bool { _, ok := f.(*http2.GoAwayFrame); return ok }).(*http2.GoAwayFrame)
 	if ga.ErrCode != http2.ErrCodeFlowControl {
 		t.Errorf("GOAWAY %v", ga.ErrCode)
 	}
-	if _, err := r.s.Read(make([]byte, 1)); !errors.Is(err, ErrConnLost) {
+	if _, err := st.Read(make([]byte, 1)); !errors.Is(err, ErrConnLost) {
 		t.Errorf("read: %v", err)
 	}
 }
@@ -349,14 +344,8 @@ func TestLateAndUnknownFrames(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	res := openAsync(c, &Request{Authority: "n", Path: "/"})
-	hf := n.nextHeaders()
-	n.respond(hf.StreamID, 1000, ":status", "200")
-	r := <-res
-	if r.err != nil {
-		t.Fatal(r.err)
-	}
-	r.s.Abort()
+	st, hf := n.openOK(c)
+	st.Abort()
 	if rst := n.next(func(f http2.Frame) bool { _, ok := f.(*http2.RSTStreamFrame); return ok }).(*http2.RSTStreamFrame); rst.ErrCode != http2.ErrCodeCancel {
 		t.Errorf("abort sent %v", rst.ErrCode)
 	}
@@ -389,14 +378,8 @@ func TestGoAwayRefusesLaterStreams(t *testing.T) {
 	}
 	var streams []*Stream
 	for range 2 {
-		res := openAsync(c, &Request{Authority: "n", Path: "/"})
-		hf := n.nextHeaders()
-		n.respond(hf.StreamID, 1000, ":status", "200")
-		r := <-res
-		if r.err != nil {
-			t.Fatal(r.err)
-		}
-		streams = append(streams, r.s)
+		st, _ := n.openOK(c)
+		streams = append(streams, st)
 	}
 	n.fr.WriteGoAway(streams[0].ID(), http2.ErrCodeNo, nil)
 	var se *StreamError
