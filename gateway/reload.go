@@ -190,8 +190,9 @@ const (
 // the generation, or its plugins discarded on an error. It returns the
 // changes that need a restart.
 func (s *Server) swap(cfg *conf.Config, by string, prep *prepared) (restart []string, err error) {
+	old := s.current()
 	var staged *pluginhost.Staged
-	certs := s.current().tls
+	certs := old.tls
 	if prep != nil {
 		staged, certs = prep.plugins, prep.tls
 	}
@@ -205,7 +206,6 @@ func (s *Server) swap(cfg *conf.Config, by string, prep *prepared) (restart []st
 	if s.draining.Load() {
 		return nil, fmt.Errorf("gateway is shutting down: %s refused", by)
 	}
-	old := s.current()
 	cfg = s.disc.Fill(cfg, old.cfg)
 	g, gone, err := s.build(cfg, old, certs)
 	if err != nil {
