@@ -18,30 +18,9 @@ cd "$(dirname "$0")/.."
 tunnels=${1:-9000}
 reps=${2:-3}
 dir=$(mktemp -d /tmp/wsgate-scrape-XXXXXX)
-echo "work dir: $dir"
-go build -o "$dir/wsgate" ./cmd/wsgate
-go build -o "$dir/relay-backend" ./relay-backend
-go build -o "$dir/wsload" ./cmd/wsload
-
-free() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
-
-pids=()
-stop() {
-	for p in "${pids[@]}"; do kill -TERM "$p" 2>/dev/null || true; done
-	for p in "${pids[@]}"; do wait "$p" 2>/dev/null || true; done
-}
-trap stop EXIT
-
-rport=$(free)
-redis-server --port "$rport" --bind 127.0.0.1 --save "" --appendonly no --loglevel warning >"$dir/redis.log" 2>&1 &
-pids+=($!)
-relays=()
-for i in 1 2; do
-	a=127.0.0.1:$(free)
-	"$dir/relay-backend" -listen "$a" -id "relay-$i" -redis "redis://127.0.0.1:$rport/0" >"$dir/relay-$i.log" 2>&1 &
-	pids+=($!)
-	relays+=("$a")
-done
+. bench/lib.sh
+stack_init
+start_relays 2
 gw=127.0.0.1:$(free)
 admin=127.0.0.1:$(free)
 cat >"$dir/wsgate.toml" <<EOF
@@ -59,12 +38,7 @@ name = "relay"
 path_prefix = "/room/"
 pool = "relay"
 EOF
-for a in "${relays[@]}"; do
-	for _ in $(seq 1 100); do curl -sf "http://$a/healthz" >/dev/null && break; sleep 0.1; done
-done
-"$dir/wsgate" -config "$dir/wsgate.toml" >"$dir/wsgate.log" 2>&1 &
-pids+=($!)
-for _ in $(seq 1 100); do curl -sf "http://$admin/readyz" >/dev/null && break; sleep 0.1; done
+start_gateway
 
 live() { curl -sf "http://$admin/metrics" | awk '$1 == "wsgate_tunnels" { print $2 }'; }
 hold=$((60 + reps * 30))
