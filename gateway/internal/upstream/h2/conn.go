@@ -415,6 +415,13 @@ func (c *Conn) onData(f *http2.DataFrame) error {
 			// that the node can finish.
 			s.recvCredit += uint32(len(data))
 		default:
+			if s.roff > 0 && len(s.rbuf)+len(data) > cap(s.rbuf) {
+				// Move the unread part to the front rather than grow:
+				// what a stream holds stays within its window however
+				// its reader keeps pace.
+				n := copy(s.rbuf, s.rbuf[s.roff:])
+				s.rbuf, s.roff = s.rbuf[:n], 0
+			}
 			s.rbuf = append(s.rbuf, data...)
 			c.buffered += len(data)
 			signal(s.rwake)

@@ -422,3 +422,54 @@ func TestHeaderTableSize(t *testing.T) {
 		}
 	}
 }
+
+// TestReceiveBufferBoundedByWindow keeps the stream's buffer from ever
+// emptying: the node refills the window each time the reader has taken
+// half of it, and the reader takes its next bytes only once they are
+// there. What the stream holds must stay within its window, not grow
+// with every byte received.
+func TestReceiveBufferBoundedByWindow(t *testing.T) {
+	const window = 1000
+	c, n, err := newFakeNode(t, Config{StreamWindow: window}, xconnect)
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, hf := n.openOK(c)
+	unread := func() int {
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		return len(st.rbuf) - st.roff
+	}
+	waitUnread := func(want int) {
+		t.Helper()
+		for i := 0; unread() < want; i++ {
+			if i == 10000 {
+				t.Fatalf("the stream holds %d unread bytes, want %d", unread(), want)
+			}
+			time.Sleep(time.Millisecond)
+		}
+	}
+	if err := n.fr.WriteData(hf.StreamID, false, make([]byte, window)); err != nil {
+		t.Fatal(err)
+	}
+	buf := make([]byte, window/2)
+	for round := range 200 {
+		waitUnread(window)
+		if _, err := io.ReadFull(st, buf); err != nil { // half the window: 500 bytes stay unread
+			t.Fatal(err)
+		}
+		wu := n.next(func(f http2.Frame) bool {
+			w, ok := f.(*http2.WindowUpdateFrame)
+			return ok && w.StreamID == hf.StreamID
+		}).(*http2.WindowUpdateFrame)
+		if err := n.fr.WriteData(hf.StreamID, false, make([]byte, wu.Increment)); err != nil {
+			t.Fatal(err)
+		}
+		c.mu.Lock()
+		held := cap(st.rbuf)
+		c.mu.Unlock()
+		if held > 2*window {
+			t.Fatalf("round %d: the stream holds a %d-byte buffer, window %d", round, held, window)
+		}
+	}
+}
