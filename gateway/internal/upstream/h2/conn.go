@@ -286,7 +286,7 @@ func (c *Conn) readLoop() {
 		if err != nil {
 			var se http2.StreamError
 			if errors.As(err, &se) {
-				c.resetStream(se.StreamID, se.Code)
+				c.resetStream(se.StreamID, se.Code, nil)
 				continue
 			}
 			var ce http2.ConnectionError
@@ -450,7 +450,7 @@ func (c *Conn) onData(f *http2.DataFrame) error {
 		return err
 	}
 	if resetCode != 0 {
-		c.resetStream(id, resetCode)
+		c.resetStream(id, resetCode, nil)
 	}
 	if connInc == 0 && streamInc == 0 {
 		return nil
@@ -476,10 +476,10 @@ func (c *Conn) onHeaders(f *http2.MetaHeadersFrame) error {
 		return err
 	}
 	var resetCode http2.ErrCode
+	var resetErr error
 	switch {
 	case f.Truncated:
-		s.finishLocked(ErrHeaderTooLarge)
-		resetCode = http2.ErrCodeCancel
+		resetCode, resetErr = http2.ErrCodeCancel, ErrHeaderTooLarge
 	case s.remoteEnded:
 		resetCode = http2.ErrCodeStreamClosed
 	case s.status != 0:
@@ -522,7 +522,7 @@ func (c *Conn) onHeaders(f *http2.MetaHeadersFrame) error {
 	}
 	c.mu.Unlock()
 	if resetCode != 0 {
-		c.resetStream(f.StreamID, resetCode)
+		c.resetStream(f.StreamID, resetCode, resetErr)
 	}
 	return nil
 }
@@ -566,7 +566,7 @@ func (c *Conn) onWindowUpdate(f *http2.WindowUpdateFrame) error {
 	c.mu.Unlock()
 	if overflow {
 		// A stream error (section 6.9.1).
-		c.resetStream(s.id, http2.ErrCodeFlowControl)
+		c.resetStream(s.id, http2.ErrCodeFlowControl, nil)
 	}
 	return nil
 }
@@ -587,17 +587,24 @@ func (c *Conn) onGoAway(f *http2.GoAwayFrame) {
 
 // resetStream ends stream id for a stream error this side found and sends
 // RST_STREAM (RFC 9113 section 5.4.2).
-func (c *Conn) resetStream(id uint32, code http2.ErrCode) {
+// resetStream ends stream id with err (a *StreamError of code when nil)
+// and sends RST_STREAM(code). Both happen under the write lock, which
+// startStream holds while it counts the open streams: a stream leaves
+// the count only once its RST_STREAM is on its way, so a new stream never
+// exceeds the node's SETTINGS_MAX_CONCURRENT_STREAMS as the node counts
+// (RFC 9113 section 5.1.2).
+func (c *Conn) resetStream(id uint32, code http2.ErrCode, err error) {
+	if err == nil {
+		err = &StreamError{StreamID: id, Code: code}
+	}
+	c.wmu.Lock()
+	defer c.wmu.Unlock()
 	c.mu.Lock()
 	if s := c.streams[id]; s != nil {
-		s.finishLocked(&StreamError{StreamID: id, Code: code})
+		s.finishLocked(err)
 	}
 	c.mu.Unlock()
-	c.writeReset(id, code)
-}
-
-func (c *Conn) writeReset(id uint32, code http2.ErrCode) {
-	c.writeFrames(func(fr *http2.Framer) error { return fr.WriteRSTStream(id, code) })
+	c.writeFramesLocked(func(fr *http2.Framer) error { return fr.WriteRSTStream(id, code) })
 }
 
 func (c *Conn) wakeWritersLocked() {

@@ -7,6 +7,7 @@ import (
 	"io"
 	"net"
 	"os"
+	"runtime"
 	"strings"
 	"testing"
 	"time"
@@ -473,3 +474,54 @@ func TestReceiveBufferBoundedByWindow(t *testing.T) {
 		}
 	}
 }
+
+// TestResetBeforeNextStream aborts a stream while the next one opens,
+// against a node that takes one stream at a time: the node must see the
+// old stream's RST_STREAM before the new stream's HEADERS, or it counts
+// two streams over its SETTINGS_MAX_CONCURRENT_STREAMS (RFC 9113 section
+// 5.1.2), a PROTOCOL_ERROR that cannot be retried.
+func TestResetBeforeNextStream(t *testing.T) {
+	c, n, err := newFakeNode(t, Config{}, xconnect, http2.Setting{ID: http2.SettingMaxConcurrentStreams, Val: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, hf := n.openOK(c)
+	for i := range 300 {
+		prev := hf.StreamID
+		go st.Abort()
+		res := make(chan openResult, 1)
+		go func() {
+			for k := 0; ; k++ {
+				ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+				s, resp, err := c.OpenWebSocket(ctx, &Request{Authority: "n", Path: "/"})
+				cancel()
+				if errors.Is(err, ErrFull) && k < 1_000_000 {
+					runtime.Gosched()
+					continue
+				}
+				res <- openResult{s, resp, err}
+				return
+			}
+		}()
+		reset := false
+		var next *http2.MetaHeadersFrame
+		for next == nil {
+			switch f := n.next(func(http2.Frame) bool { return true }).(type) {
+			case *http2.RSTStreamFrame:
+				reset = reset || f.StreamID == prev
+			case *http2.MetaHeadersFrame:
+				next = f
+			}
+		}
+		if !reset {
+			t.Fatalf("round %d: HEADERS of stream %d before the RST_STREAM of stream %d", i, next.StreamID, prev)
+		}
+		n.respond(next.StreamID, 1000, ":status", "200")
+		r := <-res
+		if r.err != nil {
+			t.Fatal(r.err)
+		}
+		st, hf = r.s, next
+	}
+}
+

@@ -160,8 +160,21 @@ func (s *Stream) Write(p []byte) (int, error) {
 		if err != nil {
 			return written, err
 		}
-		if err := c.writeFrames(func(fr *http2.Framer) error { return fr.WriteData(s.id, false, p[:n]) }); err != nil {
+		var cancelled error
+		if err := c.writeFrames(func(fr *http2.Framer) error {
+			// Under the write lock: a CloseWrite, Close or reset that
+			// came in since reserve has sent, or will send after this,
+			// the stream's last frame; DATA must not follow it (RFC 9113
+			// section 5.1). The window taken goes back.
+			if cancelled = s.writable(n); cancelled != nil {
+				return nil
+			}
+			return fr.WriteData(s.id, false, p[:n])
+		}); err != nil {
 			return written, err
+		}
+		if cancelled != nil {
+			return written, cancelled
 		}
 		written += n
 		p = p[n:]
@@ -197,6 +210,28 @@ func (s *Stream) reserve(want int) (int, error) {
 			return 0, err
 		}
 	}
+}
+
+// writable reports, with the connection's write lock held, whether n
+// bytes reserved for DATA may still go: nil, or the error Write returns
+// after giving the n bytes of window back.
+func (s *Stream) writable(n int) error {
+	c := s.c
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	var err error
+	switch {
+	case s.err != nil:
+		err = s.err
+	case s.localEnded || s.ended:
+		err = net.ErrClosed
+	default:
+		return nil
+	}
+	s.sendWindow += int64(n)
+	c.sendWindow += int64(n)
+	c.wakeWritersLocked() // the connection's window is back for the others
+	return err
 }
 
 // CloseWrite sends END_STREAM: this side sends nothing more, the node may
@@ -257,10 +292,9 @@ func (s *Stream) Abort() {
 	c.mu.Lock()
 	s.readClosed = true
 	wasOpen := !s.ended
-	s.finishLocked(net.ErrClosed)
 	c.mu.Unlock()
 	if wasOpen {
-		c.writeReset(s.id, http2.ErrCodeCancel)
+		c.resetStream(s.id, http2.ErrCodeCancel, net.ErrClosed)
 	}
 }
 
