@@ -524,4 +524,3 @@ func TestResetBeforeNextStream(t *testing.T) {
 		st, hf = r.s, next
 	}
 }
-
