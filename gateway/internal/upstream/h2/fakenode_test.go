@@ -524,3 +524,27 @@ func TestResetBeforeNextStream(t *testing.T) {
 		st, hf = r.s, next
 	}
 }
+
+// TestCloseResetsALingeringStream closes a stream whose node never ends
+// its side: after the write timeout the stream is reset and no longer
+// counted, so such a node cannot hold its places for good.
+func TestCloseResetsALingeringStream(t *testing.T) {
+	c, n, err := newFakeNode(t, Config{WriteTimeout: 50 * time.Millisecond}, xconnect)
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, hf := n.openOK(c)
+	if err := st.Close(); err != nil {
+		t.Fatal(err)
+	}
+	rst := n.next(func(f http2.Frame) bool { _, ok := f.(*http2.RSTStreamFrame); return ok }).(*http2.RSTStreamFrame)
+	if rst.StreamID != hf.StreamID || rst.ErrCode != http2.ErrCodeCancel {
+		t.Fatalf("RST_STREAM %d %v, want %d CANCEL", rst.StreamID, rst.ErrCode, hf.StreamID)
+	}
+	for i := 0; c.Stats().Streams != 0; i++ {
+		if i == 10000 {
+			t.Fatalf("%d streams counted after the reset", c.Stats().Streams)
+		}
+		time.Sleep(time.Millisecond)
+	}
+}

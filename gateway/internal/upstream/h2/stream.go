@@ -23,6 +23,9 @@ type Stream struct {
 	rwake     chan struct{} // signalled when a Read may proceed
 	wwake     chan struct{} // signalled when a Write may proceed
 	responded chan struct{} // closed once the response is known
+	// linger, armed by Close, resets the stream if the node has not
+	// ended its side within Config.WriteTimeout.
+	linger *time.Timer
 
 	// Under c.mu:
 	sendWindow  int64  // what this side may still send (RFC 9113 section 6.9)
@@ -93,6 +96,9 @@ func (s *Stream) finishLocked(err error) {
 		return
 	}
 	s.ended = true
+	if s.linger != nil {
+		s.linger.Stop()
+	}
 	delete(c.streams, s.id)
 	signal(c.gone)
 }
@@ -259,7 +265,8 @@ func (s *Stream) CloseWrite() error {
 
 // Close sends END_STREAM as CloseWrite does and stops reading: what is
 // buffered is dropped, what the node still sends is discarded and its
-// window given back, and the stream ends when the node ends its side.
+// window given back, and the stream ends when the node ends its side, or
+// is reset (RST_STREAM CANCEL) if it has not within Config.WriteTimeout.
 // Read and Write return net.ErrClosed.
 func (s *Stream) Close() error {
 	c := s.c
@@ -273,6 +280,11 @@ func (s *Stream) Close() error {
 			s.recvCredit += uint32(dropped)
 		}
 		signal(s.rwake)
+		if !s.ended {
+			// A node that never ends its side would hold the stream,
+			// and a place under its MAX_CONCURRENT_STREAMS, for good.
+			s.linger = time.AfterFunc(c.cfg.WriteTimeout, s.Abort)
+		}
 	}
 	inc := uint32(0)
 	if !s.remoteEnded && !s.ended && s.recvCredit > 0 {
