@@ -819,13 +819,20 @@ func (c *Conn) Err() error {
 // Done is closed once the connection has ended and its reader returned.
 func (c *Conn) Done() <-chan struct{} { return c.readDone }
 
-// Close sends GOAWAY and closes the connection; open streams end with
+// Close sends GOAWAY (unless a write is under way) and closes the
+// connection; open streams end with
 // ErrConnLost.
 func (c *Conn) Close() error {
 	c.mu.Lock()
 	c.goAway = true
 	c.mu.Unlock()
-	c.writeFrames(func(fr *http2.Framer) error { return fr.WriteGoAway(0, http2.ErrCodeNo, nil) })
+	// The GOAWAY is a courtesy: it goes only if no write is under way (a
+	// stalled one would hold Close for its write timeout before this
+	// one's own); closing the socket ends a stalled write at once.
+	if c.wmu.TryLock() {
+		c.writeFramesLocked(func(fr *http2.Framer) error { return fr.WriteGoAway(0, http2.ErrCodeNo, nil) })
+		c.wmu.Unlock()
+	}
 	c.fail(errors.New("closed by the gateway"))
 	<-c.readDone
 	return nil
