@@ -775,6 +775,11 @@ func (c *Conn) Ping(ctx context.Context) (time.Duration, error) {
 	ch := make(chan struct{})
 	c.pings[data] = ch
 	c.mu.Unlock()
+	defer func() { // the ACK's reader deletes it too; either way it goes
+		c.mu.Lock()
+		delete(c.pings, data)
+		c.mu.Unlock()
+	}()
 	start := time.Now()
 	if err := c.writeFrames(func(fr *http2.Framer) error { return fr.WritePing(false, data) }); err != nil {
 		return 0, err
@@ -785,9 +790,6 @@ func (c *Conn) Ping(ctx context.Context) (time.Duration, error) {
 	case <-c.readDone:
 		return 0, c.Err()
 	case <-ctx.Done():
-		c.mu.Lock()
-		delete(c.pings, data)
-		c.mu.Unlock()
 		return 0, fmt.Errorf("h2: ping: %w", ctx.Err())
 	}
 }
@@ -820,8 +822,7 @@ func (c *Conn) Err() error {
 func (c *Conn) Done() <-chan struct{} { return c.readDone }
 
 // Close sends GOAWAY (unless a write is under way) and closes the
-// connection; open streams end with
-// ErrConnLost.
+// connection; open streams end with ErrConnLost.
 func (c *Conn) Close() error {
 	c.mu.Lock()
 	c.goAway = true

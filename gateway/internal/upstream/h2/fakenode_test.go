@@ -166,8 +166,8 @@ func TestRequestFields(t *testing.T) {
 	h := map[string][]string{
 		"Origin": {"https://app.test"}, "Sec-WebSocket-Version": {"13"}, "Sec-WebSocket-Key": {"k"},
 		"Sec-WebSocket-Protocol": {"a, b"}, "Cookie": {"x=1", "y=2"}, "X-Forwarded-For": {"10.0.0.1"},
-		"Connection": {"Upgrade"}, "Upgrade": {"websocket"}, "Keep-Alive": {"1"}, "Proxy-Connection": {"x"},
-		"Transfer-Encoding": {"chunked"}, "Host": {"h"}, "X-Plugin-User": {"u1"},
+		"Connection": {"Upgrade, X-Hop"}, "Upgrade": {"websocket"}, "Keep-Alive": {"1"}, "Proxy-Connection": {"x"},
+		"Transfer-Encoding": {"chunked"}, "Host": {"h"}, "X-Plugin-User": {"u1"}, "X-Hop": {"named by Connection"},
 	}
 	res := openAsync(c, &Request{Authority: "node.test:80", Path: "/ws?room=1", Header: h})
 	hf := n.nextHeaders()

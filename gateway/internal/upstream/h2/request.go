@@ -66,9 +66,10 @@ func encodeRequest(enc *hpack.Encoder, req *Request) {
 	enc.WriteField(hpack.HeaderField{Name: ":scheme", Value: "http"})
 	enc.WriteField(hpack.HeaderField{Name: ":authority", Value: req.Authority})
 	enc.WriteField(hpack.HeaderField{Name: ":path", Value: req.Path})
+	listed := connectionListed(req.Header)
 	for name, values := range req.Header {
 		lower := strings.ToLower(name)
-		if skipRequestField(lower) {
+		if skipRequestField(lower) || listed[lower] {
 			continue
 		}
 		for _, v := range values {
@@ -77,6 +78,29 @@ func encodeRequest(enc *hpack.Encoder, req *Request) {
 			enc.WriteField(hpack.HeaderField{Name: lower, Value: v, Sensitive: lower == "authorization" || lower == "cookie" && len(v) < 20})
 		}
 	}
+}
+
+// connectionListed is the set of field names (lowercase) the request's
+// Connection fields list: connection-specific too, and never sent (RFC
+// 9113 section 8.2.2, RFC 9110 section 7.6.1). Nil when there is none.
+func connectionListed(h http.Header) map[string]bool {
+	var listed map[string]bool
+	for name, values := range h {
+		if !strings.EqualFold(name, "connection") {
+			continue
+		}
+		for _, v := range values {
+			for _, tok := range strings.Split(v, ",") {
+				if tok = strings.ToLower(strings.TrimSpace(tok)); tok != "" {
+					if listed == nil {
+						listed = map[string]bool{}
+					}
+					listed[tok] = true
+				}
+			}
+		}
+	}
+	return listed
 }
 
 // fieldsToHeader copies a response's regular fields.
