@@ -286,8 +286,16 @@ func (c *Conn) readLoop() {
 		if err != nil {
 			var se http2.StreamError
 			if errors.As(err, &se) {
-				c.resetStream(se.StreamID, se.Code, nil)
-				continue
+				// A stream error on a stream never opened is a
+				// connection error: no RST_STREAM on an idle stream
+				// (RFC 9113 section 5.1).
+				c.mu.Lock()
+				_, err = c.lookup(http2.FrameHeader{StreamID: se.StreamID})
+				c.mu.Unlock()
+				if err == nil {
+					c.resetStream(se.StreamID, se.Code, nil)
+					continue
+				}
 			}
 			var ce http2.ConnectionError
 			switch {

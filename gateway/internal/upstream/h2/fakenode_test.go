@@ -548,3 +548,29 @@ func TestCloseResetsALingeringStream(t *testing.T) {
 		time.Sleep(time.Millisecond)
 	}
 }
+
+// TestStreamErrorOnIdleStream: a frame the Framer rejects as a stream
+// error (a WINDOW_UPDATE of 0) on a stream never opened ends the
+// connection with PROTOCOL_ERROR instead of a RST_STREAM on an idle
+// stream, which the node would have to treat as a connection error.
+func TestStreamErrorOnIdleStream(t *testing.T) {
+	c, n, err := newFakeNode(t, Config{}, xconnect)
+	if err != nil {
+		t.Fatal(err)
+	}
+	n.fr.AllowIllegalWrites = true
+	if err := n.fr.WriteWindowUpdate(99, 0); err != nil {
+		t.Fatal(err)
+	}
+	f := n.next(func(f http2.Frame) bool {
+		switch f.(type) {
+		case *http2.GoAwayFrame, *http2.RSTStreamFrame:
+			return true
+		}
+		return false
+	})
+	if ga, ok := f.(*http2.GoAwayFrame); !ok || ga.ErrCode != http2.ErrCodeProtocol {
+		t.Fatalf("answer %v, want GOAWAY PROTOCOL_ERROR", f)
+	}
+	<-c.Done()
+}
