@@ -94,6 +94,7 @@ type Conn struct {
 	fr       *http2.Framer
 	bw       *bufio.Writer
 	readDone chan struct{} // closed when the reader goroutine returned
+	away     chan struct{} // closed once the connection takes no new stream
 
 	// wmu serializes frame writes: the Framer's write side, the hpack
 	// encoder (whose state must follow the order of header blocks on the
@@ -115,7 +116,7 @@ type Conn struct {
 	sendWindow int64  // connection send window
 	recvWindow int64  // what the node may still send on the connection
 	recvCredit uint32 // received bytes not yet given back by WINDOW_UPDATE
-	goAway     bool   // GOAWAY received, or Shutdown called
+	goAway     bool   // GOAWAY received, or Shutdown called (see goAwayLocked)
 	err        error  // set once the connection is lost; then every stream ends
 	pings      map[[8]byte]chan struct{}
 	pingSeq    uint64
@@ -138,6 +139,7 @@ func Handshake(ctx context.Context, nc net.Conn, cfg Config) (*Conn, error) {
 		cfg:        cfg,
 		bw:         bufio.NewWriterSize(nc, 16<<10),
 		readDone:   make(chan struct{}),
+		away:       make(chan struct{}),
 		streams:    make(map[uint32]*Stream),
 		nextID:     1,
 		maxStreams: ^uint32(0), // no limit until the node sets one (section 6.5.2)
@@ -585,7 +587,7 @@ func (c *Conn) onWindowUpdate(f *http2.WindowUpdateFrame) error {
 func (c *Conn) onGoAway(f *http2.GoAwayFrame) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	c.goAway = true
+	c.goAwayLocked()
 	for id, s := range c.streams {
 		if id > f.LastStreamID {
 			s.finishLocked(&StreamError{StreamID: id, Code: http2.ErrCodeRefusedStream, Remote: true})
@@ -833,7 +835,7 @@ func (c *Conn) Done() <-chan struct{} { return c.readDone }
 // connection; open streams end with ErrConnLost.
 func (c *Conn) Close() error {
 	c.mu.Lock()
-	c.goAway = true
+	c.goAwayLocked()
 	c.mu.Unlock()
 	// The GOAWAY is a courtesy: it goes only if no write is under way (a
 	// stalled one would hold Close for its write timeout before this
@@ -851,7 +853,7 @@ func (c *Conn) Close() error {
 // ones to end, then closes the connection.
 func (c *Conn) Shutdown(ctx context.Context) error {
 	c.mu.Lock()
-	c.goAway = true
+	c.goAwayLocked()
 	c.mu.Unlock()
 	for {
 		c.mu.Lock()
@@ -870,6 +872,19 @@ func (c *Conn) Shutdown(ctx context.Context) error {
 		}
 	}
 }
+
+// goAwayLocked stops new streams, once: GOAWAY received, or Close or
+// Shutdown called.
+func (c *Conn) goAwayLocked() {
+	if !c.goAway {
+		c.goAway = true
+		close(c.away)
+	}
+}
+
+// GoingAway is closed once the connection takes no new stream: the node
+// sent GOAWAY, or Close or Shutdown was called. Its open streams go on.
+func (c *Conn) GoingAway() <-chan struct{} { return c.away }
 
 // signal wakes the goroutine waiting on ch, if any, or the next one to
 // wait.

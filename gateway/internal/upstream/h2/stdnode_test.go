@@ -22,8 +22,15 @@ import (
 // CONNECT enabled, and returns it with its address once it accepts.
 func startNode(t *testing.T, args ...string) (*testproc.Proc, string) {
 	t.Helper()
-	bin := testproc.Build(t, "./gateway/internal/upstream/h2/internal/stdnode")
 	addr := testproc.FreeAddr(t)
+	return startNodeAt(t, addr, args...), addr
+}
+
+// startNodeAt runs internal/stdnode on addr and returns it once it
+// accepts.
+func startNodeAt(t *testing.T, addr string, args ...string) *testproc.Proc {
+	t.Helper()
+	bin := testproc.Build(t, "./gateway/internal/upstream/h2/internal/stdnode")
 	cmd := exec.Command(bin, append([]string{"-addr", addr}, args...)...)
 	// net/http reads http2xconnect once, at init, from its environment.
 	cmd.Env = append(os.Environ(), "GODEBUG=http2xconnect=1")
@@ -32,12 +39,12 @@ func startNode(t *testing.T, args ...string) (*testproc.Proc, string) {
 		nc, err := net.Dial("tcp", addr)
 		if err == nil {
 			nc.Close()
-			return p, addr
+			return p
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
 	t.Fatalf("stdnode did not listen on %s:\n%s", addr, p.Output())
-	return nil, ""
+	return nil
 }
 
 // dialNode opens an HTTP/2 connection to addr, closed when the test ends.

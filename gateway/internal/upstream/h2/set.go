@@ -1,0 +1,271 @@
+package h2
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"golang.org/x/net/http2"
+)
+
+// Set is the HTTP/2 connections the gateway keeps to one node: streams go
+// on the open connection carrying the fewest, connections are dialed as
+// streams need them (up to Size while fewer are open, beyond Size only
+// while every one is at the node's SETTINGS_MAX_CONCURRENT_STREAMS), and
+// each is pinged every PingInterval, so a silent node connection ends
+// rather than holding its clients. A connection the node sent GOAWAY on,
+// or that was lost, leaves the set; its open streams continue (or have
+// ended). It is safe for concurrent use; the zero value is not: set Dial
+// and Size, or use NewSet.
+type Set struct {
+	// Dial opens a TCP connection to the node, bounded by ctx.
+	Dial func(ctx context.Context) (net.Conn, error)
+	// Config is each connection's.
+	Config Config
+	// Size is how many connections the node's streams are spread over.
+	Size int
+	// PingInterval is how often each connection is pinged; a ping not
+	// answered within it ends the connection. 0: no pings.
+	PingInterval time.Duration
+
+	mu      sync.Mutex
+	conns   []*Conn
+	pending int           // dials under way
+	dialed  chan struct{} // closed when a dial ends; nil while none is under way
+	dialErr error         // the last dial's error, for those that waited on it
+	closed  bool
+	closing atomic.Int32 // connections out of the set, waiting for their streams to end
+}
+
+// ErrSetClosed is returned by Set.Open once the set is closed: the node
+// left the pool, or the gateway is stopping.
+var ErrSetClosed = errors.New("h2: the node's connections are closed")
+
+// maxOpenTries bounds how many connections one Open tries: a stream
+// refused or a connection that went away at the moment of the request
+// is tried again on another; more of those in a row is the node's state,
+// not a race.
+const maxOpenTries = 4
+
+// Open opens a WebSocket stream to the node with req, as
+// Conn.OpenWebSocket does, on the set's least loaded connection, dialing
+// one when the set needs it. ctx bounds the dial, the HTTP/2 handshake
+// and the wait for the node's response. An error from the dial is
+// returned as it is (wrapped); ErrSetClosed once Close was called.
+func (s *Set) Open(ctx context.Context, req *Request) (*Stream, *Response, error) {
+	var last error
+	for try := 0; try < maxOpenTries; try++ {
+		c, err := s.pick(ctx)
+		if err != nil {
+			return nil, nil, err
+		}
+		st, resp, err := c.OpenWebSocket(ctx, req)
+		if err == nil {
+			return st, resp, nil
+		}
+		last = err
+		var se *StreamError
+		switch {
+		case errors.Is(err, ErrFull):
+			// Another stream took the last slot since pick looked: the
+			// next pick finds this one full and moves on or dials.
+		case errors.Is(err, ErrGoingAway), errors.Is(err, ErrConnLost):
+			s.drop(c)
+		case errors.As(err, &se) && se.Remote && se.Code == http2.ErrCodeRefusedStream:
+			// The node did not process it (RFC 9113 section 8.7).
+		default:
+			return nil, nil, err
+		}
+		if ctx.Err() != nil {
+			break
+		}
+	}
+	return nil, nil, fmt.Errorf("h2: no connection to the node took the stream: %w", last)
+}
+
+// pick returns the open connection with the fewest streams that takes
+// another, dialing a new one while fewer than Size are open or being
+// dialed (so the first clients of a node spread over Size connections)
+// or when none takes another. A caller that finds no connection while
+// one is being dialed waits for that dial, and gets its error.
+func (s *Set) pick(ctx context.Context) (*Conn, error) {
+	for {
+		s.mu.Lock()
+		if s.closed {
+			s.mu.Unlock()
+			return nil, ErrSetClosed
+		}
+		best, bestN := (*Conn)(nil), 0
+		for _, c := range s.conns {
+			if n, ok := c.room(); ok && (best == nil || n < bestN) {
+				best, bestN = c, n
+			}
+		}
+		if best != nil && (bestN == 0 || len(s.conns)+s.pending >= s.Size) {
+			s.mu.Unlock()
+			return best, nil
+		}
+		if best == nil && s.pending > 0 {
+			wait := s.dialed
+			s.mu.Unlock()
+			select {
+			case <-wait:
+			case <-ctx.Done():
+				return nil, fmt.Errorf("h2: wait for a connection to the node: %w", ctx.Err())
+			}
+			s.mu.Lock()
+			err := s.dialErr
+			s.mu.Unlock()
+			if err != nil {
+				return nil, err
+			}
+			continue
+		}
+		s.pending++
+		if s.dialed == nil {
+			s.dialed = make(chan struct{})
+		}
+		s.mu.Unlock()
+
+		c, err := s.dial(ctx)
+
+		s.mu.Lock()
+		s.pending--
+		s.dialErr = err
+		close(s.dialed)
+		s.dialed = nil
+		if s.pending > 0 {
+			s.dialed = make(chan struct{})
+		}
+		if err == nil && s.closed {
+			s.mu.Unlock()
+			_ = c.Close()
+			return nil, ErrSetClosed
+		}
+		if err == nil {
+			s.conns = append(s.conns, c)
+		}
+		s.mu.Unlock()
+		if err != nil {
+			return nil, err
+		}
+		if s.PingInterval > 0 {
+			go s.keepAlive(c)
+		}
+		go s.forgetWhenDone(c)
+		return c, nil
+	}
+}
+
+// dial opens one connection and starts HTTP/2 on it.
+func (s *Set) dial(ctx context.Context) (*Conn, error) {
+	nc, err := s.Dial(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return Handshake(ctx, nc, s.Config)
+}
+
+// room reports how many streams c carries and whether it takes another.
+func (c *Conn) room() (int, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	n := len(c.streams)
+	return n, c.err == nil && !c.goAway && c.nextID <= maxWindow && uint32(n) < c.maxStreams
+}
+
+// drop takes c out of the set: it takes no new stream (GOAWAY, lost).
+// Its open streams continue; it closes once they have ended.
+func (s *Set) drop(c *Conn) {
+	s.mu.Lock()
+	for i, x := range s.conns {
+		if x == c {
+			s.conns = append(s.conns[:i], s.conns[i+1:]...)
+			s.mu.Unlock()
+			s.retire(c)
+			return
+		}
+	}
+	s.mu.Unlock()
+}
+
+// forgetWhenDone drops c once it takes no new stream or has ended.
+func (s *Set) forgetWhenDone(c *Conn) {
+	select {
+	case <-c.GoingAway():
+	case <-c.Done():
+	}
+	s.drop(c)
+}
+
+// keepAlive pings c every PingInterval until it ends; a ping not
+// answered within the interval closes it (its streams end with
+// ErrConnLost).
+func (s *Set) keepAlive(c *Conn) {
+	t := time.NewTicker(s.PingInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-c.Done():
+			return
+		case <-t.C:
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), s.PingInterval)
+		_, err := c.Ping(ctx)
+		cancel()
+		if err != nil {
+			c.fail(fmt.Errorf("no answer to a PING within %v: %w", s.PingInterval, err))
+			return
+		}
+	}
+}
+
+// SetStats is what a Set holds at one moment.
+type SetStats struct {
+	// Conns counts the connections that take streams.
+	Conns int
+	// Streams counts the open streams on them.
+	Streams int
+	// Closing counts the connections out of the set (the node sent
+	// GOAWAY, or the set was closed) that wait for their streams to end.
+	Closing int
+}
+
+// Stats returns the set's counts.
+func (s *Set) Stats() SetStats {
+	s.mu.Lock()
+	conns := append([]*Conn(nil), s.conns...)
+	s.mu.Unlock()
+	st := SetStats{Conns: len(conns), Closing: int(s.closing.Load())}
+	for _, c := range conns {
+		st.Streams += c.Stats().Streams
+	}
+	return st
+}
+
+// Close stops the set: no new stream, and each connection closes once
+// its open streams have ended (Conn.Shutdown), which the gateway's drain
+// of the node's tunnels brings about. It returns at once.
+func (s *Set) Close() {
+	s.mu.Lock()
+	s.closed = true
+	conns := s.conns
+	s.conns = nil
+	s.mu.Unlock()
+	for _, c := range conns {
+		s.retire(c)
+	}
+}
+
+// retire closes c, out of the set, once its open streams have ended.
+func (s *Set) retire(c *Conn) {
+	s.closing.Add(1)
+	go func() {
+		defer s.closing.Add(-1)
+		_ = c.Shutdown(context.Background())
+	}()
+}
