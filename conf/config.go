@@ -231,6 +231,20 @@ type Pool struct {
 	// LOCAL header for a health probe. A plain request then has a node
 	// connection of its own (default false).
 	SendProxyV2 bool `toml:"send_proxy_v2" json:"send_proxy_v2"`
+	// Protocol is how WebSockets reach the pool's nodes: "http1", a
+	// connection of its own per client with an HTTP/1.1 upgrade, or "h2",
+	// a stream per client on a few cleartext HTTP/2 connections per node
+	// (extended CONNECT, RFC 8441) (default "http1").
+	Protocol string `toml:"protocol" json:"protocol"`
+	// H2Connections is how many HTTP/2 connections the gateway spreads a
+	// node's streams over with protocol = "h2"; more are opened while
+	// every one is at the node's SETTINGS_MAX_CONCURRENT_STREAMS (default
+	// 0: one per poller; 0-64).
+	H2Connections int `toml:"h2_connections" json:"h2_connections"`
+	// H2PingInterval is how often each HTTP/2 connection to a node is
+	// pinged; a PING not answered before the next one is due ends the
+	// connection, and its clients get 1012 (default 10s; > 0).
+	H2PingInterval Duration `toml:"h2_ping_interval" json:"h2_ping_interval"`
 	// Health configures the active health check of the pool's nodes.
 	Health Health `toml:"health" json:"health"`
 	// Rebalance moves clients off nodes that hold more than their share

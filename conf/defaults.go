@@ -50,6 +50,10 @@ func (p *Pool) setDefaults() {
 	p.MaxConnsPerNode = 50_000
 	p.ConnectTimeout = Duration{2 * time.Second} // loopback/LAN dials take ms; fail over fast
 	p.ConnectTries = 3                           // ride out one or two dead nodes before a 502
+	p.Protocol = "http1"                         // what every WebSocket node speaks
+	// A silent node connection (a dead host, a cut path) is noticed
+	// within two intervals, as the health check notices a dead node.
+	p.H2PingInterval = Duration{10 * time.Second}
 	p.Health.setDefaults()
 	p.Discovery.setDefaults()
 	// Shared counts stay off (no redis URL). Once on, four exchanges a

@@ -222,6 +222,21 @@ func (p *Pool) validate(e *errorList, path string) {
 	}
 	positive(e, joinKey(path, "connect_timeout"), p.ConnectTimeout)
 	atLeast(e, joinKey(path, "connect_tries"), p.ConnectTries, 1)
+	switch p.Protocol {
+	case "http1":
+	case "h2":
+		if p.SendProxyV2 {
+			// A PROXY header describes one connection, and an HTTP/2
+			// connection carries many clients.
+			e.add(joinKey(path, "send_proxy_v2"), "cannot be used with protocol = \"h2\": a PROXY header names one client, and an HTTP/2 connection carries many (the node gets each client's address in X-Forwarded-For)")
+		}
+	default:
+		e.add(joinKey(path, "protocol"), fmt.Sprintf("must be \"http1\" or \"h2\", got %q", p.Protocol))
+	}
+	if p.H2Connections < 0 || p.H2Connections > maxH2Connections {
+		e.add(joinKey(path, "h2_connections"), fmt.Sprintf("must be 0 (one per poller) to %d, got %d", maxH2Connections, p.H2Connections))
+	}
+	positive(e, joinKey(path, "h2_ping_interval"), p.H2PingInterval)
 	if p.SlowStart.Duration < 0 {
 		e.add(joinKey(path, "slow_start"), "must be >= 0, got "+p.SlowStart.String())
 	}
@@ -273,6 +288,10 @@ func (r *Rebalance) validate(e *errorList, path, balance string) {
 		e.add(joinKey(path, "rate"), fmt.Sprintf("must be at most %d moves per second (each is a reconnect through the gateway: more is a storm, not a rebalance), got %v", maxRebalanceRate, r.Rate))
 	}
 }
+
+// maxH2Connections bounds pools.h2_connections: the point of HTTP/2 to
+// the nodes is few connections, and more than one per core buys nothing.
+const maxH2Connections = 64
 
 // maxRebalanceRate bounds pools.rebalance.rate: a thousand reconnects a
 // second is about what one gateway and two relays handshake on the 2-core

@@ -15,6 +15,7 @@ import (
 	"github.com/wsgate/wsgate/gateway/internal/tunnel"
 	"github.com/wsgate/wsgate/gateway/internal/upgrade"
 	"github.com/wsgate/wsgate/gateway/internal/upstream"
+	"github.com/wsgate/wsgate/gateway/internal/upstream/h2"
 	"github.com/wsgate/wsgate/health"
 )
 
@@ -32,13 +33,21 @@ func (s *Server) serveUpgrade(ctx *fasthttp.RequestCtx, g *generation, rt *route
 	accept := upgrade.AppendAccept(acc[:0], ctx.Request.Header.Peek("Sec-WebSocket-Key"))
 
 	p := rt.Pool
-	rb := upgrade.AcquireRequestBuf()
-	defer upgrade.ReleaseRequestBuf(rb)
-	if p.SendProxy {
-		*rb = upgrade.AppendProxyHeader(*rb, ctx)
+	var (
+		req  []byte      // the HTTP/1.1 upgrade request, for an "http1" pool
+		sreq *h2.Request // the extended CONNECT, for an "h2" pool
+	)
+	if p.H2 != nil {
+		sreq = upgrade.NodeStreamRequest(ctx, rt, g.trusted, authz.Headers)
+	} else {
+		rb := upgrade.AcquireRequestBuf()
+		defer upgrade.ReleaseRequestBuf(rb)
+		if p.SendProxy {
+			*rb = upgrade.AppendProxyHeader(*rb, ctx)
+		}
+		*rb = upgrade.AppendNodeRequest(*rb, ctx, rt, g.trusted, authz.Headers)
+		req = *rb
 	}
-	*rb = upgrade.AppendNodeRequest(*rb, ctx, rt, g.trusted, authz.Headers)
-	req := *rb
 	hkey := rt.HashKey.Of(ctx) // a hash pool's; nil for the others. ctx's request is unchanged above.
 	// One allocation carries what the hand-over needs: the node
 	// connection, the 101 for the client and the hijack's state.
@@ -57,10 +66,21 @@ func (s *Server) serveUpgrade(ctx *fasthttp.RequestCtx, g *generation, rt *route
 			s.refuse(ctx, admit.Overflow(rt, "no_capacity", "no node with capacity", g.retryAfter, g.handshakeTimeout))
 			return
 		}
-		answer, err := upgrade.DialNode(p, lease.Node(), req, accept, &sw.Node, sw.Hdr[:0])
+		var answer *fasthttp.Response
+		if sreq != nil {
+			answer, err = upgrade.OpenNodeStream(p, lease.Node().Addr(), p.H2[lease.Node()], sreq, accept, &sw.Node, sw.Hdr[:0])
+		} else {
+			answer, err = upgrade.DialNode(p, lease.Node(), req, accept, &sw.Node, sw.Hdr[:0])
+		}
 		if err != nil {
 			lease.Release()
 			exclude = append(exclude, lease.Node())
+			if errors.Is(err, h2.ErrSetClosed) {
+				// A reload retired the node's connections after this
+				// handshake read the generation: nothing is wrong
+				// with the node.
+				continue
+			}
 			if errors.Is(err, upstream.ErrLocalDial) {
 				// The gateway is short, not the node: its health is
 				// left alone (the dialer has counted and logged it).

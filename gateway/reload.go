@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"runtime"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -19,6 +20,7 @@ import (
 	"github.com/wsgate/wsgate/gateway/internal/route"
 	"github.com/wsgate/wsgate/gateway/internal/tunnel"
 	"github.com/wsgate/wsgate/gateway/internal/upstream"
+	"github.com/wsgate/wsgate/gateway/internal/upstream/h2"
 )
 
 // reloadState serializes reloads and remembers how the last one went.
@@ -294,6 +296,7 @@ func (s *Server) swap(cfg *conf.Config, by string, prep *prepared) (restart []st
 			s.metrics.ForgetPool(name)
 		} else {
 			op.CloseIdle()
+			op.RetireH2(g.pools[name])
 		}
 	}
 	return restart, nil
@@ -393,6 +396,9 @@ func (s *Server) build(cfg *conf.Config, old *generation, certs *edge.CertSet) (
 		if err != nil {
 			return nil, nil, err
 		}
+		if p.Conf.Protocol == "h2" {
+			p.OpenH2(op, h2Connections(cfg, p.Conf), h2.Config{WriteTimeout: cfg.Gateway.WriteTimeout.Duration})
+		}
 		g.pools[p.Name] = p
 		for _, n := range removed {
 			gone = append(gone, leaving{op, n})
@@ -479,3 +485,19 @@ func (s *Server) LastReload() ReloadStatus {
 
 // newPoolRate is a new pool's [pools.admission] rate.
 func newPoolRate(rate, burst int) upstream.Admission { return admit.NewPoolRate(rate, burst) }
+
+// h2Connections is how many HTTP/2 connections an "h2" pool spreads each
+// node's streams over: pools.h2_connections, or one per poller (those
+// running, or those gateway.pollers or the cores will start).
+func h2Connections(cfg *conf.Config, pc *conf.Pool) int {
+	if pc.H2Connections > 0 {
+		return pc.H2Connections
+	}
+	if n := tunnel.Pollers(); n > 0 {
+		return n
+	}
+	if cfg.Gateway.Pollers > 0 {
+		return cfg.Gateway.Pollers
+	}
+	return runtime.GOMAXPROCS(0)
+}

@@ -56,9 +56,7 @@ func AppendNodeRequest(b []byte, ctx *fasthttp.RequestCtx, rt *route.Route, trus
 	}
 	conn := h.PeekAll(fasthttp.HeaderConnection)
 	for k, v := range h.All() {
-		switch {
-		case Decided(set, k), httpheader.Is(k, "host"), httpheader.Is(k, "x-forwarded-for"), httpheader.Is(k, "x-forwarded-proto"), httpheader.Is(k, "content-length"),
-			httpheader.IsHopByHop(k), rt.OwnsHeader(k), connectionListed(conn, k):
+		if !forwarded(k, conn, rt, set) {
 			continue
 		}
 		b = append(b, k...)
@@ -83,4 +81,18 @@ func AppendNodeRequest(b []byte, ctx *fasthttp.RequestCtx, rt *route.Route, trus
 		b = append(b, "\r\n"...)
 	}
 	return append(b, "\r\n"...)
+}
+
+// forwarded reports whether the client's field k goes on to the node: not
+// one the gateway sets itself (Host, X-Forwarded-For, X-Forwarded-Proto,
+// the auth chain's), not Content-Length, not hop-by-hop (RFC 9110 section
+// 7.6.1, or named in the Connection values conn), not one of the route's
+// auth_headers.
+func forwarded(k []byte, conn [][]byte, rt *route.Route, set map[string]string) bool {
+	switch {
+	case Decided(set, k), httpheader.Is(k, "host"), httpheader.Is(k, "x-forwarded-for"), httpheader.Is(k, "x-forwarded-proto"), httpheader.Is(k, "content-length"),
+		httpheader.IsHopByHop(k), rt.OwnsHeader(k), connectionListed(conn, k):
+		return false
+	}
+	return true
 }

@@ -20,6 +20,7 @@ import (
 	"github.com/valyala/fasthttp"
 	"github.com/wsgate/wsgate/balancer"
 	"github.com/wsgate/wsgate/conf"
+	"github.com/wsgate/wsgate/gateway/internal/upstream/h2"
 	"github.com/wsgate/wsgate/health"
 	"github.com/wsgate/wsgate/internal/sockopt"
 	"github.com/wsgate/wsgate/internal/throttle"
@@ -46,6 +47,9 @@ type Pool struct {
 	Dialer *Dialer
 	// HTTP holds a client per node for plain requests.
 	HTTP map[*balancer.Node]*fasthttp.HostClient
+	// H2 holds, with protocol = "h2", each node's HTTP/2 connections
+	// (see OpenH2); nil with "http1".
+	H2 map[*balancer.Node]*h2.Set
 	// Conf is the config it was built from.
 	Conf *conf.Pool
 	// HealthConf is its checker's settings.
@@ -235,10 +239,12 @@ func (p *Pool) CloseIdle() {
 	}
 }
 
-// Close stops the pool's probes and idle HTTP connections.
+// Close stops the pool's probes and idle HTTP connections, and its HTTP/2
+// connections once their streams have ended.
 func (p *Pool) Close() {
 	p.Health.Stop()
 	p.CloseIdle()
+	p.RetireH2(nil)
 }
 
 // Drain and Undrain go through the health checker, which owns node

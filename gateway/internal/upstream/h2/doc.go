@@ -1,6 +1,7 @@
-// Package h2 is the client side of one cleartext HTTP/2 connection (prior
+// Package h2 is the client side of the cleartext HTTP/2 connections (prior
 // knowledge, "h2c") from the gateway to a node, carrying WebSockets as
-// extended CONNECT streams (RFC 8441 sections 4 and 5).
+// extended CONNECT streams (RFC 8441 sections 4 and 5): Conn is one
+// connection, Set the few a node's streams are spread over.
 //
 // The wire format is golang.org/x/net/http2's Framer and its hpack codec;
 // this package is the glue: the connection preface and SETTINGS exchange

@@ -9,14 +9,19 @@
 //	/echo    200 (with the first Sec-WebSocket-Protocol offered), then
 //	         echoes the request body, flushing after each read
 //	/deny    403 with a body
+//	/fail    500 with a body
 //	/source  200, then sends data until the stream ends
 //	/sink    200, then never reads the request body
 //	/reset   200, then resets the stream after the first read
+//	/ws      200, then a WebSocket echo: each message from the client
+//	         (masked frames) comes back unmasked, a ping gets its pong,
+//	         a close its close (see ws.go)
 //
-// Each response carries X-Seen-Origin, X-Seen-Version and X-Seen-Key: the
-// Origin, Sec-WebSocket-Version and Sec-WebSocket-Key it was sent. It
-// prints "listening ADDR" once it accepts connections, and shuts down
-// gracefully (GOAWAY) on SIGTERM.
+// A GET of /healthz answers 200 (the gateway's health probe). Each
+// response to a CONNECT carries X-Seen-Origin, X-Seen-Version and
+// X-Seen-Key: the Origin, Sec-WebSocket-Version and Sec-WebSocket-Key it
+// was sent. It prints "listening ADDR" once it accepts connections, and
+// shuts down gracefully (GOAWAY) on SIGTERM.
 package main
 
 import (
@@ -44,6 +49,7 @@ func main() {
 		log.Fatal(err)
 	}
 	var protocols http.Protocols
+	protocols.SetHTTP1(true) // the gateway's health probe
 	protocols.SetUnencryptedHTTP2(true)
 	srv := &http.Server{
 		Handler:   http.HandlerFunc(serve),
@@ -70,6 +76,9 @@ func main() {
 }
 
 func serve(w http.ResponseWriter, r *http.Request) {
+	if r.Method == http.MethodGet && r.URL.Path == "/healthz" {
+		return // 200: the gateway's health probe
+	}
 	if r.Method != http.MethodConnect || r.Header.Get(":protocol") != "websocket" {
 		http.Error(w, "extended CONNECT for websocket only", http.StatusBadRequest)
 		return
@@ -86,7 +95,10 @@ func serve(w http.ResponseWriter, r *http.Request) {
 	case "/deny":
 		http.Error(w, "denied by the node", http.StatusForbidden)
 		return
-	case "/echo", "/source", "/sink", "/reset":
+	case "/fail":
+		http.Error(w, "the node failed", http.StatusInternalServerError)
+		return
+	case "/echo", "/source", "/sink", "/reset", "/ws":
 	default:
 		http.NotFound(w, r)
 		return
@@ -124,6 +136,8 @@ func serve(w http.ResponseWriter, r *http.Request) {
 		}
 	case "/sink":
 		<-r.Context().Done()
+	case "/ws":
+		serveWebSocket(r.Body, w, rc)
 	case "/reset":
 		io.ReadFull(r.Body, make([]byte, 1))
 		panic(http.ErrAbortHandler)

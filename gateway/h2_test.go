@@ -1,0 +1,385 @@
+package gateway
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"os/exec"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/fasthttp/websocket"
+	"github.com/wsgate/wsgate/conf"
+	"github.com/wsgate/wsgate/gateway/internal/upstream/h2"
+	"github.com/wsgate/wsgate/internal/testproc"
+)
+
+// startStdNode runs the h2 package's interop node, a WebSocket node on
+// Go's standard library alone (net/http's cleartext HTTP/2 server with
+// extended CONNECT), and returns it with its address once it accepts.
+func startStdNode(t *testing.T, args ...string) (*testproc.Proc, string) {
+	t.Helper()
+	bin := testproc.Build(t, "./gateway/internal/upstream/h2/internal/stdnode")
+	addr := testproc.FreeAddr(t)
+	cmd := exec.Command(bin, append([]string{"-addr", addr}, args...)...)
+	// net/http reads http2xconnect once, at init, from its environment.
+	cmd.Env = append(os.Environ(), "GODEBUG=http2xconnect=1")
+	p := testproc.StartCmd(t, "stdnode", cmd)
+	testproc.WaitHTTP(t, "http://"+addr+"/healthz", http.StatusOK, 10*time.Second)
+	return p, addr
+}
+
+// h2Pool is a gateway config with one "h2" pool of the nodes at addrs,
+// with pool's extra lines.
+func h2Pool(pool string, addrs ...string) string {
+	var nodes strings.Builder
+	for _, a := range addrs {
+		fmt.Fprintf(&nodes, "  [[pools.nodes]]\n  addr = %q\n", a)
+	}
+	return `
+[gateway]
+listen = %[1]q
+drain_window = "100ms"
+drain_timeout = "5s"
+[admin]
+listen = ""
+[[pools]]
+name = "relay"
+protocol = "h2"
+` + pool + "\n" + nodes.String() + `
+[[routes]]
+pool = "relay"
+`
+}
+
+// h2Set is the gateway's HTTP/2 connections to its pool's node addr.
+func (e *env) h2Set(addr string) *h2.Set {
+	e.t.Helper()
+	p := e.srv.current().pools["relay"]
+	s := p.H2[p.Node(addr)]
+	if s == nil {
+		e.t.Fatalf("no HTTP/2 set for %s", addr)
+	}
+	return s
+}
+
+// waitStreams waits until the set carries want streams.
+func waitStreams(t *testing.T, s *h2.Set, want int) {
+	t.Helper()
+	var st h2.SetStats
+	for range 1000 {
+		if st = s.Stats(); st.Streams == want {
+			return
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	t.Fatalf("set holds %+v, want %d streams", st, want)
+}
+
+// TestH2NodeEcho carries many clients' WebSockets as streams of two
+// HTTP/2 connections to a node built on net/http: each echoes, gets the
+// subprotocol the node chose and the node's own fields in its 101, and
+// the node saw the client's Origin and version but no key (RFC 8441
+// section 5). Closing the clients ends their streams, and the
+// connections stay for the next ones.
+func TestH2NodeEcho(t *testing.T) {
+	_, addr := startStdNode(t)
+	e := newEnv(t, 0, h2Pool("h2_connections = 2", addr))
+	const n = 20
+	conns := make([]*websocket.Conn, n)
+	for i := range conns {
+		h := http.Header{"Origin": {"https://app.test"}, "Sec-WebSocket-Protocol": {"chat, other"}}
+		c, resp, err := e.dial("/ws", h)
+		if err != nil {
+			t.Fatalf("client %d: %v", i, err)
+		}
+		if got := resp.Header.Get("Sec-WebSocket-Protocol"); got != "chat" {
+			t.Errorf("subprotocol %q, want chat", got)
+		}
+		if o, v, k := resp.Header.Get("X-Seen-Origin"), resp.Header.Get("X-Seen-Version"), resp.Header.Get("X-Seen-Key"); o != "https://app.test" || v != "13" || k != "" {
+			t.Errorf("the node saw Origin %q, version %q, key %q", o, v, k)
+		}
+		conns[i] = c
+	}
+	s := e.h2Set(addr)
+	if st := s.Stats(); st.Conns != 2 || st.Streams != n {
+		t.Errorf("set %+v, want 2 connections carrying %d streams", st, n)
+	}
+	var wg sync.WaitGroup
+	for i, c := range conns {
+		wg.Go(func() {
+			for j := range 20 {
+				msg := strings.Repeat(fmt.Sprintf("%d-%d.", i, j), 1+j*50)
+				if err := c.WriteMessage(websocket.TextMessage, []byte(msg)); err != nil {
+					t.Errorf("client %d: write: %v", i, err)
+					return
+				}
+				_ = c.SetReadDeadline(time.Now().Add(10 * time.Second))
+				_, got, err := c.ReadMessage()
+				if err != nil || string(got) != msg {
+					t.Errorf("client %d: read %d bytes, %v", i, len(got), err)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	for _, c := range conns {
+		_ = c.WriteControl(websocket.CloseMessage, websocket.FormatCloseMessage(1000, ""), time.Now().Add(5*time.Second))
+		_ = c.SetReadDeadline(time.Now().Add(10 * time.Second))
+		if _, _, err := c.ReadMessage(); !websocket.IsCloseError(err, 1000) {
+			t.Errorf("close: %v", err)
+		}
+		c.Close()
+	}
+	e.waitZero()
+	waitStreams(t, s, 0)
+	if st := s.Stats(); st.Conns != 2 {
+		t.Errorf("set %+v after the clients left: the connections must stay", st)
+	}
+	e.mustDial("/ws").Close()
+	if st := s.Stats(); st.Conns != 2 {
+		t.Errorf("set %+v: a new client must reuse a connection", st)
+	}
+	e.waitZero()
+}
+
+// TestH2NodeAnswers passes a node's 403 and its body to the client, and
+// counts a 404 as the node's answer too; neither holds a stream.
+func TestH2NodeAnswers(t *testing.T) {
+	_, addr := startStdNode(t)
+	e := newEnv(t, 0, h2Pool("", addr))
+	for _, c := range []struct {
+		path   string
+		status int
+		body   string
+	}{{"/deny", 403, "denied by the node"}, {"/nowhere", 404, "not found"}} {
+		_, resp, err := e.dial(c.path, nil)
+		if err == nil || resp == nil || resp.StatusCode != c.status {
+			t.Fatalf("%s: %v %+v", c.path, err, resp)
+		}
+		body, _ := io.ReadAll(resp.Body)
+		if !strings.Contains(string(body), c.body) {
+			t.Errorf("%s: body %q", c.path, body)
+		}
+	}
+	waitStreams(t, e.h2Set(addr), 0)
+	e.waitZero()
+}
+
+// TestH2NodeFails: a node's 5xx, and a node that does not speak HTTP/2
+// with extended CONNECT (here an HTTP/1.1 relay), fail the handshake as
+// an unreachable node does: 502 once every try failed.
+func TestH2NodeFails(t *testing.T) {
+	_, addr := startStdNode(t)
+	e := newEnv(t, 0, h2Pool("connect_tries = 2", addr))
+	_, resp, err := e.dial("/fail", nil)
+	if err == nil || resp == nil || resp.StatusCode != http.StatusBadGateway {
+		t.Fatalf("a node's 500: %v %+v, want 502", err, resp)
+	}
+	waitStreams(t, e.h2Set(addr), 0)
+	e.waitZero()
+
+	e = newEnv(t, 1, oneNodeWith("", "protocol = \"h2\"", ""))
+	_, resp, err = e.dial("/room/x", nil)
+	if err == nil || resp == nil || resp.StatusCode != http.StatusBadGateway {
+		t.Fatalf("an HTTP/1.1 node: %v %+v, want 502", err, resp)
+	}
+	e.waitZero()
+}
+
+// TestH2NodeKilled gives every client of a node whose process dies close
+// 1012, as a vanished HTTP/1.1 node does; the next client after the node
+// is back gets a new connection.
+func TestH2NodeKilled(t *testing.T) {
+	p, addr := startStdNode(t)
+	e := newEnv(t, 0, h2Pool("h2_connections = 1", addr))
+	var conns []*websocket.Conn
+	for range 5 {
+		conns = append(conns, e.mustDial("/ws"))
+	}
+	if err := p.Signal(syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range conns {
+		_ = c.SetReadDeadline(time.Now().Add(10 * time.Second))
+		if _, _, err := c.ReadMessage(); !websocket.IsCloseError(err, 1012) {
+			t.Errorf("want close 1012, got %v", err)
+		}
+		c.Close()
+	}
+	e.waitZero()
+	startNodeAgain(t, addr)
+	c := e.mustDial("/ws")
+	echoOnce(t, c, "back")
+	c.Close()
+	e.waitZero()
+}
+
+// startNodeAgain starts a stdnode on addr, where one ran before.
+func startNodeAgain(t *testing.T, addr string) *testproc.Proc {
+	t.Helper()
+	bin := testproc.Build(t, "./gateway/internal/upstream/h2/internal/stdnode")
+	cmd := exec.Command(bin, "-addr", addr)
+	cmd.Env = append(os.Environ(), "GODEBUG=http2xconnect=1")
+	p := testproc.StartCmd(t, "stdnode", cmd)
+	testproc.WaitHTTP(t, "http://"+addr+"/healthz", http.StatusOK, 10*time.Second)
+	return p
+}
+
+func echoOnce(t *testing.T, c *websocket.Conn, msg string) {
+	t.Helper()
+	if err := c.WriteMessage(websocket.TextMessage, []byte(msg)); err != nil {
+		t.Fatal(err)
+	}
+	_ = c.SetReadDeadline(time.Now().Add(10 * time.Second))
+	if _, got, err := c.ReadMessage(); err != nil || string(got) != msg {
+		t.Fatalf("echo: %q %v", got, err)
+	}
+}
+
+// TestH2NodeGoAway: a node that shuts down gracefully sends GOAWAY: its
+// open streams go on until the node ends them, and no new stream goes to
+// it (another node takes the next client).
+func TestH2NodeGoAway(t *testing.T) {
+	p, a := startStdNode(t)
+	_, b := startStdNode(t)
+	e := newEnv(t, 0, h2Pool("h2_connections = 1\nbalance = \"round_robin\"", a, b))
+	first := []*websocket.Conn{e.mustDial("/ws"), e.mustDial("/ws")}
+	sa := e.h2Set(a)
+	if st := sa.Stats(); st.Streams != 1 {
+		t.Fatalf("node a carries %+v, want 1 stream", st)
+	}
+	if err := p.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	// net/http's Shutdown sends GOAWAY, then waits for the streams.
+	for range 1000 {
+		if sa.Stats().Conns == 0 {
+			break
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if st := sa.Stats(); st.Conns != 0 {
+		t.Fatalf("node a's connection still takes streams after its GOAWAY: %+v", st)
+	}
+	for i, c := range first {
+		echoOnce(t, c, fmt.Sprint("still here ", i))
+	}
+	for range 4 {
+		c := e.mustDial("/ws")
+		echoOnce(t, c, "new")
+		c.Close()
+	}
+	for _, c := range first {
+		c.Close()
+	}
+	if code, err := p.Wait(10 * time.Second); err != nil || code != 0 {
+		t.Errorf("node a exit %d %v", code, err)
+	}
+	e.waitZero()
+}
+
+// TestH2StreamsCountAgainstCap: max_conns_per_node counts streams.
+func TestH2StreamsCountAgainstCap(t *testing.T) {
+	_, addr := startStdNode(t)
+	e := newEnv(t, 0, h2Pool("max_conns_per_node = 2", addr))
+	a, b := e.mustDial("/ws"), e.mustDial("/ws")
+	_, resp, err := e.dial("/ws", nil)
+	if err == nil || resp == nil || resp.StatusCode != http.StatusServiceUnavailable {
+		t.Fatalf("over the cap: %v %+v", err, resp)
+	}
+	a.Close()
+	b.Close()
+	e.waitZero()
+	e.mustDial("/ws").Close()
+	e.waitZero()
+}
+
+// TestH2GatewayDrain closes every stream's client with 1001 on the
+// gateway's shutdown, and the node's connections close after them.
+func TestH2GatewayDrain(t *testing.T) {
+	_, addr := startStdNode(t)
+	e := newEnv(t, 0, h2Pool("", addr))
+	var conns []*websocket.Conn
+	for range 10 {
+		conns = append(conns, e.mustDial("/ws"))
+	}
+	s := e.h2Set(addr)
+	done := make(chan error, 1)
+	go func() { done <- e.srv.Shutdown(context.Background()) }()
+	for _, c := range conns {
+		_ = c.SetReadDeadline(time.Now().Add(10 * time.Second))
+		_, _, err := c.ReadMessage()
+		if !websocket.IsCloseError(err, 1001) {
+			t.Errorf("want close 1001, got %v", err)
+		}
+		_ = c.WriteControl(websocket.CloseMessage, websocket.FormatCloseMessage(1001, ""), time.Now().Add(time.Second))
+		c.Close()
+	}
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	waitSetEmpty(t, s)
+}
+
+// TestH2ReloadKeepsConnections: a reload that keeps the pool's settings
+// keeps its connections and the streams on them; one that changes
+// h2_connections gives the node new ones for new clients, and the old
+// connection closes once its stream ends.
+func TestH2ReloadKeepsConnections(t *testing.T) {
+	_, addr := startStdNode(t)
+	cfg := h2Pool("h2_connections = 1", addr)
+	e := newEnv(t, 0, cfg)
+	c := e.mustDial("/ws")
+	s := e.h2Set(addr)
+	reload := func(text string) {
+		t.Helper()
+		cf, err := conf.Parse("h2.toml", []byte(fmt.Sprintf(text, e.gw)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := e.srv.Apply(cf); err != nil {
+			t.Fatal(err)
+		}
+	}
+	reload(strings.Replace(cfg, "[[routes]]", "[[routes]]\nmax_frame = 1024", 1))
+	if e.h2Set(addr) != s {
+		t.Fatal("a reload that keeps the pool's settings replaced its connections")
+	}
+	echoOnce(t, c, "kept")
+	reload(strings.Replace(cfg, "h2_connections = 1", "h2_connections = 2", 1))
+	s2 := e.h2Set(addr)
+	if s2 == s {
+		t.Fatal("h2_connections changed but the set was kept")
+	}
+	echoOnce(t, c, "still kept")
+	d := e.mustDial("/ws")
+	echoOnce(t, d, "new")
+	if st := s2.Stats(); st.Streams != 1 {
+		t.Errorf("new set %+v, want the new client's stream", st)
+	}
+	c.Close()
+	d.Close()
+	e.waitZero()
+	waitStreams(t, s, 0)
+	waitSetEmpty(t, s)
+}
+
+// waitSetEmpty waits until s holds no connection, open or closing.
+func waitSetEmpty(t *testing.T, s *h2.Set) {
+	t.Helper()
+	var st h2.SetStats
+	for range 1000 {
+		if st = s.Stats(); st == (h2.SetStats{}) {
+			return
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	t.Fatalf("the set still holds %+v", st)
+}

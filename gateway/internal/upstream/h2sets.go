@@ -1,0 +1,48 @@
+package upstream
+
+import (
+	"context"
+	"net"
+
+	"github.com/wsgate/wsgate/balancer"
+	"github.com/wsgate/wsgate/gateway/internal/upstream/h2"
+)
+
+// OpenH2 gives a pool with protocol = "h2" a set of HTTP/2 connections per
+// node (see h2.Set), spreading each node's streams over size connections
+// configured by cfg.
+// A node old (the pool it replaces) had with the same settings keeps its
+// set, so a reload opens no connection and leaves every stream where it
+// is; RetireH2 closes the sets old has and p does not. Sets are dialed on
+// first use: one p never uses (a reload that fails) costs nothing.
+func (p *Pool) OpenH2(old *Pool, size int, cfg h2.Config) {
+	p.H2 = make(map[*balancer.Node]*h2.Set, len(p.Balancer.Nodes()))
+	ping := p.Conf.H2PingInterval.Duration
+	for _, n := range p.Balancer.Nodes() {
+		if old != nil {
+			if s := old.H2[n]; s != nil && s.Size == size && s.PingInterval == ping && s.Config == cfg {
+				p.H2[n] = s
+				continue
+			}
+		}
+		addr, d := n.Addr(), p.Dialer
+		p.H2[n] = &h2.Set{
+			Dial:         func(context.Context) (net.Conn, error) { return d.Dial(addr) },
+			Config:       cfg,
+			Size:         size,
+			PingInterval: ping,
+		}
+	}
+}
+
+// RetireH2 closes the HTTP/2 sets p has and next does not (a node removed,
+// the protocol or its settings changed, or next is nil): they take no new
+// stream, and each connection closes once the streams it carries have
+// ended.
+func (p *Pool) RetireH2(next *Pool) {
+	for n, s := range p.H2 {
+		if next == nil || next.H2[n] != s {
+			s.Close()
+		}
+	}
+}
