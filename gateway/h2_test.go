@@ -193,6 +193,25 @@ func TestH2NodeFails(t *testing.T) {
 	e.waitZero()
 }
 
+// TestH2StreamRejected: a node that resets a handshake's stream rejected
+// that request: the client gets 502 and the node's health is untouched
+// (with eject_after = 1, one failure reported would eject it), so a
+// client cannot take nodes out with requests they reject.
+func TestH2StreamRejected(t *testing.T) {
+	_, addr := startStdNode(t)
+	e := newEnv(t, 0, h2Pool("[pools.health]\neject_after = 1", addr))
+	for range 3 {
+		_, resp, err := e.dial("/reject", nil)
+		if err == nil || resp == nil || resp.StatusCode != http.StatusBadGateway {
+			t.Fatalf("a reset stream: %v %+v, want 502", err, resp)
+		}
+	}
+	c := e.mustDial("/ws")
+	echoOnce(t, c, "the node is still in")
+	c.Close()
+	e.waitZero()
+}
+
 // TestH2NodeKilled gives every client of a node whose process dies close
 // 1012, as a vanished HTTP/1.1 node does; the next client after the node
 // is back gets a new connection.

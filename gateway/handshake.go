@@ -75,6 +75,10 @@ func (s *Server) serveUpgrade(ctx *fasthttp.RequestCtx, g *generation, rt *route
 		if err != nil {
 			lease.Release()
 			exclude = append(exclude, lease.Node())
+			if errors.Is(err, upgrade.ErrStreamRejected) {
+				s.refuse(ctx, admit.Reject(fasthttp.StatusBadGateway, "upstream_error", "the node rejected the websocket handshake"))
+				return
+			}
 			if errors.Is(err, h2.ErrSetClosed) {
 				// A reload retired the node's connections after this
 				// handshake read the generation: nothing is wrong

@@ -14,6 +14,11 @@ import (
 	"github.com/wsgate/wsgate/gateway/internal/upstream/h2"
 )
 
+// ErrStreamRejected marks a handshake whose stream the node reset: it
+// rejected this request, and is no less healthy for it. The client gets
+// 502, and no other node is tried with the same request.
+var ErrStreamRejected = errors.New("the node reset the stream")
+
 // NodeStreamRequest is an admitted upgrade request as an extended CONNECT
 // for a node reached over HTTP/2 (pools.protocol = "h2", RFC 8441 section
 // 4): :authority and :path are the Host and target it was routed by, and
@@ -48,16 +53,23 @@ func NodeStreamRequest(ctx *fasthttp.RequestCtx, rt *route.Route, trusted []neti
 // client's 101 (its Sec-WebSocket-Accept from the client's key, accept,
 // and the fields the node chose) appended to hdr; an answer from 300 to
 // 499 is returned to pass on; a 5xx, a refused stream or a connection
-// that failed is an error wrapping ErrUpstream; a dial that failed on the
+// that failed is an error wrapping ErrUpstream; a stream the node reset
+// ErrStreamRejected; a dial that failed on the
 // gateway's side wraps upstream.ErrLocalDial, and a set closed by a
 // reload h2.ErrSetClosed (neither says anything about the node).
 func OpenNodeStream(p *upstream.Pool, addr string, set *h2.Set, req *h2.Request, accept []byte, up *NodeConn, hdr []byte) (*fasthttp.Response, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), p.ConnectTimeout)
 	defer cancel()
 	st, resp, err := set.Open(ctx, req)
+	var se *h2.StreamError
 	switch {
 	case errors.Is(err, upstream.ErrLocalDial), errors.Is(err, h2.ErrSetClosed):
 		return nil, fmt.Errorf("open a stream to %s: %w", addr, err)
+	case errors.As(err, &se) && se.Remote:
+		// The node reset this one stream (not REFUSED_STREAM, which
+		// Set.Open retries): it took the request for a bad one, which
+		// says nothing of its health.
+		return nil, fmt.Errorf("%w: %w", ErrStreamRejected, err)
 	case err != nil:
 		return nil, fmt.Errorf("%w: open a stream: %w", ErrUpstream, err)
 	case resp.Status >= 500:

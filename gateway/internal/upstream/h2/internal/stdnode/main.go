@@ -10,6 +10,7 @@
 //	         echoes the request body, flushing after each read
 //	/deny    403 with a body
 //	/fail    500 with a body
+//	/reject  resets the stream without a response
 //	/source  200, then sends data until the stream ends
 //	/sink    200, then never reads the request body
 //	/reset   200, then resets the stream after the first read
@@ -98,6 +99,8 @@ func serve(w http.ResponseWriter, r *http.Request) {
 	case "/fail":
 		http.Error(w, "the node failed", http.StatusInternalServerError)
 		return
+	case "/reject":
+		panic(http.ErrAbortHandler) // RST_STREAM before any response
 	case "/echo", "/source", "/sink", "/reset", "/ws":
 	default:
 		http.NotFound(w, r)
