@@ -212,6 +212,63 @@ func TestH2StreamRejected(t *testing.T) {
 	e.waitZero()
 }
 
+// TestH2FrozenClient: one client that never reads, on the HTTP/2
+// connection the others share, stops only its own stream (its window
+// spent, the node stops sending it); the others echo everything.
+func TestH2FrozenClient(t *testing.T) {
+	_, addr := startStdNode(t)
+	e := newEnv(t, 0, h2Pool("h2_connections = 1", addr))
+	frozen := e.mustDial("/ws")
+	// It sends 8 MiB of echo requests and reads none of the echoes:
+	// far past its socket buffers and its stream's window.
+	sent := make(chan error, 1)
+	go func() {
+		msg := make([]byte, 64<<10)
+		for range 128 {
+			_ = frozen.SetWriteDeadline(time.Now().Add(30 * time.Second))
+			if err := frozen.WriteMessage(websocket.BinaryMessage, msg); err != nil {
+				sent <- err
+				return
+			}
+		}
+		sent <- nil
+	}()
+	var wg sync.WaitGroup
+	for i := range 20 {
+		wg.Go(func() {
+			c, _, err := e.dial("/ws", nil)
+			if err != nil {
+				t.Errorf("client %d: %v", i, err)
+				return
+			}
+			defer c.Close()
+			for j := range 50 {
+				msg := strings.Repeat(fmt.Sprint(i, ".", j, " "), 100)
+				if err := c.WriteMessage(websocket.TextMessage, []byte(msg)); err != nil {
+					t.Errorf("client %d: write: %v", i, err)
+					return
+				}
+				_ = c.SetReadDeadline(time.Now().Add(10 * time.Second))
+				if _, got, err := c.ReadMessage(); err != nil || string(got) != msg {
+					t.Errorf("client %d: message %d: %d bytes, %v", i, j, len(got), err)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	if st := e.h2Set(addr).Stats(); st.Conns != 1 {
+		t.Errorf("set %+v, want every stream on one connection", st)
+	}
+	frozen.Close()
+	select {
+	case <-sent:
+	case <-time.After(30 * time.Second):
+		t.Fatal("the frozen client's writer never returned")
+	}
+	e.waitZero()
+}
+
 // TestH2NodeKilled gives every client of a node whose process dies close
 // 1012, as a vanished HTTP/1.1 node does; the next client after the node
 // is back gets a new connection.
