@@ -361,6 +361,57 @@ func TestH2NodeGoAway(t *testing.T) {
 	e.waitZero()
 }
 
+// TestH2Metrics: wsgate_upstream_h2_connections shows a node's open
+// connections, then, after the node's GOAWAY, the same ones closing until
+// their streams end.
+func TestH2Metrics(t *testing.T) {
+	p, addr := startStdNode(t)
+	e := newEnv(t, 0, strings.Replace(h2Pool("h2_connections = 2", addr), "[admin]\nlisten = \"\"", "[admin]\nlisten = \"127.0.0.1:0\"", 1))
+	var conns []*websocket.Conn
+	for range 3 {
+		conns = append(conns, e.mustDial("/ws"))
+	}
+	e.waitH2Gauge(addr, 2, 0)
+	if err := p.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	e.waitH2Gauge(addr, 0, 2)
+	for _, c := range conns {
+		c.Close()
+	}
+	e.waitH2Gauge(addr, 0, 0)
+	e.waitZero()
+}
+
+// waitH2Gauge scrapes until wsgate_upstream_h2_connections of node reads
+// open and closing, for at most 10s.
+func (e *env) waitH2Gauge(node string, open, closing float64) {
+	e.t.Helper()
+	var got map[string]float64
+	for range 500 {
+		got = map[string]float64{}
+		for _, m := range e.scrape()["wsgate_upstream_h2_connections"].GetMetric() {
+			var n, st string
+			for _, l := range m.GetLabel() {
+				switch l.GetName() {
+				case "node":
+					n = l.GetValue()
+				case "state":
+					st = l.GetValue()
+				}
+			}
+			if n == node {
+				got[st] = m.GetGauge().GetValue()
+			}
+		}
+		if got["open"] == open && got["closing"] == closing && len(got) == 2 {
+			return
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	e.t.Fatalf("wsgate_upstream_h2_connections of %s: %v, want open %v, closing %v", node, got, open, closing)
+}
+
 // TestH2StreamsCountAgainstCap: max_conns_per_node counts streams.
 func TestH2StreamsCountAgainstCap(t *testing.T) {
 	_, addr := startStdNode(t)

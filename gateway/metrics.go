@@ -25,6 +25,18 @@ func (l liveSource) EachNode(fn func(pool string, n *balancer.Node)) {
 	}
 }
 
+// EachH2 calls fn with each "h2" pool's connections to each node.
+func (l liveSource) EachH2(fn func(pool, node string, open, closing int)) {
+	for _, p := range l.s.poolList() {
+		for _, n := range p.Balancer.Nodes() {
+			if set := p.H2[n]; set != nil {
+				st := set.Stats()
+				fn(p.Name, n.Addr(), st.Conns, st.Closing)
+			}
+		}
+	}
+}
+
 // OpenConns is the number of client connections open, counted from accept.
 func (l liveSource) OpenConns() int64 { return l.s.limits.Open() }
 

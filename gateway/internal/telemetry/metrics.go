@@ -79,6 +79,10 @@ type Live interface {
 	// EachNode calls fn with each node of each pool in force, pools in
 	// the order of their names.
 	EachNode(fn func(pool string, n *balancer.Node))
+	// EachH2 calls fn with the HTTP/2 connections to each node of each
+	// pool with protocol = "h2": those that take streams (open) and
+	// those that wait for their streams to end (closing).
+	EachH2(fn func(pool, node string, open, closing int))
 	// OpenConns is the number of open client connections, counted from
 	// accept: handshakes in flight, HTTP keep-alive connections and tunnels.
 	OpenConns() int64
@@ -274,6 +278,7 @@ var (
 	descConnections = prometheus.NewDesc("wsgate_connections", "Open connections (leases) per pool and node.", []string{"pool", "node"}, nil)
 	descMaxConns    = prometheus.NewDesc("wsgate_node_max_connections", "Connection cap per pool and node (0 = unlimited).", []string{"pool", "node"}, nil)
 	descState       = prometheus.NewDesc("wsgate_node_state", "1 for the node's current state, 0 for the others.", []string{"pool", "node", "state"}, nil)
+	descH2Conns     = prometheus.NewDesc("wsgate_upstream_h2_connections", "HTTP/2 connections to each node of a pool with protocol = \"h2\", by state: open (taking streams) or closing (a GOAWAY or a retired set, waiting for their streams to end).", []string{"pool", "node", "state"}, nil)
 	descFrames      = prometheus.NewDesc("wsgate_frames_total", "WebSocket frames forwarded, by direction (to_node, to_client).", []string{"direction"}, nil)
 	descBytes       = prometheus.NewDesc("wsgate_bytes_total", "Bytes forwarded by tunnels, by direction (to_node, to_client).", []string{"direction"}, nil)
 )
@@ -343,7 +348,7 @@ func (m *Metrics) HandshakeCounts() map[string]uint64 {
 type liveCollector struct{ live Live }
 
 func (c *liveCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{descTunnels, descConnections, descMaxConns, descState, descFrames, descBytes} {
+	for _, d := range []*prometheus.Desc{descTunnels, descConnections, descMaxConns, descState, descH2Conns, descFrames, descBytes} {
 		ch <- d
 	}
 }
@@ -361,6 +366,10 @@ func (c *liveCollector) Collect(ch chan<- prometheus.Metric) {
 			}
 			ch <- prometheus.MustNewConstMetric(descState, prometheus.GaugeValue, v, pool, n.Addr(), st.String())
 		}
+	})
+	c.live.EachH2(func(pool, node string, open, closing int) {
+		ch <- prometheus.MustNewConstMetric(descH2Conns, prometheus.GaugeValue, float64(open), pool, node, "open")
+		ch <- prometheus.MustNewConstMetric(descH2Conns, prometheus.GaugeValue, float64(closing), pool, node, "closing")
 	})
 	t := c.live.TunnelTotals()
 	ch <- prometheus.MustNewConstMetric(descFrames, prometheus.CounterValue, float64(t.FramesToNode), "to_node")

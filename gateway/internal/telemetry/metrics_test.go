@@ -19,12 +19,19 @@ type fakeLive struct {
 	pools   map[string][]*balancer.Node
 	open    int64
 	limit   int64
+	h2      []int // the open and closing HTTP/2 connections to relay's node
 }
 
 func (f *fakeLive) LiveTunnels() int           { return f.tunnels }
 func (f *fakeLive) TunnelTotals() tunnel.Stats { return f.totals }
 func (f *fakeLive) OpenConns() int64           { return f.open }
 func (f *fakeLive) ConnLimit() int64           { return f.limit }
+
+func (f *fakeLive) EachH2(fn func(pool, node string, open, closing int)) {
+	if f.h2 != nil {
+		fn("relay", "10.0.0.1:80", f.h2[0], f.h2[1])
+	}
+}
 
 func (f *fakeLive) EachNode(fn func(pool string, n *balancer.Node)) {
 	names := make([]string, 0, len(f.pools))
@@ -84,25 +91,28 @@ func TestLiveCollector(t *testing.T) {
 		pools:   map[string][]*balancer.Node{"relay": {a}, "chat": {b}},
 		open:    7,
 		limit:   1000,
+		h2:      []int{2, 1},
 	}
 	got := gather(t, NewMetrics(live))
 	want := map[string]float64{
 		"wsgate_tunnels{}": 3,
-		"wsgate_connections{node=10.0.0.1:80,pool=relay}":               1,
-		"wsgate_connections{node=10.0.0.2:80,pool=chat}":                0,
-		"wsgate_node_max_connections{node=10.0.0.1:80,pool=relay}":      5,
-		"wsgate_node_max_connections{node=10.0.0.2:80,pool=chat}":       0,
-		"wsgate_node_state{node=10.0.0.1:80,pool=relay,state=up}":       1,
-		"wsgate_node_state{node=10.0.0.1:80,pool=relay,state=draining}": 0,
-		"wsgate_node_state{node=10.0.0.2:80,pool=chat,state=draining}":  1,
-		"wsgate_node_state{node=10.0.0.2:80,pool=chat,state=up}":        0,
-		"wsgate_frames_total{direction=to_node}":                        10,
-		"wsgate_frames_total{direction=to_client}":                      20,
-		"wsgate_bytes_total{direction=to_node}":                         100,
-		"wsgate_bytes_total{direction=to_client}":                       200,
-		"wsgate_client_connections{}":                                   7,
-		"wsgate_client_connections_limit{}":                             1000,
-		"wsgate_config_generation{}":                                    1,
+		"wsgate_connections{node=10.0.0.1:80,pool=relay}":                           1,
+		"wsgate_connections{node=10.0.0.2:80,pool=chat}":                            0,
+		"wsgate_node_max_connections{node=10.0.0.1:80,pool=relay}":                  5,
+		"wsgate_node_max_connections{node=10.0.0.2:80,pool=chat}":                   0,
+		"wsgate_node_state{node=10.0.0.1:80,pool=relay,state=up}":                   1,
+		"wsgate_node_state{node=10.0.0.1:80,pool=relay,state=draining}":             0,
+		"wsgate_node_state{node=10.0.0.2:80,pool=chat,state=draining}":              1,
+		"wsgate_node_state{node=10.0.0.2:80,pool=chat,state=up}":                    0,
+		"wsgate_upstream_h2_connections{node=10.0.0.1:80,pool=relay,state=open}":    2,
+		"wsgate_upstream_h2_connections{node=10.0.0.1:80,pool=relay,state=closing}": 1,
+		"wsgate_frames_total{direction=to_node}":                                    10,
+		"wsgate_frames_total{direction=to_client}":                                  20,
+		"wsgate_bytes_total{direction=to_node}":                                     100,
+		"wsgate_bytes_total{direction=to_client}":                                   200,
+		"wsgate_client_connections{}":                                               7,
+		"wsgate_client_connections_limit{}":                                         1000,
+		"wsgate_config_generation{}":                                                1,
 	}
 	for k, v := range want {
 		if g, ok := got[k]; !ok || g != v {
