@@ -10,6 +10,7 @@ import (
 	"io"
 	"net"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"golang.org/x/net/http2"
@@ -101,10 +102,11 @@ type Conn struct {
 	// wire) and stream identifiers (which must rise in that order, RFC
 	// 9113 section 5.1.1). It is held across a network write, which
 	// Config.WriteTimeout bounds. Lock order: wmu before mu.
-	wmu  sync.Mutex
-	henc *hpack.Encoder
-	hbuf bytes.Buffer
-	werr error
+	wmu      sync.Mutex
+	wwaiting atomic.Int32 // writers waiting for wmu in writeFrames
+	henc     *hpack.Encoder
+	hbuf     bytes.Buffer
+	werr     error
 
 	mu         sync.Mutex
 	streams    map[uint32]*Stream
@@ -623,21 +625,32 @@ func (c *Conn) wakeWritersLocked() {
 	}
 }
 
-// writeFrames runs write with the Framer under wmu and flushes, bounded by
-// Config.WriteTimeout. A failed write loses the connection.
+// writeFrames runs write with the Framer under wmu, bounded by
+// Config.WriteTimeout, and flushes unless another writer waits for wmu
+// (see writeFramesLocked). A failed write loses the connection.
 func (c *Conn) writeFrames(write func(fr *http2.Framer) error) error {
+	c.wwaiting.Add(1)
 	c.wmu.Lock()
+	c.wwaiting.Add(-1)
 	defer c.wmu.Unlock()
 	return c.writeFramesLocked(write)
 }
 
+// writeFramesLocked runs write with the Framer, wmu held. The frames go
+// to the network at once, unless a writer is waiting for wmu in
+// writeFrames: then they stay in the write buffer for the last of the
+// waiters to flush with its own, so that frames many streams write at
+// one moment (a room's fan-out through the node's clients) leave in one
+// write rather than one each. The last writer of a burst always flushes:
+// it finds no waiter, or a waiter that will find none after it. A full
+// buffer is written on the way (16 KiB), under the same deadline.
 func (c *Conn) writeFramesLocked(write func(fr *http2.Framer) error) error {
 	if c.werr != nil {
 		return c.werr
 	}
 	c.nc.SetWriteDeadline(time.Now().Add(c.cfg.WriteTimeout))
 	err := write(c.fr)
-	if err == nil {
+	if err == nil && c.wwaiting.Load() == 0 {
 		err = c.bw.Flush()
 	}
 	if err != nil {
@@ -841,7 +854,9 @@ func (c *Conn) Close() error {
 	// stalled one would hold Close for its write timeout before this
 	// one's own); closing the socket ends a stalled write at once.
 	if c.wmu.TryLock() {
-		c.writeFramesLocked(func(fr *http2.Framer) error { return fr.WriteGoAway(0, http2.ErrCodeNo, nil) })
+		if c.writeFramesLocked(func(fr *http2.Framer) error { return fr.WriteGoAway(0, http2.ErrCodeNo, nil) }) == nil {
+			c.bw.Flush() // even with writers waiting: the socket closes next
+		}
 		c.wmu.Unlock()
 	}
 	c.fail(errors.New("closed by the gateway"))
