@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -509,4 +510,113 @@ func waitSetEmpty(t *testing.T, s *h2.Set) {
 		time.Sleep(10 * time.Millisecond)
 	}
 	t.Fatalf("the set still holds %+v", st)
+}
+
+// TestH2PerStream runs the per-tunnel features on streams that share one
+// HTTP/2 connection per node: a frame over max_frame ends its own client
+// with 1009, a flood over frame_rate its own with 1008, keepalive pings
+// reach a reading client and keep it, and a migrate drain of one node
+// gives its clients 1001 while the other node's clients, and the other
+// streams of the drained node's connection until then, go on.
+func TestH2PerStream(t *testing.T) {
+	_, a := startStdNode(t)
+	_, b := startStdNode(t)
+	cfg := strings.Replace(h2Pool("h2_connections = 1\nbalance = \"round_robin\"", a, b), "[admin]\nlisten = \"\"", "[admin]\nlisten = \"127.0.0.1:0\"", 1)
+	cfg = strings.Replace(cfg, "[[routes]]\npool = \"relay\"\n", `[[routes]]
+path_prefix = "/ws/limited"
+pool = "relay"
+max_frame = "1KiB"
+frame_rate = 20
+[[routes]]
+path_prefix = "/"
+pool = "relay"
+ping_interval = "1s"
+pong_timeout = "5s"
+`, 1)
+	e := newEnv(t, 0, cfg)
+	// Four clients on each node (round robin), on one connection each.
+	var onA, onB []*websocket.Conn
+	for i := range 8 {
+		c := e.mustDial("/ws/plain")
+		if i%2 == 0 {
+			onA = append(onA, c)
+		} else {
+			onB = append(onB, c)
+		}
+	}
+	if sa, sb := e.h2Set(a).Stats(), e.h2Set(b).Stats(); sa.Streams != 4 || sb.Streams != 4 {
+		t.Fatalf("streams per node: a %+v, b %+v", sa, sb)
+	}
+
+	big := e.mustDial("/ws/limited")
+	if err := big.WriteMessage(websocket.BinaryMessage, make([]byte, 2048)); err != nil {
+		t.Fatal(err)
+	}
+	_ = big.SetReadDeadline(time.Now().Add(10 * time.Second))
+	if _, _, err := big.ReadMessage(); !websocket.IsCloseError(err, 1009) {
+		t.Errorf("a frame over max_frame: %v, want 1009", err)
+	}
+	big.Close()
+
+	flood := e.mustDial("/ws/limited")
+	var err error
+	for i := 0; i < 1000 && err == nil; i++ {
+		err = flood.WriteMessage(websocket.TextMessage, []byte("x"))
+	}
+	_ = flood.SetReadDeadline(time.Now().Add(10 * time.Second))
+	for {
+		if _, _, err = flood.ReadMessage(); err != nil {
+			break
+		}
+	}
+	if !websocket.IsCloseError(err, 1008) {
+		t.Errorf("a flood over frame_rate: %v, want 1008", err)
+	}
+	flood.Close()
+
+	// Keepalive: a client that reads (and so answers pings) for 2.5s
+	// sees pings and stays.
+	pings := 0
+	onA[0].SetPingHandler(func(data string) error {
+		pings++
+		return onA[0].WriteControl(websocket.PongMessage, []byte(data), time.Now().Add(time.Second))
+	})
+	_ = onA[0].SetReadDeadline(time.Now().Add(2500 * time.Millisecond))
+	if _, _, err := onA[0].ReadMessage(); !isTimeout(err) {
+		t.Fatalf("keepalive: %v", err)
+	}
+	if pings == 0 {
+		t.Error("no keepalive ping reached the client")
+	}
+	onA[0].Close()
+	onA = onA[1:]
+	c := e.mustDial("/ws/plain") // the place onA[0] left, on a
+	onA = append(onA, c)
+
+	code, body := e.admin("POST", "/api/pools/relay/nodes/"+a+"/drain?migrate=1", "")
+	if code != 200 {
+		t.Fatalf("drain: %d %s", code, body)
+	}
+	for _, c := range onA {
+		_ = c.SetReadDeadline(time.Now().Add(10 * time.Second))
+		for {
+			if _, _, err = c.ReadMessage(); err != nil {
+				break
+			}
+		}
+		if !websocket.IsCloseError(err, 1001) {
+			t.Errorf("a client of the drained node: %v, want 1001", err)
+		}
+		c.Close()
+	}
+	for i, c := range onB {
+		echoOnce(t, c, fmt.Sprint("b goes on ", i))
+		c.Close()
+	}
+	e.waitZero()
+}
+
+func isTimeout(err error) bool {
+	ne, ok := err.(net.Error)
+	return ok && ne.Timeout()
 }

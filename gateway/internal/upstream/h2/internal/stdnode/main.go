@@ -14,7 +14,7 @@
 //	/source  200, then sends data until the stream ends
 //	/sink    200, then never reads the request body
 //	/reset   200, then resets the stream after the first read
-//	/ws      200, then a WebSocket echo: each message from the client
+//	/ws      (and /ws/...) 200, then a WebSocket echo: each message from the client
 //	         (masked frames) comes back unmasked, a ping gets its pong,
 //	         a close its close (see ws.go)
 //
@@ -92,7 +92,11 @@ func serve(w http.ResponseWriter, r *http.Request) {
 		h.Set("Sec-WebSocket-Protocol", strings.TrimSpace(strings.Split(p, ",")[0]))
 	}
 	rc := http.NewResponseController(w)
-	switch r.URL.Path {
+	path := r.URL.Path
+	if strings.HasPrefix(path, "/ws/") {
+		path = "/ws" // /ws/anything is /ws, for routes by prefix
+	}
+	switch path {
 	case "/deny":
 		http.Error(w, "denied by the node", http.StatusForbidden)
 		return
@@ -110,7 +114,7 @@ func serve(w http.ResponseWriter, r *http.Request) {
 	if err := rc.Flush(); err != nil {
 		return
 	}
-	switch r.URL.Path {
+	switch path {
 	case "/echo":
 		buf := make([]byte, 32<<10)
 		for {
