@@ -161,6 +161,12 @@ func (r *runner) rows(res [numCols]results) []row {
 	memory := per(nanRow("memory per idle connection (bytes)", "%.0f",
 		fmt.Sprintf("VmRSS growth / %d idle connections; direct = relay-backend; nginx = master + worker; one run each", p.idleN)),
 		func(x *results) float64 { return x.idle.perConn })
+	relayMem := per(nanRow("relays' memory per idle connection (bytes)", "%.0f",
+		"both relays' VmRSS growth in the same ramps (direct: relay 1 takes them all)"),
+		func(x *results) float64 { return x.idle.relayPer })
+	kernelMem := per(nanRow("kernel memory per idle connection (bytes)", "%.0f",
+		"/proc/slabinfo growth, whole system (wsload's sockets included), in the same ramps; n/a unless run as root"),
+		func(x *results) float64 { return x.idle.kernelPer })
 	loadMem := per(nanRow("wsload memory per idle connection (bytes)", "%.0f", "wsload's own rss_per_conn_bytes in the same runs"),
 		func(x *results) float64 { return x.idle.loadPerConn })
 	dropped := per(nanRow("idle connections dropped", "%.0f", fmt.Sprintf("of %d held", p.idleN)),
@@ -179,7 +185,20 @@ func (r *runner) rows(res [numCols]results) []row {
 			return pick(x.fixed, func(f fanoutResult) float64 { return f.cpu.Seconds() / f.relayCPU.Seconds() })
 		})
 	share.vals[colDirect] = math.NaN()
-	rows := []row{memory, loadMem, dropped, split, cpu, share}
+	system := nanRow("proxy + relays CPU seconds per million frames", "%.2f",
+		"utime+stime of the proxy and both relays / wsload's sent+received; direct = both relays (the CPU row); "+fixed)
+	for i := range res {
+		if res[i].measured {
+			system.vals[i] = pick(res[i].fixed, func(f fanoutResult) float64 {
+				c := f.relayCPU
+				if i != colDirect {
+					c += f.cpu
+				}
+				return c.Seconds() / f.frames * 1e6
+			})
+		}
+	}
+	rows := []row{memory, relayMem, kernelMem, loadMem, dropped, split, cpu, share, system}
 
 	addRows := func(rs func(x *results) []fanoutResult, fps float64, note string) {
 		r50 := per(nanRow(fmt.Sprintf("latency p50 (ms), %.0f frames/s", fps), "%.2f", note),

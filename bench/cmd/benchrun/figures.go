@@ -16,6 +16,8 @@ import (
 // idleResult is what one idle ramp measured.
 type idleResult struct {
 	perConn     float64 // RSS growth of the measured processes per connection, bytes
+	relayPer    float64 // RSS growth of both relays per connection, bytes
+	kernelPer   float64 // slab growth of the whole system per connection, bytes; NaN unless root
 	loadPerConn float64 // wsload's own RSS per connection, bytes
 	connected   int64
 	dropped     int64
@@ -37,6 +39,14 @@ func (r *runner) idle(ctx context.Context, t *target) (idleResult, error) {
 	if err != nil {
 		return res, err
 	}
+	relayPids := r.relayPids()
+	relayBefore, err := probe.RSSSum(relayPids)
+	if err != nil {
+		return res, err
+	}
+	// The kernel's memory for the sockets: slab growth, system-wide
+	// (wsload's sockets included, as every target has them).
+	slabBefore, slabErr := probe.SlabTotal()
 	l, err := r.startLoad(ctx, "idle-"+t.name(), "idle", "-url", r.url(t.addr, "idle"),
 		"-n", strconv.Itoa(n), "-rate", strconv.Itoa(r.plan.idleRate), "-hold", r.plan.idleHold.String(), "-threshold", "dropped==0")
 	if err != nil {
@@ -61,16 +71,28 @@ func (r *runner) idle(ctx context.Context, t *target) (idleResult, error) {
 	// The last handshakes' garbage and buffers settle for a moment; then
 	// three reads half a second apart.
 	time.Sleep(2 * time.Second)
-	var rss []float64
+	var rss, relayRSS, slab []float64
 	for range 3 {
 		v, err := probe.RSSSum(pids)
 		if err != nil {
 			return res, err
 		}
-		rss = append(rss, float64(v))
+		rv, err := probe.RSSSum(relayPids)
+		if err != nil {
+			return res, err
+		}
+		rss, relayRSS = append(rss, float64(v)), append(relayRSS, float64(rv))
+		if sv, err := probe.SlabTotal(); err == nil {
+			slab = append(slab, float64(sv))
+		}
 		time.Sleep(500 * time.Millisecond)
 	}
 	res.perConn = (loadproc.Median(rss) - float64(before)) / float64(n)
+	res.relayPer = (loadproc.Median(relayRSS) - float64(relayBefore)) / float64(n)
+	res.kernelPer = math.NaN()
+	if slabErr == nil && len(slab) == 3 {
+		res.kernelPer = (loadproc.Median(slab) - float64(slabBefore)) / float64(n)
+	}
 	if t.proxy() {
 		for _, rl := range r.st.Relays {
 			info, err := rl.Info()
@@ -85,8 +107,8 @@ func (r *runner) idle(ctx context.Context, t *target) (idleResult, error) {
 		return res, err
 	}
 	res.loadPerConn, res.connected, res.dropped = rep.RSSPerConnBytes, rep.Connected, rep.Dropped
-	r.progress("idle %s: %.0f bytes per connection, connected %d dropped %d, split %v",
-		t.name(), res.perConn, res.connected, res.dropped, res.split)
+	r.progress("idle %s: %.0f bytes per connection (relays %.0f, kernel %.0f), connected %d dropped %d, split %v",
+		t.name(), res.perConn, res.relayPer, res.kernelPer, res.connected, res.dropped, res.split)
 	return res, nil
 }
 
@@ -203,11 +225,16 @@ func (r *runner) ladder(ctx context.Context, t *target) (ladderResult, error) {
 const ladderP99 = 50
 
 func (r *runner) relayCPU() (time.Duration, error) {
+	return probe.CPUSum(r.relayPids())
+}
+
+// relayPids are the relays' processes.
+func (r *runner) relayPids() []int {
 	pids := make([]int, len(r.st.Relays))
 	for i, rl := range r.st.Relays {
 		pids[i] = rl.Pid()
 	}
-	return probe.CPUSum(pids)
+	return pids
 }
 
 // churn runs the fixed churn (workers connecting, one round trip, closing)

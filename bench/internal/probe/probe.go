@@ -223,3 +223,37 @@ func CPUSum(pids []int) (time.Duration, error) {
 	}
 	return sum, nil
 }
+
+// ParseSlabTotal sums active objects times object size over every cache
+// of a /proc/slabinfo text: the kernel's slab memory in use, in bytes.
+func ParseSlabTotal(slabinfo []byte) (int64, error) {
+	var total int64
+	caches := 0
+	for line := range strings.SplitSeq(string(slabinfo), "\n") {
+		fs := strings.Fields(line)
+		if len(fs) < 4 || fs[0] == "slabinfo" || strings.HasPrefix(fs[0], "#") {
+			continue
+		}
+		active, err1 := strconv.ParseInt(fs[1], 10, 64)
+		size, err2 := strconv.ParseInt(fs[3], 10, 64)
+		if err1 != nil || err2 != nil {
+			return 0, fmt.Errorf("slabinfo: bad line %q", line)
+		}
+		total += active * size
+		caches++
+	}
+	if caches == 0 {
+		return 0, errors.New("slabinfo: no cache")
+	}
+	return total, nil
+}
+
+// SlabTotal reads /proc/slabinfo (root only) and returns ParseSlabTotal
+// of it.
+func SlabTotal() (int64, error) {
+	b, err := os.ReadFile("/proc/slabinfo")
+	if err != nil {
+		return 0, err
+	}
+	return ParseSlabTotal(b)
+}

@@ -202,3 +202,20 @@ func FuzzSumCounter(f *testing.F) {
 		_, _ = SumCounter(b, name)
 	})
 }
+
+func TestParseSlabTotal(t *testing.T) {
+	text := `slabinfo - version: 2.1
+# name            <active_objs> <num_objs> <objsize> <objperslab> <pagesperslab> : tunables <limit> <batchcount> <sharedfactor> : slabdata <active_slabs> <num_slabs> <sharedavail>
+TCP                 10     12   2432   13    8 : tunables    0    0    0 : slabdata      1      1      0
+filp                100    128   256   16    1 : tunables    0    0    0 : slabdata      8      8      0
+`
+	got, err := ParseSlabTotal([]byte(text))
+	if err != nil || got != 10*2432+100*256 {
+		t.Fatalf("got %d %v", got, err)
+	}
+	for _, bad := range []string{"", "slabinfo - version: 2.1\n", "TCP x 12 2432\n"} {
+		if _, err := ParseSlabTotal([]byte(bad)); err == nil {
+			t.Errorf("%q: no error", bad)
+		}
+	}
+}
