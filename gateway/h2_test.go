@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"sync"
 	"syscall"
@@ -18,6 +19,9 @@ import (
 	"github.com/wsgate/wsgate/conf"
 	"github.com/wsgate/wsgate/gateway/internal/upstream/h2"
 	"github.com/wsgate/wsgate/internal/testproc"
+	"github.com/wsgate/wsgate/relay-backend/bus"
+	"github.com/wsgate/wsgate/relay-backend/relay"
+	"github.com/wsgate/wsgate/relay-backend/relayclient"
 )
 
 // startStdNode runs the h2 package's interop node, a WebSocket node on
@@ -619,4 +623,119 @@ pong_timeout = "5s"
 func isTimeout(err error) bool {
 	ne, ok := err.(net.Error)
 	return ok && ne.Timeout()
+}
+
+// TestH2ThroughHAProxy runs the gateway's HTTP/2 client against a server
+// we did not write: HAProxy with a cleartext HTTP front end (HTTP/2 found
+// by its preface; it offers extended CONNECT, RFC 8441) in front of an
+// HTTP/1.1 relay, to which
+// HAProxy passes each stream as an HTTP/1.1 upgrade. Clients in one room
+// exchange messages both ways, relay.v1 is negotiated end to end, and
+// the relay's drain reaches every client as 1001.
+func TestH2ThroughHAProxy(t *testing.T) {
+	bin, err := exec.LookPath("haproxy")
+	if err != nil {
+		if bin, err = exec.LookPath("/usr/sbin/haproxy"); err != nil {
+			t.Skip("haproxy not installed (Debian: apt-get install haproxy)")
+		}
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := relay.New(relay.Options{ID: "relay-1", Bus: bus.NewMemory().Endpoint(), Logger: quietLog(), DrainWindow: 200 * time.Millisecond})
+	go func() { _ = r.Serve(ln) }()
+	t.Cleanup(func() { _ = r.Close(context.Background()) })
+
+	front := testproc.FreeAddr(t)
+	cfgPath := filepath.Join(t.TempDir(), "haproxy.cfg")
+	haCfg := fmt.Sprintf(`global
+  maxconn 1000
+defaults
+  mode http
+  timeout connect 5s
+  timeout client 30s
+  timeout server 30s
+  timeout tunnel 1h
+frontend fe
+  bind %s
+  default_backend relay
+backend relay
+  server r1 %s
+`, front, ln.Addr())
+	if err := os.WriteFile(cfgPath, []byte(haCfg), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	testproc.Start(t, "haproxy", bin, "-f", cfgPath, "-db")
+	for i := 0; ; i++ {
+		nc, err := net.Dial("tcp", front)
+		if err == nil {
+			nc.Close()
+			break
+		}
+		if i == 1000 {
+			t.Fatalf("haproxy does not listen on %s", front)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+
+	// HAProxy finds HTTP/2 by its preface: the gateway's HTTP/1.1
+	// health probes pass through to the relay's /healthz.
+	e := newEnv(t, 0, h2Pool("h2_connections = 1\n[pools.health]\ninterval = \"100ms\"\ntimeout = \"80ms\"", front))
+	const n = 6
+	conns := make([]*websocket.Conn, n)
+	for i := range conns {
+		c, resp, err := e.dial("/room/h2-haproxy", http.Header{"Sec-WebSocket-Protocol": {relayclient.Subprotocol}})
+		if err != nil {
+			t.Fatalf("client %d: %v %+v", i, err, resp)
+		}
+		if c.Subprotocol() != relayclient.Subprotocol {
+			t.Errorf("subprotocol %q, want %s", c.Subprotocol(), relayclient.Subprotocol)
+		}
+		conns[i] = c
+	}
+	if st := e.h2Set(front).Stats(); st.Conns != 1 || st.Streams != n {
+		t.Errorf("set %+v, want %d streams on one connection", st, n)
+	}
+	waitUntil(t, func() bool { return r.Info().Connections == n })
+	// Several probes have run: the node is up.
+	time.Sleep(500 * time.Millisecond)
+	if st := e.srv.current().pools["relay"].Node(front).State().String(); st != "up" {
+		t.Errorf("node state %s after its health probes, want up", st)
+	}
+	// relay.v1: each client reads its join frames and then sees the
+	// others' messages; count what the first client receives of the
+	// rest's.
+	for i, c := range conns[1:] {
+		if err := c.WriteMessage(websocket.TextMessage, []byte(fmt.Sprintf(`{"type":"msg","data":"from %d"}`, i+1))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	seen := 0
+	_ = conns[0].SetReadDeadline(time.Now().Add(10 * time.Second))
+	for seen < n-1 {
+		_, msg, err := conns[0].ReadMessage()
+		if err != nil {
+			t.Fatalf("client 0 after %d messages: %v", seen, err)
+		}
+		if strings.Contains(string(msg), "from ") {
+			seen++
+		}
+	}
+	if err := r.Drain(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	for i, c := range conns {
+		_ = c.SetReadDeadline(time.Now().Add(10 * time.Second))
+		for {
+			if _, _, err = c.ReadMessage(); err != nil {
+				break
+			}
+		}
+		if !websocket.IsCloseError(err, 1001) {
+			t.Errorf("client %d: %v, want 1001 from the relay's drain", i, err)
+		}
+		c.Close()
+	}
+	e.waitZero()
 }
