@@ -59,6 +59,19 @@ type Config struct {
 	// WriteTimeout bounds every write to the network: a connection that
 	// cannot take a frame within it is lost (default 10s).
 	WriteTimeout time.Duration
+	// StreamSendLimit bounds what one stream may have sent that the node
+	// has not yet credited back to it (default 64 KiB): a node that gives
+	// the connection's window back only as each stream's reader consumes
+	// (Go's net/http does) would otherwise let one stream whose reader
+	// stopped take the whole connection window, and every other stream
+	// on the connection would stop.
+	StreamSendLimit uint32
+	// StallTimeout is how long the connection's send window may stay
+	// spent while streams wait to send before the stream holding the
+	// most uncredited bytes is reset, one per StallTimeout, so that
+	// streams whose readers stopped cannot stall the others together
+	// either (default 2s).
+	StallTimeout time.Duration
 }
 
 func (c Config) withDefaults() Config {
@@ -82,6 +95,12 @@ func (c Config) withDefaults() Config {
 	}
 	if c.WriteTimeout <= 0 {
 		c.WriteTimeout = 10 * time.Second
+	}
+	if c.StreamSendLimit == 0 {
+		c.StreamSendLimit = 64 << 10
+	}
+	if c.StallTimeout <= 0 {
+		c.StallTimeout = 2 * time.Second
 	}
 	return c
 }
@@ -114,8 +133,15 @@ type Conn struct {
 	maxStreams uint32 // the node's SETTINGS_MAX_CONCURRENT_STREAMS
 	peerWindow int32  // the node's SETTINGS_INITIAL_WINDOW_SIZE
 	peerFrame  uint32 // the node's SETTINGS_MAX_FRAME_SIZE
+	peerHeader uint32 // the node's SETTINGS_MAX_HEADER_LIST_SIZE; 0: none given
 	xconnect   bool   // the node's SETTINGS_ENABLE_CONNECT_PROTOCOL
 	sendWindow int64  // connection send window
+	// stall resets a stream when the send window stays spent (see
+	// Config.StallTimeout); credited counts the bytes the node has given
+	// back to the connection's window, so that it knows how much came
+	// since it was armed.
+	stall      *time.Timer
+	credited   uint64
 	recvWindow int64  // what the node may still send on the connection
 	recvCredit uint32 // received bytes not yet given back by WINDOW_UPDATE
 	goAway     bool   // GOAWAY received, or Shutdown called (see goAwayLocked)
@@ -261,6 +287,8 @@ func (c *Conn) applySettings(f *http2.SettingsFrame) (grew bool, err error) {
 			grew = grew || delta > 0
 		case http2.SettingMaxFrameSize:
 			c.peerFrame = s.Val
+		case http2.SettingMaxHeaderListSize:
+			c.peerHeader = s.Val
 		case http2.SettingEnableConnectProtocol:
 			// Once enabled it must not be withdrawn (RFC 8441 section 3).
 			if c.xconnect && s.Val == 0 {
@@ -560,6 +588,7 @@ func (c *Conn) onWindowUpdate(f *http2.WindowUpdateFrame) error {
 	c.mu.Lock()
 	if f.StreamID == 0 {
 		defer c.mu.Unlock()
+		c.credited += uint64(f.Increment)
 		c.sendWindow += int64(f.Increment)
 		if c.sendWindow > maxWindow {
 			return connError{http2.ErrCodeFlowControl, "WINDOW_UPDATE overflows the connection window (RFC 9113 section 6.9.1)"}
@@ -573,6 +602,7 @@ func (c *Conn) onWindowUpdate(f *http2.WindowUpdateFrame) error {
 		return err
 	}
 	s.sendWindow += int64(f.Increment)
+	s.uncredited = max(0, s.uncredited-int64(f.Increment))
 	overflow := s.sendWindow > maxWindow
 	signal(s.wwake)
 	c.mu.Unlock()
@@ -699,8 +729,16 @@ func (c *Conn) OpenWebSocket(ctx context.Context, req *Request) (*Stream, *Respo
 	select {
 	case <-s.responded:
 	case <-ctx.Done():
-		s.Abort()
-		return nil, nil, fmt.Errorf("h2: wait for the node's response: %w", ctx.Err())
+		// Closed, not reset: the node may be working on the request,
+		// and a reset would free the stream's place under its
+		// MAX_CONCURRENT_STREAMS while its handler still runs; a node
+		// that counts those (net/http does, against rapid resets, RFC
+		// 9113 section 10.5) ends the connection, and every stream on
+		// it, when there are many. Close ends this side and keeps the
+		// stream counted until the node ends its own, or resets it
+		// after Config.WriteTimeout.
+		s.Close()
+		return nil, nil, afterRequest{fmt.Errorf("h2: wait for the node's response: %w", ctx.Err())}
 	}
 	c.mu.Lock()
 	err = s.err
@@ -708,7 +746,7 @@ func (c *Conn) OpenWebSocket(ctx context.Context, req *Request) (*Stream, *Respo
 	s.body = nil
 	c.mu.Unlock()
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, afterRequest{err}
 	}
 	if !s.ok() {
 		s.Abort()
@@ -733,6 +771,9 @@ func (c *Conn) startStream(req *Request) (*Stream, error) {
 	case uint32(len(c.streams)) >= c.maxStreams:
 		c.mu.Unlock()
 		return nil, ErrFull
+	case c.peerHeader > 0 && headerListSize(req) > uint64(c.peerHeader):
+		c.mu.Unlock()
+		return nil, ErrRequestTooLarge
 	}
 	s := &Stream{
 		c:          c,
@@ -782,6 +823,14 @@ func (c *Conn) startStream(req *Request) (*Stream, error) {
 	}
 	return s, nil
 }
+
+// afterRequest marks an error of OpenWebSocket after the request was
+// sent: the node may have seen it, so it is not retried on another
+// connection (a request that makes a node end the connection would
+// otherwise end one connection per try).
+type afterRequest struct{ error }
+
+func (e afterRequest) Unwrap() error { return e.error }
 
 // Ping sends a PING and waits for its acknowledgement (RFC 9113 section
 // 6.7): the round trip, for keepalive and for detecting a silent node.
@@ -907,5 +956,43 @@ func signal(ch chan struct{}) {
 	select {
 	case ch <- struct{}{}:
 	default:
+	}
+}
+
+// armStallLocked starts the stall timer, unless it runs: a stream waits
+// for connection window. Called with c.mu held.
+func (c *Conn) armStallLocked() {
+	if c.stall != nil || c.err != nil {
+		return
+	}
+	from := c.credited
+	c.stall = time.AfterFunc(c.cfg.StallTimeout, func() { c.stalled(from) })
+}
+
+// stalled runs StallTimeout after the connection's send window was found
+// spent. When the window is spent still and the node gave back less than
+// one stream's StreamSendLimit meanwhile (counted from from), the stream
+// holding the most uncredited bytes is reset (its client gets the
+// gateway's close), which a node gives the connection's window back for.
+// The timer is armed again while the window stays spent.
+func (c *Conn) stalled(from uint64) {
+	c.mu.Lock()
+	c.stall = nil
+	if c.err != nil || c.sendWindow > 0 {
+		c.mu.Unlock()
+		return
+	}
+	var worst *Stream
+	if c.credited-from < uint64(c.cfg.StreamSendLimit) {
+		for _, s := range c.streams {
+			if !s.ended && s.uncredited > 0 && (worst == nil || s.uncredited > worst.uncredited) {
+				worst = s
+			}
+		}
+	}
+	c.armStallLocked()
+	c.mu.Unlock()
+	if worst != nil {
+		c.resetStream(worst.id, http2.ErrCodeCancel, ErrStalled)
 	}
 }

@@ -34,6 +34,21 @@ var (
 	// which a client must not send :protocol (RFC 8441 section 3).
 	ErrNoExtendedConnect = errors.New("h2: the node does not enable extended CONNECT (SETTINGS_ENABLE_CONNECT_PROTOCOL = 1 missing, RFC 8441 section 3)")
 
+	// ErrNoStreams is returned by Set.Open when a new connection to the
+	// node takes no stream (its SETTINGS_MAX_CONCURRENT_STREAMS is 0).
+	ErrNoStreams = errors.New("h2: the node takes no stream on a new connection (SETTINGS_MAX_CONCURRENT_STREAMS = 0)")
+
+	// ErrStalled ends a stream the gateway reset because the
+	// connection's send window stayed spent for Config.StallTimeout and
+	// it held the most of it (see Config.StreamSendLimit).
+	ErrStalled = errors.New("h2: stream reset: it held the connection's send window while the node gave none back")
+
+	// ErrRequestTooLarge is returned by OpenWebSocket, before anything
+	// is sent, when the request's header list is larger than the node's
+	// SETTINGS_MAX_HEADER_LIST_SIZE (RFC 9113 section 6.5.2), which the
+	// node may answer by ending the connection and every stream on it.
+	ErrRequestTooLarge = errors.New("h2: the request's header fields exceed the node's SETTINGS_MAX_HEADER_LIST_SIZE")
+
 	// ErrHeaderTooLarge is returned by OpenWebSocket when the node's
 	// response header block decodes to more than Config.MaxHeaderBytes.
 	ErrHeaderTooLarge = errors.New("h2: the node's response header block is too large")

@@ -80,6 +80,26 @@ func encodeRequest(enc *hpack.Encoder, req *Request) {
 	}
 }
 
+// headerListSize is the size of req's header list as SETTINGS_MAX_HEADER_LIST_SIZE
+// counts it (RFC 9113 section 6.5.2): each field's name and value
+// lengths plus 32, pseudo-header fields included, for the fields
+// encodeRequest sends.
+func headerListSize(req *Request) uint64 {
+	n := uint64(len(":method")+len("CONNECT")+len(":protocol")+len("websocket")+len(":scheme")+len("http")+
+		len(":authority")+len(req.Authority)+len(":path")+len(req.Path)) + 5*32
+	listed := connectionListed(req.Header)
+	for name, values := range req.Header {
+		lower := strings.ToLower(name)
+		if skipRequestField(lower) || listed[lower] {
+			continue
+		}
+		for _, v := range values {
+			n += uint64(len(name)+len(v)) + 32
+		}
+	}
+	return n
+}
+
 // connectionListed is the set of field names (lowercase) the request's
 // Connection fields list: connection-specific too, and never sent (RFC
 // 9113 section 8.2.2, RFC 9110 section 7.6.1). Nil when there is none.

@@ -15,9 +15,9 @@ import (
 // Set is the HTTP/2 connections the gateway keeps to one node: streams go
 // on the open connection carrying the fewest, connections are dialed as
 // streams need them (up to Size while fewer are open, beyond Size only
-// while every one is at the node's SETTINGS_MAX_CONCURRENT_STREAMS), and
-// each is pinged every PingInterval, so a silent node connection ends
-// rather than holding its clients. A connection the node sent GOAWAY on,
+// while every one is at the node's SETTINGS_MAX_CONCURRENT_STREAMS, and
+// those close once idle), and each is pinged every PingInterval, so a
+// silent node connection ends rather than holding its clients. A connection the node sent GOAWAY on,
 // or that was lost, leaves the set; its open streams continue (or have
 // ended). It is safe for concurrent use; the zero value is not: set Dial
 // and Size, or use NewSet.
@@ -69,14 +69,19 @@ func (s *Set) Open(ctx context.Context, req *Request) (*Stream, *Response, error
 		}
 		last = err
 		var se *StreamError
+		var sent afterRequest
 		switch {
+		case errors.As(err, &se) && se.Remote && se.Code == http2.ErrCodeRefusedStream:
+			// The node did not process it (RFC 9113 section 8.7).
+		case errors.As(err, &sent):
+			// The node may have seen the request: it is not sent
+			// again (see afterRequest).
+			return nil, nil, err
 		case errors.Is(err, ErrFull):
 			// Another stream took the last slot since pick looked: the
 			// next pick finds this one full and moves on or dials.
 		case errors.Is(err, ErrGoingAway), errors.Is(err, ErrConnLost):
 			s.drop(c)
-		case errors.As(err, &se) && se.Remote && se.Code == http2.ErrCodeRefusedStream:
-			// The node did not process it (RFC 9113 section 8.7).
 		default:
 			return nil, nil, err
 		}
@@ -167,7 +172,17 @@ func (s *Set) dial(ctx context.Context) (*Conn, error) {
 	if err != nil {
 		return nil, err
 	}
-	return Handshake(ctx, nc, s.Config)
+	c, err := Handshake(ctx, nc, s.Config)
+	if err != nil {
+		return nil, err
+	}
+	if _, ok := c.room(); !ok {
+		// SETTINGS_MAX_CONCURRENT_STREAMS = 0: a connection that takes
+		// no stream is not kept, nor is another dialed for each try.
+		_ = c.Close()
+		return nil, ErrNoStreams
+	}
+	return c, nil
 }
 
 // room reports how many streams c carries and whether it takes another.
@@ -204,7 +219,8 @@ func (s *Set) forgetWhenDone(c *Conn) {
 
 // keepAlive pings c every PingInterval until it ends; a ping not
 // answered within the interval closes it (its streams end with
-// ErrConnLost).
+// ErrConnLost). A connection beyond Size that carries no stream at a
+// tick leaves the set instead.
 func (s *Set) keepAlive(c *Conn) {
 	t := time.NewTicker(s.PingInterval)
 	defer t.Stop()
@@ -214,6 +230,11 @@ func (s *Set) keepAlive(c *Conn) {
 			return
 		case <-t.C:
 		}
+		if s.surplus(c) {
+			// Opened in a burst, beyond Size, and idle now: it goes.
+			s.drop(c)
+			return
+		}
 		ctx, cancel := context.WithTimeout(context.Background(), s.PingInterval)
 		_, err := c.Ping(ctx)
 		cancel()
@@ -222,6 +243,15 @@ func (s *Set) keepAlive(c *Conn) {
 			return
 		}
 	}
+}
+
+// surplus reports whether c is one of more than Size connections and
+// carries no stream.
+func (s *Set) surplus(c *Conn) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	n, _ := c.room()
+	return n == 0 && len(s.conns) > s.Size
 }
 
 // SetStats is what a Set holds at one moment.

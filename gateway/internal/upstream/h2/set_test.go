@@ -187,3 +187,30 @@ func TestSetPingEndsSilentConn(t *testing.T) {
 		t.Errorf("err %v", err)
 	}
 }
+
+// TestSetTrimsSurplus: connections opened beyond Size in a burst (every
+// one full) close once idle, at the next ping tick; Size stay.
+func TestSetTrimsSurplus(t *testing.T) {
+	_, addr := startNode(t, "-max-streams", "2")
+	var dials atomic.Int32
+	s := newSet(t, addr, 1, &dials)
+	s.PingInterval = 50 * time.Millisecond
+	var streams []*Stream
+	for range 5 {
+		streams = append(streams, setOpen(t, s, "/echo"))
+	}
+	if st := s.Stats(); st.Conns != 3 {
+		t.Fatalf("set %+v, want 3 connections", st)
+	}
+	for _, st := range streams {
+		st.Close()
+	}
+	var st SetStats
+	for range 500 {
+		if st = s.Stats(); st.Conns == 1 && st.Closing == 0 {
+			return
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	t.Fatalf("set %+v, want the 2 surplus connections closed", st)
+}

@@ -29,6 +29,7 @@ type Stream struct {
 
 	// Under c.mu:
 	sendWindow  int64  // what this side may still send (RFC 9113 section 6.9)
+	uncredited  int64  // DATA sent that the node has not credited back to the stream (Config.StreamSendLimit)
 	recvWindow  int32  // what the node may still send
 	recvCredit  uint32 // consumed bytes not yet given back by WINDOW_UPDATE
 	rbuf        []byte // received, not yet read: rbuf[roff:]
@@ -203,12 +204,16 @@ func (s *Stream) reserve(want int) (int, error) {
 			c.mu.Unlock()
 			return 0, net.ErrClosed
 		}
-		n := min(int64(want), s.sendWindow, c.sendWindow, int64(c.peerFrame))
+		n := min(int64(want), s.sendWindow, c.sendWindow, int64(c.peerFrame), int64(c.cfg.StreamSendLimit)-s.uncredited)
 		if n > 0 {
 			s.sendWindow -= n
 			c.sendWindow -= n
+			s.uncredited += n
 			c.mu.Unlock()
 			return int(n), nil
+		}
+		if c.sendWindow <= 0 {
+			c.armStallLocked()
 		}
 		dl := s.wdeadline
 		c.mu.Unlock()
@@ -236,6 +241,7 @@ func (s *Stream) writable(n int) error {
 	}
 	s.sendWindow += int64(n)
 	c.sendWindow += int64(n)
+	s.uncredited -= int64(n)
 	c.wakeWritersLocked() // the connection's window is back for the others
 	return err
 }

@@ -11,6 +11,7 @@
 //	/deny    403 with a body
 //	/fail    500 with a body
 //	/reject  resets the stream without a response
+//	/slow    as /ws, after 3s
 //	/source  200, then sends data until the stream ends
 //	/sink    200, then never reads the request body
 //	/reset   200, then resets the stream after the first read
@@ -37,12 +38,14 @@ import (
 	"os/signal"
 	"strings"
 	"syscall"
+	"time"
 )
 
 func main() {
 	addr := flag.String("addr", "127.0.0.1:0", "listen address")
 	maxStreams := flag.Int("max-streams", 0, "SETTINGS_MAX_CONCURRENT_STREAMS (0: net/http's default)")
 	streamBuf := flag.Int("stream-buffer", 0, "receive window per stream (0: net/http's default)")
+	maxHeader := flag.Int("max-header-bytes", 0, "http.Server.MaxHeaderBytes, which sets SETTINGS_MAX_HEADER_LIST_SIZE (0: net/http's default)")
 	flag.Parse()
 
 	ln, err := net.Listen("tcp", *addr)
@@ -53,8 +56,9 @@ func main() {
 	protocols.SetHTTP1(true) // the gateway's health probe
 	protocols.SetUnencryptedHTTP2(true)
 	srv := &http.Server{
-		Handler:   http.HandlerFunc(serve),
-		Protocols: &protocols,
+		Handler:        http.HandlerFunc(serve),
+		Protocols:      &protocols,
+		MaxHeaderBytes: *maxHeader,
 		HTTP2: &http.HTTP2Config{
 			MaxConcurrentStreams:      *maxStreams,
 			MaxReceiveBufferPerStream: *streamBuf,
@@ -105,6 +109,9 @@ func serve(w http.ResponseWriter, r *http.Request) {
 		return
 	case "/reject":
 		panic(http.ErrAbortHandler) // RST_STREAM before any response
+	case "/slow":
+		time.Sleep(3 * time.Second) // an app slow to accept: auth, a database
+		path = "/ws"
 	case "/echo", "/source", "/sink", "/reset", "/ws":
 	default:
 		http.NotFound(w, r)
