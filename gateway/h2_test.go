@@ -1,6 +1,7 @@
 package gateway
 
 import (
+	"bufio"
 	"context"
 	"fmt"
 	"io"
@@ -22,6 +23,8 @@ import (
 	"github.com/wsgate/wsgate/relay-backend/bus"
 	"github.com/wsgate/wsgate/relay-backend/relay"
 	"github.com/wsgate/wsgate/relay-backend/relayclient"
+	"golang.org/x/net/http2"
+	"golang.org/x/net/http2/hpack"
 )
 
 // startStdNode runs the h2 package's interop node, a WebSocket node on
@@ -115,6 +118,9 @@ func TestH2NodeEcho(t *testing.T) {
 	if st := s.Stats(); st.Conns != 2 || st.Streams != n {
 		t.Errorf("set %+v, want 2 connections carrying %d streams", st, n)
 	}
+	if s.Size != 2 || s.PingInterval != 10*time.Second || s.Config.WriteTimeout != e.srv.current().cfg.Gateway.WriteTimeout.Duration {
+		t.Errorf("set of size %d, ping interval %v, write timeout %v: not the config's", s.Size, s.PingInterval, s.Config.WriteTimeout)
+	}
 	var wg sync.WaitGroup
 	for i, c := range conns {
 		wg.Go(func() {
@@ -158,7 +164,12 @@ func TestH2NodeEcho(t *testing.T) {
 // counts a 404 as the node's answer too; neither holds a stream.
 func TestH2NodeAnswers(t *testing.T) {
 	_, addr := startStdNode(t)
-	e := newEnv(t, 0, h2Pool("", addr))
+	e := newEnv(t, 0, h2Pool("h2_ping_interval = \"3s\"", addr))
+	// h2_connections = 0: one per poller (the pollers the config will
+	// start when none runs yet).
+	if s, want := e.h2Set(addr), h2Connections(e.srv.current().cfg, &e.srv.current().cfg.Pools[0]); s.Size != want || want < 1 || s.PingInterval != 3*time.Second {
+		t.Errorf("set of size %d (want %d), ping interval %v (want 3s)", s.Size, want, s.PingInterval)
+	}
 	for _, c := range []struct {
 		path   string
 		status int
@@ -218,19 +229,31 @@ func TestH2StreamRejected(t *testing.T) {
 }
 
 // TestH2FrozenClient: one client that never reads, on the HTTP/2
-// connection the others share, stops only its own stream (its window
-// spent, the node stops sending it); the others echo everything.
+// connection the others share, stops only its own stream; the others
+// echo everything. Its receive buffer is small and it sends 64 MiB, so
+// that the node's echo handler blocks on its stream and stops reading
+// that stream's body: net/http then gives the connection's window back
+// no more for it, and only h2.Config.StreamSendLimit keeps the stream
+// from taking the whole window (before it, every other client stalled
+// until the frozen tunnel's write_timeout).
 func TestH2FrozenClient(t *testing.T) {
 	_, addr := startStdNode(t)
 	e := newEnv(t, 0, h2Pool("h2_connections = 1", addr))
-	frozen := e.mustDial("/ws")
-	// It sends 8 MiB of echo requests and reads none of the echoes:
-	// far past its socket buffers and its stream's window.
+	d := websocket.Dialer{HandshakeTimeout: 10 * time.Second, NetDialContext: func(ctx context.Context, network, a string) (net.Conn, error) {
+		nd := net.Dialer{Control: func(_, _ string, c syscall.RawConn) error {
+			return c.Control(func(fd uintptr) { _ = syscall.SetsockoptInt(int(fd), syscall.SOL_SOCKET, syscall.SO_RCVBUF, 4096) })
+		}}
+		return nd.DialContext(ctx, network, a)
+	}}
+	frozen, _, err := d.Dial("ws://"+e.gw+"/ws", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
 	sent := make(chan error, 1)
 	go func() {
 		msg := make([]byte, 64<<10)
-		for range 128 {
-			_ = frozen.SetWriteDeadline(time.Now().Add(30 * time.Second))
+		for range 1024 {
+			_ = frozen.SetWriteDeadline(time.Now().Add(60 * time.Second))
 			if err := frozen.WriteMessage(websocket.BinaryMessage, msg); err != nil {
 				sent <- err
 				return
@@ -238,6 +261,7 @@ func TestH2FrozenClient(t *testing.T) {
 		}
 		sent <- nil
 	}()
+	time.Sleep(2 * time.Second) // the frozen stream's buffers fill
 	var wg sync.WaitGroup
 	for i := range 20 {
 		wg.Go(func() {
@@ -735,6 +759,137 @@ backend relay
 		if !websocket.IsCloseError(err, 1001) {
 			t.Errorf("client %d: %v, want 1001 from the relay's drain", i, err)
 		}
+		c.Close()
+	}
+	e.waitZero()
+}
+
+// TestH2RequestTooLarge: a client whose request is larger than the
+// node's SETTINGS_MAX_HEADER_LIST_SIZE gets 431 from the gateway, which
+// does not send it: a node may answer one by ending the connection, and
+// every client on it would get 1012. The node is not marked failing
+// (eject_after = 1) and the established clients go on.
+func TestH2RequestTooLarge(t *testing.T) {
+	_, addr := startStdNode(t, "-max-header-bytes", "2048")
+	e := newEnv(t, 0, h2Pool("h2_connections = 1\n[pools.health]\neject_after = 1", addr))
+	var conns []*websocket.Conn
+	for range 3 {
+		conns = append(conns, e.mustDial("/ws"))
+	}
+	for range 3 {
+		_, resp, err := e.dial("/ws", http.Header{"Cookie": {"a=" + strings.Repeat("x", 6000)}})
+		if err == nil || resp == nil || resp.StatusCode != http.StatusRequestHeaderFieldsTooLarge {
+			t.Fatalf("a 6 KB cookie: %v %+v, want 431", err, resp)
+		}
+	}
+	for i, c := range conns {
+		echoOnce(t, c, fmt.Sprint("still here ", i))
+		c.Close()
+	}
+	c := e.mustDial("/ws") // the node was not ejected
+	c.Close()
+	e.waitZero()
+}
+
+// refusingNode answers HTTP/1.1 probes 200 and, over HTTP/2 with extended
+// CONNECT, refuses every stream with RST_STREAM(REFUSED_STREAM): a node
+// shedding load, which RFC 9113 section 8.7 says did not process the
+// request.
+func refusingNode(t *testing.T) string {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	go func() {
+		for {
+			nc, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				defer nc.Close()
+				br := bufio.NewReader(nc)
+				if p, err := br.Peek(4); err != nil || string(p) != "PRI " {
+					for err == nil {
+						var l string
+						if l, err = br.ReadString('\n'); l == "\r\n" {
+							break
+						}
+					}
+					io.WriteString(nc, "HTTP/1.1 200 OK\r\nContent-Length: 0\r\nConnection: close\r\n\r\n")
+					return
+				}
+				br.Discard(len(http2.ClientPreface))
+				fr := http2.NewFramer(nc, br)
+				fr.ReadMetaHeaders = hpack.NewDecoder(4096, nil)
+				fr.WriteSettings(http2.Setting{ID: http2.SettingEnableConnectProtocol, Val: 1})
+				for {
+					f, err := fr.ReadFrame()
+					if err != nil {
+						return
+					}
+					switch f := f.(type) {
+					case *http2.SettingsFrame:
+						if !f.IsAck() {
+							fr.WriteSettingsAck()
+						}
+					case *http2.MetaHeadersFrame:
+						fr.WriteRSTStream(f.StreamID, http2.ErrCodeRefusedStream)
+					case *http2.PingFrame:
+						if !f.IsAck() {
+							fr.WritePing(true, f.Data)
+						}
+					}
+				}
+			}()
+		}
+	}()
+	return ln.Addr().String()
+}
+
+// TestH2RefusedStreamFailsOver: a node that refuses every stream is
+// passed over for the next node, as after a 5xx: with a healthy node
+// beside it every handshake succeeds.
+func TestH2RefusedStreamFailsOver(t *testing.T) {
+	bad := refusingNode(t)
+	_, good := startStdNode(t)
+	e := newEnv(t, 0, h2Pool("connect_tries = 2\nbalance = \"round_robin\"\n[pools.health]\neject_after = 1000", bad, good))
+	for i := range 6 {
+		c, resp, err := e.dial("/ws", nil)
+		if err != nil {
+			t.Fatalf("handshake %d: %v %+v", i, err, resp)
+		}
+		c.Close()
+	}
+	e.waitZero()
+}
+
+// TestH2SlowNodeKeepsConnection: handshakes to a node that answers after
+// connect_timeout are given up (502) without resetting their streams, so
+// a node that counts reset streams whose handlers still run (net/http,
+// against rapid resets: more than 4 x its MAX_CONCURRENT_STREAMS ends the
+// connection) never ends the connection the established clients share.
+func TestH2SlowNodeKeepsConnection(t *testing.T) {
+	_, addr := startStdNode(t, "-max-streams", "8")
+	e := newEnv(t, 0, h2Pool("h2_connections = 1\nconnect_timeout = \"300ms\"\nconnect_tries = 1\n[pools.health]\neject_after = 1000", addr))
+	var conns []*websocket.Conn
+	for range 3 {
+		conns = append(conns, e.mustDial("/ws"))
+	}
+	var wg sync.WaitGroup
+	for i := range 1000 {
+		wg.Go(func() {
+			time.Sleep(time.Duration(i) * 3 * time.Millisecond)
+			_, resp, err := e.dial("/slow", nil)
+			if err == nil || resp == nil || resp.StatusCode != http.StatusBadGateway {
+				t.Errorf("a handshake past connect_timeout: %v %+v, want 502", err, resp)
+			}
+		})
+	}
+	wg.Wait()
+	for i, c := range conns {
+		echoOnce(t, c, fmt.Sprint("still here ", i))
 		c.Close()
 	}
 	e.waitZero()

@@ -69,21 +69,31 @@ func (s *Server) serveUpgrade(ctx *fasthttp.RequestCtx, g *generation, rt *route
 		var answer *fasthttp.Response
 		if sreq != nil {
 			answer, err = upgrade.OpenNodeStream(p, lease.Node().Addr(), p.H2[lease.Node()], sreq, accept, &sw.Node, sw.Hdr[:0])
+			if errors.Is(err, h2.ErrSetClosed) {
+				// A reload retired the node's connections after this
+				// handshake read its generation: nothing is wrong with
+				// the node, whose connections are the generation's in
+				// force now.
+				if set := s.current().h2Set(p.Name, lease.Node()); set != nil {
+					answer, err = upgrade.OpenNodeStream(p, lease.Node().Addr(), set, sreq, accept, &sw.Node, sw.Hdr[:0])
+				}
+			}
 		} else {
 			answer, err = upgrade.DialNode(p, lease.Node(), req, accept, &sw.Node, sw.Hdr[:0])
 		}
 		if err != nil {
 			lease.Release()
 			exclude = append(exclude, lease.Node())
+			if errors.Is(err, h2.ErrSetClosed) {
+				continue // retired twice: reloads in a row; the next node
+			}
 			if errors.Is(err, upgrade.ErrStreamRejected) {
 				s.refuse(ctx, admit.Reject(fasthttp.StatusBadGateway, "upstream_error", "the node rejected the websocket handshake"))
 				return
 			}
-			if errors.Is(err, h2.ErrSetClosed) {
-				// A reload retired the node's connections after this
-				// handshake read the generation: nothing is wrong
-				// with the node.
-				continue
+			if errors.Is(err, h2.ErrRequestTooLarge) {
+				s.refuse(ctx, admit.Reject(fasthttp.StatusRequestHeaderFieldsTooLarge, "bad_request", "the request's header fields exceed what the node takes"))
+				return
 			}
 			if errors.Is(err, upstream.ErrLocalDial) {
 				// The gateway is short, not the node: its health is

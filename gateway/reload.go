@@ -360,6 +360,15 @@ func (g *generation) holds(n *balancer.Node) bool {
 	return false
 }
 
+// h2Set is the HTTP/2 connections of g's pool named pool to node n; nil
+// when the pool or the node is gone, or the pool is not "h2".
+func (g *generation) h2Set(pool string, n *balancer.Node) *h2.Set {
+	if p := g.pools[pool]; p != nil {
+		return p.H2[n]
+	}
+	return nil
+}
+
 // build makes the generation for cfg, reusing old's pools and nodes where
 // names and addresses match, with certs as cfg's TLS files read. It
 // changes nothing that is running; gone lists the nodes old had that cfg

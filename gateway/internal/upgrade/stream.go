@@ -12,6 +12,7 @@ import (
 	"github.com/wsgate/wsgate/gateway/internal/route"
 	"github.com/wsgate/wsgate/gateway/internal/upstream"
 	"github.com/wsgate/wsgate/gateway/internal/upstream/h2"
+	"golang.org/x/net/http2"
 )
 
 // ErrStreamRejected marks a handshake whose stream the node reset: it
@@ -54,7 +55,8 @@ func NodeStreamRequest(ctx *fasthttp.RequestCtx, rt *route.Route, trusted []neti
 // and the fields the node chose) appended to hdr; an answer from 300 to
 // 499 is returned to pass on; a 5xx, a refused stream or a connection
 // that failed is an error wrapping ErrUpstream; a stream the node reset
-// ErrStreamRejected; a dial that failed on the
+// ErrStreamRejected; a request larger than the node takes
+// h2.ErrRequestTooLarge; a dial that failed on the
 // gateway's side wraps upstream.ErrLocalDial, and a set closed by a
 // reload h2.ErrSetClosed (neither says anything about the node).
 func OpenNodeStream(p *upstream.Pool, addr string, set *h2.Set, req *h2.Request, accept []byte, up *NodeConn, hdr []byte) (*fasthttp.Response, error) {
@@ -63,12 +65,13 @@ func OpenNodeStream(p *upstream.Pool, addr string, set *h2.Set, req *h2.Request,
 	st, resp, err := set.Open(ctx, req)
 	var se *h2.StreamError
 	switch {
-	case errors.Is(err, upstream.ErrLocalDial), errors.Is(err, h2.ErrSetClosed):
+	case errors.Is(err, upstream.ErrLocalDial), errors.Is(err, h2.ErrSetClosed), errors.Is(err, h2.ErrRequestTooLarge):
 		return nil, fmt.Errorf("open a stream to %s: %w", addr, err)
-	case errors.As(err, &se) && se.Remote:
-		// The node reset this one stream (not REFUSED_STREAM, which
-		// Set.Open retries): it took the request for a bad one, which
-		// says nothing of its health.
+	case errors.As(err, &se) && se.Remote && se.Code != http2.ErrCodeRefusedStream:
+		// The node reset this one stream: it took the request for a
+		// bad one, which says nothing of its health. (REFUSED_STREAM,
+		// which Set.Open retried, says the node takes no more: the
+		// next node is tried, as after a 5xx.)
 		return nil, fmt.Errorf("%w: %w", ErrStreamRejected, err)
 	case err != nil:
 		return nil, fmt.Errorf("%w: open a stream: %w", ErrUpstream, err)
