@@ -1,10 +1,14 @@
 package relay_test
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
+	"os/exec"
 	"runtime"
 	"strings"
 	"testing"
@@ -353,4 +357,59 @@ func TestH2FrozenStream(t *testing.T) {
 		t.Fatalf("the reading member beside a frozen one: %v", err)
 	}
 	waitFor(t, "the frozen member to be closed", func() bool { return s.Info().Connections == 2 })
+}
+
+// TestH2NodeClient checks the relay against an HTTP/2 client we did not
+// write (issue 21, item 6): Node.js's built-in http2 module opens two
+// extended CONNECT streams on one session (testdata/h2ws.js), gets its
+// hello frames, sends a masked text frame on one that the other and a
+// member over HTTP/1.1 receive, and closes both with 1000.
+func TestH2NodeClient(t *testing.T) {
+	node, err := exec.LookPath("node")
+	if err != nil {
+		t.Skip("node (Node.js) is not installed: .ci/run installs Debian's nodejs")
+	}
+	s := startRelay(t, relay.Options{})
+	h1, _ := dial(t, s, "node", true)
+	_, port, _ := net.SplitHostPort(s.addr)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*ioTimeout)
+	defer cancel()
+	out, err := exec.CommandContext(ctx, node, "testdata/h2ws.js", port, "node", "from node").CombinedOutput()
+	if err != nil {
+		t.Fatalf("node: %v\n%s", err, out)
+	}
+	var got struct {
+		Status  []int
+		Hello   []string
+		Clients []uint64
+		Got     struct {
+			Opcode int
+			Text   string
+		}
+		Closes   []int
+		Settings struct {
+			EnableConnectProtocol bool
+			MaxConcurrentStreams  int
+		}
+	}
+	if err := json.Unmarshal(out, &got); err != nil {
+		t.Fatalf("node printed %s: %v", out, err)
+	}
+	t.Logf("node: %s", bytes.TrimSpace(out))
+	switch {
+	case fmt.Sprint(got.Status) != "[200 200]":
+		t.Fatalf("statuses %v", got.Status)
+	case fmt.Sprint(got.Hello) != "[hello hello node]" || got.Clients[0] == got.Clients[1]:
+		t.Fatalf("hello frames %v %v", got.Hello, got.Clients)
+	case got.Got.Opcode != 1 || got.Got.Text != "from node":
+		t.Fatalf("the second stream got %+v", got.Got)
+	case fmt.Sprint(got.Closes) != "[1000 1000]":
+		t.Fatalf("close replies %v", got.Closes)
+	case !got.Settings.EnableConnectProtocol || got.Settings.MaxConcurrentStreams != relay.DefaultH2MaxStreams:
+		t.Fatalf("settings %+v", got.Settings)
+	}
+	if typ, b := read(t, h1); typ != websocket.TextMessage || string(b) != "from node" {
+		t.Fatalf("the HTTP/1.1 member got %d %q", typ, b)
+	}
+	waitFor(t, "node's members to leave", func() bool { return s.Info().Connections == 1 })
 }
