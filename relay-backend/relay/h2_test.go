@@ -220,6 +220,18 @@ func TestH2RefusalsAsHTTP1(t *testing.T) {
 			t.Fatalf("GET over h2 answered %d %q (%v), want 405", status, body, err)
 		}
 	})
+	t.Run("another protocol", func(t *testing.T) {
+		st, err := hc.OpenRequest([]hpack.HeaderField{
+			{Name: ":method", Value: "CONNECT"}, {Name: ":protocol", Value: "webtransport"}, {Name: ":scheme", Value: "http"},
+			{Name: ":authority", Value: "relay"}, {Name: ":path", Value: "/room/x"},
+		}, nil, false)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if status, _, body, err := st.Response(ioTimeout); err != nil || status != 501 {
+			t.Fatalf("extended CONNECT for webtransport answered %d %q (%v), want 501", status, body, err)
+		}
+	})
 	if n := s.Info().Connections; n != 1 {
 		t.Fatalf("connections = %d, want the one member", n)
 	}
