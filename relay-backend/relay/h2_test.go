@@ -310,6 +310,10 @@ func TestH2ResetFreesMember(t *testing.T) {
 	if _, got := read(t, other); string(got) != "again" {
 		t.Fatalf("got %q", got)
 	}
+	for _, c := range []*websocket.Conn{keep, other} {
+		_ = h2client.StreamOf(c).Abort()
+	}
+	waitIdle(t, s)
 }
 
 // TestH2StreamLimit pins SETTINGS_MAX_CONCURRENT_STREAMS: a stream beyond
