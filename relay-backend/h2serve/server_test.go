@@ -394,3 +394,23 @@ func TestWriterCoalesces(t *testing.T) {
 		t.Fatalf("%d frames in %d writes: nothing coalesced", frames, writes)
 	}
 }
+
+// TestRespondWithoutWindow pins that an answer whose body finds no send
+// window (the client's SETTINGS_INITIAL_WINDOW_SIZE is 0 and it never
+// grants more) gives up after WriteTimeout and resets its stream, rather
+// than holding its goroutine and its place for good.
+func TestRespondWithoutWindow(t *testing.T) {
+	srv := &h2serve.Server{WriteTimeout: 200 * time.Millisecond, Handler: func(s *h2serve.Stream) {
+		_ = s.Respond(503, nil, []byte("draining"))
+	}}
+	c := dialRaw(t, serve(t, srv), false)
+	if err := c.fr.WriteSettings(http2.Setting{ID: http2.SettingInitialWindowSize, Val: 0}); err != nil {
+		t.Fatal(err)
+	}
+	_ = c.fr.WriteHeaders(http2.HeadersFrameParam{StreamID: 1, BlockFragment: connectBlock, EndHeaders: true})
+	f := c.until(t, "the reset", func(f http2.Frame) bool { r, ok := f.(*http2.RSTStreamFrame); return ok && r.StreamID == 1 })
+	if code := f.(*http2.RSTStreamFrame).ErrCode; code != http2.ErrCodeCancel {
+		t.Fatalf("reset %v, want CANCEL", code)
+	}
+	waitFor(t, "streams to end", func() bool { return srv.Stats().Streams == 0 })
+}

@@ -87,7 +87,9 @@ func (s *Stream) WriteHeader(status int, h http.Header) error {
 // Respond sends a complete response: status, the fields of h, a
 // content-length and body, ending the stream (with END_STREAM, then
 // RST_STREAM(NO_ERROR) if the client has not ended its side: RFC 9113
-// section 8.1 lets a server stop a request it has answered).
+// section 8.1 lets a server stop a request it has answered). Without a
+// write deadline set, the body gets WriteTimeout to find send window; a
+// body that cannot go resets the stream (CANCEL).
 func (s *Stream) Respond(status int, h http.Header, body []byte) error {
 	h = h.Clone()
 	if h == nil {
@@ -97,15 +99,22 @@ func (s *Stream) Respond(status int, h http.Header, body []byte) error {
 	if err := s.writeHead(status, h, len(body) == 0); err != nil {
 		return err
 	}
+	c := s.c
 	if len(body) > 0 {
-		if _, err := s.Write(body); err != nil {
-			return err
+		c.mu.Lock()
+		if s.wdeadline.IsZero() {
+			s.wdeadline = time.Now().Add(c.cfg.writeTimeout)
 		}
-		if err := s.closeWrite(); err != nil {
+		c.mu.Unlock()
+		_, err := s.Write(body)
+		if err == nil {
+			err = s.closeWrite()
+		}
+		if err != nil {
+			c.resetStream(s.id, http2.ErrCodeCancel, net.ErrClosed)
 			return err
 		}
 	}
-	c := s.c
 	c.mu.Lock()
 	stop := !s.ended && !s.remoteEnded
 	c.mu.Unlock()
