@@ -34,11 +34,15 @@ func (e connError) Error() string {
 // StreamError is what Read and Write return on a stream that was reset:
 // by the client (Remote) or by this side.
 type StreamError struct {
+	// StreamID is the stream's identifier.
 	StreamID uint32
-	Code     http2.ErrCode
-	Remote   bool
+	// Code is the RST_STREAM error code (RFC 9113 section 7).
+	Code http2.ErrCode
+	// Remote is true when the client sent the RST_STREAM.
+	Remote bool
 }
 
+// Error says which stream was reset, by whom and why.
 func (e *StreamError) Error() string {
 	by := "this side"
 	if e.Remote {
