@@ -18,9 +18,11 @@ import (
 	"golang.org/x/net/http2"
 	"golang.org/x/net/http2/hpack"
 
+	"github.com/wsgate/wsgate/internal/redistest"
 	"github.com/wsgate/wsgate/relay-backend/internal/h2client"
 	"github.com/wsgate/wsgate/relay-backend/relay"
 	"github.com/wsgate/wsgate/relay-backend/relayclient"
+	"github.com/wsgate/wsgate/relay-backend/roomlog"
 )
 
 // dialH2 opens an HTTP/2 connection to s, closed at the end of the test.
@@ -428,4 +430,32 @@ func TestH2NodeClient(t *testing.T) {
 		t.Fatalf("the HTTP/1.1 member got %d %q", typ, b)
 	}
 	waitFor(t, "node's members to leave", func() bool { return s.Info().Connections == 1 })
+}
+
+// TestH2BusDown pins the bus-down path over HTTP/2: when Redis is lost, a
+// member on a stream is closed with 1012 like one over HTTP/1.1, and a
+// join over HTTP/2 gets the 503 "bus unavailable" with Retry-After that an
+// HTTP/1.1 upgrade gets.
+func TestH2BusDown(t *testing.T) {
+	srv := redistest.Start(t)
+	s := startRelay(t, redisReplica(t, srv.URL(), roomlog.RedisOptions{}).options(relay.Options{ID: "r1"}))
+	hc := dialH2(t, s)
+	m, _ := joinH2(t, hc, "down", true)
+	h1, _ := dial(t, s, "down", true)
+	if err := srv.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	for name, c := range map[string]*websocket.Conn{"h2": m, "h1": h1} {
+		if code, text := closeCode(t, c); code != websocket.CloseServiceRestart || text != "bus unavailable" {
+			t.Errorf("%s member closed with %d %q, want 1012", name, code, text)
+		}
+	}
+	waitFor(t, "the relay to see the bus down", func() bool { return s.Info().BusDown })
+	want := h1Answer(t, s, "/room/down")
+	if want != (answer{503, "bus unavailable", "5"}) {
+		t.Fatalf("HTTP/1.1 join with the bus down answered %+v", want)
+	}
+	if got := h2Answer(t, hc, "/room/down"); got != want {
+		t.Fatalf("HTTP/2 join with the bus down answered %+v, HTTP/1.1 %+v", got, want)
+	}
 }
