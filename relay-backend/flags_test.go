@@ -68,3 +68,27 @@ func TestRedisFlags(t *testing.T) {
 		})
 	}
 }
+
+// TestH2MaxStreamsFlag: -h2-max-streams defaults to the relay's default
+// and takes 1..2^31-1 (SETTINGS_MAX_CONCURRENT_STREAMS is a uint32; the
+// relay's Options field an int).
+func TestH2MaxStreamsFlag(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		want int
+		err  string
+	}{
+		{nil, 1000, ""},
+		{[]string{"-h2-max-streams", "1"}, 1, ""},
+		{[]string{"-h2-max-streams", "0"}, 0, "-h2-max-streams must be 1..2147483647, got 0"},
+		{[]string{"-h2-max-streams", "2147483648"}, 0, "got 2147483648"},
+	} {
+		c, err := parseFlags(tc.args, io.Discard)
+		switch {
+		case tc.err != "" && (err == nil || !strings.Contains(err.Error(), tc.err)):
+			t.Errorf("%v: err = %v, want %q", tc.args, err, tc.err)
+		case tc.err == "" && (err != nil || c.h2Streams != tc.want):
+			t.Errorf("%v: %d, %v; want %d", tc.args, c.h2Streams, err, tc.want)
+		}
+	}
+}

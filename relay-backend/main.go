@@ -1,7 +1,9 @@
 // Command relay-backend is the reference WebSocket relay behind the wsgate
 // gateway: rooms of clients, a durable room log in Redis (epochs, offsets,
 // Streams) published to every replica, relay.v1 resume and acknowledgements
-// (docs/protocol.md), and a graceful 1001 drain on SIGTERM or SIGINT. When
+// (docs/protocol.md), and a graceful 1001 drain on SIGTERM or SIGINT. Its
+// port speaks HTTP/1.1 and cleartext HTTP/2 with prior knowledge, whose
+// extended CONNECT streams (RFC 8441) carry WebSockets too. When
 // Redis stops answering it closes its clients with 1012 and answers
 // /healthz and joins with 503 until Redis is back; it does not exit.
 //
@@ -12,7 +14,7 @@
 //	              [-redis-wait-replicas 0] [-redis-wait-timeout 200ms]
 //	              [-drain-window 5s] [-id NAME] [-room-prefix /room/]
 //	              [-send-queue 256] [-max-message 1048576] [-max-members 10000]
-//	              [-history 1000] [-history-ttl 24h] [-weight 0]
+//	              [-history 1000] [-history-ttl 24h] [-weight 0] [-h2-max-streams 1000]
 //	              [-register-redis URL] [-register-prefix wsgate:relays]
 //	              [-register-ttl 10s] [-advertise HOST:PORT]
 package main
@@ -65,6 +67,7 @@ type config struct {
 	history     int
 	historyTTL  time.Duration
 	weight      int
+	h2Streams   int
 	register    registration // -register-* and -advertise (register.go)
 }
 
@@ -88,6 +91,7 @@ func parseFlags(args []string, out io.Writer) (config, error) {
 	fs.IntVar(&c.history, "history", roomlog.DefaultHistory, "messages retained per room for replay (MAXLEN ~)")
 	fs.DurationVar(&c.historyTTL, "history-ttl", roomlog.DefaultTTL, "a room's log expires after this idle time")
 	fs.IntVar(&c.weight, "weight", 0, "weight announced in /healthz's Wsgate-Agent header, 1..1000 (0: not announced)")
+	fs.IntVar(&c.h2Streams, "h2-max-streams", relay.DefaultH2MaxStreams, "WebSockets one HTTP/2 connection may carry at once (SETTINGS_MAX_CONCURRENT_STREAMS); beyond it a stream is refused")
 	c.register.flags(fs)
 	if err := fs.Parse(args); err != nil {
 		return c, err
@@ -114,6 +118,8 @@ func parseFlags(args []string, out io.Writer) (config, error) {
 		return c, fmt.Errorf("-history-ttl must be at least 1ms, got %s", c.historyTTL)
 	case c.weight < 0 || c.weight > 1000:
 		return c, fmt.Errorf("-weight must be 0 (off) or 1..1000, got %d", c.weight)
+	case c.h2Streams <= 0 || c.h2Streams > 1<<31-1:
+		return c, fmt.Errorf("-h2-max-streams must be 1..2147483647, got %d", c.h2Streams)
 	}
 	if err := c.parseRedis(cluster, sentinel); err != nil {
 		return c, err
@@ -209,16 +215,17 @@ func run(ctx context.Context, args []string, log *slog.Logger) error {
 	}
 
 	r := relay.New(relay.Options{
-		ID:          c.id,
-		Bus:         b,
-		Log:         rl,
-		MaxMembers:  c.maxMembers,
-		Weight:      c.weight,
-		RoomPrefix:  c.roomPrefix,
-		SendQueue:   c.sendQueue,
-		MaxMessage:  c.maxMessage,
-		DrainWindow: c.drainWindow,
-		Logger:      log,
+		ID:           c.id,
+		Bus:          b,
+		Log:          rl,
+		MaxMembers:   c.maxMembers,
+		Weight:       c.weight,
+		RoomPrefix:   c.roomPrefix,
+		SendQueue:    c.sendQueue,
+		MaxMessage:   c.maxMessage,
+		DrainWindow:  c.drainWindow,
+		Logger:       log,
+		H2MaxStreams: c.h2Streams,
 	})
 	served := make(chan error, 1)
 	go func() { served <- r.Serve(ln) }()

@@ -14,8 +14,10 @@ import (
 	"time"
 
 	"github.com/fasthttp/websocket"
+	"golang.org/x/net/http2"
 
 	"github.com/wsgate/wsgate/internal/redistest"
+	"github.com/wsgate/wsgate/relay-backend/internal/h2client"
 )
 
 const ioTimeout = 10 * time.Second
@@ -244,6 +246,48 @@ func TestBinary(t *testing.T) {
 			if err := <-ended; !websocket.IsCloseError(err, websocket.CloseGoingAway) {
 				t.Fatalf("client saw %v, want close 1001", err)
 			}
+		}
+	})
+
+	// The port speaks HTTP/2 with prior knowledge too: a member over an
+	// extended CONNECT stream and one over HTTP/1.1 share a room, and
+	// SIGTERM gives the HTTP/2 connection GOAWAY and its member 1001.
+	t.Run("HTTP/2 on the same port", func(t *testing.T) {
+		p := startProc(t, bin, "-h2-max-streams", "3")
+		hc, err := h2client.Dial(p.addr, ioTimeout)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer hc.Close()
+		if v := hc.Settings()[http2.SettingMaxConcurrentStreams]; v != 3 {
+			t.Fatalf("SETTINGS_MAX_CONCURRENT_STREAMS = %d, want 3", v)
+		}
+		a, _, err := hc.Dialer(ioTimeout).Dial("ws://relay/room/both?hello=1", nil)
+		if err != nil {
+			t.Fatalf("join over h2: %v", err)
+		}
+		_ = a.SetReadDeadline(time.Now().Add(ioTimeout))
+		if _, h, err := a.ReadMessage(); err != nil || !strings.Contains(string(h), `"type":"hello"`) {
+			t.Fatalf("hello over h2: %q %v", h, err)
+		}
+		b := join(t, p.addr, "both")
+		_ = a.SetWriteDeadline(time.Now().Add(ioTimeout))
+		if err := a.WriteMessage(websocket.TextMessage, []byte("over h2")); err != nil {
+			t.Fatal(err)
+		}
+		_ = b.SetReadDeadline(time.Now().Add(ioTimeout))
+		if _, m, err := b.ReadMessage(); err != nil || string(m) != "over h2" {
+			t.Fatalf("HTTP/1.1 member read %q %v", m, err)
+		}
+		endedA, endedB := readUntilClosed(a), readUntilClosed(b)
+		p.stop(t)
+		for _, ended := range []chan error{endedA, endedB} {
+			if err := <-ended; !websocket.IsCloseError(err, websocket.CloseGoingAway) {
+				t.Fatalf("client saw %v, want close 1001", err)
+			}
+		}
+		if g := hc.GoAways(); len(g) == 0 || g[0].Code != http2.ErrCodeNo {
+			t.Fatalf("GOAWAYs: %+v", g)
 		}
 	})
 

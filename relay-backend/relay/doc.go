@@ -24,6 +24,13 @@
 // client is closed with 1012 and /healthz and joins answer 503 until it is
 // back.
 //
+// On its one port a Relay speaks HTTP/1.1 and cleartext HTTP/2 with prior
+// knowledge (h2serve): a gateway may carry many clients over a few HTTP/2
+// connections, each client's WebSocket an extended CONNECT stream (RFC
+// 8441) to the same room paths. Such a member is admitted by the same
+// checks, answered with the same refusals, and served exactly as one that
+// came over HTTP/1.1; Drain sends GOAWAY on every HTTP/2 connection first.
+//
 // Besides the rooms a Relay serves GET /healthz (with the Wsgate-Agent
 // header for the gateway's checker), GET /info (JSON counters) and GET / (a
 // small demo page).

@@ -9,14 +9,18 @@ import (
 )
 
 // Drain stops the relay gracefully: /healthz answers 503 "draining", new
-// upgrades get 503, and every connected client gets close 1001 ("going
-// away"), client i of N at i*DrainWindow/N so they do not all reconnect at
-// once. It then waits for them to disconnect. If ctx ends first, the
+// upgrades get 503, every HTTP/2 connection gets GOAWAY (its open streams
+// go on, it takes no new one and closes once they have ended), and every
+// connected client gets close 1001 ("going away"), client i of N at
+// i*DrainWindow/N so they do not all reconnect at once. It then waits for them to disconnect. If ctx ends first, the
 // remaining connections are cut and ctx's error is returned. Drain does not
 // stop the listener; call Close for that.
 func (r *Relay) Drain(ctx context.Context) error {
 	r.mu.Lock()
 	r.draining.Store(true)
+	r.mu.Unlock()
+	r.h2.GoAway()
+	r.mu.Lock()
 	list := make([]*member, 0, len(r.members))
 	for _, m := range r.members {
 		list = append(list, m)

@@ -363,8 +363,10 @@ func TestMaxMembers(t *testing.T) {
 	if c, resp, err := d.Dial("ws://"+s.addr+"/room/small", nil); err == nil {
 		_ = c.Close()
 		t.Fatal("third member accepted")
-	} else if resp == nil || resp.StatusCode != 503 {
-		t.Fatalf("third member: %v %v", err, resp)
+	} else if resp == nil || resp.StatusCode != 503 || resp.Header.Get("Retry-After") != "1" {
+		// Retry-After was set before ctx.Error, which reset it: the 503
+		// went without it.
+		t.Fatalf("third member: %v %v, want 503 with Retry-After 1", err, resp)
 	}
 	dial(t, s, "other", true) // other rooms are not affected
 }

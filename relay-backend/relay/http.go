@@ -90,45 +90,68 @@ func offersV1(h []byte) bool {
 }
 
 func (r *Relay) upgrade(ctx *fasthttp.RequestCtx, roomID string) {
-	if !ValidRoom(roomID) {
-		ctx.Error("bad room id", fasthttp.StatusBadRequest)
-		return
-	}
-	var since relayclient.Since
-	if ctx.QueryArgs().Has("since") {
-		if !offersV1(ctx.Request.Header.Peek("Sec-WebSocket-Protocol")) {
-			ctx.Error("since needs the relay.v1 subprotocol", fasthttp.StatusBadRequest)
-			return
+	j, no := r.checkJoin(roomID, ctx.Request.Header.Peek("Sec-WebSocket-Protocol"), ctx.QueryArgs())
+	if no != nil {
+		ctx.Error(no.body, no.status) // resets the response's headers: first
+		if no.retryAfter != "" {
+			ctx.Response.Header.Set("Retry-After", no.retryAfter)
 		}
-		s, err := relayclient.ParseSince(string(ctx.QueryArgs().Peek("since")))
-		if err != nil {
-			ctx.Error("bad since: want <epoch>.<offset>", fasthttp.StatusBadRequest)
-			return
-		}
-		since = s
-	}
-	if r.draining.Load() {
-		ctx.Response.Header.Set("Retry-After", "1")
-		ctx.Error("draining", fasthttp.StatusServiceUnavailable)
 		return
 	}
-	if r.busDown.Load() {
-		ctx.Response.Header.Set("Retry-After", "5")
-		ctx.Error("bus unavailable", fasthttp.StatusServiceUnavailable)
-		return
-	}
-	if r.roomFull(roomID) {
-		ctx.Response.Header.Set("Retry-After", "1")
-		ctx.Error("room full", fasthttp.StatusServiceUnavailable)
-		return
-	}
-	hello := string(ctx.QueryArgs().Peek("hello")) == "1"
-	// roomID was copied out of the request by string(ctx.Path()), since
-	// by ParseSince; nothing from ctx is used once the handler returns.
-	err := r.up.Upgrade(ctx, func(c *websocket.Conn) { r.serveConn(c, roomID, hello, since) })
+	// j holds copies (roomID was copied out of the request by
+	// string(ctx.Path()), since by ParseSince); nothing from ctx is used
+	// once the handler returns.
+	err := r.up.Upgrade(ctx, func(c *websocket.Conn) { r.serveConn(c, j.room, j.hello, j.since) })
 	if err != nil {
-		r.log.Debug("upgrade refused", "room", roomID, "err", err)
+		r.log.Debug("upgrade refused", "room", j.room, "err", err)
 	}
+}
+
+// join is what an accepted upgrade asks for, copied out of its request.
+type join struct {
+	room  string
+	since relayclient.Since // where a relay.v1 client resumes (zero: none)
+	hello bool              // ?hello=1: a hello frame first
+}
+
+// refusal is the HTTP answer to an upgrade the relay turns down.
+type refusal struct {
+	status     int
+	body       string
+	retryAfter string // Retry-After, in seconds ("" for none)
+}
+
+// checkJoin decides, before the WebSocket handshake, whether a client may
+// join roomID: the one admission check for upgrades over HTTP/1.1 and over
+// HTTP/2. protocols is the request's Sec-WebSocket-Protocol, args its
+// query. The room id must be valid, since needs relay.v1 and must parse,
+// and a draining relay, a bus that cannot reach its server and a full room
+// refuse with 503 and Retry-After.
+func (r *Relay) checkJoin(roomID string, protocols []byte, args *fasthttp.Args) (join, *refusal) {
+	if !ValidRoom(roomID) {
+		return join{}, &refusal{status: fasthttp.StatusBadRequest, body: "bad room id"}
+	}
+	j := join{room: roomID}
+	if args.Has("since") {
+		if !offersV1(protocols) {
+			return join{}, &refusal{status: fasthttp.StatusBadRequest, body: "since needs the relay.v1 subprotocol"}
+		}
+		s, err := relayclient.ParseSince(string(args.Peek("since")))
+		if err != nil {
+			return join{}, &refusal{status: fasthttp.StatusBadRequest, body: "bad since: want <epoch>.<offset>"}
+		}
+		j.since = s
+	}
+	switch {
+	case r.draining.Load():
+		return join{}, &refusal{status: fasthttp.StatusServiceUnavailable, body: "draining", retryAfter: "1"}
+	case r.busDown.Load():
+		return join{}, &refusal{status: fasthttp.StatusServiceUnavailable, body: "bus unavailable", retryAfter: "5"}
+	case r.roomFull(roomID):
+		return join{}, &refusal{status: fasthttp.StatusServiceUnavailable, body: "room full", retryAfter: "1"}
+	}
+	j.hello = string(args.Peek("hello")) == "1"
+	return j, nil
 }
 
 // roomFull reports whether roomID has MaxMembers members here. Joins racing

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"net/http"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -18,6 +19,7 @@ import (
 
 	"github.com/wsgate/wsgate/internal/fastlog"
 	"github.com/wsgate/wsgate/relay-backend/bus"
+	"github.com/wsgate/wsgate/relay-backend/h2serve"
 	"github.com/wsgate/wsgate/relay-backend/relayclient"
 	"github.com/wsgate/wsgate/relay-backend/roomlog"
 )
@@ -57,6 +59,10 @@ type Options struct {
 	DrainWindow time.Duration
 	// Logger receives the relay's log lines (default slog.Default()).
 	Logger *slog.Logger
+	// H2MaxStreams is how many WebSockets one HTTP/2 connection may carry
+	// at once, advertised as SETTINGS_MAX_CONCURRENT_STREAMS; a stream
+	// beyond it is refused with RST_STREAM(REFUSED_STREAM) (default 1000).
+	H2MaxStreams int
 }
 
 // Defaults of Options, applied by New to zero fields.
@@ -68,6 +74,7 @@ const (
 	DefaultWriteTimeout = 10 * time.Second
 	DefaultDrainWindow  = 5 * time.Second
 	DefaultMaxMembers   = 10000
+	DefaultH2MaxStreams = 1000
 )
 
 // Log is the durable room log a Relay commits messages to: roomlog.Redis or
@@ -137,6 +144,8 @@ type Relay struct {
 	srv    *fasthttp.Server
 	page   []byte
 	up     websocket.FastHTTPUpgrader
+	h2     *h2serve.Server     // the HTTP/2 side of every listener
+	h2up   *websocket.Upgrader // upgrades over HTTP/2 streams
 	ctx    context.Context
 	cancel context.CancelFunc
 
@@ -194,6 +203,9 @@ func New(o Options) *Relay {
 	if o.Logger == nil {
 		o.Logger = slog.Default()
 	}
+	if o.H2MaxStreams <= 0 {
+		o.H2MaxStreams = DefaultH2MaxStreams
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	r := &Relay{
 		opt:     o,
@@ -214,6 +226,17 @@ func New(o Options) *Relay {
 		CheckOrigin: func(*fasthttp.RequestCtx) bool { return true },
 		// Idle members hold no write buffer between writes.
 		WriteBufferPool: &sync.Pool{},
+	}
+	r.h2up = &websocket.Upgrader{
+		Subprotocols:     []string{relayclient.Subprotocol},
+		HandshakeTimeout: o.WriteTimeout,
+		CheckOrigin:      func(*http.Request) bool { return true }, // as r.up
+		WriteBufferPool:  &sync.Pool{},
+	}
+	r.h2 = &h2serve.Server{
+		Handler:              r.serveStream,
+		MaxConcurrentStreams: uint32(min(o.H2MaxStreams, 1<<31-1)),
+		WriteTimeout:         o.WriteTimeout,
 	}
 	r.srv = &fasthttp.Server{
 		Handler:               r.handle,
@@ -279,8 +302,11 @@ func (r *Relay) setBusDown(down bool) {
 }
 
 // Serve accepts connections on ln until Close; it returns nil after Close.
+// A connection that starts with the HTTP/2 client preface is served as
+// cleartext HTTP/2 with extended CONNECT (see serveStream), any other as
+// HTTP/1.1.
 func (r *Relay) Serve(ln net.Listener) error {
-	if err := r.srv.Serve(ln); err != nil {
+	if err := r.srv.Serve(h2serve.NewListener(ln, r.h2, r.opt.WriteTimeout)); err != nil {
 		return fmt.Errorf("serve %s: %w", ln.Addr(), err)
 	}
 	return nil
@@ -329,7 +355,9 @@ func (r *Relay) Close(ctx context.Context) error {
 	}
 	r.mu.Unlock()
 	r.cancel()
-	if err := r.srv.ShutdownWithContext(ctx); err != nil {
+	err := r.srv.ShutdownWithContext(ctx)
+	_ = r.h2.Close()
+	if err != nil {
 		return fmt.Errorf("shut down http server: %w", err)
 	}
 	return nil

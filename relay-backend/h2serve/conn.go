@@ -1,0 +1,698 @@
+package h2serve
+
+import (
+	"bufio"
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"runtime"
+	"sync"
+	"time"
+
+	"golang.org/x/net/http2"
+	"golang.org/x/net/http2/hpack"
+)
+
+// ErrConnLost is what the streams of a connection that ended get from
+// Read and Write (wrapped with the reason).
+var ErrConnLost = errors.New("h2serve: connection lost")
+
+// connError is a connection error (RFC 9113 section 5.4.1): the
+// connection ends with GOAWAY carrying Code.
+type connError struct {
+	Code   http2.ErrCode
+	Reason string
+}
+
+func (e connError) Error() string {
+	return fmt.Sprintf("h2serve: connection error %v: %s", e.Code, e.Reason)
+}
+
+// StreamError is what Read and Write return on a stream that was reset:
+// by the client (Remote) or by this side.
+type StreamError struct {
+	// StreamID is the stream's identifier.
+	StreamID uint32
+	// Code is the RST_STREAM error code (RFC 9113 section 7).
+	Code http2.ErrCode
+	// Remote is true when the client sent the RST_STREAM.
+	Remote bool
+}
+
+// Error says which stream was reset, by whom and why.
+func (e *StreamError) Error() string {
+	by := "this side"
+	if e.Remote {
+		by = "the client"
+	}
+	return fmt.Sprintf("h2serve: stream %d reset by %s: %v", e.StreamID, by, e.Code)
+}
+
+// outBuffer is the Framer's writer: encoded frames queue in it until the
+// connection's writer takes them. Each Write is one whole frame.
+type outBuffer struct {
+	b      []byte
+	frames int
+}
+
+func (o *outBuffer) Write(p []byte) (int, error) {
+	o.b = append(o.b, p...)
+	o.frames++
+	return len(p), nil
+}
+
+// conn is one HTTP/2 connection from a client. Its reader (serve)
+// demultiplexes frames to streams; its writer (pumpWrites) writes what is
+// queued. Lock order: wmu before mu.
+type conn struct {
+	srv *Server
+	nc  net.Conn
+	cfg settings
+	fr  *http2.Framer // reads belong to the reader, writes to wmu
+
+	// wmu guards the queue of frames to write: the Framer's write side,
+	// the hpack encoder (whose state follows the order of header blocks
+	// in the queue) and the buffers.
+	wmu      sync.Mutex
+	out      outBuffer
+	spare    []byte
+	henc     *hpack.Encoder
+	hbuf     bytes.Buffer
+	werr     error // once set, nothing more is queued
+	answered int   // bytes queued in answer to the peer since the last write
+
+	wake    chan struct{} // capacity 1: frames are queued
+	closing chan struct{} // closed by fail: write what is queued, then close
+	written chan struct{} // closed when the writer has returned
+
+	mu          sync.Mutex
+	streams     map[uint32]*Stream
+	lastID      uint32 // highest stream identifier the client used
+	goAwaySent  bool
+	peerWindow  int32  // the client's SETTINGS_INITIAL_WINDOW_SIZE
+	peerFrame   uint32 // the client's SETTINGS_MAX_FRAME_SIZE
+	sendWindow  int64  // connection send window
+	recvWindow  int64  // what the client may still send on the connection
+	recvCredit  uint32 // received bytes not yet given back
+	err         error  // set once the connection is ending
+	gone        chan struct{}
+	handlerDone sync.WaitGroup
+}
+
+func newConn(s *Server, nc net.Conn) *conn {
+	cfg := s.settings()
+	c := &conn{
+		srv:        s,
+		nc:         nc,
+		cfg:        cfg,
+		wake:       make(chan struct{}, 1),
+		closing:    make(chan struct{}),
+		written:    make(chan struct{}),
+		streams:    make(map[uint32]*Stream),
+		peerWindow: defaultWindow,
+		peerFrame:  defaultMaxFrameSize,
+		sendWindow: defaultWindow,
+		recvWindow: int64(cfg.connWindow),
+		gone:       make(chan struct{}, 1),
+	}
+	c.fr = http2.NewFramer(&c.out, bufio.NewReaderSize(nc, 16<<10))
+	c.fr.SetMaxReadFrameSize(defaultMaxFrameSize)
+	c.fr.SetReuseFrames() // no frame is kept past the next read; DATA is copied
+	c.fr.ReadMetaHeaders = hpack.NewDecoder(headerTableSize, nil)
+	c.fr.MaxHeaderListSize = cfg.maxHeader
+	c.henc = hpack.NewEncoder(&c.hbuf)
+	return c
+}
+
+// serve runs the connection: it queues this side's SETTINGS (the server
+// preface, RFC 9113 section 3.4), starts the writer and reads frames until
+// the connection ends.
+func (c *conn) serve() error {
+	go c.pumpWrites()
+	err := c.queue(false, func(fr *http2.Framer) error {
+		err := fr.WriteSettings(
+			http2.Setting{ID: http2.SettingMaxConcurrentStreams, Val: c.cfg.maxStreams},
+			http2.Setting{ID: http2.SettingInitialWindowSize, Val: c.cfg.streamWindow},
+			http2.Setting{ID: http2.SettingMaxHeaderListSize, Val: c.cfg.maxHeader},
+			http2.Setting{ID: http2.SettingEnableConnectProtocol, Val: 1},
+		)
+		if err == nil && c.cfg.connWindow > defaultWindow {
+			// The connection window grows by WINDOW_UPDATE, not by a
+			// setting (section 6.9.2).
+			err = fr.WriteWindowUpdate(0, c.cfg.connWindow-defaultWindow)
+		}
+		return err
+	})
+	if err == nil {
+		err = c.readFrames()
+	}
+	c.fail(err)
+	<-c.written
+	c.handlerDone.Wait()
+	c.mu.Lock()
+	err = c.err // the first cause
+	c.mu.Unlock()
+	var ce connError
+	if errors.Is(err, io.EOF) || errors.Is(err, errGoneAway) || errors.As(err, &ce) && ce.Code == http2.ErrCodeNo {
+		return nil
+	}
+	return err
+}
+
+// errGoneAway ends a connection that sent GOAWAY once its last stream ended.
+var errGoneAway = errors.New("h2serve: closed after GOAWAY")
+
+// readFrames is the connection's one reader. It returns why the
+// connection ends; a connection error has had its GOAWAY queued.
+func (c *conn) readFrames() error {
+	first := true
+	for {
+		f, err := c.fr.ReadFrame()
+		if err != nil {
+			var se http2.StreamError
+			if errors.As(err, &se) {
+				if err := c.onStreamError(se); err != nil {
+					return c.goAwayWith(err)
+				}
+				first = false
+				continue
+			}
+			var ce http2.ConnectionError
+			switch {
+			case errors.As(err, &ce):
+				reason := "malformed frame"
+				if d := c.fr.ErrorDetail(); d != nil {
+					reason = d.Error()
+				}
+				return c.goAwayWith(connError{http2.ErrCode(ce), reason})
+			case errors.Is(err, http2.ErrFrameTooLarge):
+				return c.goAwayWith(connError{http2.ErrCodeFrameSize, "frame larger than SETTINGS_MAX_FRAME_SIZE"})
+			}
+			return err
+		}
+		if first {
+			// The client preface ends with a SETTINGS frame (section 3.4).
+			if sf, ok := f.(*http2.SettingsFrame); !ok || sf.IsAck() {
+				return c.goAwayWith(connError{http2.ErrCodeProtocol, "first frame is not SETTINGS (RFC 9113 section 3.4)"})
+			}
+			first = false
+		}
+		if err := c.handle(f); err != nil {
+			return c.goAwayWith(err)
+		}
+	}
+}
+
+// goAwayWith queues GOAWAY for a connection error and returns err.
+func (c *conn) goAwayWith(err error) error {
+	var ce connError
+	if errors.As(err, &ce) {
+		c.mu.Lock()
+		last := c.lastID
+		c.mu.Unlock()
+		_ = c.queue(false, func(fr *http2.Framer) error {
+			return fr.WriteGoAway(last, ce.Code, []byte(ce.Reason))
+		})
+	}
+	return err
+}
+
+// onStreamError answers a stream error the Framer found (RFC 9113 section
+// 5.4.2). A malformed header block that opened a stream still opened it
+// (its hpack state is decoded), so it is reset like any other.
+func (c *conn) onStreamError(se http2.StreamError) error {
+	id := se.StreamID
+	if id == 0 || id%2 == 0 {
+		return connError{se.Code, "stream error on a stream the client cannot use"}
+	}
+	c.mu.Lock()
+	if id > c.lastID {
+		c.lastID = id
+	}
+	c.mu.Unlock()
+	c.resetStream(id, se.Code, nil)
+	return nil
+}
+
+// handle acts on one frame; an error ends the connection.
+func (c *conn) handle(f http2.Frame) error {
+	switch f := f.(type) {
+	case *http2.DataFrame:
+		return c.onData(f)
+	case *http2.MetaHeadersFrame:
+		return c.onHeaders(f)
+	case *http2.RSTStreamFrame:
+		return c.onReset(f)
+	case *http2.WindowUpdateFrame:
+		return c.onWindowUpdate(f)
+	case *http2.SettingsFrame:
+		if f.IsAck() {
+			return nil
+		}
+		return c.onSettings(f)
+	case *http2.PingFrame:
+		if f.IsAck() {
+			return nil // this side sends no PING
+		}
+		return c.queue(true, func(fr *http2.Framer) error { return fr.WritePing(true, f.Data) })
+	case *http2.GoAwayFrame:
+		// The client opens no more streams; those open go on.
+		return nil
+	case *http2.PushPromiseFrame:
+		return connError{http2.ErrCodeProtocol, "PUSH_PROMISE from a client (RFC 9113 section 8.4)"}
+	}
+	// PRIORITY and unknown frame types are ignored (sections 5.3.2, 5.5).
+	return nil
+}
+
+// lookup finds the stream a frame is for. A stream the client has not
+// opened is idle, and a frame on it a connection error (RFC 9113 section
+// 5.1); nil with no error is a stream that has ended, whose late frames
+// are ignored. Called with c.mu held.
+func (c *conn) lookup(h http2.FrameHeader) (*Stream, error) {
+	if s := c.streams[h.StreamID]; s != nil {
+		return s, nil
+	}
+	if h.StreamID%2 == 0 || h.StreamID > c.lastID {
+		return nil, connError{http2.ErrCodeProtocol, fmt.Sprintf("%v on idle stream %d", h.Type, h.StreamID)}
+	}
+	return nil, nil
+}
+
+func (c *conn) onSettings(f *http2.SettingsFrame) error {
+	var table *uint32
+	c.mu.Lock()
+	err := f.ForeachSetting(func(s http2.Setting) error {
+		if err := s.Valid(); err != nil {
+			code := http2.ErrCodeProtocol
+			var ce http2.ConnectionError
+			if errors.As(err, &ce) {
+				code = http2.ErrCode(ce)
+			}
+			return connError{code, fmt.Sprintf("invalid setting %v", s)}
+		}
+		switch s.ID {
+		case http2.SettingHeaderTableSize:
+			v := s.Val
+			table = &v
+		case http2.SettingInitialWindowSize:
+			// A change applies to every open stream's send window, which
+			// may go negative (section 6.9.2).
+			delta := int64(s.Val) - int64(c.peerWindow)
+			for _, st := range c.streams {
+				st.sendWindow += delta
+				if st.sendWindow > maxWindow {
+					return connError{http2.ErrCodeFlowControl, "SETTINGS_INITIAL_WINDOW_SIZE overflows a stream's window"}
+				}
+			}
+			c.peerWindow = int32(s.Val)
+			if delta > 0 {
+				c.wakeWritersLocked()
+			}
+		case http2.SettingMaxFrameSize:
+			c.peerFrame = s.Val
+		}
+		// The others limit what this side does not do (push, streams
+		// of its own, large response header blocks), or are unknown
+		// and ignored (section 6.5.2).
+		return nil
+	})
+	c.mu.Unlock()
+	if err != nil {
+		return err
+	}
+	return c.queue(true, func(fr *http2.Framer) error {
+		if table != nil {
+			// The encoder's table follows the decoder's size; the
+			// update is signalled in the next header block (RFC 7541
+			// section 6.3), which the queue orders after this point.
+			c.henc.SetMaxDynamicTableSizeLimit(*table)
+		}
+		return fr.WriteSettingsAck()
+	})
+}
+
+func (c *conn) onHeaders(f *http2.MetaHeadersFrame) error {
+	id := f.StreamID
+	c.mu.Lock()
+	if s := c.streams[id]; s != nil {
+		// Trailers: they end the stream (RFC 9113 section 8.1).
+		var code http2.ErrCode
+		switch {
+		case s.remoteEnded:
+			code = http2.ErrCodeStreamClosed
+		case !f.StreamEnded():
+			code = http2.ErrCodeProtocol
+		default:
+			s.remoteEnded = true
+			signal(s.rwake)
+			s.maybeEndLocked()
+		}
+		c.mu.Unlock()
+		if code != 0 {
+			c.resetStream(id, code, nil)
+		}
+		return nil
+	}
+	if id%2 == 0 || id <= c.lastID {
+		c.mu.Unlock()
+		// A client's streams are odd and rise (section 5.1.1); a closed
+		// one cannot be reopened (section 5.1).
+		return connError{http2.ErrCodeProtocol, fmt.Sprintf("HEADERS on stream %d, not a new client stream", id)}
+	}
+	c.lastID = id
+	var refuse http2.ErrCode
+	var req *Request
+	switch {
+	case c.goAwaySent || c.err != nil:
+		refuse = http2.ErrCodeRefusedStream // above GOAWAY's last stream: not processed
+	case uint32(len(c.streams)) >= c.cfg.maxStreams:
+		refuse = http2.ErrCodeRefusedStream // section 5.1.2
+	case f.Truncated:
+		req = &Request{Header: http.Header{}}
+	default:
+		req, _ = parseRequest(f.Fields)
+		if req == nil {
+			refuse = http2.ErrCodeProtocol // malformed (section 8.1.1)
+		}
+	}
+	if refuse != 0 {
+		c.mu.Unlock()
+		c.resetStream(id, refuse, nil)
+		return nil
+	}
+	s := &Stream{
+		c:           c,
+		id:          id,
+		req:         req,
+		rwake:       make(chan struct{}, 1),
+		wwake:       make(chan struct{}, 1),
+		sendWindow:  int64(c.peerWindow),
+		recvWindow:  int32(c.cfg.streamWindow),
+		remoteEnded: f.StreamEnded(),
+	}
+	c.streams[id] = s
+	c.srv.streamsUp.Add(1)
+	c.handlerDone.Add(1)
+	c.mu.Unlock()
+	if f.Truncated {
+		go s.runRefusal(431, "request header fields too large")
+	} else {
+		go s.runHandler()
+	}
+	return nil
+}
+
+func (c *conn) onData(f *http2.DataFrame) error {
+	n := f.Header().Length // padding included (RFC 9113 section 6.1)
+	c.mu.Lock()
+	// DATA beyond the advertised window is a flow-control error (section
+	// 6.9.1); it counts against the connection even on a closed stream.
+	if int64(n) > c.recvWindow {
+		c.mu.Unlock()
+		return connError{http2.ErrCodeFlowControl, "DATA beyond the connection window"}
+	}
+	c.recvWindow -= int64(n)
+	c.recvCredit += n
+	s, err := c.lookup(f.Header())
+	var streamInc uint32
+	var resetCode http2.ErrCode
+	if s != nil {
+		data := f.Data()
+		switch {
+		case int64(n) > int64(s.recvWindow):
+			resetCode = http2.ErrCodeFlowControl
+		case s.remoteEnded:
+			resetCode = http2.ErrCodeStreamClosed // half-closed (remote), section 5.1
+		default:
+			s.recvWindow -= int32(n)
+			s.recvCredit += n - uint32(len(data)) // padding is consumed on arrival
+			if s.readClosed {
+				// Nobody reads any more: discard, and give the window
+				// back so that the client can finish.
+				s.recvCredit += uint32(len(data))
+			} else if len(data) > 0 {
+				if s.roff > 0 && len(s.rbuf)+len(data) > cap(s.rbuf) {
+					// Move the unread part to the front rather than grow:
+					// what a stream holds stays within its window.
+					m := copy(s.rbuf, s.rbuf[s.roff:])
+					s.rbuf, s.roff = s.rbuf[:m], 0
+				}
+				s.rbuf = append(s.rbuf, data...)
+				signal(s.rwake)
+			}
+			if f.StreamEnded() {
+				s.remoteEnded = true
+				signal(s.rwake)
+				s.maybeEndLocked()
+			} else if s.recvCredit >= c.cfg.streamWindow/2 {
+				streamInc = s.takeCreditLocked()
+			}
+		}
+	}
+	connInc := uint32(0)
+	if c.recvCredit >= c.cfg.connWindow/2 {
+		connInc = c.recvCredit
+		c.recvWindow += int64(connInc)
+		c.recvCredit = 0
+	}
+	id := f.StreamID
+	c.mu.Unlock()
+	if err != nil {
+		return err
+	}
+	if resetCode != 0 {
+		c.resetStream(id, resetCode, nil)
+	}
+	if connInc == 0 && streamInc == 0 {
+		return nil
+	}
+	return c.queue(false, func(fr *http2.Framer) error {
+		if connInc > 0 {
+			if err := fr.WriteWindowUpdate(0, connInc); err != nil {
+				return err
+			}
+		}
+		if streamInc > 0 {
+			return fr.WriteWindowUpdate(id, streamInc)
+		}
+		return nil
+	})
+}
+
+func (c *conn) onReset(f *http2.RSTStreamFrame) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	s, err := c.lookup(f.Header())
+	if s != nil {
+		s.finishLocked(&StreamError{StreamID: s.id, Code: f.ErrCode, Remote: true})
+	}
+	return err
+}
+
+func (c *conn) onWindowUpdate(f *http2.WindowUpdateFrame) error {
+	c.mu.Lock()
+	if f.StreamID == 0 {
+		defer c.mu.Unlock()
+		c.sendWindow += int64(f.Increment)
+		if c.sendWindow > maxWindow {
+			return connError{http2.ErrCodeFlowControl, "WINDOW_UPDATE overflows the connection window (RFC 9113 section 6.9.1)"}
+		}
+		c.wakeWritersLocked()
+		return nil
+	}
+	s, err := c.lookup(f.Header())
+	if s == nil {
+		c.mu.Unlock()
+		return err
+	}
+	s.sendWindow += int64(f.Increment)
+	overflow := s.sendWindow > maxWindow
+	signal(s.wwake)
+	c.mu.Unlock()
+	if overflow {
+		c.resetStream(s.id, http2.ErrCodeFlowControl, nil) // a stream error (section 6.9.1)
+	}
+	return nil
+}
+
+func (c *conn) wakeWritersLocked() {
+	for _, s := range c.streams {
+		signal(s.wwake)
+	}
+}
+
+// resetStream ends stream id with err (a *StreamError of code when nil)
+// and queues RST_STREAM(code). Both happen under wmu, so no DATA of the
+// stream is queued after its reset.
+func (c *conn) resetStream(id uint32, code http2.ErrCode, err error) {
+	if err == nil {
+		err = &StreamError{StreamID: id, Code: code}
+	}
+	c.wmu.Lock()
+	c.mu.Lock()
+	if s := c.streams[id]; s != nil {
+		s.finishLocked(err)
+	}
+	c.mu.Unlock()
+	c.queueLocked(true, func(fr *http2.Framer) error { return fr.WriteRSTStream(id, code) })
+	c.wmu.Unlock()
+}
+
+// queue runs write with the Framer under wmu, which appends its frames to
+// the connection's queue, and wakes the writer. answer says the frames
+// answer the peer (see maxAnswerBytes). It fails only once the connection
+// is ending.
+func (c *conn) queue(answer bool, write func(fr *http2.Framer) error) error {
+	c.wmu.Lock()
+	defer c.wmu.Unlock()
+	return c.queueLocked(answer, write)
+}
+
+func (c *conn) queueLocked(answer bool, write func(fr *http2.Framer) error) error {
+	if c.werr != nil {
+		return c.werr
+	}
+	before := len(c.out.b)
+	if err := write(c.fr); err != nil {
+		// The Framer refuses only frames this side got wrong.
+		return fmt.Errorf("h2serve: encode a frame: %w", err)
+	}
+	if answer {
+		c.answered += len(c.out.b) - before
+		if c.answered > maxAnswerBytes {
+			c.werr = &connLostError{errors.New("the client sends control frames faster than it reads their answers")}
+			go c.fail(connError{http2.ErrCodeEnhanceYourCalm, "control frames faster than their answers are read"})
+			return c.werr
+		}
+	}
+	signal(c.wake)
+	return nil
+}
+
+// pumpWrites is the connection's one writer: each time frames are queued
+// it takes all of them and writes them at once, within WriteTimeout. When
+// the connection ends it writes what is left (a GOAWAY) and closes it.
+func (c *conn) pumpWrites() {
+	defer close(c.written)
+	defer c.nc.Close()
+	for {
+		select {
+		case <-c.wake:
+		case <-c.gone:
+			c.mu.Lock()
+			done := c.goAwaySent && len(c.streams) == 0
+			c.mu.Unlock()
+			if done {
+				go c.fail(errGoneAway)
+			}
+			continue
+		case <-c.closing:
+			_ = c.flush()
+			return
+		}
+		if err := c.flush(); err != nil {
+			go c.fail(&connLostError{fmt.Errorf("write: %w", err)})
+			<-c.closing
+			return
+		}
+	}
+}
+
+// flush writes what is queued.
+func (c *conn) flush() error {
+	// Streams woken at the same moment as this writer (one message fanned
+	// out to many members) queue their frames now, and go in this write.
+	runtime.Gosched()
+	c.wmu.Lock()
+	buf, frames := c.out.b, c.out.frames
+	c.out.b, c.out.frames, c.spare, c.answered = c.spare[:0], 0, nil, 0
+	c.wmu.Unlock()
+	if len(buf) == 0 {
+		return nil
+	}
+	_ = c.nc.SetWriteDeadline(time.Now().Add(c.cfg.writeTimeout))
+	_, err := c.nc.Write(buf)
+	c.srv.writes.Add(1)
+	c.srv.frames.Add(uint64(frames))
+	if cap(buf) <= keepOutCap {
+		c.wmu.Lock()
+		c.spare = buf[:0]
+		c.wmu.Unlock()
+	}
+	return err
+}
+
+// connLostError wraps why a connection was lost; it matches ErrConnLost.
+type connLostError struct{ err error }
+
+func (e *connLostError) Error() string { return "h2serve: connection lost: " + e.err.Error() }
+func (e *connLostError) Unwrap() []error {
+	return []error{ErrConnLost, e.err}
+}
+
+// fail ends the connection once: every stream fails, nothing more is
+// queued, and the writer writes what is queued and closes the socket,
+// which stops the reader.
+func (c *conn) fail(err error) {
+	if err == nil {
+		err = io.EOF
+	}
+	lost := err
+	if !errors.Is(lost, ErrConnLost) {
+		lost = &connLostError{err}
+	}
+	c.wmu.Lock()
+	c.mu.Lock()
+	if c.err != nil {
+		c.mu.Unlock()
+		c.wmu.Unlock()
+		return
+	}
+	c.err = err
+	for _, s := range c.streams {
+		s.finishLocked(lost)
+	}
+	c.mu.Unlock()
+	if c.werr == nil {
+		c.werr = lost
+	}
+	c.wmu.Unlock()
+	close(c.closing)
+}
+
+// goAway sends GOAWAY(NO_ERROR) naming the last stream the client opened:
+// it and those before go on, later ones are refused. The connection closes
+// once no stream is left.
+func (c *conn) goAway() {
+	c.wmu.Lock()
+	c.mu.Lock()
+	if c.goAwaySent || c.err != nil {
+		c.mu.Unlock()
+		c.wmu.Unlock()
+		return
+	}
+	c.goAwaySent = true
+	last := c.lastID
+	c.mu.Unlock()
+	_ = c.queueLocked(false, func(fr *http2.Framer) error { return fr.WriteGoAway(last, http2.ErrCodeNo, nil) })
+	c.wmu.Unlock()
+	signal(c.gone)
+}
+
+// close ends the connection now, after a GOAWAY(NO_ERROR).
+func (c *conn) close() {
+	c.goAway()
+	c.fail(errGoneAway)
+}
+
+// signal wakes whoever waits on ch (capacity 1) without blocking.
+func signal(ch chan struct{}) {
+	select {
+	case ch <- struct{}{}:
+	default:
+	}
+}

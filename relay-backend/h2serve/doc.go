@@ -1,0 +1,29 @@
+// Package h2serve is the server side of cleartext HTTP/2 with prior
+// knowledge (RFC 9113 section 3.3) for WebSockets carried as extended
+// CONNECT streams (RFC 8441): what relay-backend speaks to a gateway that
+// multiplexes many clients over a few connections.
+//
+// The wire format is golang.org/x/net/http2's Framer and its hpack codec;
+// this package is the glue: the preface and SETTINGS exchange (RFC 9113
+// section 3.4, with SETTINGS_ENABLE_CONNECT_PROTOCOL, RFC 8441 section 3),
+// stream states and limits (sections 5.1 and 5.1.2), flow control in both
+// directions (sections 5.2 and 6.9), PING, GOAWAY and RST_STREAM.
+//
+// A Listener splits one listening port between HTTP/1.1, whose connections
+// it returns from Accept for another server (fasthttp) with their first
+// bytes replayed, and HTTP/2, which it recognises by the client preface and
+// hands to a Server.
+//
+// Per HTTP/2 connection a Server runs one reader goroutine, which
+// demultiplexes frames to streams, and one writer goroutine, which takes
+// every frame queued for the connection since its last write and writes
+// them all at once: the frames of one room fan-out, queued by many streams
+// at about the same moment, leave in one write. Every network write is
+// bounded by Server.WriteTimeout. A Stream is a net.Conn; its receive
+// window bounds what is buffered for it, and a stream whose send window is
+// spent blocks its own writer only, until that writer's deadline.
+//
+// UpgradeWebSocket turns an extended CONNECT stream into a
+// *websocket.Conn of github.com/fasthttp/websocket, the same type an
+// HTTP/1.1 upgrade gives.
+package h2serve

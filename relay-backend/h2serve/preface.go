@@ -1,0 +1,86 @@
+package h2serve
+
+import (
+	"errors"
+	"net"
+	"os"
+	"time"
+
+	"golang.org/x/net/http2"
+)
+
+// Preface is the HTTP/2 client connection preface (RFC 9113 section 3.4)
+// that starts every connection with prior knowledge.
+const Preface = http2.ClientPreface
+
+// matchPreface reports whether b, the first bytes of a connection, may
+// still be the client preface (a prefix of it) and whether it is all of
+// it.
+func matchPreface(b []byte) (maybe, whole bool) {
+	if len(b) > len(Preface) {
+		b = b[:len(Preface)]
+	}
+	if string(b) != Preface[:len(b)] {
+		return false, false
+	}
+	return true, len(b) == len(Preface)
+}
+
+// Sniff reads the first bytes of c, at most len(Preface) of them and
+// waiting at most timeout, to tell HTTP/2 with prior knowledge from
+// anything else. It reads no further than needed: a byte that departs from
+// the preface ends the wait, so an HTTP/1.1 request never waits for
+// bytes it does not send.
+//
+// With h2 true the preface has been consumed and rest is c. Otherwise rest
+// reads the bytes already read, then c: another server sees the connection
+// unchanged, even when the timeout passed first (it applies its own
+// timeouts). err is set, and rest nil, only when c failed or ended before
+// sending a byte; the caller closes c. Sniff leaves c's deadlines cleared.
+func Sniff(c net.Conn, timeout time.Duration) (h2 bool, rest net.Conn, err error) {
+	if err := c.SetReadDeadline(time.Now().Add(timeout)); err != nil {
+		return false, nil, err
+	}
+	var buf [len(Preface)]byte
+	n := 0
+	for {
+		m, rerr := c.Read(buf[n:])
+		n += m
+		maybe, whole := matchPreface(buf[:n])
+		if whole {
+			return true, c, c.SetReadDeadline(time.Time{})
+		}
+		if rerr != nil || !maybe {
+			if n == 0 && !errors.Is(rerr, os.ErrDeadlineExceeded) {
+				return false, nil, rerr
+			}
+			if err := c.SetReadDeadline(time.Time{}); err != nil {
+				return false, nil, err
+			}
+			if n == 0 {
+				return false, c, nil
+			}
+			return false, &replayConn{Conn: c, head: append([]byte(nil), buf[:n]...)}, nil
+		}
+	}
+}
+
+// replayConn is a connection whose first bytes were read by Sniff: Read
+// returns them before reading on. It is used by one reader, as a net.Conn.
+type replayConn struct {
+	net.Conn
+	head []byte
+}
+
+// Read returns the replayed bytes first, then reads from the connection.
+func (c *replayConn) Read(p []byte) (int, error) {
+	if len(c.head) > 0 {
+		n := copy(p, c.head)
+		c.head = c.head[n:]
+		if len(c.head) == 0 {
+			c.head = nil
+		}
+		return n, nil
+	}
+	return c.Conn.Read(p)
+}

@@ -1,0 +1,90 @@
+package h2serve
+
+import (
+	"net/http"
+	"strings"
+
+	"golang.org/x/net/http2/hpack"
+)
+
+// Request is a request stream's header block.
+type Request struct {
+	// Method is :method, such as "CONNECT" or "GET".
+	Method string
+	// Protocol is :protocol, "websocket" for an extended CONNECT that
+	// carries a WebSocket (RFC 8441 section 4); "" when absent.
+	Protocol string
+	// Scheme is :scheme ("" for a plain CONNECT).
+	Scheme string
+	// Authority is :authority, the host[:port] the client named.
+	Authority string
+	// Path is :path, the request target with its query ("" for a plain
+	// CONNECT).
+	Path string
+	// Header holds the regular fields with canonical names.
+	Header http.Header
+}
+
+// parseRequest checks a request header block against RFC 9113 section 8.3
+// and RFC 8441 section 4 and returns the request, or why it is malformed
+// (a stream error of type PROTOCOL_ERROR, RFC 9113 section 8.1.1). The
+// Framer has already checked field names (lowercase, valid), values,
+// duplicated pseudo-header fields and their place before the regular ones.
+func parseRequest(fields []hpack.HeaderField) (*Request, string) {
+	req := &Request{Header: make(http.Header)}
+	for _, f := range fields {
+		if strings.HasPrefix(f.Name, ":") {
+			switch f.Name {
+			case ":method":
+				req.Method = f.Value
+			case ":protocol":
+				req.Protocol = f.Value
+			case ":scheme":
+				req.Scheme = f.Value
+			case ":authority":
+				req.Authority = f.Value
+			case ":path":
+				req.Path = f.Value
+			default:
+				return nil, "pseudo-header field " + f.Name + " in a request"
+			}
+			continue
+		}
+		switch f.Name {
+		case "connection", "proxy-connection", "keep-alive", "transfer-encoding", "upgrade":
+			return nil, "connection-specific field " + f.Name + " (RFC 9113 section 8.2.2)"
+		case "te":
+			if f.Value != "trailers" {
+				return nil, `te other than "trailers" (RFC 9113 section 8.2.2)`
+			}
+		}
+		k := http.CanonicalHeaderKey(f.Name)
+		req.Header[k] = append(req.Header[k], f.Value)
+	}
+	// Pseudo-header fields present but empty are malformed too.
+	has := func(v string) bool { return v != "" }
+	switch {
+	case !has(req.Method):
+		return nil, "no :method"
+	case req.Method == http.MethodConnect && has(req.Protocol):
+		// Extended CONNECT: all of them (RFC 8441 section 4).
+		if !has(req.Scheme) || !has(req.Path) || !has(req.Authority) {
+			return nil, "extended CONNECT without :scheme, :path or :authority (RFC 8441 section 4)"
+		}
+	case req.Method == http.MethodConnect:
+		// Plain CONNECT (RFC 9113 section 8.5).
+		if has(req.Scheme) || has(req.Path) || !has(req.Authority) {
+			return nil, "CONNECT with :scheme or :path, or without :authority (RFC 9113 section 8.5)"
+		}
+	case has(req.Protocol):
+		return nil, ":protocol in a request that is not CONNECT (RFC 8441 section 4)"
+	default:
+		if !has(req.Scheme) || !has(req.Path) {
+			return nil, "no :scheme or :path (RFC 9113 section 8.3.1)"
+		}
+	}
+	if has(req.Path) && req.Path[0] != '/' && !(req.Path == "*" && req.Method == http.MethodOptions) {
+		return nil, ":path is not an absolute path (RFC 9113 section 8.3.1)"
+	}
+	return req, ""
+}

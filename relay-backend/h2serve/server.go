@@ -1,0 +1,190 @@
+package h2serve
+
+import (
+	"errors"
+	"net"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+const (
+	// defaultMaxFrameSize is SETTINGS_MAX_FRAME_SIZE's initial value; this
+	// side never raises what it accepts (RFC 9113 section 6.5.2).
+	defaultMaxFrameSize = 16384
+	// defaultWindow is the initial flow-control window of a connection and
+	// of every stream (RFC 9113 section 6.9.2).
+	defaultWindow = 65535
+	// maxWindow is the largest flow-control window (RFC 9113 section 6.9.1).
+	maxWindow = 1<<31 - 1
+	// headerTableSize is the hpack dynamic table this side decodes with,
+	// SETTINGS_HEADER_TABLE_SIZE's initial value, never changed.
+	headerTableSize = 4096
+	// keepBufCap is the largest receive buffer a stream keeps once read
+	// empty; a larger one is dropped, so an idle stream holds little.
+	keepBufCap = 1024
+	// keepOutCap is the largest write buffer a connection keeps between
+	// writes.
+	keepOutCap = 256 << 10
+	// maxAnswerBytes bounds the frames queued in answer to the peer (PING
+	// and SETTINGS acknowledgements, resets) between two writes: a peer
+	// that sends them faster than it reads is flooding, and is cut off
+	// with ENHANCE_YOUR_CALM.
+	maxAnswerBytes = 1 << 20
+)
+
+// Server serves HTTP/2 connections whose preface has been read (see
+// Listener and Sniff). Set its fields before the first ServeConn; it is
+// safe for concurrent use and must not be copied.
+type Server struct {
+	// Handler is called on a goroutine of its own for each request
+	// stream, once its header block is in. It answers with Respond, or
+	// with WriteHeader and then Write and Read on the stream (a 2xx to an
+	// extended CONNECT opens a tunnel, RFC 8441 section 5). The stream is
+	// closed when Handler returns. Required.
+	Handler func(*Stream)
+	// MaxConcurrentStreams is advertised as SETTINGS_MAX_CONCURRENT_STREAMS;
+	// a stream beyond it is refused with RST_STREAM(REFUSED_STREAM)
+	// (default 1000).
+	MaxConcurrentStreams uint32
+	// MaxHeaderListSize bounds a decoded request header block (hpack field
+	// sizes), advertised as SETTINGS_MAX_HEADER_LIST_SIZE; a larger one is
+	// answered 431 (default 16 KiB, in bytes).
+	MaxHeaderListSize uint32
+	// StreamWindow is each stream's receive window, advertised as
+	// SETTINGS_INITIAL_WINDOW_SIZE: the most a client may send on a stream
+	// before its reader consumes it, so the most buffered per stream
+	// (default and minimum 65,535 bytes, the protocol's initial value, so
+	// that no stream opened before the client acknowledges the setting is
+	// sent more than it allows).
+	StreamWindow uint32
+	// ConnWindow is the connection's receive window (default 1 MiB, in
+	// bytes). Received DATA is credited back to it as soon as a stream
+	// buffered it, since StreamWindow bounds each stream's buffer, so a
+	// stream whose reader stopped does not hold up the others.
+	ConnWindow uint32
+	// WriteTimeout bounds every write to the network (a connection that
+	// cannot take its frames within it is closed), and how long a closed
+	// stream waits for the client to end its side before it is reset
+	// (default 10s).
+	WriteTimeout time.Duration
+
+	mu        sync.Mutex
+	conns     map[*conn]struct{}
+	closed    bool
+	frames    atomic.Uint64
+	writes    atomic.Uint64
+	streamsUp atomic.Int64
+}
+
+// ErrServerClosed is returned by ServeConn after Close.
+var ErrServerClosed = errors.New("h2serve: server closed")
+
+// settings are a Server's fields with their defaults applied.
+type settings struct {
+	maxStreams   uint32
+	maxHeader    uint32
+	streamWindow uint32
+	connWindow   uint32
+	writeTimeout time.Duration
+}
+
+func (s *Server) settings() settings {
+	c := settings{
+		maxStreams:   s.MaxConcurrentStreams,
+		maxHeader:    s.MaxHeaderListSize,
+		streamWindow: min(max(s.StreamWindow, defaultWindow), maxWindow),
+		connWindow:   s.ConnWindow,
+		writeTimeout: s.WriteTimeout,
+	}
+	if c.maxStreams == 0 {
+		c.maxStreams = 1000
+	}
+	if c.maxHeader == 0 {
+		c.maxHeader = 16 << 10
+	}
+	if c.connWindow < defaultWindow {
+		c.connWindow = 1 << 20
+	}
+	c.connWindow = min(c.connWindow, maxWindow)
+	if c.writeTimeout <= 0 {
+		c.writeTimeout = 10 * time.Second
+	}
+	return c
+}
+
+// ServeConn serves one connection whose client preface has been read,
+// until the connection ends; it closes nc. It returns nil when the client
+// closed the connection or it closed after GoAway, and the error
+// otherwise.
+func (s *Server) ServeConn(nc net.Conn) error {
+	c := newConn(s, nc)
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		_ = nc.Close()
+		return ErrServerClosed
+	}
+	if s.conns == nil {
+		s.conns = make(map[*conn]struct{})
+	}
+	s.conns[c] = struct{}{}
+	s.mu.Unlock()
+	err := c.serve()
+	s.mu.Lock()
+	delete(s.conns, c)
+	s.mu.Unlock()
+	return err
+}
+
+// GoAway sends GOAWAY(NO_ERROR) on every connection (RFC 9113 section
+// 6.8): the streams already opened go on, new ones are refused, and each
+// connection closes once its last stream has ended. Connections accepted
+// later are served as usual.
+func (s *Server) GoAway() {
+	for _, c := range s.snapshot() {
+		c.goAway()
+	}
+}
+
+// Close closes every connection now, after a GOAWAY(NO_ERROR) that gets
+// WriteTimeout to leave, and refuses new ones; every stream fails.
+func (s *Server) Close() error {
+	s.mu.Lock()
+	s.closed = true
+	s.mu.Unlock()
+	for _, c := range s.snapshot() {
+		c.close()
+	}
+	return nil
+}
+
+func (s *Server) snapshot() []*conn {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	list := make([]*conn, 0, len(s.conns))
+	for c := range s.conns {
+		list = append(list, c)
+	}
+	return list
+}
+
+// Stats counts a Server's work since it started.
+type Stats struct {
+	// Conns is the number of connections being served.
+	Conns int
+	// Streams is the number of streams open now.
+	Streams int64
+	// Writes is the number of network writes made.
+	Writes uint64
+	// Frames is the number of frames those writes carried.
+	Frames uint64
+}
+
+// Stats returns the server's counters.
+func (s *Server) Stats() Stats {
+	s.mu.Lock()
+	n := len(s.conns)
+	s.mu.Unlock()
+	return Stats{Conns: n, Streams: s.streamsUp.Load(), Writes: s.writes.Load(), Frames: s.frames.Load()}
+}

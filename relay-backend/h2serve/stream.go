@@ -1,0 +1,495 @@
+package h2serve
+
+import (
+	"errors"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+
+	"golang.org/x/net/http2"
+	"golang.org/x/net/http2/hpack"
+)
+
+// Stream is one request stream of an HTTP/2 connection. After WriteHeader
+// it is a net.Conn: Read returns the DATA the client sent, Write sends
+// DATA, both honour their deadlines. One goroutine may read while another
+// writes; Close and the deadline setters may be called from any goroutine.
+// Errors: io.EOF once the client ended its side, os.ErrDeadlineExceeded
+// for a passed deadline, a *StreamError for a reset stream, ErrConnLost
+// (wrapped) for a lost connection, net.ErrClosed after Close.
+type Stream struct {
+	c     *conn
+	id    uint32
+	req   *Request
+	rwake chan struct{} // signalled when a Read may proceed
+	wwake chan struct{} // signalled when a Write may proceed
+	// linger, armed by Close, resets the stream if the client has not
+	// ended its side within WriteTimeout.
+	linger *time.Timer
+
+	// Under c.mu:
+	sendWindow  int64  // what this side may still send (RFC 9113 section 6.9)
+	recvWindow  int32  // what the client may still send
+	recvCredit  uint32 // consumed bytes not yet given back by WINDOW_UPDATE
+	rbuf        []byte // received, not yet read: rbuf[roff:]
+	roff        int
+	headSent    bool // the response's HEADERS are queued
+	localEnded  bool // END_STREAM queued or about to be: no more Write
+	remoteEnded bool // END_STREAM received
+	readClosed  bool // Close called: nobody reads any more
+	ended       bool // no longer counted by the connection
+	err         error
+	rdeadline   time.Time
+	wdeadline   time.Time
+}
+
+// errNoResponse is what Write returns before WriteHeader.
+var errNoResponse = errors.New("h2serve: Write before WriteHeader")
+
+// errAnswered is what WriteHeader and Respond return once the response
+// head went.
+var errAnswered = errors.New("h2serve: response already sent")
+
+// ID returns the stream identifier.
+func (s *Stream) ID() uint32 { return s.id }
+
+// Request returns the stream's request. It must not be modified.
+func (s *Stream) Request() *Request { return s.req }
+
+// runHandler runs the server's Handler for s, then closes s.
+func (s *Stream) runHandler() {
+	defer s.c.handlerDone.Done()
+	defer s.Close()
+	s.c.srv.Handler(s)
+}
+
+// runRefusal answers s with status and a text body instead of calling
+// the Handler.
+func (s *Stream) runRefusal(status int, body string) {
+	defer s.c.handlerDone.Done()
+	defer s.Close()
+	h := http.Header{"Content-Type": {"text/plain; charset=utf-8"}}
+	_ = s.Respond(status, h, []byte(body))
+}
+
+// WriteHeader sends the response's HEADERS with status and the fields of
+// h, leaving the stream open: a 2xx to an extended CONNECT opens the
+// tunnel (RFC 8441 section 5), Write sends DATA. Connection-specific fields
+// (RFC 9113 section 8.2.2) are left out.
+func (s *Stream) WriteHeader(status int, h http.Header) error {
+	return s.writeHead(status, h, false)
+}
+
+// Respond sends a complete response: status, the fields of h, a
+// content-length and body, ending the stream (with END_STREAM, then
+// RST_STREAM(NO_ERROR) if the client has not ended its side: RFC 9113
+// section 8.1 lets a server stop a request it has answered). Without a
+// write deadline set, the body gets WriteTimeout to find send window; a
+// body that cannot go resets the stream (CANCEL).
+func (s *Stream) Respond(status int, h http.Header, body []byte) error {
+	h = h.Clone()
+	if h == nil {
+		h = http.Header{}
+	}
+	h.Set("Content-Length", strconv.Itoa(len(body)))
+	if err := s.writeHead(status, h, len(body) == 0); err != nil {
+		return err
+	}
+	c := s.c
+	if len(body) > 0 {
+		c.mu.Lock()
+		if s.wdeadline.IsZero() {
+			s.wdeadline = time.Now().Add(c.cfg.writeTimeout)
+		}
+		c.mu.Unlock()
+		_, err := s.Write(body)
+		if err == nil {
+			err = s.closeWrite()
+		}
+		if err != nil {
+			c.resetStream(s.id, http2.ErrCodeCancel, net.ErrClosed)
+			return err
+		}
+	}
+	c.mu.Lock()
+	stop := !s.ended && !s.remoteEnded
+	c.mu.Unlock()
+	if stop {
+		c.resetStream(s.id, http2.ErrCodeNo, net.ErrClosed)
+	}
+	return nil
+}
+
+// writeHead queues the response's header block, in HEADERS and, beyond
+// the client's SETTINGS_MAX_FRAME_SIZE, CONTINUATION frames.
+func (s *Stream) writeHead(status int, h http.Header, end bool) error {
+	c := s.c
+	c.wmu.Lock()
+	defer c.wmu.Unlock()
+	c.mu.Lock()
+	var err error
+	switch {
+	case s.err != nil:
+		err = s.err
+	case s.headSent:
+		err = errAnswered
+	case s.ended || s.readClosed:
+		err = net.ErrClosed
+	}
+	if err != nil {
+		c.mu.Unlock()
+		return err
+	}
+	s.headSent = true
+	if end {
+		s.localEnded = true
+	}
+	frame := int(c.peerFrame)
+	c.mu.Unlock()
+
+	c.hbuf.Reset()
+	_ = c.henc.WriteField(hpack.HeaderField{Name: ":status", Value: strconv.Itoa(status)})
+	for name, values := range h {
+		lower := strings.ToLower(name)
+		switch lower {
+		case "connection", "proxy-connection", "keep-alive", "transfer-encoding", "upgrade", "te":
+			continue
+		}
+		for _, v := range values {
+			_ = c.henc.WriteField(hpack.HeaderField{Name: lower, Value: v})
+		}
+	}
+	block := c.hbuf.Bytes()
+	err = c.queueLocked(false, func(fr *http2.Framer) error {
+		first := true
+		for first || len(block) > 0 {
+			n := min(len(block), frame)
+			frag := block[:n]
+			block = block[n:]
+			var err error
+			if first {
+				err = fr.WriteHeaders(http2.HeadersFrameParam{StreamID: s.id, BlockFragment: frag, EndStream: end, EndHeaders: len(block) == 0})
+				first = false
+			} else {
+				err = fr.WriteContinuation(s.id, len(block) == 0, frag)
+			}
+			if err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err == nil && end {
+		c.mu.Lock()
+		s.maybeEndLocked()
+		c.mu.Unlock()
+	}
+	return err
+}
+
+// takeCreditLocked returns the consumed bytes to give back to the client's
+// send window by WINDOW_UPDATE.
+func (s *Stream) takeCreditLocked() uint32 {
+	inc := s.recvCredit
+	s.recvWindow += int32(inc)
+	s.recvCredit = 0
+	return inc
+}
+
+// maybeEndLocked ends the stream once both sides sent END_STREAM (RFC 9113
+// section 5.1, "closed").
+func (s *Stream) maybeEndLocked() {
+	if s.localEnded && s.remoteEnded {
+		s.finishLocked(nil)
+	}
+}
+
+// finishLocked removes the stream from the connection. With an error it
+// also drops what is buffered: Read and Write return err from now on.
+func (s *Stream) finishLocked(err error) {
+	c := s.c
+	if err != nil && s.err == nil {
+		s.err = err
+		s.rbuf, s.roff = nil, 0
+	}
+	signal(s.rwake)
+	signal(s.wwake)
+	if s.ended {
+		return
+	}
+	s.ended = true
+	if s.linger != nil {
+		s.linger.Stop()
+	}
+	delete(c.streams, s.id)
+	c.srv.streamsUp.Add(-1)
+	signal(c.gone)
+}
+
+// Read reads what the client sent on the stream.
+func (s *Stream) Read(p []byte) (int, error) {
+	c := s.c
+	for {
+		c.mu.Lock()
+		if s.readClosed {
+			c.mu.Unlock()
+			return 0, net.ErrClosed
+		}
+		if s.roff < len(s.rbuf) {
+			n := copy(p, s.rbuf[s.roff:])
+			s.roff += n
+			if s.roff == len(s.rbuf) {
+				s.roff = 0
+				s.rbuf = s.rbuf[:0]
+				if cap(s.rbuf) > keepBufCap {
+					s.rbuf = nil
+				}
+			}
+			// The reader consumed n bytes: the client may send them again
+			// (RFC 9113 section 6.9), in updates of half a window.
+			var inc uint32
+			if !s.remoteEnded && !s.ended {
+				s.recvCredit += uint32(n)
+				if s.recvCredit >= c.cfg.streamWindow/2 {
+					inc = s.takeCreditLocked()
+				}
+			}
+			c.mu.Unlock()
+			if inc > 0 {
+				_ = c.queue(false, func(fr *http2.Framer) error { return fr.WriteWindowUpdate(s.id, inc) })
+			}
+			return n, nil
+		}
+		if s.err != nil {
+			err := s.err
+			c.mu.Unlock()
+			return 0, err
+		}
+		if s.remoteEnded {
+			c.mu.Unlock()
+			return 0, io.EOF
+		}
+		dl := s.rdeadline
+		c.mu.Unlock()
+		if err := wait(s.rwake, dl); err != nil {
+			return 0, err
+		}
+	}
+}
+
+// Write sends p as DATA frames, each within the client's
+// SETTINGS_MAX_FRAME_SIZE, waiting for send window on the stream and the
+// connection (RFC 9113 section 6.9) until the write deadline. It returns
+// once the frames are queued for the connection's writer.
+func (s *Stream) Write(p []byte) (int, error) {
+	written := 0
+	for len(p) > 0 {
+		n, err := s.reserve(len(p))
+		if err != nil {
+			return written, err
+		}
+		var cancelled error
+		if err := s.c.queue(false, func(fr *http2.Framer) error {
+			// Under wmu: a reset or END_STREAM queued since reserve was
+			// the stream's last frame; DATA must not follow it (RFC 9113
+			// section 5.1). The window taken goes back.
+			if cancelled = s.writable(n); cancelled != nil {
+				return nil
+			}
+			return fr.WriteData(s.id, false, p[:n])
+		}); err != nil {
+			return written, err
+		}
+		if cancelled != nil {
+			return written, cancelled
+		}
+		written += n
+		p = p[n:]
+	}
+	return written, nil
+}
+
+// reserve takes up to want bytes of send window from the stream and the
+// connection, waiting until some is there.
+func (s *Stream) reserve(want int) (int, error) {
+	c := s.c
+	for {
+		c.mu.Lock()
+		switch {
+		case s.err != nil:
+			err := s.err
+			c.mu.Unlock()
+			return 0, err
+		case !s.headSent:
+			c.mu.Unlock()
+			return 0, errNoResponse
+		case s.localEnded || s.ended:
+			c.mu.Unlock()
+			return 0, net.ErrClosed
+		}
+		n := min(int64(want), s.sendWindow, c.sendWindow, int64(c.peerFrame))
+		if n > 0 {
+			s.sendWindow -= n
+			c.sendWindow -= n
+			c.mu.Unlock()
+			return int(n), nil
+		}
+		dl := s.wdeadline
+		c.mu.Unlock()
+		if err := wait(s.wwake, dl); err != nil {
+			return 0, err
+		}
+	}
+}
+
+// writable reports, with wmu held, whether n bytes reserved for DATA may
+// still go: nil, or the error Write returns after giving the window back.
+func (s *Stream) writable(n int) error {
+	c := s.c
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	var err error
+	switch {
+	case s.err != nil:
+		err = s.err
+	case s.localEnded || s.ended:
+		err = net.ErrClosed
+	default:
+		return nil
+	}
+	s.sendWindow += int64(n)
+	c.sendWindow += int64(n)
+	c.wakeWritersLocked() // the connection's window is back for the others
+	return err
+}
+
+// closeWrite queues END_STREAM: this side sends nothing more (RFC 9113
+// section 5.1, "half-closed (local)").
+func (s *Stream) closeWrite() error {
+	c := s.c
+	c.wmu.Lock()
+	defer c.wmu.Unlock()
+	c.mu.Lock()
+	if s.localEnded || s.ended || s.err != nil || !s.headSent {
+		c.mu.Unlock()
+		return nil
+	}
+	s.localEnded = true
+	signal(s.wwake)
+	c.mu.Unlock()
+	err := c.queueLocked(false, func(fr *http2.Framer) error { return fr.WriteData(s.id, true, nil) })
+	c.mu.Lock()
+	s.maybeEndLocked()
+	c.mu.Unlock()
+	return err
+}
+
+// Close ends this side of the stream: with END_STREAM once a response was
+// sent, with RST_STREAM(INTERNAL_ERROR) if none was. It stops reading:
+// what is buffered is dropped, what the client still sends is discarded
+// and its window given back, and the stream ends when the client ends its
+// side, or is reset (RST_STREAM(CANCEL)) if it has not within
+// WriteTimeout. Read and Write return net.ErrClosed.
+func (s *Stream) Close() error {
+	c := s.c
+	c.mu.Lock()
+	if s.ended {
+		s.readClosed = true
+		c.mu.Unlock()
+		return nil
+	}
+	if !s.headSent {
+		s.readClosed = true
+		c.mu.Unlock()
+		c.resetStream(s.id, http2.ErrCodeInternal, net.ErrClosed)
+		return nil
+	}
+	var inc uint32
+	if !s.readClosed {
+		s.readClosed = true
+		dropped := len(s.rbuf) - s.roff
+		s.rbuf, s.roff = nil, 0
+		if !s.remoteEnded {
+			s.recvCredit += uint32(dropped)
+			inc = s.takeCreditLocked()
+		}
+		signal(s.rwake)
+		// A client that never ends its side would hold the stream, and
+		// a place under MAX_CONCURRENT_STREAMS, for good.
+		s.linger = time.AfterFunc(c.cfg.writeTimeout, s.abort)
+	}
+	c.mu.Unlock()
+	if inc > 0 {
+		_ = c.queue(false, func(fr *http2.Framer) error { return fr.WriteWindowUpdate(s.id, inc) })
+	}
+	return s.closeWrite()
+}
+
+// abort resets the stream with RST_STREAM(CANCEL) (RFC 9113 section 6.4)
+// unless it has ended.
+func (s *Stream) abort() {
+	c := s.c
+	c.mu.Lock()
+	open := !s.ended
+	c.mu.Unlock()
+	if open {
+		c.resetStream(s.id, http2.ErrCodeCancel, net.ErrClosed)
+	}
+}
+
+// LocalAddr returns the connection's local address.
+func (s *Stream) LocalAddr() net.Addr { return s.c.nc.LocalAddr() }
+
+// RemoteAddr returns the client's address.
+func (s *Stream) RemoteAddr() net.Addr { return s.c.nc.RemoteAddr() }
+
+// SetDeadline sets both deadlines.
+func (s *Stream) SetDeadline(t time.Time) error {
+	_ = s.SetReadDeadline(t)
+	return s.SetWriteDeadline(t)
+}
+
+// SetReadDeadline bounds Read; a zero t means no deadline.
+func (s *Stream) SetReadDeadline(t time.Time) error {
+	s.c.mu.Lock()
+	s.rdeadline = t
+	s.c.mu.Unlock()
+	signal(s.rwake)
+	return nil
+}
+
+// SetWriteDeadline bounds Write, including its wait for send window; a
+// zero t means no deadline.
+func (s *Stream) SetWriteDeadline(t time.Time) error {
+	s.c.mu.Lock()
+	s.wdeadline = t
+	s.c.mu.Unlock()
+	signal(s.wwake)
+	return nil
+}
+
+// wait waits for a signal on ch until the deadline dl (none if zero).
+func wait(ch chan struct{}, dl time.Time) error {
+	if dl.IsZero() {
+		<-ch
+		return nil
+	}
+	d := time.Until(dl)
+	if d <= 0 {
+		return os.ErrDeadlineExceeded
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ch:
+		return nil
+	case <-t.C:
+		return os.ErrDeadlineExceeded
+	}
+}
+
+var _ net.Conn = (*Stream)(nil)
