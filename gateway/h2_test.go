@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/fasthttp/websocket"
+	"github.com/valyala/fasthttp"
 	"github.com/wsgate/wsgate/conf"
 	"github.com/wsgate/wsgate/gateway/internal/upstream/h2"
 	"github.com/wsgate/wsgate/internal/testproc"
@@ -201,7 +202,16 @@ func TestH2NodeFails(t *testing.T) {
 	waitStreams(t, e.h2Set(addr), 0)
 	e.waitZero()
 
-	e = newEnv(t, 1, oneNodeWith("", "protocol = \"h2\"", ""))
+	// A node that speaks only HTTP/1.1 (relay-backend speaks HTTP/2 too):
+	// fasthttp answers the HTTP/2 preface with an error and closes.
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	h1 := &fasthttp.Server{Handler: func(ctx *fasthttp.RequestCtx) { ctx.SetStatusCode(fasthttp.StatusNotFound) }}
+	go func() { _ = h1.Serve(ln) }()
+	t.Cleanup(func() { _ = h1.Shutdown() })
+	e = newEnv(t, 0, h2Pool("", ln.Addr().String()))
 	_, resp, err = e.dial("/room/x", nil)
 	if err == nil || resp == nil || resp.StatusCode != http.StatusBadGateway {
 		t.Fatalf("an HTTP/1.1 node: %v %+v, want 502", err, resp)
