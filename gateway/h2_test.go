@@ -12,6 +12,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -901,6 +902,70 @@ func TestH2SlowNodeKeepsConnection(t *testing.T) {
 	for i, c := range conns {
 		echoOnce(t, c, fmt.Sprint("still here ", i))
 		c.Close()
+	}
+	e.waitZero()
+}
+
+// TestH2RelayFanout carries a room's members to two relay-backend
+// replicas over HTTP/2: each replica's members share one connection, a
+// message reaches every member on both, and a replica's drain (GOAWAY,
+// then 1001 to each member) closes its members and takes no new stream,
+// while the other replica's members go on.
+func TestH2RelayFanout(t *testing.T) {
+	e := newEnv(t, 2, strings.Replace(twoNodes, "name = \"relay\"\n", "name = \"relay\"\nprotocol = \"h2\"\nh2_connections = 1\n", 1))
+	const n = 10
+	conns := make([]*websocket.Conn, n)
+	for i := range conns {
+		conns[i] = e.mustDial("/room/h2-fan?hello=1")
+		var h struct{ Replica string }
+		_ = conns[i].SetReadDeadline(time.Now().Add(10 * time.Second))
+		if err := conns[i].ReadJSON(&h); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i, a := range e.addrs {
+		if st := e.h2Set(a).Stats(); st.Conns != 1 || st.Streams != n/2 {
+			t.Errorf("relay %d: set %+v, want %d streams on one connection", i+1, st, n/2)
+		}
+	}
+	if err := conns[0].WriteMessage(websocket.TextMessage, []byte("to everyone")); err != nil {
+		t.Fatal(err)
+	}
+	for i, c := range conns[1:] {
+		_ = c.SetReadDeadline(time.Now().Add(10 * time.Second))
+		if _, msg, err := c.ReadMessage(); err != nil || string(msg) != "to everyone" {
+			t.Fatalf("member %d: %q %v", i+1, msg, err)
+		}
+	}
+	if err := e.relays[0].Drain(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	var gone, stayed atomic.Int32
+	var wg sync.WaitGroup
+	// Drain returned once its members were closed (over its 5s window):
+	// their 1001s are in; the others' reads time out.
+	deadline := time.Now().Add(500 * time.Millisecond)
+	for _, c := range conns {
+		wg.Go(func() {
+			_ = c.SetReadDeadline(deadline)
+			_, _, err := c.ReadMessage()
+			switch {
+			case websocket.IsCloseError(err, 1001):
+				gone.Add(1)
+			case isTimeout(err):
+				stayed.Add(1)
+			default:
+				t.Errorf("member: %v", err)
+			}
+			c.Close()
+		})
+	}
+	wg.Wait()
+	if gone.Load() != n/2 || stayed.Load() != n/2 {
+		t.Errorf("after one replica's drain: %d closed with 1001, %d stayed; want %d each", gone.Load(), stayed.Load(), n/2)
+	}
+	if st := e.h2Set(e.addrs[0]).Stats(); st.Conns != 0 {
+		t.Errorf("the drained relay's connection still takes streams: %+v", st)
 	}
 	e.waitZero()
 }
