@@ -167,6 +167,7 @@ func execute(ctx context.Context, dir string, quick, smoke, up, peers bool, opt 
 	if !up {
 		opt.Relays, opt.Gateways = 2, 1
 		opt.OneCore = !smoke
+		opt.H2 = !smoke
 		// The gateways run as the image and the systemd unit run them.
 		opt.GatewayEnv = []string{shippedGODEBUG}
 	}

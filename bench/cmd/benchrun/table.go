@@ -9,11 +9,13 @@ import (
 
 // The table's value columns, in order: the relay measured directly, then
 // the proxies in front of both relays: wsgate with its defaults (one poller
-// per core), wsgate held to one core as the peers are, nginx and HAProxy.
+// per core), wsgate held to one core as the peers are, wsgate reaching the
+// relays over HTTP/2 (pools.protocol = "h2"), nginx and HAProxy.
 const (
 	colDirect = iota
 	colWSGate
 	colWSGate1
+	colWSGateH2
 	colNginx
 	colHAProxy
 	numCols
@@ -22,8 +24,8 @@ const (
 // colNames are the targets' names (log files, progress lines) and
 // colHeaders the table's column headers, indexed by column.
 var (
-	colNames   = [numCols]string{"direct", "wsgate", "wsgate-1core", "nginx", "haproxy"}
-	colHeaders = [numCols]string{"direct to relay", "wsgate", "wsgate, 1 core", "nginx", "HAProxy"}
+	colNames   = [numCols]string{"direct", "wsgate", "wsgate-1core", "wsgate-h2", "nginx", "haproxy"}
+	colHeaders = [numCols]string{"direct to relay", "wsgate", "wsgate, 1 core", "wsgate h2", "nginx", "HAProxy"}
 )
 
 // row is one line of the report: one figure per column, NaN where it was

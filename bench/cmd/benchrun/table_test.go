@@ -49,10 +49,10 @@ func TestWriteTable(t *testing.T) {
 		r    row
 		want string
 	}{
-		{"values", row{figure: "f", vals: [numCols]float64{2, 3, 3.5, 4, 5}, format: "%.1f", note: "n"}, "| f | 2.0 | 3.0 | 3.5 | 4.0 | 5.0 | n |"},
-		{"not measured", row{figure: "f", vals: [numCols]float64{nan, 3, nan, nan, 5}, format: "%.0f"}, "| f | n/a | 3 | n/a | n/a | 5 |  |"},
-		{"text", row{figure: "f", vals: [numCols]float64{nan, nan, nan, nan, nan}, texts: [numCols]string{1: "5 / 5"}}, "| f | n/a | 5 / 5 | n/a | n/a | n/a |  |"},
-		{"nanRow", nanRow("f", "%.0f", "n"), "| f | n/a | n/a | n/a | n/a | n/a | n |"},
+		{"values", row{figure: "f", vals: [numCols]float64{2, 3, 3.5, 3.75, 4, 5}, format: "%.1f", note: "n"}, "| f | 2.0 | 3.0 | 3.5 | 3.8 | 4.0 | 5.0 | n |"},
+		{"not measured", row{figure: "f", vals: [numCols]float64{nan, 3, nan, nan, nan, 5}, format: "%.0f"}, "| f | n/a | 3 | n/a | n/a | n/a | 5 |  |"},
+		{"text", row{figure: "f", vals: [numCols]float64{nan, nan, nan, nan, nan, nan}, texts: [numCols]string{1: "5 / 5"}}, "| f | n/a | 5 / 5 | n/a | n/a | n/a | n/a |  |"},
+		{"nanRow", nanRow("f", "%.0f", "n"), "| f | n/a | n/a | n/a | n/a | n/a | n/a | n |"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -64,7 +64,7 @@ func TestWriteTable(t *testing.T) {
 			if len(lines) != 3 || lines[2] != tc.want {
 				t.Fatalf("table:\n%s\nwant last line %q", b.String(), tc.want)
 			}
-			if lines[0] != "| figure | direct to relay | wsgate | wsgate, 1 core | nginx | HAProxy | how |" || strings.Count(lines[1], "|") != numCols+3 {
+			if lines[0] != "| figure | direct to relay | wsgate | wsgate, 1 core | wsgate h2 | nginx | HAProxy | how |" || strings.Count(lines[1], "|") != numCols+3 {
 				t.Fatalf("header:\n%s", b.String())
 			}
 		})
@@ -74,7 +74,7 @@ func TestWriteTable(t *testing.T) {
 // TestRotation pins the interleaving: over as many repetitions as there
 // are targets, each target runs once at each position.
 func TestRotation(t *testing.T) {
-	ts := []*target{{col: colDirect}, {col: colWSGate}, {col: colWSGate1}, {col: colNginx}, {col: colHAProxy}}
+	ts := []*target{{col: colDirect}, {col: colWSGate}, {col: colWSGate1}, {col: colWSGateH2}, {col: colNginx}, {col: colHAProxy}}
 	names := func(ts []*target) string {
 		s := make([]string, len(ts))
 		for i, x := range ts {
@@ -83,11 +83,12 @@ func TestRotation(t *testing.T) {
 		return strings.Join(s, ",")
 	}
 	want := []string{
-		"direct,wsgate,wsgate-1core,nginx,haproxy",
-		"wsgate,wsgate-1core,nginx,haproxy,direct",
-		"wsgate-1core,nginx,haproxy,direct,wsgate",
-		"nginx,haproxy,direct,wsgate,wsgate-1core",
-		"haproxy,direct,wsgate,wsgate-1core,nginx",
+		"direct,wsgate,wsgate-1core,wsgate-h2,nginx,haproxy",
+		"wsgate,wsgate-1core,wsgate-h2,nginx,haproxy,direct",
+		"wsgate-1core,wsgate-h2,nginx,haproxy,direct,wsgate",
+		"wsgate-h2,nginx,haproxy,direct,wsgate,wsgate-1core",
+		"nginx,haproxy,direct,wsgate,wsgate-1core,wsgate-h2",
+		"haproxy,direct,wsgate,wsgate-1core,wsgate-h2,nginx",
 	}
 	for i, w := range want {
 		if got := names(rotation(ts, i)); got != w {

@@ -60,6 +60,12 @@ func targets(st *stack.Stack, peers bool, log io.Writer) ([numCols]*target, erro
 		ts[colWSGate1].addr, ts[colWSGate1].why = g.Addr, ""
 		ts[colWSGate1].pids = func() ([]int, error) { return []int{g.Pid()}, nil }
 	}
+	ts[colWSGateH2] = &target{col: colWSGateH2, why: "not run",
+		pids: func() ([]int, error) { return nil, errors.New("not running") }, conns: allConns}
+	if g := st.H2; g != nil {
+		ts[colWSGateH2].addr, ts[colWSGateH2].why = g.Addr, ""
+		ts[colWSGateH2].pids = func() ([]int, error) { return []int{g.Pid()}, nil }
+	}
 	for _, c := range []struct {
 		col  int
 		kind string

@@ -69,6 +69,10 @@ type Options struct {
 	// (nginx's one worker, HAProxy's one thread): GOMAXPROCS=1 and one
 	// poller, on its own ports, in front of every relay (Stack.OneCore).
 	OneCore bool
+	// H2 also starts a gateway with its defaults whose pool reaches the
+	// relays over HTTP/2 (pools.protocol = "h2"), on its own ports
+	// (Stack.H2).
+	H2 bool
 	// GatewayEnv ("KEY=value") is added to every gateway's environment,
 	// the one-core gateway's included: a GODEBUG or GOGC to measure. It
 	// cannot undo the one-core gateway's GOMAXPROCS=1.
@@ -103,6 +107,9 @@ type Stack struct {
 	// OneCore is the gateway held to one core (Options.OneCore), apart
 	// from Gateways; nil unless asked for.
 	OneCore *Gateway
+	// H2 is the gateway reaching the relays over HTTP/2 (Options.H2),
+	// apart from Gateways; nil unless asked for.
+	H2 *Gateway
 	// Peers are the nginx and HAProxy processes started by StartPeer.
 	Peers []*Peer
 	opt   Options
@@ -149,6 +156,13 @@ func Up(opt Options) (s *Stack, err error) {
 			return s, err
 		}
 		s.OneCore = g
+	}
+	if opt.H2 {
+		g, err := s.startGateway("wsgate-h2", s.opt.Pollers, nil)
+		if err != nil {
+			return s, err
+		}
+		s.H2 = g
 	}
 	return s, nil
 }
@@ -224,7 +238,11 @@ func (s *Stack) startGateway(name string, pollers int, env []string) (*Gateway, 
 		return nil, err
 	}
 	cfg := filepath.Join(s.opt.Dir, name+".toml")
-	if err := os.WriteFile(cfg, []byte(s.gatewayConfig(addr, admin, pollers)), 0o644); err != nil {
+	text := s.gatewayConfig(addr, admin, pollers)
+	if name == "wsgate-h2" {
+		text = strings.Replace(text, "balance = \"least_conn\"\n", "balance = \"least_conn\"\nprotocol = \"h2\"\n", 1)
+	}
+	if err := os.WriteFile(cfg, []byte(text), 0o644); err != nil {
 		return nil, fmt.Errorf("write %s: %w", cfg, err)
 	}
 	// The gateway's own settings go last, so they win over GatewayEnv
