@@ -233,8 +233,9 @@ type Pool struct {
 	SendProxyV2 bool `toml:"send_proxy_v2" json:"send_proxy_v2"`
 	// Protocol is how WebSockets reach the pool's nodes: "http1", a
 	// connection of its own per client with an HTTP/1.1 upgrade, or "h2",
-	// a stream per client on a few cleartext HTTP/2 connections per node
-	// (extended CONNECT, RFC 8441) (default "http1").
+	// a stream per client on a few HTTP/2 connections per node (extended
+	// CONNECT, RFC 8441), cleartext or, with TLS, ALPN "h2" (default
+	// "http1").
 	Protocol string `toml:"protocol" json:"protocol"`
 	// H2Connections is how many HTTP/2 connections the gateway spreads a
 	// node's streams over with protocol = "h2"; more are opened while
@@ -245,6 +246,10 @@ type Pool struct {
 	// pinged; a PING not answered before the next one is due ends the
 	// connection, and its clients get 1012 (default 10s; > 0).
 	H2PingInterval Duration `toml:"h2_ping_interval" json:"h2_ping_interval"`
+	// TLS turns on TLS for every connection the gateway opens to the
+	// pool's nodes (default nil: the table is absent, and the nodes are
+	// spoken to in cleartext).
+	TLS *PoolTLS `toml:"tls" json:"tls,omitempty"`
 	// Health configures the active health check of the pool's nodes.
 	Health Health `toml:"health" json:"health"`
 	// Rebalance moves clients off nodes that hold more than their share
@@ -360,6 +365,33 @@ type Rebalance struct {
 	// Rate is the most tunnels moved per second across the pool (default
 	// 10 moves per second; a finite number > 0).
 	Rate float64 `toml:"rate" json:"rate"`
+}
+
+// PoolTLS is a pool's [pools.tls] table: present (even empty), every
+// connection the gateway opens to the pool's nodes is TLS 1.2 or 1.3, as
+// with HAProxy's "ssl" servers and nginx's proxy_ssl: each tunnel's with
+// protocol = "http1" (ALPN "http/1.1"), the few HTTP/2 connections per
+// node with "h2" (ALPN "h2"), health probes and plain HTTP requests. The node's
+// certificate is always verified. Its files are read at start and at
+// every reload; connections opened after a reload use what it read. Like
+// all sections it is plain data, read-only once loaded (see Config).
+type PoolTLS struct {
+	// CAFile is a PEM file of the CA certificates the nodes' certificates
+	// must chain to (default "": the system's roots). A relative path,
+	// here and in CertFile and KeyFile, is taken from the directory of
+	// the config file.
+	CAFile string `toml:"ca_file" json:"ca_file"`
+	// ServerName is the name sent as SNI and verified in each node's
+	// certificate (default "": the host of the node's address; an IP
+	// address is verified against the certificate's IP addresses and
+	// sends no SNI).
+	ServerName string `toml:"server_name" json:"server_name"`
+	// CertFile is a PEM file of the client certificate (then any
+	// intermediates) presented to nodes that ask for one (default "":
+	// none; set with KeyFile or not at all).
+	CertFile string `toml:"cert_file" json:"cert_file"`
+	// KeyFile is the PEM file of CertFile's private key (default "").
+	KeyFile string `toml:"key_file" json:"key_file"`
 }
 
 // SharedCounts is a pool's [pools.shared_counts] section: gateways in

@@ -9,7 +9,8 @@ import (
 // TestRelativePathsFromConfigDir pins issue 19 item 15: a relative
 // plugins.path was taken from the working directory (under the shipped
 // systemd unit, "/"), not from the config file's directory. Plugin and
-// TLS paths are now taken from the file's directory; absolute ones stay.
+// TLS paths (the listener's and [pools.tls]'s) are now taken from the
+// file's directory; absolute ones stay.
 func TestRelativePathsFromConfigDir(t *testing.T) {
 	dir := filepath.Join(t.TempDir(), "etc")
 	if err := os.MkdirAll(dir, 0o755); err != nil {
@@ -26,6 +27,10 @@ client_ca_file = "tls/ca.pem"
 
 [[pools]]
 name = "relay"
+  [pools.tls]
+  ca_file = "tls/nodes-ca.pem"
+  cert_file = "tls/client.crt"
+  key_file = "/abs/client.key"
   [[pools.nodes]]
   addr = "127.0.0.1:7001"
 
@@ -56,6 +61,9 @@ path = "/usr/libexec/wsgate/apikey"
 		{"gateway.tls.client_ca_file", c.Gateway.TLS.ClientCAFile, filepath.Join(dir, "tls/ca.pem")},
 		{"gateway.tls.certificates[0].cert_file", c.Gateway.TLS.Certificates[0].CertFile, filepath.Join(dir, "tls/gw.crt")},
 		{"gateway.tls.certificates[0].key_file", c.Gateway.TLS.Certificates[0].KeyFile, "/abs/gw.key"},
+		{"pools[0].tls.ca_file", c.Pools[0].TLS.CAFile, filepath.Join(dir, "tls/nodes-ca.pem")},
+		{"pools[0].tls.cert_file", c.Pools[0].TLS.CertFile, filepath.Join(dir, "tls/client.crt")},
+		{"pools[0].tls.key_file", c.Pools[0].TLS.KeyFile, "/abs/client.key"},
 	} {
 		if tc.got != tc.want {
 			t.Errorf("%s = %q, want %q", tc.key, tc.got, tc.want)

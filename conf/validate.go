@@ -240,6 +240,9 @@ func (p *Pool) validate(e *errorList, path string) {
 	if p.SlowStart.Duration < 0 {
 		e.add(joinKey(path, "slow_start"), "must be >= 0, got "+p.SlowStart.String())
 	}
+	if p.TLS != nil {
+		p.TLS.validate(e, joinKey(path, "tls"))
+	}
 	p.Health.validate(e, joinKey(path, "health"))
 	if p.Rebalance != nil {
 		p.Rebalance.validate(e, joinKey(path, "rebalance"), p.Balance)
@@ -286,6 +289,20 @@ func (r *Rebalance) validate(e *errorList, path, balance string) {
 	}
 	if r.Rate > maxRebalanceRate && !math.IsInf(r.Rate, 1) {
 		e.add(joinKey(path, "rate"), fmt.Sprintf("must be at most %d moves per second (each is a reconnect through the gateway: more is a storm, not a rebalance), got %v", maxRebalanceRate, r.Rate))
+	}
+}
+
+// validate checks a [pools.tls] table. Its files are read by the gateway
+// (upstream.LoadTLS), at start and at each reload.
+func (t *PoolTLS) validate(e *errorList, path string) {
+	if n := t.ServerName; n != "" && !isHostName(n) && net.ParseIP(n) == nil {
+		e.add(joinKey(path, "server_name"), fmt.Sprintf("must be a DNS name or an IP address, such as \"relay.internal\", got %q", n))
+	}
+	switch {
+	case t.CertFile != "" && t.KeyFile == "":
+		e.add(joinKey(path, "cert_file"), "needs key_file: a client certificate goes with its private key")
+	case t.KeyFile != "" && t.CertFile == "":
+		e.add(joinKey(path, "key_file"), "needs cert_file: a private key goes with its client certificate")
 	}
 }
 
