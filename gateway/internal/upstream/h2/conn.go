@@ -771,7 +771,7 @@ func (c *Conn) startStream(req *Request) (*Stream, error) {
 	case uint32(len(c.streams)) >= c.maxStreams:
 		c.mu.Unlock()
 		return nil, ErrFull
-	case c.peerHeader > 0 && headerListSize(req) > uint64(c.peerHeader):
+	case c.peerHeader > 0 && headerListSize(req, schemeOf(c.nc)) > uint64(c.peerHeader):
 		c.mu.Unlock()
 		return nil, ErrRequestTooLarge
 	}
@@ -795,7 +795,7 @@ func (c *Conn) startStream(req *Request) (*Stream, error) {
 		c.henc.SetMaxDynamicTableSizeLimit(*table)
 	}
 	c.hbuf.Reset()
-	encodeRequest(c.henc, req)
+	encodeRequest(c.henc, req, schemeOf(c.nc))
 	block := c.hbuf.Bytes()
 	err := c.writeFramesLocked(func(fr *http2.Framer) error {
 		// A header block larger than a frame continues in CONTINUATION

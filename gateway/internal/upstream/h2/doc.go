@@ -1,5 +1,7 @@
-// Package h2 is the client side of the cleartext HTTP/2 connections (prior
-// knowledge, "h2c") from the gateway to a node, carrying WebSockets as
+// Package h2 is the client side of the HTTP/2 connections from the gateway
+// to a node, cleartext with prior knowledge ("h2c") or over a TLS
+// connection whose ALPN selected "h2" (the dial's business), carrying
+// WebSockets as
 // extended CONNECT streams (RFC 8441 sections 4 and 5): Conn is one
 // connection, Set the few a node's streams are spread over.
 //

@@ -1,6 +1,8 @@
 package h2
 
 import (
+	"crypto/tls"
+	"net"
 	"net/http"
 	"strconv"
 	"strings"
@@ -59,11 +61,12 @@ func skipRequestField(name string) bool {
 }
 
 // encodeRequest writes req's header block: pseudo-header fields first
-// (RFC 9113 section 8.3), then the request's fields.
-func encodeRequest(enc *hpack.Encoder, req *Request) {
+// (RFC 9113 section 8.3), then the request's fields; scheme is :scheme
+// (see schemeOf).
+func encodeRequest(enc *hpack.Encoder, req *Request, scheme string) {
 	enc.WriteField(hpack.HeaderField{Name: ":method", Value: "CONNECT"})
 	enc.WriteField(hpack.HeaderField{Name: ":protocol", Value: "websocket"})
-	enc.WriteField(hpack.HeaderField{Name: ":scheme", Value: "http"})
+	enc.WriteField(hpack.HeaderField{Name: ":scheme", Value: scheme})
 	enc.WriteField(hpack.HeaderField{Name: ":authority", Value: req.Authority})
 	enc.WriteField(hpack.HeaderField{Name: ":path", Value: req.Path})
 	listed := connectionListed(req.Header)
@@ -83,9 +86,9 @@ func encodeRequest(enc *hpack.Encoder, req *Request) {
 // headerListSize is the size of req's header list as SETTINGS_MAX_HEADER_LIST_SIZE
 // counts it (RFC 9113 section 6.5.2): each field's name and value
 // lengths plus 32, pseudo-header fields included, for the fields
-// encodeRequest sends.
-func headerListSize(req *Request) uint64 {
-	n := uint64(len(":method")+len("CONNECT")+len(":protocol")+len("websocket")+len(":scheme")+len("http")+
+// encodeRequest sends with :scheme scheme.
+func headerListSize(req *Request, scheme string) uint64 {
+	n := uint64(len(":method")+len("CONNECT")+len(":protocol")+len("websocket")+len(":scheme")+len(scheme)+
 		len(":authority")+len(req.Authority)+len(":path")+len(req.Path)) + 5*32
 	listed := connectionListed(req.Header)
 	for name, values := range req.Header {
@@ -98,6 +101,17 @@ func headerListSize(req *Request) uint64 {
 		}
 	}
 	return n
+}
+
+// schemeOf is the :scheme of requests on the connection nc: "https" on
+// a TLS connection, "http" on a cleartext one (RFC 8441 section 4, RFC
+// 9113 section 8.3.1: the scheme of the target URI, which a WebSocket
+// over TLS writes wss, RFC 6455 section 3).
+func schemeOf(nc net.Conn) string {
+	if _, ok := nc.(interface{ ConnectionState() tls.ConnectionState }); ok {
+		return "https"
+	}
+	return "http"
 }
 
 // connectionListed is the set of field names (lowercase) the request's

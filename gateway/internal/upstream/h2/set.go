@@ -22,7 +22,8 @@ import (
 // ended). It is safe for concurrent use; the zero value is not: set Dial
 // and Size, or use NewSet.
 type Set struct {
-	// Dial opens a TCP connection to the node, bounded by ctx.
+	// Dial opens a connection to the node, bounded by ctx: TCP, or TLS
+	// whose handshake selected "h2" by ALPN.
 	Dial func(ctx context.Context) (net.Conn, error)
 	// Config is each connection's.
 	Config Config
