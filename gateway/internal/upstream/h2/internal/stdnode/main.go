@@ -1,7 +1,9 @@
 // Command stdnode is a WebSocket node built on Go's standard library alone,
 // for the interop tests of package h2: net/http's server with cleartext
 // HTTP/2 (prior knowledge) and extended CONNECT, which net/http enables
-// only with GODEBUG=http2xconnect=1 in the environment at start.
+// only with GODEBUG=http2xconnect=1 in the environment at start. With
+// -tls-cert and -tls-key it serves TLS instead, HTTP/2 and HTTP/1.1 by
+// ALPN (net/http's ServeTLS), for the gateway's [pools.tls].
 //
 // It serves extended CONNECT requests with :protocol websocket (net/http
 // gives r.Method "CONNECT" and the protocol as the ":protocol" header):
@@ -46,7 +48,13 @@ func main() {
 	maxStreams := flag.Int("max-streams", 0, "SETTINGS_MAX_CONCURRENT_STREAMS (0: net/http's default)")
 	streamBuf := flag.Int("stream-buffer", 0, "receive window per stream (0: net/http's default)")
 	maxHeader := flag.Int("max-header-bytes", 0, "http.Server.MaxHeaderBytes, which sets SETTINGS_MAX_HEADER_LIST_SIZE (0: net/http's default)")
+	certFile := flag.String("tls-cert", "", "PEM certificate file: serve TLS (ALPN h2, http/1.1) rather than cleartext")
+	keyFile := flag.String("tls-key", "", "PEM key file of -tls-cert")
 	flag.Parse()
+	tlsOn := *certFile != "" || *keyFile != ""
+	if tlsOn && (*certFile == "" || *keyFile == "") {
+		log.Fatal("-tls-cert and -tls-key go together")
+	}
 
 	ln, err := net.Listen("tcp", *addr)
 	if err != nil {
@@ -54,7 +62,8 @@ func main() {
 	}
 	var protocols http.Protocols
 	protocols.SetHTTP1(true) // the gateway's health probe
-	protocols.SetUnencryptedHTTP2(true)
+	protocols.SetUnencryptedHTTP2(!tlsOn)
+	protocols.SetHTTP2(tlsOn)
 	srv := &http.Server{
 		Handler:        http.HandlerFunc(serve),
 		Protocols:      &protocols,
@@ -74,7 +83,11 @@ func main() {
 		close(done)
 	}()
 	fmt.Println("listening", ln.Addr())
-	if err := srv.Serve(ln); err != http.ErrServerClosed {
+	run := func() error { return srv.Serve(ln) }
+	if tlsOn {
+		run = func() error { return srv.ServeTLS(ln, *certFile, *keyFile) }
+	}
+	if err := run(); err != http.ErrServerClosed {
 		log.Fatal(err)
 	}
 	<-done
