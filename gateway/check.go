@@ -12,6 +12,7 @@ import (
 	"github.com/wsgate/wsgate/conf"
 	"github.com/wsgate/wsgate/gateway/internal/edge"
 	"github.com/wsgate/wsgate/gateway/internal/pluginhost"
+	"github.com/wsgate/wsgate/gateway/internal/upstream"
 	"github.com/wsgate/wsgate/plugins/auth"
 )
 
@@ -60,10 +61,15 @@ func pluginKey(i int, field string) string {
 }
 
 // CheckTLS reads the certificate, key and CA files of cfg's TLS listener
-// as a start would, so `wsgate -check` fails on a file the start would
-// fail on. It returns nil, or a *conf.Error naming the file, the line and
-// the key (gateway.tls.certificates[i] or gateway.tls.client_ca_file).
+// and of its pools' [pools.tls] as a start would, so `wsgate -check`
+// fails on a file the start would fail on. It returns nil, or a
+// *conf.Error naming the file, the line and the key
+// (gateway.tls.certificates[i], gateway.tls.client_ca_file,
+// pools[i].tls.ca_file, ...).
 func CheckTLS(cfg *conf.Config) error {
-	_, err := edge.LoadTLS(cfg)
+	if _, err := edge.LoadTLS(cfg); err != nil {
+		return err
+	}
+	_, err := upstream.LoadTLS(cfg)
 	return err
 }

@@ -140,20 +140,25 @@ func (s *Server) Apply(cfg *conf.Config) error {
 // the slow part, done with reload.serial held. swap commits it with the
 // generation, or discards it.
 type prepared struct {
-	tls     *edge.CertSet      // cfg's TLS files, read (nil without a TLS listener)
-	plugins *pluginhost.Staged // cfg's auth plugins, started (nil without a plugin host)
+	tls     *edge.CertSet                // cfg's TLS files, read (nil without a TLS listener)
+	nodeTLS map[string]*upstream.NodeTLS // cfg's [pools.tls] files, read, by pool name
+	plugins *pluginhost.Staged           // cfg's auth plugins, started (nil without a plugin host)
 }
 
-// prepare reads cfg's TLS files and starts the auth plugins of cfg that
-// do not run as listed, without putting either in force (see
-// edge.Certificates.Load, pluginhost.Host.Stage). A TLS file that cannot
-// be used is reported before any plugin starts.
+// prepare reads cfg's TLS files (the listener's and the pools') and
+// starts the auth plugins of cfg that do not run as listed, without
+// putting either in force (see edge.Certificates.Load, upstream.LoadTLS,
+// pluginhost.Host.Stage). A TLS file that cannot be used is reported
+// before any plugin starts.
 func (s *Server) prepare(cfg *conf.Config) (*prepared, error) {
 	set, err := s.tls.Load(cfg)
 	if err != nil {
 		return nil, err
 	}
 	prep := &prepared{tls: set}
+	if prep.nodeTLS, err = upstream.LoadTLS(cfg); err != nil {
+		return nil, err
+	}
 	if s.plugins != nil {
 		if prep.plugins, err = s.plugins.Stage(cfg.Plugins); err != nil {
 			return nil, fmt.Errorf("auth plugins: %w", err)
@@ -194,9 +199,9 @@ const (
 func (s *Server) swap(cfg *conf.Config, by string, prep *prepared) (restart []string, err error) {
 	old := s.current()
 	var staged *pluginhost.Staged
-	certs := old.tls
+	certs, nodeTLS := old.tls, old.nodeTLS
 	if prep != nil {
-		staged, certs = prep.plugins, prep.tls
+		staged, certs, nodeTLS = prep.plugins, prep.tls, prep.nodeTLS
 	}
 	if staged != nil {
 		defer func() {
@@ -209,7 +214,7 @@ func (s *Server) swap(cfg *conf.Config, by string, prep *prepared) (restart []st
 		return nil, fmt.Errorf("gateway is shutting down: %s refused", by)
 	}
 	cfg = s.disc.Fill(cfg, old.cfg)
-	g, gone, err := s.build(cfg, old, certs)
+	g, gone, err := s.build(cfg, old, certs, nodeTLS)
 	if err != nil {
 		return nil, err
 	}
@@ -373,7 +378,7 @@ func (g *generation) h2Set(pool string, n *balancer.Node) *h2.Set {
 // names and addresses match, with certs as cfg's TLS files read. It
 // changes nothing that is running; gone lists the nodes old had that cfg
 // drops.
-func (s *Server) build(cfg *conf.Config, old *generation, certs *edge.CertSet) (*generation, []leaving, error) {
+func (s *Server) build(cfg *conf.Config, old *generation, certs *edge.CertSet, nodeTLS map[string]*upstream.NodeTLS) (*generation, []leaving, error) {
 	g := &generation{
 		cfg:              cfg,
 		pools:            make(map[string]*upstream.Pool, len(cfg.Pools)),
@@ -384,7 +389,7 @@ func (s *Server) build(cfg *conf.Config, old *generation, certs *edge.CertSet) (
 	if cfg.Gateway.TunnelEngine == "goroutines" {
 		g.engine = tunnel.EngineGoroutines
 	}
-	g.tls = certs
+	g.tls, g.nodeTLS = certs, nodeTLS
 	if old != nil {
 		g.nodes = old.nodes
 	}
@@ -401,7 +406,7 @@ func (s *Server) build(cfg *conf.Config, old *generation, certs *edge.CertSet) (
 		if old != nil {
 			op = old.pools[cfg.Pools[i].Name]
 		}
-		p, _, removed, err := upstream.NewPool(&cfg.Pools[i], op, g.nodes, s.log, s.countDialError, newPoolRate)
+		p, _, removed, err := upstream.NewPool(&cfg.Pools[i], nodeTLS[cfg.Pools[i].Name], op, g.nodes, s.log, s.countDialError, newPoolRate)
 		if err != nil {
 			return nil, nil, err
 		}

@@ -59,6 +59,9 @@ type generation struct {
 	engine           tunnel.Engine  // how new tunnels run (gateway.tunnel_engine)
 	tls              *edge.CertSet  // the TLS listener's files as loaded; nil without one
 	trusted          []netip.Prefix // gateway.trusted_proxies
+
+	// nodeTLS is each [pools.tls] as loaded, by pool name.
+	nodeTLS map[string]*upstream.NodeTLS
 }
 
 // Server is one gateway: its listeners, pools, routes and live tunnels. Create
@@ -128,7 +131,11 @@ func New(cfg *conf.Config, log *slog.Logger) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
-	g, _, err := s.build(cfg, nil, set)
+	nodeTLS, err := upstream.LoadTLS(cfg)
+	if err != nil {
+		return nil, err
+	}
+	g, _, err := s.build(cfg, nil, set, nodeTLS)
 	if err != nil {
 		return nil, err
 	}

@@ -1,6 +1,7 @@
 package health
 
 import (
+	"crypto/tls"
 	"strings"
 	"time"
 )
@@ -63,6 +64,18 @@ type Config struct {
 	// to connect to (IP:port, resolved), before the connect; an error
 	// fails the probe (default none).
 	Refuse AddrCheck
+	// TLS, when set, gives the TLS client config for each node: every
+	// probe's connection is then TLS, begun after the PROXY header
+	// (default none: cleartext).
+	TLS TLSConfigs
+}
+
+// TLSConfigs gives the TLS client config a probe of the node at addr
+// uses: the roots, server name and client certificate the node is
+// spoken to with. Its implementations are comparable (a pointer, say):
+// Configs are compared.
+type TLSConfigs interface {
+	ClientConfig(addr string) *tls.Config
 }
 
 // AddrCheck refuses addresses a probe may not connect to. Its

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"crypto/tls"
 	"errors"
 	"io"
 	"net"
@@ -50,7 +51,7 @@ type result struct {
 var proxyLocal = proxyproto.AppendLocalV2(nil)
 
 // probe sends one GET of the configured path to addr over a fresh TCP
-// connection and reads the answer, all within the timeout; ctx cancels it
+// connection (TLS with Config.TLS) and reads the answer, all within the timeout; ctx cancels it
 // early (Stop, Remove).
 //
 // The probe is written on a plain connection with net/http's response
@@ -89,13 +90,28 @@ func (c *Checker) exchange(ctx context.Context, addr string, start time.Time) re
 	stop := context.AfterFunc(ctx, func() { _ = conn.SetDeadline(time.Unix(1, 0)) })
 	defer stop()
 
-	host := c.conf().Host
-	if host == "" {
-		host = addr
-	}
 	req := make([]byte, 0, 144)
 	if c.conf().ProxyLocal {
 		req = append(req, proxyLocal...)
+	}
+	if t := c.conf().TLS; t != nil {
+		// The PROXY header goes before TLS, as on every connection to
+		// the node.
+		if len(req) > 0 {
+			if _, err := conn.Write(req); err != nil {
+				return failure(err)
+			}
+			req = req[:0]
+		}
+		tc := tls.Client(conn, t.ClientConfig(addr))
+		if err := tc.HandshakeContext(ctx); err != nil {
+			return failure(err)
+		}
+		conn = tc
+	}
+	host := c.conf().Host
+	if host == "" {
+		host = addr
 	}
 	req = append(req, "GET "...)
 	req = append(req, c.conf().Path...)

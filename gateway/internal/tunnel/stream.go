@@ -134,7 +134,7 @@ func (*stream) finish(t *Tunnel) { t.finish() }
 func (s *stream) closeConns(t *Tunnel) {
 	s.closeOnce.Do(func() {
 		closeConn(t.client)
-		_ = s.toClient.src.Close()
+		closeConn(s.toClient.src) // the node's: a TLSSocket under a TLS node connection too
 	})
 }
 

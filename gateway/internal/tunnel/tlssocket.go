@@ -13,8 +13,11 @@ import (
 // returns when the socket cannot take its bytes at once.
 var errClosingWrite = errors.New("connection closing: the socket takes no more bytes")
 
-// TLSSocket is the socket under a client's TLS connection: the gateway's
-// TLS listener hands it to crypto/tls (tls.Server(NewTLSSocket(c), ...)).
+// TLSSocket is the socket under a TLS connection of a tunnel: a client's,
+// which the gateway's TLS listener hands to crypto/tls
+// (tls.Server(NewTLSSocket(c), ...)), or a node's with [pools.tls]
+// (tls.Client(NewTLSSocket(c), ...)). What follows says "client" for the
+// peer the tunnel writes to; it holds the same for a node.
 //
 // crypto/tls makes a write error final: after one timed-out write every
 // later Write fails the same way, and a record may have gone out in part.

@@ -11,8 +11,10 @@ import (
 
 	"github.com/valyala/fasthttp"
 	"github.com/wsgate/wsgate/balancer"
+	"github.com/wsgate/wsgate/gateway/internal/tunnel"
 	"github.com/wsgate/wsgate/gateway/internal/upstream"
 	"github.com/wsgate/wsgate/internal/httpheader"
+	"github.com/wsgate/wsgate/internal/proxyproto"
 )
 
 // maxUpstreamAnswer is the largest body of a non-101 answer from a node that
@@ -40,8 +42,19 @@ var responseReaders sync.Pool
 // 500 to pass on, or an error wrapping ErrUpstream, or one wrapping
 // upstream.ErrLocalDial when the dial failed on the gateway's side (which says
 // nothing about n).
+//
+// With [pools.tls] the connection is TLS over a tunnel.TLSSocket, so the
+// tunnel's writes to the node wake below crypto/tls as its writes to a
+// TLS client do; a send_proxy_v2 pool's PROXY header, at the start of
+// req, goes before the TLS handshake.
 func DialNode(p *upstream.Pool, n *balancer.Node, req, accept []byte, up *NodeConn, hdr []byte) (*fasthttp.Response, error) {
-	conn, err := p.Dialer.Dial(n.Addr())
+	var head []byte
+	if p.TLS != nil && p.SendProxy {
+		if _, k, err := proxyproto.Parse(req); err == nil {
+			head, req = req[:k], req[k:]
+		}
+	}
+	conn, err := p.DialNode(n.Addr(), head, upstream.ALPNHTTP1, wrapTLSSocket)
 	if err != nil {
 		if errors.Is(err, upstream.ErrLocalDial) {
 			return nil, fmt.Errorf("dial %s: %w", n.Addr(), err)
@@ -101,6 +114,9 @@ func DialNode(p *upstream.Pool, n *balancer.Node, req, accept []byte, up *NodeCo
 	ok = true
 	return nil, nil
 }
+
+// wrapTLSSocket puts a tunnel.TLSSocket under a node's TLS connection.
+func wrapTLSSocket(c net.Conn) net.Conn { return tunnel.NewTLSSocket(c) }
 
 // clientResponse appends to b the node's 101 rendered for the client: its
 // headers as sent, less the framing headers that do not belong on a 101.

@@ -10,8 +10,9 @@ import (
 
 // OpenH2 gives a pool with protocol = "h2" a set of HTTP/2 connections per
 // node (see h2.Set), spreading each node's streams over size connections
-// configured by cfg.
-// A node old (the pool it replaces) had with the same settings keeps its
+// configured by cfg; with [pools.tls] they are TLS, ALPN "h2".
+// A node old (the pool it replaces) had with the same settings (TLS files
+// of the same contents included) keeps its
 // set, so a reload opens no connection and leaves every stream where it
 // is; RetireH2 closes the sets old has and p does not. Sets are dialed on
 // first use: one p never uses (a reload that fails) costs nothing.
@@ -20,14 +21,17 @@ func (p *Pool) OpenH2(old *Pool, size int, cfg h2.Config) {
 	ping := p.Conf.H2PingInterval.Duration
 	for _, n := range p.Balancer.Nodes() {
 		if old != nil {
-			if s := old.H2[n]; s != nil && s.Size == size && s.PingInterval == ping && s.Config == cfg {
+			// NewPool gave p old's TLS when its files read the same.
+			if s := old.H2[n]; s != nil && s.Size == size && s.PingInterval == ping && s.Config == cfg && old.TLS == p.TLS {
 				p.H2[n] = s
 				continue
 			}
 		}
-		addr, d := n.Addr(), p.Dialer
+		addr := n.Addr()
 		p.H2[n] = &h2.Set{
-			Dial:         func(context.Context) (net.Conn, error) { return d.Dial(addr) },
+			Dial: func(ctx context.Context) (net.Conn, error) {
+				return p.dialNode(ctx, addr, nil, ALPNH2, nil)
+			},
 			Config:       cfg,
 			Size:         size,
 			PingInterval: ping,

@@ -120,7 +120,7 @@ func TestDialerHoldsToPolicy(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	p, _, _, err := NewPool(&cfg.Pools[0], nil, balancer.NewRegistry(), quietLog(), nil, func(int, int) Admission { return nil })
+	p, _, _, err := NewPool(&cfg.Pools[0], nil, nil, balancer.NewRegistry(), quietLog(), nil, func(int, int) Admission { return nil })
 	if err != nil {
 		t.Fatal(err)
 	}

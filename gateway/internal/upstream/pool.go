@@ -57,6 +57,9 @@ type Pool struct {
 	// SendProxy is send_proxy_v2: node connections start with a PROXY
 	// header, and plain requests take a connection of their own.
 	SendProxy bool
+	// TLS is [pools.tls] as loaded: every connection to a node is TLS
+	// (see DialNode); nil without the table.
+	TLS *NodeTLS
 	// Admit is [pools.admission], shared with the pool of the same name
 	// in later generations so a reload keeps its tokens; a reload sets
 	// its rate when it commits. NewPool takes it from the pool it
@@ -76,7 +79,8 @@ type Admission interface {
 	Set(rate, burst int)
 }
 
-// NewPool builds the run-time pool for pc. Its nodes come from reg by pool
+// NewPool builds the run-time pool for pc, with nt its [pools.tls] as
+// loaded (LoadTLS; nil without the table). Its nodes come from reg by pool
 // name and address, so a node kept, or dropped by an earlier reload and
 // named again while tunnels to it are open, is the same node with its
 // live count and tunnels. With old (the pool of the same name in the
@@ -86,8 +90,11 @@ type Admission interface {
 // use: the gateway's commit does, once the whole new generation is built
 // (a node it registers anew is used by nobody yet). Its dialer calls
 // count for each dial that fails on the gateway's side. A pool without
-// old gets its Admit from newAdmission, with pc's rate and burst.
-func NewPool(pc *conf.Pool, old *Pool, reg *balancer.Registry, log *slog.Logger, count func(pool, node, reason string),
+// old gets its Admit from newAdmission, with pc's rate and burst. An nt
+// the same as old's (see NodeTLS.Same) gives way to old's, so a reload
+// that read the same files keeps the nodes' TLS sessions and HTTP/2
+// connections.
+func NewPool(pc *conf.Pool, nt *NodeTLS, old *Pool, reg *balancer.Registry, log *slog.Logger, count func(pool, node, reason string),
 	newAdmission func(rate, burst int) Admission) (p *Pool, added, removed []*balancer.Node, err error) {
 	picker, err := balancer.NewPicker(pc.Balance)
 	if err != nil {
@@ -101,6 +108,9 @@ func NewPool(pc *conf.Pool, old *Pool, reg *balancer.Registry, log *slog.Logger,
 		return nil, nil, nil, fmt.Errorf("pool %q: %w", pc.Name, err)
 	}
 	d.holdTo(NewNodePolicy(pc.Discovery))
+	if old != nil && old.TLS.Same(nt) {
+		nt = old.TLS
+	}
 	p = &Pool{
 		Name:           pc.Name,
 		Balance:        pc.Balance,
@@ -111,6 +121,10 @@ func NewPool(pc *conf.Pool, old *Pool, reg *balancer.Registry, log *slog.Logger,
 		Conf:           pc,
 		HealthConf:     healthConfig(pc),
 		SendProxy:      pc.SendProxyV2,
+		TLS:            nt,
+	}
+	if nt != nil {
+		p.HealthConf.TLS = nt
 	}
 	keep := map[string]*balancer.Node{}
 	if old != nil {
@@ -133,7 +147,7 @@ func NewPool(pc *conf.Pool, old *Pool, reg *balancer.Registry, log *slog.Logger,
 		nodes = append(nodes, n)
 		p.HTTP[n] = &fasthttp.HostClient{
 			Addr:                          nc.Addr,
-			Dial:                          func(addr string) (net.Conn, error) { return d.Dial(addr) },
+			Dial:                          p.dialHTTP,
 			ReadTimeout:                   30 * time.Second,
 			WriteTimeout:                  30 * time.Second,
 			MaxIdleConnDuration:           30 * time.Second,
@@ -147,6 +161,15 @@ func NewPool(pc *conf.Pool, old *Pool, reg *balancer.Registry, log *slog.Logger,
 	}
 	p.Balancer = balancer.NewPool(pc.Name, picker, nodes)
 	return p, added, removed, nil
+}
+
+// dialHTTP opens a connection of the pool's HTTP clients: TLS (ALPN
+// "http/1.1") with [pools.tls]. The clients are not told it is TLS
+// (fasthttp's IsTLS): the gateway's requests to nodes keep the http
+// scheme, and this dial is the one every connection to a node goes
+// through.
+func (p *Pool) dialHTTP(addr string) (net.Conn, error) {
+	return p.DialNode(addr, nil, ALPNHTTP1, nil)
 }
 
 // healthConfig is the checker's view of a pool's settings.
@@ -167,19 +190,18 @@ func healthConfig(pc *conf.Pool) health.Config {
 }
 
 // DoOwnConn sends req to the node at addr on a connection of its own that
-// starts with head (a PROXY header), reads the answer into resp and closes
+// starts with head (a PROXY header, before TLS with [pools.tls]), reads the answer into resp and closes
 // the connection, all within timeout: a send_proxy_v2 pool's plain
 // request, which cannot share a pooled connection whose header names
 // another client.
 func (p *Pool) DoOwnConn(addr string, head []byte, req *fasthttp.Request, resp *fasthttp.Response, timeout time.Duration) error {
-	conn, err := p.Dialer.Dial(addr)
+	conn, err := p.DialNode(addr, head, ALPNHTTP1, nil)
 	if err != nil {
 		return err
 	}
 	defer conn.Close()
 	_ = conn.SetDeadline(time.Now().Add(timeout))
 	bw := bufio.NewWriter(conn)
-	_, _ = bw.Write(head)
 	// Connection: close for the node only: the client's connection stays
 	// as the client asked (the server reads req and resp after this).
 	closing := req.Header.ConnectionClose()
