@@ -1,6 +1,7 @@
 package gateway
 
 import (
+	"bufio"
 	"context"
 	"crypto/tls"
 	"fmt"
@@ -18,6 +19,7 @@ import (
 
 	"github.com/fasthttp/websocket"
 	"github.com/wsgate/wsgate/conf"
+	"github.com/wsgate/wsgate/internal/proxyproto"
 	"github.com/wsgate/wsgate/internal/testca"
 	"github.com/wsgate/wsgate/internal/testproc"
 	"github.com/wsgate/wsgate/relay-backend/bus"
@@ -473,4 +475,88 @@ func TestTLSNodeH2WithoutALPN(t *testing.T) {
 	if n := e.passiveFailures(addr); n != 1 {
 		t.Errorf("the node has %d failures in a row, want 1", n)
 	}
+}
+
+// proxyTLSListener is a node's listener that reads a PROXY header in the
+// clear from each connection, then serves TLS, as a node behind HAProxy's
+// "send-proxy-v2 ssl" does. It counts the headers by kind.
+type proxyTLSListener struct {
+	net.Listener
+	cfg           *tls.Config
+	local, client atomic.Int32
+}
+
+func (l *proxyTLSListener) Accept() (net.Conn, error) {
+	for {
+		c, err := l.Listener.Accept()
+		if err != nil {
+			return nil, err
+		}
+		_ = c.SetReadDeadline(time.Now().Add(5 * time.Second))
+		br := bufio.NewReader(c)
+		b, _ := br.Peek(16)
+		if len(b) == 16 {
+			b, _ = br.Peek(16 + int(b[14])<<8 + int(b[15]))
+		}
+		h, k, err := proxyproto.Parse(b)
+		if err != nil {
+			c.Close()
+			continue
+		}
+		_, _ = br.Discard(k)
+		_ = c.SetReadDeadline(time.Time{})
+		if h.Local {
+			l.local.Add(1)
+		} else {
+			l.client.Add(1)
+		}
+		return tls.Server(&bufConn{c, br}, l.cfg), nil
+	}
+}
+
+// bufConn is a connection read through a reader holding bytes of it.
+type bufConn struct {
+	net.Conn
+	r *bufio.Reader
+}
+
+func (c *bufConn) Read(b []byte) (int, error) { return c.r.Read(b) }
+
+// TestTLSNodeSendProxy checks send_proxy_v2 with [pools.tls]: the PROXY
+// header goes in the clear before TLS on a tunnel's connection (the
+// client's address), a plain request's and a probe's (LOCAL).
+func TestTLSNodeSendProxy(t *testing.T) {
+	ca := newNodeCA(t, "nodes CA")
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	pl := &proxyTLSListener{Listener: ln, cfg: &tls.Config{Certificates: []tls.Certificate{ca.serverCert(t)}}}
+	mem := bus.NewMemory()
+	r := relay.New(relay.Options{ID: "proxied", Bus: mem.Endpoint(), Logger: quietLog()})
+	go func() { _ = r.Serve(pl) }()
+	t.Cleanup(func() { _ = r.Close(context.Background()); _ = mem.Close() })
+	addr := ln.Addr().String()
+
+	e := newEnv(t, 0, tlsPoolConf("send_proxy_v2 = true", caLine(ca), addr))
+	e.waitProbe(addr, "ok")
+	if pl.local.Load() == 0 {
+		t.Error("the probes sent no LOCAL header")
+	}
+	a, b := e.roomPair("proxied")
+	if n := pl.client.Load(); n != 2 {
+		t.Errorf("%d PROXY headers with a client's address, want 2 (one per tunnel)", n)
+	}
+	resp, err := http.Get("http://" + e.gw + "/info")
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK || pl.client.Load() != 3 {
+		t.Errorf("GET /info: %d, with %d client headers in all, want 200 and 3", resp.StatusCode, pl.client.Load())
+	}
+	http.DefaultClient.CloseIdleConnections()
+	a.Close()
+	b.Close()
+	e.waitZero()
 }
