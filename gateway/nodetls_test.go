@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"crypto/tls"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -559,4 +560,27 @@ func TestTLSNodeSendProxy(t *testing.T) {
 	a.Close()
 	b.Close()
 	e.waitZero()
+}
+
+// TestCheckTLSReadsPoolFiles checks that `wsgate -check` (CheckTLS) reads
+// the [pools.tls] files as a start would: a CA file that is gone is a
+// config error at its key.
+func TestCheckTLSReadsPoolFiles(t *testing.T) {
+	ca := newNodeCA(t, "nodes CA")
+	src := fmt.Sprintf(tlsPoolConf("", caLine(ca), "127.0.0.1:1"), "127.0.0.1:0")
+	cfg, err := conf.Parse("check.toml", []byte(src))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := CheckTLS(cfg); err != nil {
+		t.Fatalf("CheckTLS with the CA file in place: %v", err)
+	}
+	if err := os.Remove(ca.file); err != nil {
+		t.Fatal(err)
+	}
+	err = CheckTLS(cfg)
+	var ce *conf.Error
+	if !errors.As(err, &ce) || ce.Key != "pools[0].tls.ca_file" || ce.Line == 0 {
+		t.Fatalf("CheckTLS with the CA file gone: %v, want a config error at pools[0].tls.ca_file", err)
+	}
 }
