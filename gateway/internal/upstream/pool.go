@@ -159,6 +159,13 @@ func NewPool(pc *conf.Pool, nt *NodeTLS, old *Pool, reg *balancer.Registry, log 
 	for _, n := range keep {
 		removed = append(removed, n)
 	}
+	if old != nil && p.TLS != nil && p.TLS == old.TLS {
+		addrs := make(map[string]bool, len(pc.Nodes))
+		for _, nc := range pc.Nodes {
+			addrs[nc.Addr] = true
+		}
+		p.TLS.forgetExcept(addrs)
+	}
 	p.Balancer = balancer.NewPool(pc.Name, picker, nodes)
 	return p, added, removed, nil
 }
@@ -190,18 +197,25 @@ func healthConfig(pc *conf.Pool) health.Config {
 }
 
 // DoOwnConn sends req to the node at addr on a connection of its own that
-// starts with head (a PROXY header, before TLS with [pools.tls]), reads the answer into resp and closes
-// the connection, all within timeout: a send_proxy_v2 pool's plain
-// request, which cannot share a pooled connection whose header names
-// another client.
+// starts with head (a PROXY header, before TLS with [pools.tls]), reads
+// the answer into resp and closes the connection, all within timeout: a
+// send_proxy_v2 pool's plain request, which cannot share a pooled
+// connection whose header names another client.
 func (p *Pool) DoOwnConn(addr string, head []byte, req *fasthttp.Request, resp *fasthttp.Response, timeout time.Duration) error {
-	conn, err := p.DialNode(addr, head, ALPNHTTP1, nil)
+	// In the clear the header goes out with the request, in one write;
+	// with TLS it goes before the handshake.
+	pre, dialHead := head, []byte(nil)
+	if p.TLS != nil {
+		pre, dialHead = nil, head
+	}
+	conn, err := p.DialNode(addr, dialHead, ALPNHTTP1, nil)
 	if err != nil {
 		return err
 	}
 	defer conn.Close()
 	_ = conn.SetDeadline(time.Now().Add(timeout))
 	bw := bufio.NewWriter(conn)
+	_, _ = bw.Write(pre)
 	// Connection: close for the node only: the client's connection stays
 	// as the client asked (the server reads req and resp after this).
 	closing := req.Header.ConnectionClose()

@@ -167,6 +167,20 @@ func (t *NodeTLS) Config(addr, alpn string) *tls.Config {
 	return c
 }
 
+// forgetExcept drops the client configs (and their sessions) of the
+// nodes not in addrs: a discovered pool's nodes come and go, and a
+// NodeTLS a reload keeps would otherwise hold a config for every address
+// it ever dialed. A node dialed again gets a new one.
+func (t *NodeTLS) forgetExcept(addrs map[string]bool) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	for k := range t.nodes {
+		if !addrs[k.addr] {
+			delete(t.nodes, k)
+		}
+	}
+}
+
 // ClientConfig is Config for HTTP/1.1: the health checker's view (see
 // health.Config.TLS).
 func (t *NodeTLS) ClientConfig(addr string) *tls.Config { return t.Config(addr, ALPNHTTP1) }
@@ -196,6 +210,9 @@ func (t *NodeTLS) Handshake(ctx context.Context, conn net.Conn, addr, alpn strin
 // (a tunnel's write clocks, see tunnel.NewTLSSocket); it is not called
 // without TLS. The connection returned has no deadline set.
 func (p *Pool) DialNode(addr string, head []byte, alpn string, wrap func(net.Conn) net.Conn) (net.Conn, error) {
+	if p.TLS == nil && len(head) == 0 {
+		return p.Dialer.Dial(addr) // bounded by its own timeout; no context to make
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), p.ConnectTimeout)
 	defer cancel()
 	return p.dialNode(ctx, addr, head, alpn, wrap)

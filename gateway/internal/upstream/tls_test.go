@@ -311,8 +311,8 @@ func TestLoadTLSErrors(t *testing.T) {
 }
 
 // TestNewPoolKeepsSameTLS checks that a reload that read the same files
-// keeps the pool's NodeTLS (its sessions), and one that read others does
-// not.
+// keeps the pool's NodeTLS (its sessions) less the configs of nodes no
+// longer in the pool, and one that read others does not.
 func TestNewPoolKeepsSameTLS(t *testing.T) {
 	f := newTLSFixture(t)
 	load := func() *conf.Config {
@@ -338,8 +338,16 @@ func TestNewPoolKeepsSameTLS(t *testing.T) {
 	}
 	a := build(nil)
 	defer a.Close()
+	a.TLS.Config("127.0.0.1:1", ALPNHTTP1)
+	a.TLS.Config("127.0.0.1:2", ALPNHTTP1) // a node gone since, say discovered
 	if b := build(a); b.TLS != a.TLS {
 		t.Error("same files read again: the pool's TLS must be kept")
+	}
+	a.TLS.mu.Lock()
+	kept := len(a.TLS.nodes)
+	a.TLS.mu.Unlock()
+	if kept != 1 {
+		t.Errorf("the kept TLS holds %d node configs, want 1: the gone node's must be dropped", kept)
 	}
 	other, err := testca.New("renewed CA")
 	if err != nil {
