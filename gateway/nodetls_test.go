@@ -90,7 +90,8 @@ func startTLSRelays(t *testing.T, n int, cfg *tls.Config) *tlsRelays {
 }
 
 // tlsPoolConf is a gateway config with one pool of the nodes at addrs,
-// with pool's extra lines and the [pools.tls] lines table.
+// with pool's extra lines and the [pools.tls] lines table. Its probes
+// come often, with a timeout a loaded machine's TLS handshake meets.
 func tlsPoolConf(pool, table string, addrs ...string) string {
 	var nodes strings.Builder
 	for _, a := range addrs {
@@ -107,8 +108,8 @@ listen = ""
 name = "relay"
 ` + pool + `
   [pools.health]
-  interval = "100ms"
-  timeout = "100ms"
+  interval = "300ms"
+  timeout = "300ms"
   [pools.tls]
 ` + table + "\n" + nodes.String() + `
 [[routes]]
@@ -289,7 +290,7 @@ func TestTLSNodeReloadSwapsCA(t *testing.T) {
 		t.Fatal(err)
 	}
 	// A long interval: the probes must not take the node down meanwhile.
-	cfgText := strings.Replace(tlsPoolConf("", "  ca_file = \"nodes-ca.pem\"\n", rs.addrs...), `interval = "100ms"`, `interval = "1m"`, 1)
+	cfgText := strings.Replace(tlsPoolConf("", "  ca_file = \"nodes-ca.pem\"\n", rs.addrs...), `interval = "300ms"`, `interval = "1m"`, 1)
 	cfgText = fmt.Sprintf(cfgText, "127.0.0.1:0")
 	cfgFile := filepath.Join(dir, "wsgate.toml")
 	if err := os.WriteFile(cfgFile, []byte(cfgText), 0o644); err != nil {
