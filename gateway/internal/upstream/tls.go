@@ -5,6 +5,7 @@ import (
 	"crypto/sha256"
 	"crypto/tls"
 	"crypto/x509"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -87,9 +88,10 @@ func LoadTLS(cfg *conf.Config) (map[string]*NodeTLS, error) {
 // loadNodeTLS reads t's files; on error it names the key at fault.
 func loadNodeTLS(t *conf.PoolTLS) (nt *NodeTLS, key string, err error) {
 	h := sha256.New()
-	field := func(b []byte) { // length first, so fields cannot run together
+	field := func(b []byte) { // a fixed-size length first, so fields cannot run together
 		var n [8]byte
-		h.Write(strconv.AppendInt(n[:0], int64(len(b)), 10))
+		binary.BigEndian.PutUint64(n[:], uint64(len(b)))
+		h.Write(n[:])
 		h.Write(b)
 	}
 	field([]byte(t.ServerName))
