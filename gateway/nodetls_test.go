@@ -15,6 +15,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -346,9 +347,9 @@ func TestTLSNodeReloadSwapsCA(t *testing.T) {
 }
 
 // startStdNodeTLS runs the h2 package's interop node serving TLS (HTTP/2
-// and HTTP/1.1 by ALPN) with a certificate from ca, and returns its
-// address once it answers.
-func startStdNodeTLS(t *testing.T, ca *nodeCA) string {
+// and HTTP/1.1 by ALPN) with a certificate from ca, and returns it with
+// its address once it answers.
+func startStdNodeTLS(t *testing.T, ca *nodeCA) (*testproc.Proc, string) {
 	t.Helper()
 	leaf, err := ca.Server("relay.test", "127.0.0.1")
 	if err != nil {
@@ -362,7 +363,7 @@ func startStdNodeTLS(t *testing.T, ca *nodeCA) string {
 	addr := testproc.FreeAddr(t)
 	cmd := exec.Command(bin, "-addr", addr, "-tls-cert", certFile, "-tls-key", keyFile)
 	cmd.Env = append(os.Environ(), "GODEBUG=http2xconnect=1")
-	testproc.StartCmd(t, "stdnode", cmd)
+	p := testproc.StartCmd(t, "stdnode", cmd)
 	hc := &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: ca.Pool()}}, Timeout: time.Second}
 	defer hc.CloseIdleConnections()
 	for range 200 {
@@ -370,13 +371,13 @@ func startStdNodeTLS(t *testing.T, ca *nodeCA) string {
 		if err == nil {
 			resp.Body.Close()
 			if resp.StatusCode == http.StatusOK {
-				return addr
+				return p, addr
 			}
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
 	t.Fatalf("stdnode at %s never answered over TLS", addr)
-	return ""
+	return nil, ""
 }
 
 // TestTLSNodeH2 carries many clients' WebSockets as streams of two
@@ -384,9 +385,10 @@ func startStdNodeTLS(t *testing.T, ca *nodeCA) string {
 // each echoes, the node's probes pass over TLS, and a reload that reads
 // a CA file of other contents replaces the node's connections while
 // their streams run on; one that reads the same contents keeps them.
+// When the node dies, the clients on both get 1012.
 func TestTLSNodeH2(t *testing.T) {
 	ca := newNodeCA(t, "nodes CA")
-	addr := startStdNodeTLS(t, ca)
+	node, addr := startStdNodeTLS(t, ca)
 	dir := t.TempDir()
 	caFile := filepath.Join(dir, "ca.pem")
 	if err := os.WriteFile(caFile, ca.PEM(), 0o644); err != nil {
@@ -455,8 +457,15 @@ func TestTLSNodeH2(t *testing.T) {
 	if st := e.h2Set(addr).Stats(); st.Streams != 1 {
 		t.Errorf("new set %+v, want the new client's stream", st)
 	}
-	c.Close()
-	for _, c := range conns {
+	// The node dies: every client of both sets gets 1012.
+	if err := node.Signal(syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range append(conns, c) {
+		_ = c.SetReadDeadline(time.Now().Add(10 * time.Second))
+		if _, _, err := c.ReadMessage(); !websocket.IsCloseError(err, 1012) {
+			t.Errorf("want close 1012 from a node that died, got %v", err)
+		}
 		c.Close()
 	}
 	e.waitZero()
