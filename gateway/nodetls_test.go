@@ -594,3 +594,23 @@ func TestCheckTLSReadsPoolFiles(t *testing.T) {
 		t.Fatalf("CheckTLS with the CA file gone: %v, want a config error at pools[0].tls.ca_file", err)
 	}
 }
+
+// TestTLSNodeH2Relay runs an "h2" pool over TLS to relay-backend's relays
+// (their listener behind TLS offering ALPN h2 and http/1.1): a room's
+// members on few HTTP/2 connections over TLS exchange messages, and the
+// relay's health answers the probes over TLS.
+func TestTLSNodeH2Relay(t *testing.T) {
+	ca := newNodeCA(t, "nodes CA")
+	rs := startTLSRelays(t, 1, &tls.Config{Certificates: []tls.Certificate{ca.serverCert(t)}, NextProtos: []string{"h2", "http/1.1"}})
+	addr := rs.addrs[0]
+	e := newEnv(t, 0, tlsPoolConf("protocol = \"h2\"\nh2_connections = 1", caLine(ca), addr))
+	e.waitProbe(addr, "ok")
+	a, b := e.roomPair("h2-tls")
+	relayMessage(t, b, a, "and back")
+	if st := e.h2Set(addr).Stats(); st.Conns != 1 || st.Streams != 2 {
+		t.Errorf("set %+v, want one connection carrying both members", st)
+	}
+	a.Close()
+	b.Close()
+	e.waitZero()
+}
