@@ -3,18 +3,17 @@
 // over TLS, the gateway's RSS growth per idle client and its CPU time per
 // forwarded frame.
 //
-// The "http1" nodes are in-process relays (relay-backend's relay package,
-// over tls.NewListener for TLS); the "h2" node is the h2 package's
-// interop node (net/http's server, -tls-cert for TLS), since the relay
-// serves neither HTTP/2 nor TLS yet. wsgate runs as its own process
+// The node is an in-process relay (relay-backend's relay package, which
+// serves HTTP/1.1 and cleartext HTTP/2 on one port), behind
+// tls.NewListener offering ALPN h2 and http/1.1 for TLS, since the relay
+// takes no certificate of its own yet. wsgate runs as its own process
 // (built here), GOMAXPROCS=1, so its figures are its own. For each case:
 //
 //   - idle: -idle clients open and silent after their 101; the gateway's
 //     VmRSS growth over them, per client;
 //   - traffic: -flows concurrent flows each sending -msgs messages of
 //     -size bytes, one at a time, each waited for at its receiver (a
-//     second member of the room through the relay; the sender itself
-//     through the echoing h2 node); every message is two frames through
+//     second member of the room); every message is two frames through
 //     the gateway (client to node, node to client); the gateway's CPU
 //     time (utime+stime) over the run, per frame.
 //
@@ -31,7 +30,6 @@ import (
 	"io"
 	"log/slog"
 	"net"
-	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -60,12 +58,11 @@ func main() {
 
 // bench is the run's shared state: binaries, the CA, the work directory.
 type bench struct {
-	dir               string
-	wsgate, stdnode   string
-	ca                *testca.CA
-	caFile            string
-	cert              tls.Certificate
-	certFile, keyFile string
+	dir    string
+	wsgate string
+	ca     *testca.CA
+	caFile string
+	cert   tls.Certificate
 }
 
 func run(idle, flows, msgs, size int) error {
@@ -74,14 +71,9 @@ func run(idle, flows, msgs, size int) error {
 		return err
 	}
 	b := &bench{dir: dir}
-	for _, x := range []struct {
-		out *string
-		pkg string
-	}{{&b.wsgate, "./cmd/wsgate"}, {&b.stdnode, "./gateway/internal/upstream/h2/internal/stdnode"}} {
-		*x.out = filepath.Join(dir, filepath.Base(x.pkg))
-		if out, err := exec.Command("go", "build", "-o", *x.out, x.pkg).CombinedOutput(); err != nil {
-			return fmt.Errorf("build %s: %v\n%s", x.pkg, err, out)
-		}
+	b.wsgate = filepath.Join(dir, "wsgate")
+	if out, err := exec.Command("go", "build", "-o", b.wsgate, "./cmd/wsgate").CombinedOutput(); err != nil {
+		return fmt.Errorf("build wsgate: %v\n%s", err, out)
 	}
 	if b.ca, err = testca.New("nodetlsbench CA"); err != nil {
 		return err
@@ -91,9 +83,6 @@ func run(idle, flows, msgs, size int) error {
 		return err
 	}
 	b.cert = leaf.TLS()
-	if b.certFile, b.keyFile, err = leaf.WriteFiles(dir, "node"); err != nil {
-		return err
-	}
 	b.caFile = filepath.Join(dir, "ca.pem")
 	if err := os.WriteFile(b.caFile, b.ca.PEM(), 0o644); err != nil {
 		return err
@@ -125,7 +114,7 @@ type result struct {
 // measure runs one case: its node, a gateway in front of it, the idle
 // clients, then the traffic.
 func (b *bench) measure(protocol string, withTLS bool, idle, flows, msgs, size int) (res result, err error) {
-	nodeAddr, stop, err := b.startNode(protocol, withTLS)
+	nodeAddr, stop, err := b.startNode(withTLS)
 	if err != nil {
 		return res, err
 	}
@@ -149,9 +138,6 @@ func (b *bench) measure(protocol string, withTLS bool, idle, flows, msgs, size i
 	defer func() { _ = gw.Process.Kill(); _ = gw.Wait() }()
 	pid := gw.Process.Pid
 	path := "/room/"
-	if protocol == "h2" {
-		path = "/ws?"
-	}
 	if err := waitDial(gwAddr, path+"warm"); err != nil {
 		return res, err
 	}
@@ -190,15 +176,14 @@ func (b *bench) measure(protocol string, withTLS bool, idle, flows, msgs, size i
 			return res, err
 		}
 		conns = append(conns, s)
-		r := s
-		if protocol == "http1" { // the relay sends a member's message to the room's others
-			if r, _, err = websocket.DefaultDialer.Dial("ws://"+gwAddr+path+fmt.Sprintf("flow-%d?hello=1", i), nil); err != nil {
-				return res, err
-			}
-			conns = append(conns, r)
-			if _, _, err := r.ReadMessage(); err != nil { // hello: it has joined
-				return res, err
-			}
+		// The relay sends a member's message to the room's others.
+		r, _, err := websocket.DefaultDialer.Dial("ws://"+gwAddr+path+fmt.Sprintf("flow-%d?hello=1", i), nil)
+		if err != nil {
+			return res, err
+		}
+		conns = append(conns, r)
+		if _, _, err := r.ReadMessage(); err != nil { // hello: it has joined
+			return res, err
 		}
 		fl[i] = flow{s, r}
 	}
@@ -242,49 +227,21 @@ func (b *bench) measure(protocol string, withTLS bool, idle, flows, msgs, size i
 	return res, nil
 }
 
-// startNode starts the node of a case and returns its address and how to
-// stop it.
-func (b *bench) startNode(protocol string, withTLS bool) (string, func(), error) {
-	if protocol == "http1" {
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			return "", nil, err
-		}
-		mem := bus.NewMemory()
-		r := relay.New(relay.Options{ID: "bench", Bus: mem.Endpoint(), Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
-		serve := ln
-		if withTLS {
-			serve = tls.NewListener(ln, &tls.Config{Certificates: []tls.Certificate{b.cert}})
-		}
-		go func() { _ = r.Serve(serve) }()
-		return ln.Addr().String(), func() { _ = r.Close(context.Background()); _ = mem.Close() }, nil
-	}
-	addr := freeAddr()
-	args := []string{"-addr", addr}
-	if withTLS {
-		args = append(args, "-tls-cert", b.certFile, "-tls-key", b.keyFile)
-	}
-	cmd := exec.Command(b.stdnode, args...)
-	cmd.Env = append(os.Environ(), "GODEBUG=http2xconnect=1")
-	if err := cmd.Start(); err != nil {
+// startNode starts a relay, behind TLS (ALPN h2 and http/1.1) with
+// withTLS, and returns its address and how to stop it.
+func (b *bench) startNode(withTLS bool) (string, func(), error) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
 		return "", nil, err
 	}
-	stop := func() { _ = cmd.Process.Kill(); _ = cmd.Wait() }
-	scheme := "http"
-	hc := &http.Client{Timeout: time.Second}
+	mem := bus.NewMemory()
+	r := relay.New(relay.Options{ID: "bench", Bus: mem.Endpoint(), Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	serve := ln
 	if withTLS {
-		scheme = "https"
-		hc.Transport = &http.Transport{TLSClientConfig: &tls.Config{RootCAs: b.ca.Pool()}}
+		serve = tls.NewListener(ln, &tls.Config{Certificates: []tls.Certificate{b.cert}, NextProtos: []string{"h2", "http/1.1"}})
 	}
-	for range 100 {
-		if resp, err := hc.Get(scheme + "://" + addr + "/healthz"); err == nil {
-			resp.Body.Close()
-			return addr, stop, nil
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-	stop()
-	return "", nil, fmt.Errorf("stdnode at %s never answered", addr)
+	go func() { _ = r.Serve(serve) }()
+	return ln.Addr().String(), func() { _ = r.Close(context.Background()); _ = mem.Close() }, nil
 }
 
 // waitDial waits until a WebSocket through the gateway at addr opens.
