@@ -161,9 +161,6 @@ func (r *runner) rows(res [numCols]results) []row {
 	memory := per(nanRow("memory per idle connection (bytes)", "%.0f",
 		fmt.Sprintf("VmRSS growth / %d idle connections; direct = relay-backend; nginx = master + worker; one run each", p.idleN)),
 		func(x *results) float64 { return x.idle.perConn })
-	relayMem := per(nanRow("relays' memory per idle connection (bytes)", "%.0f",
-		"both relays' VmRSS growth in the same ramps (direct: relay 1 takes them all)"),
-		func(x *results) float64 { return x.idle.relayPer })
 	kernelMem := per(nanRow("kernel memory per idle connection (bytes)", "%.0f",
 		"/proc/slabinfo growth, whole system (wsload's sockets included), in the same ramps; n/a unless run as root"),
 		func(x *results) float64 { return x.idle.kernelPer })
@@ -198,7 +195,7 @@ func (r *runner) rows(res [numCols]results) []row {
 			})
 		}
 	}
-	rows := []row{memory, relayMem, kernelMem, loadMem, dropped, split, cpu, share, system}
+	rows := []row{memory, kernelMem, loadMem, dropped, split, cpu, share, system}
 
 	addRows := func(rs func(x *results) []fanoutResult, fps float64, note string) {
 		r50 := per(nanRow(fmt.Sprintf("latency p50 (ms), %.0f frames/s", fps), "%.2f", note),

@@ -16,7 +16,6 @@ import (
 // idleResult is what one idle ramp measured.
 type idleResult struct {
 	perConn     float64 // RSS growth of the measured processes per connection, bytes
-	relayPer    float64 // RSS growth of both relays per connection, bytes
 	kernelPer   float64 // slab growth of the whole system per connection, bytes; NaN unless root
 	loadPerConn float64 // wsload's own RSS per connection, bytes
 	connected   int64
@@ -36,11 +35,6 @@ func (r *runner) idle(ctx context.Context, t *target) (idleResult, error) {
 		return res, err
 	}
 	before, err := probe.RSSSum(pids)
-	if err != nil {
-		return res, err
-	}
-	relayPids := r.relayPids()
-	relayBefore, err := probe.RSSSum(relayPids)
 	if err != nil {
 		return res, err
 	}
@@ -71,24 +65,19 @@ func (r *runner) idle(ctx context.Context, t *target) (idleResult, error) {
 	// The last handshakes' garbage and buffers settle for a moment; then
 	// three reads half a second apart.
 	time.Sleep(2 * time.Second)
-	var rss, relayRSS, slab []float64
+	var rss, slab []float64
 	for range 3 {
 		v, err := probe.RSSSum(pids)
 		if err != nil {
 			return res, err
 		}
-		rv, err := probe.RSSSum(relayPids)
-		if err != nil {
-			return res, err
-		}
-		rss, relayRSS = append(rss, float64(v)), append(relayRSS, float64(rv))
+		rss = append(rss, float64(v))
 		if sv, err := probe.SlabTotal(); err == nil {
 			slab = append(slab, float64(sv))
 		}
 		time.Sleep(500 * time.Millisecond)
 	}
 	res.perConn = (loadproc.Median(rss) - float64(before)) / float64(n)
-	res.relayPer = (loadproc.Median(relayRSS) - float64(relayBefore)) / float64(n)
 	res.kernelPer = math.NaN()
 	if slabErr == nil && len(slab) == 3 {
 		res.kernelPer = (loadproc.Median(slab) - float64(slabBefore)) / float64(n)
@@ -107,8 +96,8 @@ func (r *runner) idle(ctx context.Context, t *target) (idleResult, error) {
 		return res, err
 	}
 	res.loadPerConn, res.connected, res.dropped = rep.RSSPerConnBytes, rep.Connected, rep.Dropped
-	r.progress("idle %s: %.0f bytes per connection (relays %.0f, kernel %.0f), connected %d dropped %d, split %v",
-		t.name(), res.perConn, res.relayPer, res.kernelPer, res.connected, res.dropped, res.split)
+	r.progress("idle %s: %.0f bytes per connection (kernel %.0f), connected %d dropped %d, split %v",
+		t.name(), res.perConn, res.kernelPer, res.connected, res.dropped, res.split)
 	return res, nil
 }
 
