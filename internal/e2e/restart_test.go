@@ -115,11 +115,34 @@ func startUpgradable(t *testing.T, st *stack, cfg string) (*testproc.Proc, strin
 // TestRestartRefusesNobody upgrades a running gateway with SIGUSR2 while
 // handshakes churn at about 200/s: the new process takes over the same
 // sockets, no handshake fails, every tunnel of the old process is closed
-// with 1001, and the old process exits 0.
+// with 1001, and the old process exits 0. With protocol = "h2" the old
+// process's tunnels run on its HTTP/2 connections to the relays until
+// its drain closes them, and the new process opens its own.
 func TestRestartRefusesNobody(t *testing.T) {
+	for _, protocol := range []string{"http1", "h2"} {
+		t.Run(protocol, func(t *testing.T) { restartRefusesNobody(t, protocol) })
+	}
+}
+
+// withProtocol sets pools.protocol in the config file cfg written by
+// gatewayConfig.
+func withProtocol(t *testing.T, cfg, protocol string) string {
+	t.Helper()
+	b, err := os.ReadFile(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b = []byte(strings.Replace(string(b), "name = \"relay\"\n", fmt.Sprintf("name = \"relay\"\nprotocol = %q\n", protocol), 1))
+	if err := os.WriteFile(cfg, b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return cfg
+}
+
+func restartRefusesNobody(t *testing.T, protocol string) {
 	st := &stack{}
 	startRelays(t, st, 2, "")
-	old, pidfile := startUpgradable(t, st, gatewayConfig(t, st))
+	old, pidfile := startUpgradable(t, st, withProtocol(t, gatewayConfig(t, st), protocol))
 	oldPid := old.Pid()
 
 	var tunnels []*client
