@@ -38,9 +38,19 @@ type Reader struct {
 	pool *Pool
 }
 
+// Waiter is a connection without a descriptor that can say when a Read
+// would not block (an HTTP/2 stream): Reader waits with it before it
+// takes a buffer.
+type Waiter interface {
+	// WaitRead returns once a Read would not block, or with the error a
+	// Read would return (its deadline passed).
+	WaitRead() error
+}
+
 // NewReader returns a reader of c drawing buffers from pool. A connection
-// without a file descriptor (a TLS connection, say) is read with its Read
-// into a pool buffer, which it then holds while it waits.
+// without a file descriptor is read with its Read into a pool buffer,
+// which it then holds while it waits (a TLS connection, say), unless it
+// is a Waiter.
 func NewReader(c net.Conn, pool *Pool) *Reader {
 	r := &Reader{conn: c, pool: pool}
 	if sc, ok := c.(syscall.Conn); ok {
@@ -58,6 +68,11 @@ func NewReader(c net.Conn, pool *Pool) *Reader {
 // the stream.
 func (r *Reader) Read() (*[]byte, int, error) {
 	if r.raw == nil {
+		if w, ok := r.conn.(Waiter); ok {
+			if err := w.WaitRead(); err != nil {
+				return nil, 0, err
+			}
+		}
 		bp := r.pool.Get()
 		n, err := r.conn.Read(*bp)
 		if n == 0 && err == nil {

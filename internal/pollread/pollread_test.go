@@ -5,6 +5,8 @@ import (
 	"io"
 	"net"
 	"os"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 )
@@ -75,5 +77,50 @@ func TestRead(t *testing.T) {
 				t.Fatalf("at the end: %d %v, want io.EOF", n, err)
 			}
 		})
+	}
+}
+
+// waitConn is a connection without a descriptor that says when it is
+// readable, counting its waits.
+type waitConn struct {
+	net.Conn
+	waits int
+	ready chan struct{}
+}
+
+func (c *waitConn) WaitRead() error {
+	c.waits++
+	<-c.ready
+	return nil
+}
+
+// TestReadWaiterHoldsNoBuffer: a Waiter is waited on before a buffer is
+// taken, so a reader blocked on an idle one holds none.
+func TestReadWaiterHoldsNoBuffer(t *testing.T) {
+	a, b := pair(t)
+	var made atomic.Int32
+	pool := &Pool{p: sync.Pool{New: func() any { made.Add(1); b := make([]byte, 8); return &b }}}
+	wc := &waitConn{Conn: pipeConn{b}, ready: make(chan struct{})}
+	r := NewReader(wc, pool)
+	got := make(chan string, 1)
+	go func() {
+		bp, n, err := r.Read()
+		if err != nil {
+			got <- err.Error()
+			return
+		}
+		got <- string((*bp)[:n])
+		pool.Put(bp)
+	}()
+	time.Sleep(20 * time.Millisecond) // the reader waits in WaitRead
+	if n := made.Load(); n != 0 {
+		t.Fatalf("%d buffers taken while waiting", n)
+	}
+	if _, err := a.Write([]byte("hi")); err != nil {
+		t.Fatal(err)
+	}
+	close(wc.ready)
+	if s := <-got; s != "hi" || wc.waits != 1 {
+		t.Fatalf("read %q after %d waits", s, wc.waits)
 	}
 }

@@ -190,3 +190,33 @@ func TestSetNoStreams(t *testing.T) {
 		t.Errorf("%d dials for 5 opens, set %+v: want 5 and none kept", n, st)
 	}
 }
+
+// TestWaitRead: WaitRead returns once bytes are there (a Read then does
+// not block), at the read deadline, and once the stream ended.
+func TestWaitRead(t *testing.T) {
+	_, addr := startNode(t)
+	c := dialNode(t, addr, Config{})
+	s, _ := open(t, c, "/echo", nil)
+	s.SetReadDeadline(time.Now().Add(50 * time.Millisecond))
+	if err := s.WaitRead(); !errors.Is(err, os.ErrDeadlineExceeded) {
+		t.Fatalf("idle: %v, want the deadline", err)
+	}
+	s.SetReadDeadline(time.Now().Add(10 * time.Second))
+	if _, err := s.Write([]byte("hi")); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.WaitRead(); err != nil {
+		t.Fatal(err)
+	}
+	buf := make([]byte, 2)
+	if n, err := s.Read(buf); err != nil || n == 0 {
+		t.Fatalf("read after WaitRead: %d %v", n, err)
+	}
+	s.Abort()
+	if err := s.WaitRead(); err != nil {
+		t.Fatalf("after Abort: %v, want a Read that does not block", err)
+	}
+	if _, err := s.Read(buf); err == nil {
+		t.Fatal("read after Abort succeeded")
+	}
+}

@@ -156,6 +156,27 @@ func (s *Stream) Read(p []byte) (int, error) {
 	}
 }
 
+// WaitRead waits, as long as the read deadline allows, until a Read
+// would not block: bytes are buffered, the node ended its side, or the
+// stream ended. It holds no buffer while it waits, so that a reader that
+// takes a buffer only once there is something to read (internal/pollread)
+// costs an idle stream none. One goroutine reads a stream at a time.
+func (s *Stream) WaitRead() error {
+	c := s.c
+	for {
+		c.mu.Lock()
+		ready := s.readClosed || s.err != nil || s.roff < len(s.rbuf) || s.remoteEnded
+		dl := s.rdeadline
+		c.mu.Unlock()
+		if ready {
+			return nil
+		}
+		if err := wait(s.rwake, dl); err != nil {
+			return err
+		}
+	}
+}
+
 // Write sends p as DATA frames, each within the node's SETTINGS_MAX_FRAME_SIZE,
 // waiting for send window on the stream and the connection (RFC 9113
 // section 6.9) until the write deadline.
