@@ -22,8 +22,9 @@
 # BENCH_ENGINE=goroutines runs the gateways on the goroutine tunnel engine
 # (gateway.tunnel_engine), to compare with the default, epoll; BENCH_POLLERS=N
 # sets the gateways' gateway.pollers (default: the gateway's own);
-# BENCH_GW_ENV='KEY=value ...' adds to the gateways' environment (a GODEBUG
-# or GOGC to measure).
+# BENCH_PROTOCOL=h2 makes the gateways reach the relays over HTTP/2
+# (pools.protocol). BENCH_GW_ENV='KEY=value ...' adds to the gateways'
+# environment (a GODEBUG or GOGC to measure).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -62,7 +63,7 @@ for kv in "${kvs[@]}"; do gwenv+=(-gateway-env "$kv"); done
 
 dir=$(mktemp -d /tmp/wsgate-byhand-XXXXXX)
 go build -o "$dir/benchrun" ./bench/cmd/benchrun
-"$dir/benchrun" -up -relays "$relays" -gateways "$gateways" -engine "${BENCH_ENGINE:-}" -pollers "${BENCH_POLLERS:-0}" "${peers[@]}" "${gwenv[@]}" -dir "$dir" >"$dir/up.out" 2>"$dir/up.err" &
+"$dir/benchrun" -up -relays "$relays" -gateways "$gateways" -engine "${BENCH_ENGINE:-}" -pollers "${BENCH_POLLERS:-0}" -protocol "${BENCH_PROTOCOL:-}" "${peers[@]}" "${gwenv[@]}" -dir "$dir" >"$dir/up.out" 2>"$dir/up.err" &
 up=$!
 load="" perfpid=""
 stop() {

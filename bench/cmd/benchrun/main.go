@@ -103,6 +103,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	gateways := fs.Int("gateways", 1, "wsgate processes, one port each (-up)")
 	engine := fs.String("engine", "", `the gateways' gateway.tunnel_engine, "epoll" or "goroutines" (default: wsgate's own)`)
 	pollers := fs.Int("pollers", 0, "the gateways' gateway.pollers (default: wsgate's own)")
+	protocol := fs.String("protocol", "", `the gateways' pools.protocol, "http1" or "h2" (default: wsgate's own)`)
 	peers := fs.Bool("peers", false, "also start nginx and HAProxy in front of every relay, as make bench does (-up)")
 	dir := fs.String("dir", "", "directory for logs, configs and raw reports (default: a new one in $TMPDIR)")
 	var gwEnv []string
@@ -132,7 +133,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "benchrun: -gateway-env goes with -up")
 		return 2
 	}
-	if err := execute(ctx, *dir, *quick, *smoke, *up, *peers, stack.Options{Relays: *relays, Gateways: *gateways, TunnelEngine: *engine, Pollers: *pollers, GatewayEnv: gwEnv}, stdout, stderr); err != nil {
+	if err := execute(ctx, *dir, *quick, *smoke, *up, *peers, stack.Options{Relays: *relays, Gateways: *gateways, TunnelEngine: *engine, Pollers: *pollers, Protocol: *protocol, GatewayEnv: gwEnv}, stdout, stderr); err != nil {
 		fmt.Fprintln(stderr, "benchrun:", err)
 		return 1
 	}

@@ -65,6 +65,8 @@ type Options struct {
 	TunnelEngine string
 	// Pollers is the gateways' gateway.pollers (0 = their default).
 	Pollers int
+	// Protocol is the gateways' pools.protocol ("" = their default).
+	Protocol string
 	// OneCore also starts the gateway held to one core, as the peers are
 	// (nginx's one worker, HAProxy's one thread): GOMAXPROCS=1 and one
 	// poller, on its own ports, in front of every relay (Stack.OneCore).
@@ -241,6 +243,8 @@ func (s *Stack) startGateway(name string, pollers int, env []string) (*Gateway, 
 	text := s.gatewayConfig(addr, admin, pollers)
 	if name == "wsgate-h2" {
 		text = strings.Replace(text, "balance = \"least_conn\"\n", "balance = \"least_conn\"\nprotocol = \"h2\"\n", 1)
+	} else if s.opt.Protocol != "" {
+		text = strings.Replace(text, "balance = \"least_conn\"\n", fmt.Sprintf("balance = \"least_conn\"\nprotocol = %q\n", s.opt.Protocol), 1)
 	}
 	if err := os.WriteFile(cfg, []byte(text), 0o644); err != nil {
 		return nil, fmt.Errorf("write %s: %w", cfg, err)
