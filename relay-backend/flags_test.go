@@ -92,3 +92,27 @@ func TestH2MaxStreamsFlag(t *testing.T) {
 		}
 	}
 }
+
+func TestTLSFlags(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		err  string
+	}{
+		{nil, ""},
+		{[]string{"-tls-cert", "c.pem", "-tls-key", "k.pem"}, ""},
+		{[]string{"-tls-cert", "c.pem", "-tls-key", "k.pem", "-tls-client-ca", "ca.pem"}, ""},
+		{[]string{"-tls-cert", "c.pem"}, "-tls-cert and -tls-key go together"},
+		{[]string{"-tls-key", "k.pem"}, "-tls-cert and -tls-key go together"},
+		{[]string{"-tls-client-ca", "ca.pem"}, "-tls-client-ca needs -tls-cert and -tls-key"},
+	} {
+		_, err := parseFlags(tc.args, io.Discard)
+		if tc.err == "" && err != nil || tc.err != "" && (err == nil || err.Error() != tc.err) {
+			t.Errorf("%v: err = %v, want %q", tc.args, err, tc.err)
+		}
+	}
+	var f tlsFlags
+	f.cert, f.key = "/nonexistent.crt", "/nonexistent.key"
+	if _, err := f.wrap(nil); err == nil || !strings.Contains(err.Error(), "-tls-cert/-tls-key") {
+		t.Errorf("missing files: %v", err)
+	}
+}

@@ -68,6 +68,7 @@ type config struct {
 	historyTTL  time.Duration
 	weight      int
 	h2Streams   int
+	tls         tlsFlags     // -tls-cert, -tls-key, -tls-client-ca (tls.go)
 	register    registration // -register-* and -advertise (register.go)
 }
 
@@ -93,10 +94,14 @@ func parseFlags(args []string, out io.Writer) (config, error) {
 	fs.IntVar(&c.weight, "weight", 0, "weight announced in /healthz's Wsgate-Agent header, 1..1000 (0: not announced)")
 	fs.IntVar(&c.h2Streams, "h2-max-streams", relay.DefaultH2MaxStreams, "WebSockets one HTTP/2 connection may carry at once (SETTINGS_MAX_CONCURRENT_STREAMS); beyond it a stream is refused")
 	c.register.flags(fs)
+	c.tls.flags(fs)
 	if err := fs.Parse(args); err != nil {
 		return c, err
 	}
 	if err := c.register.check(); err != nil {
+		return c, err
+	}
+	if err := c.tls.check(); err != nil {
 		return c, err
 	}
 	switch {
@@ -177,6 +182,9 @@ func run(ctx context.Context, args []string, log *slog.Logger) error {
 		return fmt.Errorf("listen: %w", err)
 	}
 	defer ln.Close()
+	if ln, err = c.tls.wrap(ln); err != nil {
+		return err
+	}
 	if c.id == "" {
 		host, _ := os.Hostname()
 		c.id = net.JoinHostPort(host, fmt.Sprint(ln.Addr().(*net.TCPAddr).Port))

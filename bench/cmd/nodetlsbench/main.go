@@ -5,8 +5,8 @@
 //
 // The node is an in-process relay (relay-backend's relay package, which
 // serves HTTP/1.1 and cleartext HTTP/2 on one port), behind
-// tls.NewListener offering ALPN h2 and http/1.1 for TLS, since the relay
-// takes no certificate of its own yet. wsgate runs as its own process
+// tls.NewListener offering ALPN h2 and http/1.1 for TLS, as the relay
+// binary's -tls-cert does. wsgate runs as its own process
 // (built here), GOMAXPROCS=1, so its figures are its own. For each case:
 //
 //   - idle: -idle clients open and silent after their 101; the gateway's
