@@ -17,9 +17,12 @@ import (
 // dropped with the rest of the 101 head.
 const wsKey = "AAAAAAAAAAAAAAAAAAAAAA=="
 
-// wsReadBuffer is the read buffer of a WebSocket over a stream: the size
-// the HTTP/1.1 upgrade of fasthttp/websocket gives its connections.
-const wsReadBuffer = 4096
+// wsReadBuffer is the read buffer of a WebSocket over a stream. The
+// stream buffers what arrives already (up to its window), so this one
+// need only hold a frame header and a control frame: a larger one would
+// be memory every idle member keeps (fasthttp/websocket keeps the
+// hijack's reader when it is over 256 bytes).
+const wsReadBuffer = 512
 
 // UpgradeWebSocket opens a WebSocket over s, an extended CONNECT with
 // :protocol websocket (RFC 8441 section 5), with up: the same checks and
