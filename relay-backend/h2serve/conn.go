@@ -12,6 +12,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/wsgate/wsgate/internal/wake"
 	"golang.org/x/net/http2"
 	"golang.org/x/net/http2/hpack"
 )
@@ -108,7 +109,7 @@ func newConn(s *Server, nc net.Conn) *conn {
 		srv:        s,
 		nc:         nc,
 		cfg:        cfg,
-		wake:       make(chan struct{}, 1),
+		wake:       wake.New(),
 		closing:    make(chan struct{}),
 		written:    make(chan struct{}),
 		streams:    make(map[uint32]*Stream),
@@ -116,7 +117,7 @@ func newConn(s *Server, nc net.Conn) *conn {
 		peerFrame:  defaultMaxFrameSize,
 		sendWindow: defaultWindow,
 		recvWindow: int64(cfg.connWindow),
-		gone:       make(chan struct{}, 1),
+		gone:       wake.New(),
 	}
 	c.fr = http2.NewFramer(&c.out, bufio.NewReaderSize(nc, 16<<10))
 	c.fr.SetMaxReadFrameSize(defaultMaxFrameSize)
@@ -348,7 +349,7 @@ func (c *conn) onHeaders(f *http2.MetaHeadersFrame) error {
 			code = http2.ErrCodeProtocol
 		default:
 			s.remoteEnded = true
-			signal(s.rwake)
+			wake.Signal(s.rwake)
 			s.maybeEndLocked()
 		}
 		c.mu.Unlock()
@@ -388,8 +389,8 @@ func (c *conn) onHeaders(f *http2.MetaHeadersFrame) error {
 		c:           c,
 		id:          id,
 		req:         req,
-		rwake:       make(chan struct{}, 1),
-		wwake:       make(chan struct{}, 1),
+		rwake:       wake.New(),
+		wwake:       wake.New(),
 		sendWindow:  int64(c.peerWindow),
 		recvWindow:  int32(c.cfg.streamWindow),
 		remoteEnded: f.StreamEnded(),
@@ -442,11 +443,11 @@ func (c *conn) onData(f *http2.DataFrame) error {
 					s.rbuf, s.roff = s.rbuf[:m], 0
 				}
 				s.rbuf = append(s.rbuf, data...)
-				signal(s.rwake)
+				wake.Signal(s.rwake)
 			}
 			if f.StreamEnded() {
 				s.remoteEnded = true
-				signal(s.rwake)
+				wake.Signal(s.rwake)
 				s.maybeEndLocked()
 			} else if s.recvCredit >= c.cfg.streamWindow/2 {
 				streamInc = s.takeCreditLocked()
@@ -511,7 +512,7 @@ func (c *conn) onWindowUpdate(f *http2.WindowUpdateFrame) error {
 	}
 	s.sendWindow += int64(f.Increment)
 	overflow := s.sendWindow > maxWindow
-	signal(s.wwake)
+	wake.Signal(s.wwake)
 	c.mu.Unlock()
 	if overflow {
 		c.resetStream(s.id, http2.ErrCodeFlowControl, nil) // a stream error (section 6.9.1)
@@ -521,7 +522,7 @@ func (c *conn) onWindowUpdate(f *http2.WindowUpdateFrame) error {
 
 func (c *conn) wakeWritersLocked() {
 	for _, s := range c.streams {
-		signal(s.wwake)
+		wake.Signal(s.wwake)
 	}
 }
 
@@ -569,7 +570,7 @@ func (c *conn) queueLocked(answer bool, write func(fr *http2.Framer) error) erro
 			return c.werr
 		}
 	}
-	signal(c.wake)
+	wake.Signal(c.wake)
 	return nil
 }
 
@@ -680,19 +681,11 @@ func (c *conn) goAway() {
 	c.mu.Unlock()
 	_ = c.queueLocked(false, func(fr *http2.Framer) error { return fr.WriteGoAway(last, http2.ErrCodeNo, nil) })
 	c.wmu.Unlock()
-	signal(c.gone)
+	wake.Signal(c.gone)
 }
 
 // close ends the connection now, after a GOAWAY(NO_ERROR).
 func (c *conn) close() {
 	c.goAway()
 	c.fail(errGoneAway)
-}
-
-// signal wakes whoever waits on ch (capacity 1) without blocking.
-func signal(ch chan struct{}) {
-	select {
-	case ch <- struct{}{}:
-	default:
-	}
 }

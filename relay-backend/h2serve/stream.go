@@ -5,11 +5,11 @@ import (
 	"io"
 	"net"
 	"net/http"
-	"os"
 	"strconv"
 	"strings"
 	"time"
 
+	"github.com/wsgate/wsgate/internal/wake"
 	"golang.org/x/net/http2"
 	"golang.org/x/net/http2/hpack"
 )
@@ -216,8 +216,8 @@ func (s *Stream) finishLocked(err error) {
 		s.err = err
 		s.rbuf, s.roff = nil, 0
 	}
-	signal(s.rwake)
-	signal(s.wwake)
+	wake.Signal(s.rwake)
+	wake.Signal(s.wwake)
 	if s.ended {
 		return
 	}
@@ -227,7 +227,7 @@ func (s *Stream) finishLocked(err error) {
 	}
 	delete(c.streams, s.id)
 	c.srv.streamsUp.Add(-1)
-	signal(c.gone)
+	wake.Signal(c.gone)
 }
 
 // Read reads what the client sent on the stream.
@@ -275,7 +275,7 @@ func (s *Stream) Read(p []byte) (int, error) {
 		}
 		dl := s.rdeadline
 		c.mu.Unlock()
-		if err := wait(s.rwake, dl); err != nil {
+		if err := wake.Wait(s.rwake, dl); err != nil {
 			return 0, err
 		}
 	}
@@ -340,7 +340,7 @@ func (s *Stream) reserve(want int) (int, error) {
 		}
 		dl := s.wdeadline
 		c.mu.Unlock()
-		if err := wait(s.wwake, dl); err != nil {
+		if err := wake.Wait(s.wwake, dl); err != nil {
 			return 0, err
 		}
 	}
@@ -379,7 +379,7 @@ func (s *Stream) closeWrite() error {
 		return nil
 	}
 	s.localEnded = true
-	signal(s.wwake)
+	wake.Signal(s.wwake)
 	c.mu.Unlock()
 	err := c.queueLocked(false, func(fr *http2.Framer) error { return fr.WriteData(s.id, true, nil) })
 	c.mu.Lock()
@@ -417,7 +417,7 @@ func (s *Stream) Close() error {
 			s.recvCredit += uint32(dropped)
 			inc = s.takeCreditLocked()
 		}
-		signal(s.rwake)
+		wake.Signal(s.rwake)
 		// A client that never ends its side would hold the stream, and
 		// a place under MAX_CONCURRENT_STREAMS, for good.
 		s.linger = time.AfterFunc(c.cfg.writeTimeout, s.abort)
@@ -458,7 +458,7 @@ func (s *Stream) SetReadDeadline(t time.Time) error {
 	s.c.mu.Lock()
 	s.rdeadline = t
 	s.c.mu.Unlock()
-	signal(s.rwake)
+	wake.Signal(s.rwake)
 	return nil
 }
 
@@ -468,28 +468,8 @@ func (s *Stream) SetWriteDeadline(t time.Time) error {
 	s.c.mu.Lock()
 	s.wdeadline = t
 	s.c.mu.Unlock()
-	signal(s.wwake)
+	wake.Signal(s.wwake)
 	return nil
-}
-
-// wait waits for a signal on ch until the deadline dl (none if zero).
-func wait(ch chan struct{}, dl time.Time) error {
-	if dl.IsZero() {
-		<-ch
-		return nil
-	}
-	d := time.Until(dl)
-	if d <= 0 {
-		return os.ErrDeadlineExceeded
-	}
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ch:
-		return nil
-	case <-t.C:
-		return os.ErrDeadlineExceeded
-	}
 }
 
 var _ net.Conn = (*Stream)(nil)

@@ -13,6 +13,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/wsgate/wsgate/internal/wake"
 	"golang.org/x/net/http2"
 	"golang.org/x/net/http2/hpack"
 )
@@ -176,7 +177,7 @@ func Handshake(ctx context.Context, nc net.Conn, cfg Config) (*Conn, error) {
 		sendWindow: defaultWindow,
 		recvWindow: int64(cfg.ConnWindow),
 		pings:      make(map[[8]byte]chan struct{}),
-		gone:       make(chan struct{}, 1),
+		gone:       wake.New(),
 	}
 	c.fr = http2.NewFramer(c.bw, bufio.NewReaderSize(nc, 16<<10))
 	c.fr.SetMaxReadFrameSize(defaultMaxFrameSize)
@@ -464,14 +465,14 @@ func (c *Conn) onData(f *http2.DataFrame) error {
 			}
 			s.rbuf = append(s.rbuf, data...)
 			c.buffered += len(data)
-			signal(s.rwake)
+			wake.Signal(s.rwake)
 		}
 		if resetCode == 0 && f.StreamEnded() {
 			s.remoteEnded = true
 			if !s.ok() {
 				s.respond()
 			}
-			signal(s.rwake)
+			wake.Signal(s.rwake)
 			s.maybeEndLocked()
 		}
 		if resetCode == 0 && !s.remoteEnded && s.recvCredit >= c.cfg.StreamWindow/2 {
@@ -532,7 +533,7 @@ func (c *Conn) onHeaders(f *http2.MetaHeadersFrame) error {
 		if !s.ok() {
 			s.respond()
 		}
-		signal(s.rwake)
+		wake.Signal(s.rwake)
 		s.maybeEndLocked()
 	default:
 		code, ok := parseStatus(f.PseudoValue("status"))
@@ -556,7 +557,7 @@ func (c *Conn) onHeaders(f *http2.MetaHeadersFrame) error {
 			if s.ok() || s.remoteEnded {
 				s.respond()
 			}
-			signal(s.rwake)
+			wake.Signal(s.rwake)
 			s.maybeEndLocked()
 		}
 	}
@@ -604,7 +605,7 @@ func (c *Conn) onWindowUpdate(f *http2.WindowUpdateFrame) error {
 	s.sendWindow += int64(f.Increment)
 	s.uncredited = max(0, s.uncredited-int64(f.Increment))
 	overflow := s.sendWindow > maxWindow
-	signal(s.wwake)
+	wake.Signal(s.wwake)
 	c.mu.Unlock()
 	if overflow {
 		// A stream error (section 6.9.1).
@@ -651,7 +652,7 @@ func (c *Conn) resetStream(id uint32, code http2.ErrCode, err error) {
 
 func (c *Conn) wakeWritersLocked() {
 	for _, s := range c.streams {
-		signal(s.wwake)
+		wake.Signal(s.wwake)
 	}
 }
 
@@ -780,8 +781,8 @@ func (c *Conn) startStream(req *Request) (*Stream, error) {
 		id:         c.nextID,
 		sendWindow: int64(c.peerWindow),
 		recvWindow: int32(c.cfg.StreamWindow),
-		rwake:      make(chan struct{}, 1),
-		wwake:      make(chan struct{}, 1),
+		rwake:      wake.New(),
+		wwake:      wake.New(),
 		responded:  make(chan struct{}),
 	}
 	c.nextID += 2
@@ -949,15 +950,6 @@ func (c *Conn) goAwayLocked() {
 // GoingAway is closed once the connection takes no new stream: the node
 // sent GOAWAY, or Close or Shutdown was called. Its open streams go on.
 func (c *Conn) GoingAway() <-chan struct{} { return c.away }
-
-// signal wakes the goroutine waiting on ch, if any, or the next one to
-// wait.
-func signal(ch chan struct{}) {
-	select {
-	case ch <- struct{}{}:
-	default:
-	}
-}
 
 // armStallLocked starts the stall timer, unless it runs: a stream waits
 // for connection window. Called with c.mu held.

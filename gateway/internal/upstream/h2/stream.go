@@ -3,9 +3,9 @@ package h2
 import (
 	"io"
 	"net"
-	"os"
 	"time"
 
+	"github.com/wsgate/wsgate/internal/wake"
 	"golang.org/x/net/http2"
 )
 
@@ -91,8 +91,8 @@ func (s *Stream) finishLocked(err error) {
 		s.rbuf, s.roff = nil, 0
 	}
 	s.respond()
-	signal(s.rwake)
-	signal(s.wwake)
+	wake.Signal(s.rwake)
+	wake.Signal(s.wwake)
 	if s.ended {
 		return
 	}
@@ -101,7 +101,7 @@ func (s *Stream) finishLocked(err error) {
 		s.linger.Stop()
 	}
 	delete(c.streams, s.id)
-	signal(c.gone)
+	wake.Signal(c.gone)
 }
 
 // Read reads what the node sent on the stream.
@@ -150,7 +150,7 @@ func (s *Stream) Read(p []byte) (int, error) {
 		}
 		dl := s.rdeadline
 		c.mu.Unlock()
-		if err := wait(s.rwake, dl); err != nil {
+		if err := wake.Wait(s.rwake, dl); err != nil {
 			return 0, err
 		}
 	}
@@ -171,7 +171,7 @@ func (s *Stream) WaitRead() error {
 		if ready {
 			return nil
 		}
-		if err := wait(s.rwake, dl); err != nil {
+		if err := wake.Wait(s.rwake, dl); err != nil {
 			return err
 		}
 	}
@@ -238,7 +238,7 @@ func (s *Stream) reserve(want int) (int, error) {
 		}
 		dl := s.wdeadline
 		c.mu.Unlock()
-		if err := wait(s.wwake, dl); err != nil {
+		if err := wake.Wait(s.wwake, dl); err != nil {
 			return 0, err
 		}
 	}
@@ -278,7 +278,7 @@ func (s *Stream) CloseWrite() error {
 		return nil
 	}
 	s.localEnded = true
-	signal(s.wwake)
+	wake.Signal(s.wwake)
 	c.mu.Unlock()
 	err := c.writeFrames(func(fr *http2.Framer) error { return fr.WriteData(s.id, true, nil) })
 	c.mu.Lock()
@@ -306,7 +306,7 @@ func (s *Stream) Close() error {
 		if !s.remoteEnded {
 			s.recvCredit += uint32(dropped)
 		}
-		signal(s.rwake)
+		wake.Signal(s.rwake)
 		if !s.ended {
 			// A node that never ends its side would hold the stream,
 			// and a place under its MAX_CONCURRENT_STREAMS, for good.
@@ -354,7 +354,7 @@ func (s *Stream) SetReadDeadline(t time.Time) error {
 	s.c.mu.Lock()
 	s.rdeadline = t
 	s.c.mu.Unlock()
-	signal(s.rwake)
+	wake.Signal(s.rwake)
 	return nil
 }
 
@@ -364,28 +364,8 @@ func (s *Stream) SetWriteDeadline(t time.Time) error {
 	s.c.mu.Lock()
 	s.wdeadline = t
 	s.c.mu.Unlock()
-	signal(s.wwake)
+	wake.Signal(s.wwake)
 	return nil
-}
-
-// wait waits for a signal on ch until the deadline dl (none if zero).
-func wait(ch chan struct{}, dl time.Time) error {
-	if dl.IsZero() {
-		<-ch
-		return nil
-	}
-	d := time.Until(dl)
-	if d <= 0 {
-		return os.ErrDeadlineExceeded
-	}
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ch:
-		return nil
-	case <-t.C:
-		return os.ErrDeadlineExceeded
-	}
 }
 
 var _ net.Conn = (*Stream)(nil)
