@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -20,6 +21,7 @@ import (
 	"github.com/fasthttp/websocket"
 	"github.com/valyala/fasthttp"
 	"github.com/wsgate/wsgate/conf"
+	"github.com/wsgate/wsgate/gateway/internal/tunnel"
 	"github.com/wsgate/wsgate/gateway/internal/upstream/h2"
 	"github.com/wsgate/wsgate/internal/testproc"
 	"github.com/wsgate/wsgate/relay-backend/bus"
@@ -472,6 +474,7 @@ func TestH2StreamsCountAgainstCap(t *testing.T) {
 // gateway's shutdown, and the node's connections close after them.
 func TestH2GatewayDrain(t *testing.T) {
 	_, addr := startStdNode(t)
+	goroutines, fds, pollers := runtime.NumGoroutine(), openFDs(t), tunnel.Pollers()
 	e := newEnv(t, 0, h2Pool("", addr))
 	var conns []*websocket.Conn
 	for range 10 {
@@ -493,6 +496,18 @@ func TestH2GatewayDrain(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitSetEmpty(t, s)
+	// The sets' goroutines (reader, keepalive, retirement) and sockets
+	// are gone with them. (Pollers started by this test keep their epoll
+	// descriptor and eventfd for the process's life.)
+	fds += 2 * (tunnel.Pollers() - pollers)
+	var g, n int
+	for range 1000 {
+		if g, n = runtime.NumGoroutine(), openFDs(t); g <= goroutines+5 && n <= fds+2 {
+			return
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	t.Errorf("goroutines %d (before %d), descriptors %d (before %d)", g, goroutines, n, fds)
 }
 
 // TestH2ReloadKeepsConnections: a reload that keeps the pool's settings

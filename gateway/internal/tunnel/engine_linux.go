@@ -85,6 +85,9 @@ func dupSocket(c net.Conn) (fd int, sock *net.TCPConn, ok bool) {
 // wrapper with a DropSocket method is told to forget its socket, so the
 // closed Go connection's memory is freed at once.
 func (t *Tunnel) adopt(node net.Conn) bool {
+	if socketOf(node) == nil || socketOf(t.client) == nil {
+		return false // not two TCP sockets: no poller is started for it
+	}
 	p := pickPoller()
 	if p == nil {
 		return false

@@ -61,15 +61,17 @@ type Config struct {
 	// cannot take a frame within it is lost (default 10s).
 	WriteTimeout time.Duration
 	// StreamSendLimit bounds what one stream may have sent that the node
-	// has not yet credited back to it (default 64 KiB): a node that gives
-	// the connection's window back only as each stream's reader consumes
+	// has not yet credited back to it while another stream waits for the
+	// connection's window (default 64 KiB): a node that gives the
+	// connection's window back only as each stream's reader consumes
 	// (Go's net/http does) would otherwise let one stream whose reader
 	// stopped take the whole connection window, and every other stream
-	// on the connection would stop.
+	// on the connection would stop. A stream alone may go past it.
 	StreamSendLimit uint32
 	// StallTimeout is how long the connection's send window may stay
-	// spent while streams wait to send before the stream holding the
-	// most uncredited bytes is reset, one per StallTimeout, so that
+	// spent, with no byte of it given back, while a stream waits to
+	// send, before the stream holding the most uncredited bytes is reset
+	// (unless it is the only one waiting), one per StallTimeout, so that
 	// streams whose readers stopped cannot stall the others together
 	// either (default 2s).
 	StallTimeout time.Duration
@@ -139,18 +141,20 @@ type Conn struct {
 	sendWindow int64  // connection send window
 	// stall resets a stream when the send window stays spent (see
 	// Config.StallTimeout); credited counts the bytes the node has given
-	// back to the connection's window, so that it knows how much came
-	// since it was armed.
-	stall      *time.Timer
-	credited   uint64
-	recvWindow int64  // what the node may still send on the connection
-	recvCredit uint32 // received bytes not yet given back by WINDOW_UPDATE
-	goAway     bool   // GOAWAY received, or Shutdown called (see goAwayLocked)
-	err        error  // set once the connection is lost; then every stream ends
-	pings      map[[8]byte]chan struct{}
-	pingSeq    uint64
-	buffered   int           // bytes received and not read, over all streams
-	gone       chan struct{} // signalled (capacity 1) when a stream ends
+	// back to the connection's window, so that it knows whether any came
+	// since it was armed; windowWaiters counts the streams whose Write
+	// waits for the connection's window.
+	stall         *time.Timer
+	credited      uint64
+	windowWaiters int
+	recvWindow    int64  // what the node may still send on the connection
+	recvCredit    uint32 // received bytes not yet given back by WINDOW_UPDATE
+	goAway        bool   // GOAWAY received, or Shutdown called (see goAwayLocked)
+	err           error  // set once the connection is lost; then every stream ends
+	pings         map[[8]byte]chan struct{}
+	pingSeq       uint64
+	buffered      int           // bytes received and not read, over all streams
+	gone          chan struct{} // signalled (capacity 1) when a stream ends
 	// pendingTable is the node's SETTINGS_HEADER_TABLE_SIZE not yet given
 	// to the encoder, which belongs to wmu.
 	pendingTable *uint32
@@ -707,6 +711,10 @@ func (c *Conn) fail(err error) {
 	for _, s := range c.streams {
 		s.finishLocked(err)
 	}
+	if c.stall != nil {
+		c.stall.Stop()
+		c.stall = nil
+	}
 	c.mu.Unlock()
 	c.nc.Close()
 }
@@ -954,32 +962,37 @@ func (c *Conn) GoingAway() <-chan struct{} { return c.away }
 // armStallLocked starts the stall timer, unless it runs: a stream waits
 // for connection window. Called with c.mu held.
 func (c *Conn) armStallLocked() {
-	if c.stall != nil || c.err != nil {
+	if c.stall != nil || c.err != nil || c.windowWaiters == 0 {
 		return
 	}
 	from := c.credited
 	c.stall = time.AfterFunc(c.cfg.StallTimeout, func() { c.stalled(from) })
 }
 
-// stalled runs StallTimeout after the connection's send window was found
-// spent. When the window is spent still and the node gave back less than
-// one stream's StreamSendLimit meanwhile (counted from from), the stream
-// holding the most uncredited bytes is reset (its client gets the
-// gateway's close), which a node gives the connection's window back for.
-// The timer is armed again while the window stays spent.
+// stalled runs StallTimeout after a stream was found waiting for the
+// connection's send window. When the window is spent still, the node has
+// given none of it back since (counted from from), and a stream waits
+// other than the one holding the most uncredited bytes, that one is reset
+// (its client gets the gateway's close), which a node gives the
+// connection's window back for: a node slow to read is waited for, and a
+// stream alone on its connection is never reset for its own node's pace.
+// The timer is armed again while streams wait.
 func (c *Conn) stalled(from uint64) {
 	c.mu.Lock()
 	c.stall = nil
-	if c.err != nil || c.sendWindow > 0 {
+	if c.err != nil || c.sendWindow > 0 || c.windowWaiters == 0 {
 		c.mu.Unlock()
 		return
 	}
 	var worst *Stream
-	if c.credited-from < uint64(c.cfg.StreamSendLimit) {
+	if c.credited == from {
 		for _, s := range c.streams {
 			if !s.ended && s.uncredited > 0 && (worst == nil || s.uncredited > worst.uncredited) {
 				worst = s
 			}
+		}
+		if worst != nil && c.windowWaiters == 1 && worst.waitingWindow {
+			worst = nil // the only one waiting is the one that holds it
 		}
 	}
 	c.armStallLocked()

@@ -15,27 +15,173 @@ import (
 	"golang.org/x/net/http2"
 )
 
-// TestStreamSendLimitKeepsConnWindow: net/http gives the connection's
+// TestFrozenStreamResetForAnother: net/http gives the connection's
 // window back only as a handler reads its body, so a stream whose handler
-// stopped reading (/sink) would hold all of it. It holds at most
-// Config.StreamSendLimit, and another stream goes on.
-func TestStreamSendLimitKeepsConnWindow(t *testing.T) {
+// stopped reading (/sink) takes all of it while it is alone. Once another
+// stream waits for window and none comes back for StallTimeout, the sink
+// is reset (ErrStalled), and the other goes on.
+func TestFrozenStreamResetForAnother(t *testing.T) {
 	_, addr := startNode(t)
-	c := dialNode(t, addr, Config{})
+	c := dialNode(t, addr, Config{StallTimeout: 200 * time.Millisecond})
 	sink, _ := open(t, c, "/sink", nil)
-	sink.SetWriteDeadline(time.Now().Add(500 * time.Millisecond))
-	n, err := sink.Write(make([]byte, 4<<20))
-	if !errors.Is(err, os.ErrDeadlineExceeded) || n > 64<<10 {
-		t.Fatalf("a stream nobody reads took %d bytes (%v), want at most 64 KiB then the deadline", n, err)
+	sunk := make(chan error, 1)
+	go func() {
+		sink.SetWriteDeadline(time.Now().Add(20 * time.Second))
+		_, err := sink.Write(make([]byte, 4<<20))
+		sunk <- err
+	}()
+	for range 1000 { // until the sink holds the whole window
+		c.mu.Lock()
+		spent := c.sendWindow <= 0
+		c.mu.Unlock()
+		if spent {
+			break
+		}
+		time.Sleep(5 * time.Millisecond)
 	}
 	s, _ := open(t, c, "/echo", nil)
 	s.SetDeadline(time.Now().Add(10 * time.Second))
 	if err := echo(s, 1, 300<<10); err != nil {
 		t.Errorf("another stream: %v", err)
 	}
-	sink.Abort()
+	if err := <-sunk; !errors.Is(err, ErrStalled) {
+		t.Errorf("the sink: %v, want ErrStalled", err)
+	}
 	s.Close()
 	waitIdle(t, c)
+}
+
+// TestLoneStreamPassesItsLimit: a stream alone on its connection may have
+// more than StreamSendLimit uncredited: a node that credits a stream only
+// once half its window is spent (1 MiB here) would otherwise never see
+// enough to credit it, and the stream would stop for good.
+func TestLoneStreamPassesItsLimit(t *testing.T) {
+	c, n, err := newFakeNode(t, Config{}, xconnect, http2.Setting{ID: http2.SettingInitialWindowSize, Val: 1 << 20})
+	if err != nil {
+		t.Fatal(err)
+	}
+	n.fr.WriteWindowUpdate(0, 16<<20)
+	s, _ := n.openOK(c)
+	done := make(chan error, 1)
+	go func() {
+		s.SetWriteDeadline(time.Now().Add(10 * time.Second))
+		_, err := s.Write(make([]byte, 600<<10))
+		done <- err
+	}()
+	consumed, credited := 0, 0
+	for {
+		select {
+		case err := <-done:
+			if err != nil {
+				t.Fatalf("write: %v after the node took %d bytes", err, consumed)
+			}
+			return
+		default:
+		}
+		n.nc.SetReadDeadline(time.Now().Add(50 * time.Millisecond))
+		f, err := n.fr.ReadFrame()
+		if err != nil {
+			continue
+		}
+		if d, ok := f.(*http2.DataFrame); ok {
+			consumed += len(d.Data())
+			n.fr.WriteWindowUpdate(0, uint32(len(d.Data())))
+			if consumed-credited >= 512<<10 {
+				n.fr.WriteWindowUpdate(d.StreamID, uint32(consumed-credited))
+				credited = consumed
+			}
+		}
+	}
+}
+
+// TestLoneSlowStreamNotReset: a node that reads slowly but steadily (8 KiB
+// every 100 ms, with the protocol's default 64 KiB connection window) is
+// waited for: the only stream on the connection is backpressured, never
+// reset as stalled.
+func TestLoneSlowStreamNotReset(t *testing.T) {
+	c, n, err := newFakeNode(t, Config{StallTimeout: 150 * time.Millisecond}, xconnect)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, _ := n.openOK(c)
+	done := make(chan error, 1)
+	go func() {
+		s.SetWriteDeadline(time.Now().Add(20 * time.Second))
+		_, err := s.Write(make([]byte, 100<<10))
+		done <- err
+	}()
+	pending := 0
+	tick := time.NewTicker(100 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		select {
+		case err := <-done:
+			if err != nil {
+				t.Fatalf("the connection's only stream, slow but moving: %v", err)
+			}
+			return
+		case <-tick.C:
+			if give := min(pending, 8<<10); give > 0 {
+				pending -= give
+				n.fr.WriteWindowUpdate(0, uint32(give))
+				n.fr.WriteWindowUpdate(s.id, uint32(give))
+			}
+		default:
+		}
+		n.nc.SetReadDeadline(time.Now().Add(10 * time.Millisecond))
+		if f, err := n.fr.ReadFrame(); err == nil {
+			if d, ok := f.(*http2.DataFrame); ok {
+				pending += len(d.Data())
+			}
+		}
+	}
+}
+
+// TestStallTimerOnlyWhileWaiting: the stall timer runs only while a
+// stream waits for the connection's window, and stops with the
+// connection.
+func TestStallTimerOnlyWhileWaiting(t *testing.T) {
+	c, n, err := newFakeNode(t, Config{StallTimeout: 50 * time.Millisecond}, xconnect)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, _ := n.openOK(c)
+	go func() { // the node reads and credits nothing
+		for {
+			if _, err := n.fr.ReadFrame(); err != nil {
+				return
+			}
+		}
+	}()
+	s.SetWriteDeadline(time.Now().Add(200 * time.Millisecond))
+	if _, err := s.Write(make([]byte, 100<<10)); !errors.Is(err, os.ErrDeadlineExceeded) {
+		t.Fatalf("write: %v, want its deadline (alone, it is not reset)", err)
+	}
+	time.Sleep(100 * time.Millisecond)
+	c.mu.Lock()
+	armed, waiters := c.stall != nil, c.windowWaiters
+	c.mu.Unlock()
+	if armed || waiters != 0 {
+		t.Errorf("with nobody waiting: stall timer armed %v, %d waiters", armed, waiters)
+	}
+	s.SetWriteDeadline(time.Now().Add(10 * time.Second))
+	go s.Write(make([]byte, 1))
+	for range 100 {
+		c.mu.Lock()
+		armed = c.stall != nil
+		c.mu.Unlock()
+		if armed {
+			break
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	c.Close()
+	c.mu.Lock()
+	armed = c.stall != nil
+	c.mu.Unlock()
+	if armed {
+		t.Error("the stall timer outlived the connection")
+	}
 }
 
 // TestStallResetsTheWorstStream: streams nobody reads that together hold

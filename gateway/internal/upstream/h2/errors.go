@@ -39,9 +39,10 @@ var (
 	ErrNoStreams = errors.New("h2: the node takes no stream on a new connection (SETTINGS_MAX_CONCURRENT_STREAMS = 0)")
 
 	// ErrStalled ends a stream the gateway reset because the
-	// connection's send window stayed spent for Config.StallTimeout and
-	// it held the most of it (see Config.StreamSendLimit).
-	ErrStalled = errors.New("h2: stream reset: it held the connection's send window while the node gave none back")
+	// connection's send window stayed spent for Config.StallTimeout, with
+	// another stream waiting, and it held the most of it (see
+	// Config.StreamSendLimit).
+	ErrStalled = errors.New("h2: stream reset: it held the most of the connection's send window while the node gave none back and another stream waited")
 
 	// ErrRequestTooLarge is returned by OpenWebSocket, before anything
 	// is sent, when the request's header list is larger than the node's

@@ -28,24 +28,27 @@ type Stream struct {
 	linger *time.Timer
 
 	// Under c.mu:
-	sendWindow  int64  // what this side may still send (RFC 9113 section 6.9)
-	uncredited  int64  // DATA sent that the node has not credited back to the stream (Config.StreamSendLimit)
-	recvWindow  int32  // what the node may still send
-	recvCredit  uint32 // consumed bytes not yet given back by WINDOW_UPDATE
-	rbuf        []byte // received, not yet read: rbuf[roff:]
-	roff        int
-	status      int
-	respHeader  map[string][]string
-	body        []byte
-	didRespond  bool
-	localEnded  bool // END_STREAM about to be sent: no more Write
-	endSent     bool // END_STREAM written
-	remoteEnded bool // END_STREAM received
-	readClosed  bool // Close or Abort called: nobody reads any more
-	ended       bool // no longer counted by the connection
-	err         error
-	rdeadline   time.Time
-	wdeadline   time.Time
+	sendWindow int64 // what this side may still send (RFC 9113 section 6.9)
+	uncredited int64 // DATA sent that the node has not credited back to the stream (Config.StreamSendLimit)
+	// waitingWindow: a Write waits for the connection's send window
+	// (counted in Conn.windowWaiters).
+	waitingWindow bool
+	recvWindow    int32  // what the node may still send
+	recvCredit    uint32 // consumed bytes not yet given back by WINDOW_UPDATE
+	rbuf          []byte // received, not yet read: rbuf[roff:]
+	roff          int
+	status        int
+	respHeader    map[string][]string
+	body          []byte
+	didRespond    bool
+	localEnded    bool // END_STREAM about to be sent: no more Write
+	endSent       bool // END_STREAM written
+	remoteEnded   bool // END_STREAM received
+	readClosed    bool // Close or Abort called: nobody reads any more
+	ended         bool // no longer counted by the connection
+	err           error
+	rdeadline     time.Time
+	wdeadline     time.Time
 }
 
 // ID returns the stream identifier.
@@ -216,6 +219,7 @@ func (s *Stream) reserve(want int) (int, error) {
 	c := s.c
 	for {
 		c.mu.Lock()
+		s.waitWindowLocked(false)
 		switch {
 		case s.err != nil:
 			err := s.err
@@ -225,7 +229,15 @@ func (s *Stream) reserve(want int) (int, error) {
 			c.mu.Unlock()
 			return 0, net.ErrClosed
 		}
-		n := min(int64(want), s.sendWindow, c.sendWindow, int64(c.peerFrame), int64(c.cfg.StreamSendLimit)-s.uncredited)
+		// Past its StreamSendLimit a stream waits only while another
+		// waits for the connection's window: alone, it may use what the
+		// node gives (a node may credit a stream only once half its
+		// window is spent, which a hard limit would never reach).
+		share := int64(c.cfg.StreamSendLimit) - s.uncredited
+		if share <= 0 && c.windowWaiters == 0 {
+			share = maxWindow
+		}
+		n := min(int64(want), s.sendWindow, c.sendWindow, int64(c.peerFrame), share)
 		if n > 0 {
 			s.sendWindow -= n
 			c.sendWindow -= n
@@ -234,13 +246,35 @@ func (s *Stream) reserve(want int) (int, error) {
 			return int(n), nil
 		}
 		if c.sendWindow <= 0 {
+			s.waitWindowLocked(true)
 			c.armStallLocked()
 		}
 		dl := s.wdeadline
 		c.mu.Unlock()
 		if err := wake.Wait(s.wwake, dl); err != nil {
+			c.mu.Lock()
+			s.waitWindowLocked(false)
+			c.mu.Unlock()
 			return 0, err
 		}
+	}
+}
+
+// waitWindowLocked marks the stream as waiting for the connection's send
+// window, or no longer; when the last waiter leaves, the streams held at
+// their StreamSendLimit may go on (see reserve). Called with c.mu held.
+func (s *Stream) waitWindowLocked(waiting bool) {
+	c := s.c
+	if s.waitingWindow == waiting {
+		return
+	}
+	s.waitingWindow = waiting
+	if waiting {
+		c.windowWaiters++
+		return
+	}
+	if c.windowWaiters--; c.windowWaiters == 0 {
+		c.wakeWritersLocked()
 	}
 }
 
