@@ -36,19 +36,32 @@ import (
 // extended CONNECT), and returns it with its address once it accepts.
 func startStdNode(t *testing.T, args ...string) (*testproc.Proc, string) {
 	t.Helper()
-	bin := testproc.Build(t, "./gateway/internal/upstream/h2/internal/stdnode")
 	addr := testproc.FreeAddr(t)
+	p := execStdNode(t, addr, args...)
+	testproc.WaitHTTP(t, "http://"+addr+"/healthz", http.StatusOK, 10*time.Second)
+	return p, addr
+}
+
+// execStdNode starts the interop node on addr with args, not waiting
+// for it.
+func execStdNode(t *testing.T, addr string, args ...string) *testproc.Proc {
+	t.Helper()
+	bin := testproc.Build(t, "./gateway/internal/upstream/h2/internal/stdnode")
 	cmd := exec.Command(bin, append([]string{"-addr", addr}, args...)...)
 	// net/http reads http2xconnect once, at init, from its environment.
 	cmd.Env = append(os.Environ(), "GODEBUG=http2xconnect=1")
-	p := testproc.StartCmd(t, "stdnode", cmd)
-	testproc.WaitHTTP(t, "http://"+addr+"/healthz", http.StatusOK, 10*time.Second)
-	return p, addr
+	return testproc.StartCmd(t, "stdnode", cmd)
 }
 
 // h2Pool is a gateway config with one "h2" pool of the nodes at addrs,
 // with pool's extra lines.
 func h2Pool(pool string, addrs ...string) string {
+	return poolConf("protocol = \"h2\"\n"+pool, addrs...)
+}
+
+// poolConf is a gateway config with one pool "relay" of the nodes at
+// addrs, with pool's lines, and a catch-all route to it.
+func poolConf(pool string, addrs ...string) string {
 	var nodes strings.Builder
 	for _, a := range addrs {
 		fmt.Fprintf(&nodes, "  [[pools.nodes]]\n  addr = %q\n", a)
@@ -62,7 +75,6 @@ drain_timeout = "5s"
 listen = ""
 [[pools]]
 name = "relay"
-protocol = "h2"
 ` + pool + "\n" + nodes.String() + `
 [[routes]]
 pool = "relay"
@@ -342,10 +354,7 @@ func TestH2NodeKilled(t *testing.T) {
 // startNodeAgain starts a stdnode on addr, where one ran before.
 func startNodeAgain(t *testing.T, addr string) *testproc.Proc {
 	t.Helper()
-	bin := testproc.Build(t, "./gateway/internal/upstream/h2/internal/stdnode")
-	cmd := exec.Command(bin, "-addr", addr)
-	cmd.Env = append(os.Environ(), "GODEBUG=http2xconnect=1")
-	p := testproc.StartCmd(t, "stdnode", cmd)
+	p := execStdNode(t, addr)
 	testproc.WaitHTTP(t, "http://"+addr+"/healthz", http.StatusOK, 10*time.Second)
 	return p
 }

@@ -10,7 +10,6 @@ import (
 	"net"
 	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -94,28 +93,12 @@ func startTLSRelays(t *testing.T, n int, cfg *tls.Config) *tlsRelays {
 // with pool's extra lines and the [pools.tls] lines table. Its probes
 // come often, with a timeout a loaded machine's TLS handshake meets.
 func tlsPoolConf(pool, table string, addrs ...string) string {
-	var nodes strings.Builder
-	for _, a := range addrs {
-		fmt.Fprintf(&nodes, "  [[pools.nodes]]\n  addr = %q\n", a)
-	}
-	return `
-[gateway]
-listen = %[1]q
-drain_window = "100ms"
-drain_timeout = "5s"
-[admin]
-listen = ""
-[[pools]]
-name = "relay"
-` + pool + `
+	return poolConf(pool+`
   [pools.health]
   interval = "300ms"
   timeout = "300ms"
   [pools.tls]
-` + table + "\n" + nodes.String() + `
-[[routes]]
-pool = "relay"
-`
+`+table, addrs...)
 }
 
 // caLine is the [pools.tls] line trusting ca.
@@ -359,11 +342,8 @@ func startStdNodeTLS(t *testing.T, ca *nodeCA) (*testproc.Proc, string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	bin := testproc.Build(t, "./gateway/internal/upstream/h2/internal/stdnode")
 	addr := testproc.FreeAddr(t)
-	cmd := exec.Command(bin, "-addr", addr, "-tls-cert", certFile, "-tls-key", keyFile)
-	cmd.Env = append(os.Environ(), "GODEBUG=http2xconnect=1")
-	p := testproc.StartCmd(t, "stdnode", cmd)
+	p := execStdNode(t, addr, "-tls-cert", certFile, "-tls-key", keyFile)
 	hc := &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: ca.Pool()}}, Timeout: time.Second}
 	defer hc.CloseIdleConnections()
 	for range 200 {

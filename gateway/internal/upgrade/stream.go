@@ -60,6 +60,11 @@ func NodeStreamRequest(ctx *fasthttp.RequestCtx, rt *route.Route, trusted []neti
 // gateway's side wraps upstream.ErrLocalDial, and a set closed by a
 // reload h2.ErrSetClosed (neither says anything about the node).
 func OpenNodeStream(p *upstream.Pool, addr string, set *h2.Set, req *h2.Request, accept []byte, up *NodeConn, hdr []byte) (*fasthttp.Response, error) {
+	if set == nil {
+		// Not one of the generation's nodes' (the node left between the
+		// lease and now): as a set a reload retired.
+		return nil, fmt.Errorf("open a stream to %s: %w", addr, h2.ErrSetClosed)
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), p.ConnectTimeout)
 	defer cancel()
 	st, resp, err := set.Open(ctx, req)
