@@ -68,16 +68,7 @@ func (s *Server) serveUpgrade(ctx *fasthttp.RequestCtx, g *generation, rt *route
 		}
 		var answer *fasthttp.Response
 		if sreq != nil {
-			answer, err = upgrade.OpenNodeStream(p, lease.Node().Addr(), p.H2[lease.Node()], sreq, accept, &sw.Node, sw.Hdr[:0])
-			if errors.Is(err, h2.ErrSetClosed) {
-				// A reload retired the node's connections after this
-				// handshake read its generation: nothing is wrong with
-				// the node, whose connections are the generation's in
-				// force now.
-				if set := s.current().h2Set(p.Name, lease.Node()); set != nil {
-					answer, err = upgrade.OpenNodeStream(p, lease.Node().Addr(), set, sreq, accept, &sw.Node, sw.Hdr[:0])
-				}
-			}
+			answer, err = s.openStream(p, lease.Node(), sreq, accept, sw)
 		} else {
 			answer, err = upgrade.DialNode(p, lease.Node(), req, accept, &sw.Node, sw.Hdr[:0])
 		}
@@ -140,6 +131,21 @@ func (s *Server) serveUpgrade(ctx *fasthttp.RequestCtx, g *generation, rt *route
 		return
 	}
 	s.refuse(ctx, admit.Reject(fasthttp.StatusBadGateway, "upstream_error", "no node completed the websocket handshake"))
+}
+
+// openStream opens the handshake's stream to n of the "h2" pool p (see
+// upgrade.OpenNodeStream). A reload that retired the node's connections
+// after this handshake read its generation says nothing about the node:
+// the stream is tried once more on the connections of the generation in
+// force.
+func (s *Server) openStream(p *upstream.Pool, n *balancer.Node, req *h2.Request, accept []byte, sw *upgrade.Switch) (*fasthttp.Response, error) {
+	answer, err := upgrade.OpenNodeStream(p, n.Addr(), p.H2[n], req, accept, &sw.Node, sw.Hdr[:0])
+	if errors.Is(err, h2.ErrSetClosed) {
+		if set := s.current().h2Set(p.Name, n); set != nil {
+			answer, err = upgrade.OpenNodeStream(p, n.Addr(), set, req, accept, &sw.Node, sw.Hdr[:0])
+		}
+	}
+	return answer, err
 }
 
 // startTunnel starts the tunnel between the client connection c, whose 101
