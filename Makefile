@@ -7,10 +7,13 @@ PKGS ?= ./...
 # test runs every test with the race detector, in random order. The
 # integration tests start a real redis-server; deps installs it if missing.
 # The tunnel package runs twice more: on its goroutine engine, and with its
-# clients over TLS (which run on that engine: its use in production).
+# clients over TLS (which run on that engine: its use in production); the
+# gateway's HTTP/2 node tests run again on the goroutine engine, which
+# carries a TLS client's tunnel to an HTTP/2 node.
 test: deps
 	$(GO) test -race -shuffle=on -count=1 -timeout 12m $(PKGS)
 	WSGATE_TUNNEL_ENGINE=goroutines $(GO) test -race -shuffle=on -count=1 ./gateway/internal/tunnel
+	WSGATE_TUNNEL_ENGINE=goroutines $(GO) test -race -shuffle=on -count=1 -run '^TestH2' ./gateway
 	WSGATE_TUNNEL_TLS=1 $(GO) test -race -shuffle=on -count=1 ./gateway/internal/tunnel
 
 # demo runs the gateway in front of two in-process relay replicas.

@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"os"
 	"runtime"
 	"strings"
 	"testing"
@@ -60,6 +61,11 @@ func newEnvLog(t *testing.T, n int, cfgFmt string, log *slog.Logger) *env {
 	cfg, err := conf.Parse("test.toml", []byte(fmt.Sprintf(cfgFmt, args...)))
 	if err != nil {
 		t.Fatal(err)
+	}
+	if os.Getenv("WSGATE_TUNNEL_ENGINE") == "goroutines" {
+		// make test runs the HTTP/2 node tests again on the stream
+		// engine, which carries them behind a TLS client.
+		cfg.Gateway.TunnelEngine = "goroutines"
 	}
 	e.srv, err = New(cfg, log)
 	if err != nil {

@@ -423,6 +423,17 @@ func TestH2Metrics(t *testing.T) {
 		conns = append(conns, e.mustDial("/ws"))
 	}
 	e.waitH2Gauge(addr, 2, 0)
+	// Tunnels to an HTTP/2 node run on the pollers, unless the test run
+	// asks for the goroutine engine.
+	engine := "epoll"
+	if os.Getenv("WSGATE_TUNNEL_ENGINE") == "goroutines" {
+		engine = "goroutines"
+	}
+	for _, m := range e.scrape()["wsgate_tunnels_started_total"].GetMetric() {
+		if m.GetLabel()[0].GetValue() == engine && m.GetCounter().GetValue() != 3 {
+			t.Errorf("wsgate_tunnels_started_total{engine=%q} = %v, want 3", engine, m.GetCounter().GetValue())
+		}
+	}
 	if err := p.Signal(syscall.SIGTERM); err != nil {
 		t.Fatal(err)
 	}

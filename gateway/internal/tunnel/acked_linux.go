@@ -28,7 +28,7 @@ func (t *Tunnel) clientWritten() (uint64, bool) { return t.clientCount(bytesWrit
 // none or the tunnel's sockets are closed.
 func (t *Tunnel) clientCount(count func(fd uintptr) (uint64, bool)) (uint64, bool) {
 	if t.poller() != nil {
-		if t.fdsClosed {
+		if t.fdsClosed() {
 			return 0, false
 		}
 		return count(uintptr(t.clientFD))

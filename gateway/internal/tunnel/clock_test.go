@@ -21,7 +21,7 @@ func TestPollerRunsAfterClockStepBack(t *testing.T) {
 	if err != nil {
 		t.Skip("no epoll:", err)
 	}
-	dead := &Tunnel{fdsClosed: true} // its timer fires as a no-op
+	dead := &Tunnel{clientFD: -1} // its timer fires as a no-op
 	p.after(time.Now().Add(8*time.Second), dead, timerKeepalive)
 	p.armed = p.timers[0].when
 	// The runtime's deadline for p.armed has passed (the monotonic

@@ -77,16 +77,18 @@ func dupSocket(c net.Conn) (fd int, sock *net.TCPConn, ok bool) {
 	return fd, sock, true
 }
 
-// adopt moves t onto a poller when both of its connections are TCP
-// sockets, and reports whether it did. The runtime's poller lets go of the
-// sockets (their Go connections are closed); the tunnel's own descriptors
-// keep them open. t.client's Close is still called at the end, after the
-// descriptors are closed, so a wrapper frees what it holds as before; a
-// wrapper with a DropSocket method is told to forget its socket, so the
-// closed Go connection's memory is freed at once.
+// adopt moves t onto a poller when its client's connection is a TCP
+// socket and its node's is a TCP socket or a NodeStream, and reports
+// whether it did. The runtime's poller lets go of the sockets (their Go
+// connections are closed); the tunnel's own descriptors keep them open.
+// t.client's Close is still called at the end, after the descriptors are
+// closed, so a wrapper frees what it holds as before; a wrapper with a
+// DropSocket method is told to forget its socket, so the closed Go
+// connection's memory is freed at once.
 func (t *Tunnel) adopt(node net.Conn) bool {
-	if socketOf(node) == nil || socketOf(t.client) == nil {
-		return false // not two TCP sockets: no poller is started for it
+	ns, isStream := node.(NodeStream)
+	if (!isStream && socketOf(node) == nil) || socketOf(t.client) == nil {
+		return false // not a pair the poller runs: no poller is started for it
 	}
 	p := pickPoller()
 	if p == nil {
@@ -96,13 +98,18 @@ func (t *Tunnel) adopt(node net.Conn) bool {
 	if !ok {
 		return false
 	}
-	nfd, ns, ok := dupSocket(node)
-	if !ok {
-		_ = unix.Close(cfd)
-		return false
+	nfd := -1
+	if isStream {
+		t.ns = &polledStream{s: ns}
+	} else {
+		var ns *net.TCPConn
+		if nfd, ns, ok = dupSocket(node); !ok {
+			_ = unix.Close(cfd)
+			return false
+		}
+		_ = ns.Close()
 	}
 	_ = cs.Close()
-	_ = ns.Close()
 	// Nothing of the node's Go connection is needed any more; a wrapper
 	// of the client's socket drops it, keeping what it frees on Close.
 	if d, ok := t.client.(interface{ DropSocket() }); ok {
@@ -117,7 +124,7 @@ func (t *Tunnel) adopt(node net.Conn) bool {
 func (t *Tunnel) startPolled(cp, np []byte) {
 	p := t.poller()
 	p.run(func() {
-		if t.fdsClosed {
+		if t.fdsClosed() {
 			// Aborted before Start: the descriptors are closed, and their
 			// numbers may be another socket's by now.
 			return
@@ -130,14 +137,27 @@ func (t *Tunnel) startPolled(cp, np []byte) {
 		if t.ka != nil {
 			p.after(time.Now().Add(t.ka.interval), t, timerKeepalive)
 		}
+		if t.ns != nil {
+			t.ns.watch(p, t)
+		}
 		if len(np) > 0 {
 			t.toClient.forward(p.out, np)
 		}
-		if len(cp) > 0 && !t.fdsClosed {
+		if len(cp) > 0 && !t.fdsClosed() {
 			t.toNode.forward(p.out, cp)
+		}
+		if t.ns != nil && !t.fdsClosed() {
+			// What the node sent before Notify was set raised no
+			// poke: read once.
+			t.toClient.readable = true
+			t.toClient.readSrc()
 		}
 	})
 }
+
+// fdsClosed reports whether closeFDs has run: the tunnel's descriptors
+// are closed, and their numbers may be another socket's by now.
+func (t *Tunnel) fdsClosed() bool { return t.clientFD < 0 }
 
 // poller is the poller t runs on; nil on the stream engine.
 func (t *Tunnel) poller() *poller {
@@ -234,7 +254,7 @@ func (t *Tunnel) event(node bool, ev uint32) {
 	if ev&(unix.EPOLLOUT|unix.EPOLLERR|unix.EPOLLHUP) != 0 && out.tail != nil {
 		out.flushTail()
 	}
-	if t.fdsClosed || ev&(unix.EPOLLIN|unix.EPOLLPRI|unix.EPOLLRDHUP|unix.EPOLLHUP|unix.EPOLLERR) == 0 {
+	if t.fdsClosed() || ev&(unix.EPOLLIN|unix.EPOLLPRI|unix.EPOLLRDHUP|unix.EPOLLHUP|unix.EPOLLERR) == 0 {
 		return
 	}
 	in.readable = true
@@ -269,12 +289,12 @@ func (h *half) readSrc() {
 	p := t.poller()
 	buf := p.buf
 	retried := false
-	for budget := readBudget; h.readable && !h.ended && !h.writing && !t.fdsClosed; budget-- {
+	for budget := readBudget; h.readable && !h.ended && !h.writing && !t.fdsClosed(); budget-- {
 		if budget == 0 {
 			p.later(h)
 			return
 		}
-		n, err := rawRead(h.srcFD(), buf)
+		n, err := h.readNB(buf)
 		if n > 0 {
 			if n < len(buf) && !h.hup && !h.urgent {
 				h.readable = false // the short-read rule
@@ -339,8 +359,8 @@ func (h *half) writeNB(out [][]byte, lastIsClose bool) {
 			}
 		}
 		n, err := 0, error(net.ErrClosed)
-		if !t.fdsClosed {
-			n, err = t.poller().writev(h.dstFD(), out)
+		if !t.fdsClosed() {
+			n, err = h.writeDst(out)
 		}
 		if err == unix.EAGAIN {
 			n, err = 0, nil
@@ -419,8 +439,13 @@ func (h *half) stallTimer() timerKind {
 func (h *half) flushTail() {
 	t := h.t
 	tl := h.tail
-	n, err := rawWrite(h.dstFD(), tl.b)
-	if err == unix.EAGAIN {
+	var n int
+	var err error
+	if ns := t.nodeStreamOf(h); ns != nil {
+		if n, err = ns.write(t.poller(), [][]byte{tl.b}); n == 0 && err == nil {
+			return
+		}
+	} else if n, err = rawWrite(h.dstFD(), tl.b); err == unix.EAGAIN {
 		return
 	}
 	if tl.ping > 0 && err == nil {
@@ -445,7 +470,7 @@ func (h *half) flushTail() {
 	} else if tl.shut {
 		h.shutdownDstWrite()
 	}
-	if !h.writing && !t.fdsClosed {
+	if !h.writing && !t.fdsClosed() {
 		h.readSrc()
 	}
 }
@@ -455,22 +480,35 @@ func (h *half) dropTail(err error) {
 	h.tail = nil
 	h.afterWrite(err)
 	h.failDst(err)
-	if !h.t.fdsClosed {
+	if !h.t.fdsClosed() {
 		h.readSrc() // src is read on (and dropped) until it ends
 	}
 }
 
 // shutdownDst ends the connection to dst on the poller engine: the other
-// direction's read of it then sees the end of the stream.
-func (h *half) shutdownDst() { _ = unix.Shutdown(h.dstFD(), unix.SHUT_RDWR) }
+// direction's read of it then sees the end of the stream (a node stream is
+// reset, and its read fails).
+func (h *half) shutdownDst() {
+	if ns := h.t.nodeStreamOf(h); ns != nil {
+		ns.s.Abort()
+		return
+	}
+	_ = unix.Shutdown(h.dstFD(), unix.SHUT_RDWR)
+}
 
 // shutdownDstWrite ends the stream to dst on the poller engine, leaving
 // the other direction's read of it as it is.
-func (h *half) shutdownDstWrite() { _ = unix.Shutdown(h.dstFD(), unix.SHUT_WR) }
+func (h *half) shutdownDstWrite() {
+	if ns := h.t.nodeStreamOf(h); ns != nil {
+		_ = ns.s.CloseWrite()
+		return
+	}
+	_ = unix.Shutdown(h.dstFD(), unix.SHUT_WR)
+}
 
 // fire handles a timer of t's.
 func (t *Tunnel) fire(kind timerKind, now time.Time) {
-	if t.fdsClosed {
+	if t.fdsClosed() {
 		return
 	}
 	switch kind {
@@ -528,14 +566,19 @@ func (t *Tunnel) closeDeadlinePassed(now time.Time) {
 // being read, as a read of a closed connection fails on the goroutine
 // engine.
 func (t *Tunnel) closeFDs() {
-	if t.fdsClosed {
+	if t.fdsClosed() {
 		return
 	}
-	t.fdsClosed = true
 	p := t.poller()
 	p.forget(t) // before the close: see forget
-	_ = unix.Close(int(t.clientFD))
-	_ = unix.Close(int(t.nodeFD))
+	cfd := int(t.clientFD)
+	t.clientFD = -1 // fdsClosed
+	_ = unix.Close(cfd)
+	if t.ns != nil {
+		_ = t.ns.s.Close()
+	} else {
+		_ = unix.Close(int(t.nodeFD))
+	}
 	p.tunnelEnded()
 	_ = t.client.Close()
 	t.toNode.tail, t.toClient.tail = nil, nil

@@ -59,11 +59,17 @@ type poller struct {
 	// again holds halves that used up their read budget with bytes still
 	// waiting; they are read on after the events at hand.
 	again, spareAgain []*half
+	// kicks holds the node streams written to in this pass, kicked once
+	// each at its end (see kickStreams).
+	kicks []*polledStream
 
 	mu    sync.Mutex
 	queue []func()
 	spare []func()
-	woken atomic.Bool
+	// poked holds the tunnels whose node stream notified (see poke);
+	// sparePoked is its other buffer.
+	poked, sparePoked []*Tunnel
+	woken             atomic.Bool
 }
 
 // pollerReadSize is the poller's read buffer: a read that fills it is
@@ -164,12 +170,38 @@ func newPoller() (*poller, error) {
 	return p, nil
 }
 
+// poke queues t, whose node stream notified, to be seen to on the
+// poller's goroutine, and wakes the poller. It never waits on I/O, and
+// takes no lock but the queue's.
+func (p *poller) poke(t *Tunnel) {
+	p.mu.Lock()
+	p.poked = append(p.poked, t)
+	p.mu.Unlock()
+	p.wake()
+}
+
+// kickStreams kicks each node stream written to since the last call, so
+// that what the pass queued on one connection leaves in one write.
+func (p *poller) kickStreams() {
+	for i, ns := range p.kicks {
+		ns.kick = false
+		ns.s.Kick()
+		p.kicks[i] = nil
+	}
+	p.kicks = p.kicks[:0]
+}
+
 // run queues f to run on the poller's goroutine and wakes the poller. It
 // never waits on I/O.
 func (p *poller) run(f func()) {
 	p.mu.Lock()
 	p.queue = append(p.queue, f)
 	p.mu.Unlock()
+	p.wake()
+}
+
+// wake wakes the poller to run its queues, unless it is woken already.
+func (p *poller) wake() {
 	if p.woken.CompareAndSwap(false, true) {
 		var one = [8]byte{1}
 		_, _ = rawWrite(p.wakefd, one[:])
@@ -181,6 +213,7 @@ func (p *poller) run(f func()) {
 func (p *poller) loop() {
 	for {
 		p.runTimers()
+		p.kickStreams()
 		p.armTimer()
 		// Read returns when ready asks to re-arm the timer, or at the
 		// deadline; any other error would be a bug.
@@ -217,6 +250,7 @@ func (p *poller) ready(uintptr) bool {
 		p.runQueue()
 		p.runTimers()
 		p.readAgain()
+		p.kickStreams()
 		p.compact()
 		// Every registration is edge-triggered, so a wait that did not
 		// fill the events left nothing ready behind (but the halves to
@@ -301,13 +335,20 @@ func (p *poller) runQueue() {
 	p.mu.Lock()
 	q := p.queue
 	p.queue = p.spare[:0]
+	pk := p.poked
+	p.poked = p.sparePoked[:0]
 	p.mu.Unlock()
 	for i, f := range q {
 		f()
 		q[i] = nil
 	}
+	for i, t := range pk {
+		t.poked()
+		pk[i] = nil
+	}
 	p.mu.Lock()
 	p.spare = q[:0]
+	p.sparePoked = pk[:0]
 	p.mu.Unlock()
 }
 
@@ -373,7 +414,9 @@ func (p *poller) watch(t *Tunnel) error {
 		return err
 	}
 	eventData(&ev, i, gen, true)
-	if err := unix.EpollCtl(p.epfd, unix.EPOLL_CTL_ADD, int(t.nodeFD), &ev); err != nil {
+	if t.nodeFD < 0 {
+		// A node stream: its notifications come by poke.
+	} else if err := unix.EpollCtl(p.epfd, unix.EPOLL_CTL_ADD, int(t.nodeFD), &ev); err != nil {
 		_ = unix.EpollCtl(p.epfd, unix.EPOLL_CTL_DEL, int(t.clientFD), nil)
 		p.release(i)
 		return err
@@ -395,7 +438,9 @@ func (p *poller) forget(t *Tunnel) {
 	}
 	t.slot = -1
 	_ = unix.EpollCtl(p.epfd, unix.EPOLL_CTL_DEL, int(t.clientFD), nil)
-	_ = unix.EpollCtl(p.epfd, unix.EPOLL_CTL_DEL, int(t.nodeFD), nil)
+	if t.nodeFD >= 0 {
+		_ = unix.EpollCtl(p.epfd, unix.EPOLL_CTL_DEL, int(t.nodeFD), nil)
+	}
 	p.release(i)
 }
 
@@ -472,8 +517,10 @@ func (p *poller) compact() {
 		ev.Events = watchEvents
 		eventData(&ev, i, s.gen, false)
 		_ = unix.EpollCtl(p.epfd, unix.EPOLL_CTL_MOD, int(t.clientFD), &ev)
-		eventData(&ev, i, s.gen, true)
-		_ = unix.EpollCtl(p.epfd, unix.EPOLL_CTL_MOD, int(t.nodeFD), &ev)
+		if t.nodeFD >= 0 {
+			eventData(&ev, i, s.gen, true)
+			_ = unix.EpollCtl(p.epfd, unix.EPOLL_CTL_MOD, int(t.nodeFD), &ev)
+		}
 		t.slot = i
 	}
 	kept := make([]slot, size)
@@ -598,7 +645,7 @@ func (p *poller) tunnelEnded() {
 	p.ended = 0
 	live := p.timers[:0]
 	for _, tm := range p.timers {
-		if !tm.t.fdsClosed {
+		if !tm.t.fdsClosed() {
 			live = append(live, tm)
 		}
 	}

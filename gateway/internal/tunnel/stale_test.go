@@ -32,7 +32,7 @@ func TestStaleRegistrationNotRouted(t *testing.T) {
 		t.Skip("the event-driven engine does not run here")
 	}
 	exchange(t, a) // A's sockets are registered
-	fd := int(a.tun.clientFD)
+	fd := clientFDOf(a.tun)
 	child, err := unix.FcntlInt(uintptr(fd), unix.F_DUPFD_CLOEXEC, 0)
 	if err != nil {
 		t.Fatal(err)
@@ -54,7 +54,7 @@ func TestStaleRegistrationNotRouted(t *testing.T) {
 	if b == nil {
 		t.Fatal("no tunnel came to A's poller")
 	}
-	if got := int(b.tun.clientFD); got != fd {
+	if got := clientFDOf(b.tun); got != fd {
 		t.Fatalf("B's client descriptor is %d, want A's %d", got, fd)
 	}
 	exchange(t, b) // B's sockets are registered
@@ -142,4 +142,11 @@ func onPoller(t *testing.T, p *poller, f func()) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("the poller did not run the check")
 	}
+}
+
+// clientFDOf reads t's client descriptor on its poller, which owns it.
+func clientFDOf(t *Tunnel) int {
+	ch := make(chan int)
+	t.poller().run(func() { ch <- int(t.clientFD) })
+	return <-ch
 }

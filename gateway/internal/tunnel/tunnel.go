@@ -167,7 +167,7 @@ const (
 // use. A Tunnel must not be copied.
 //
 // An idle tunnel on the event-driven engine holds this value and nothing
-// else of its own (440 bytes, in the 448-byte size class: TestTunnelSize):
+// else of its own (448 bytes, one of the runtime's size classes: TestTunnelSize):
 // state that only the stream engine, a route option or a closing tunnel
 // needs hangs off pointers that are nil otherwise (eng is the poller's).
 type Tunnel struct {
@@ -197,15 +197,22 @@ type Tunnel struct {
 	reason               atomic.Uint32
 	firstClose           atomic.Uint32 // the Closer of the first close frame
 	pumps                atomic.Int32
+	// slot is t's slot in its poller's table, -1 while it has none (the
+	// event-driven engine's, here to fill the word pumps leaves).
+	slot int32
 
 	// eng is the engine the tunnel runs on: its poller, or its state on
 	// the stream engine.
 	eng engine
 	// The event-driven engine's state (see engine_linux.go), used by the
 	// poller only.
+	// clientFD is -1 once closed (fdsClosed); nodeFD is -1 for a node
+	// stream (ns).
 	clientFD, nodeFD int32
-	slot             int32 // t's slot in its poller's table; -1 while it has none
-	fdsClosed        bool
+	// ns is the node's connection on the event-driven engine when it is
+	// a stream of a multiplexed connection (see NodeStream); nil for a
+	// socket.
+	ns *polledStream
 
 	// count is the stripe of Params.Counters the tunnel counts into; nil
 	// without Counters.

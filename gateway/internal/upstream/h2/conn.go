@@ -7,7 +7,6 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
-	"io"
 	"net"
 	"sync"
 	"sync/atomic"
@@ -119,16 +118,25 @@ type Conn struct {
 	readDone chan struct{} // closed when the reader goroutine returned
 	away     chan struct{} // closed once the connection takes no new stream
 
-	// wmu serializes frame writes: the Framer's write side, the hpack
-	// encoder (whose state must follow the order of header blocks on the
-	// wire) and stream identifiers (which must rise in that order, RFC
-	// 9113 section 5.1.1). It is held across a network write, which
-	// Config.WriteTimeout bounds. Lock order: wmu before mu.
-	wmu      sync.Mutex
-	wwaiting atomic.Int32 // writers waiting for wmu in writeFrames
-	henc     *hpack.Encoder
-	hbuf     bytes.Buffer
-	werr     error
+	// qmu guards the frame queue and what must follow its order: the
+	// Framer's write side (which appends to queue, see frameQueue), the
+	// hpack encoder (whose state must follow the order of header blocks
+	// on the wire), stream identifiers (which must rise in that order,
+	// RFC 9113 section 5.1.1) and werr. Frames are queued under it, never
+	// written: it is held across no network I/O. Lock order: wmu before
+	// qmu before mu.
+	qmu   sync.Mutex
+	queue []byte // frames queued, not yet taken by a flush
+	spare []byte // the queue's other buffer, given back by the last flush
+	henc  *hpack.Encoder
+	hbuf  bytes.Buffer
+	werr  error
+	// wmu serializes writes to the network: its holder takes everything
+	// queued and writes it in one write, bounded by Config.WriteTimeout
+	// (see flush). flushWake wakes the flusher goroutine (see Kick).
+	wmu       sync.Mutex
+	flushers  atomic.Int32 // flushes waiting for wmu
+	flushWake chan struct{}
 
 	mu         sync.Mutex
 	streams    map[uint32]*Stream
@@ -156,7 +164,7 @@ type Conn struct {
 	buffered      int           // bytes received and not read, over all streams
 	gone          chan struct{} // signalled (capacity 1) when a stream ends
 	// pendingTable is the node's SETTINGS_HEADER_TABLE_SIZE not yet given
-	// to the encoder, which belongs to wmu.
+	// to the encoder, which belongs to qmu.
 	pendingTable *uint32
 }
 
@@ -170,7 +178,7 @@ func Handshake(ctx context.Context, nc net.Conn, cfg Config) (*Conn, error) {
 	c := &Conn{
 		nc:         nc,
 		cfg:        cfg,
-		bw:         bufio.NewWriterSize(nc, 16<<10),
+		flushWake:  wake.New(),
 		readDone:   make(chan struct{}),
 		away:       make(chan struct{}),
 		streams:    make(map[uint32]*Stream),
@@ -183,7 +191,7 @@ func Handshake(ctx context.Context, nc net.Conn, cfg Config) (*Conn, error) {
 		pings:      make(map[[8]byte]chan struct{}),
 		gone:       wake.New(),
 	}
-	c.fr = http2.NewFramer(c.bw, bufio.NewReaderSize(nc, 16<<10))
+	c.fr = http2.NewFramer(frameQueue{c}, bufio.NewReaderSize(nc, 16<<10))
 	c.fr.SetMaxReadFrameSize(defaultMaxFrameSize)
 	c.fr.SetReuseFrames() // no frame is kept past the next read; DATA is copied
 	c.fr.ReadMetaHeaders = hpack.NewDecoder(headerTableSize, nil)
@@ -195,6 +203,7 @@ func Handshake(ctx context.Context, nc net.Conn, cfg Config) (*Conn, error) {
 		return nil, err
 	}
 	go c.readLoop()
+	go c.flushLoop()
 	return c, nil
 }
 
@@ -215,9 +224,8 @@ func (c *Conn) handshake(ctx context.Context) error {
 }
 
 func (c *Conn) exchangeSettings() error {
-	if _, err := io.WriteString(c.bw, http2.ClientPreface); err != nil {
-		return fmt.Errorf("h2: write the client preface: %w", err)
-	}
+	c.qmu.Lock()
+	c.queue = append(c.queue, http2.ClientPreface...)
 	// This side's SETTINGS must follow the preface (RFC 9113 section 3.4).
 	err := c.fr.WriteSettings(
 		http2.Setting{ID: http2.SettingEnablePush, Val: 0},
@@ -229,8 +237,9 @@ func (c *Conn) exchangeSettings() error {
 		// WINDOW_UPDATE on stream 0 (section 6.9.2).
 		err = c.fr.WriteWindowUpdate(0, c.cfg.ConnWindow-defaultWindow)
 	}
+	c.qmu.Unlock()
 	if err == nil {
-		err = c.bw.Flush()
+		err = c.writeHandshake()
 	}
 	if err != nil {
 		return fmt.Errorf("h2: write SETTINGS: %w", err)
@@ -255,13 +264,24 @@ func (c *Conn) exchangeSettings() error {
 	if !c.xconnect {
 		return ErrNoExtendedConnect
 	}
-	if err := c.fr.WriteSettingsAck(); err != nil {
+	if err := c.queueFrames(func(fr *http2.Framer) error { return fr.WriteSettingsAck() }); err != nil {
 		return fmt.Errorf("h2: acknowledge SETTINGS: %w", err)
 	}
-	if err := c.bw.Flush(); err != nil {
+	if err := c.writeHandshake(); err != nil {
 		return fmt.Errorf("h2: acknowledge SETTINGS: %w", err)
 	}
 	return nil
+}
+
+// writeHandshake writes what is queued during the handshake, under the
+// deadline the handshake's context set on the connection.
+func (c *Conn) writeHandshake() error {
+	c.qmu.Lock()
+	b := c.queue
+	c.queue = nil
+	c.qmu.Unlock()
+	_, err := c.nc.Write(b)
+	return err
 }
 
 // applySettings takes the node's SETTINGS (RFC 9113 section 6.5.2) and
@@ -308,7 +328,7 @@ func (c *Conn) applySettings(f *http2.SettingsFrame) (grew bool, err error) {
 }
 
 // setHeaderTableSize is deferred to the writer: the encoder belongs to
-// wmu, which cannot be taken under mu. The size update is applied before
+// qmu, which cannot be taken under mu. The size update is applied before
 // the next header block is encoded.
 func (c *Conn) setHeaderTableSize(v uint32) {
 	c.pendingTable = &v
@@ -383,10 +403,11 @@ func (c *Conn) handle(f http2.Frame) error {
 		if err != nil {
 			return err
 		}
-		return c.writeFrames(func(fr *http2.Framer) error { return fr.WriteSettingsAck() })
+		c.sendFrames(func(fr *http2.Framer) error { return fr.WriteSettingsAck() })
 	case *http2.PingFrame:
 		if !f.IsAck() {
-			return c.writeFrames(func(fr *http2.Framer) error { return fr.WritePing(true, f.Data) })
+			c.sendFrames(func(fr *http2.Framer) error { return fr.WritePing(true, f.Data) })
+			return nil
 		}
 		c.mu.Lock()
 		if ch, ok := c.pings[f.Data]; ok {
@@ -469,14 +490,14 @@ func (c *Conn) onData(f *http2.DataFrame) error {
 			}
 			s.rbuf = append(s.rbuf, data...)
 			c.buffered += len(data)
-			wake.Signal(s.rwake)
+			s.wakeReader()
 		}
 		if resetCode == 0 && f.StreamEnded() {
 			s.remoteEnded = true
 			if !s.ok() {
 				s.respond()
 			}
-			wake.Signal(s.rwake)
+			s.wakeReader()
 			s.maybeEndLocked()
 		}
 		if resetCode == 0 && !s.remoteEnded && s.recvCredit >= c.cfg.StreamWindow/2 {
@@ -500,7 +521,7 @@ func (c *Conn) onData(f *http2.DataFrame) error {
 	if connInc == 0 && streamInc == 0 {
 		return nil
 	}
-	return c.writeFrames(func(fr *http2.Framer) error {
+	c.sendFrames(func(fr *http2.Framer) error {
 		if connInc > 0 {
 			if err := fr.WriteWindowUpdate(0, connInc); err != nil {
 				return err
@@ -511,6 +532,7 @@ func (c *Conn) onData(f *http2.DataFrame) error {
 		}
 		return nil
 	})
+	return nil
 }
 
 func (c *Conn) onHeaders(f *http2.MetaHeadersFrame) error {
@@ -537,7 +559,7 @@ func (c *Conn) onHeaders(f *http2.MetaHeadersFrame) error {
 		if !s.ok() {
 			s.respond()
 		}
-		wake.Signal(s.rwake)
+		s.wakeReader()
 		s.maybeEndLocked()
 	default:
 		code, ok := parseStatus(f.PseudoValue("status"))
@@ -561,7 +583,7 @@ func (c *Conn) onHeaders(f *http2.MetaHeadersFrame) error {
 			if s.ok() || s.remoteEnded {
 				s.respond()
 			}
-			wake.Signal(s.rwake)
+			s.wakeReader()
 			s.maybeEndLocked()
 		}
 	}
@@ -609,7 +631,7 @@ func (c *Conn) onWindowUpdate(f *http2.WindowUpdateFrame) error {
 	s.sendWindow += int64(f.Increment)
 	s.uncredited = max(0, s.uncredited-int64(f.Increment))
 	overflow := s.sendWindow > maxWindow
-	wake.Signal(s.wwake)
+	s.wakeWriter()
 	c.mu.Unlock()
 	if overflow {
 		// A stream error (section 6.9.1).
@@ -632,66 +654,139 @@ func (c *Conn) onGoAway(f *http2.GoAwayFrame) {
 	}
 }
 
-// resetStream ends stream id for a stream error this side found and sends
-// RST_STREAM (RFC 9113 section 5.4.2).
 // resetStream ends stream id with err (a *StreamError of code when nil)
-// and sends RST_STREAM(code). Both happen under the write lock, which
-// startStream holds while it counts the open streams: a stream leaves
-// the count only once its RST_STREAM is on its way, so a new stream never
-// exceeds the node's SETTINGS_MAX_CONCURRENT_STREAMS as the node counts
-// (RFC 9113 section 5.1.2).
+// and queues RST_STREAM(code) (RFC 9113 section 5.4.2) for the flusher.
+// Both happen under qmu, which startStream holds while it counts the open
+// streams and queues a new stream's HEADERS: a stream leaves the count
+// only once its RST_STREAM is queued ahead of any later HEADERS, so a new
+// stream never exceeds the node's SETTINGS_MAX_CONCURRENT_STREAMS as the
+// node counts (RFC 9113 section 5.1.2).
 func (c *Conn) resetStream(id uint32, code http2.ErrCode, err error) {
 	if err == nil {
 		err = &StreamError{StreamID: id, Code: code}
 	}
-	c.wmu.Lock()
-	defer c.wmu.Unlock()
+	c.qmu.Lock()
 	c.mu.Lock()
 	if s := c.streams[id]; s != nil {
 		s.finishLocked(err)
 	}
 	c.mu.Unlock()
-	c.writeFramesLocked(func(fr *http2.Framer) error { return fr.WriteRSTStream(id, code) })
+	if c.werr == nil {
+		c.fr.WriteRSTStream(id, code)
+	}
+	c.qmu.Unlock()
+	c.Kick()
 }
 
+// wakeWritersLocked tells every stream waiting to send that a window may
+// have grown. Called with c.mu held.
 func (c *Conn) wakeWritersLocked() {
 	for _, s := range c.streams {
-		wake.Signal(s.wwake)
+		s.wakeWriter()
 	}
 }
 
-// writeFrames runs write with the Framer under wmu, bounded by
-// Config.WriteTimeout, and flushes unless another writer waits for wmu
-// (see writeFramesLocked). A failed write loses the connection.
-func (c *Conn) writeFrames(write func(fr *http2.Framer) error) error {
-	c.wwaiting.Add(1)
-	c.wmu.Lock()
-	c.wwaiting.Add(-1)
-	defer c.wmu.Unlock()
-	return c.writeFramesLocked(write)
+// frameQueue is the Framer's writer: it appends each frame to the queue.
+// The Framer writes only with qmu held.
+type frameQueue struct{ c *Conn }
+
+func (q frameQueue) Write(p []byte) (int, error) {
+	q.c.queue = append(q.c.queue, p...)
+	return len(p), nil
 }
 
-// writeFramesLocked runs write with the Framer, wmu held. The frames go
-// to the network at once, unless a writer is waiting for wmu in
-// writeFrames: then they stay in the write buffer for the last of the
-// waiters to flush with its own, so that frames many streams write at
-// one moment (a room's fan-out through the node's clients) leave in one
-// write rather than one each. The last writer of a burst always flushes:
-// it finds no waiter, or a waiter that will find none after it. A full
-// buffer is written on the way (16 KiB), under the same deadline.
-func (c *Conn) writeFramesLocked(write func(fr *http2.Framer) error) error {
+// queueFrames runs write with the Framer under qmu: its frames join the
+// queue, in order, for the next flush.
+func (c *Conn) queueFrames(write func(fr *http2.Framer) error) error {
+	c.qmu.Lock()
+	defer c.qmu.Unlock()
 	if c.werr != nil {
 		return c.werr
 	}
-	c.nc.SetWriteDeadline(time.Now().Add(c.cfg.WriteTimeout))
-	err := write(c.fr)
-	if err == nil && c.wwaiting.Load() == 0 {
-		err = c.bw.Flush()
+	return write(c.fr)
+}
+
+// writeFrames queues write's frames and flushes: it returns once they are
+// on the network, or the connection is lost.
+func (c *Conn) writeFrames(write func(fr *http2.Framer) error) error {
+	if err := c.queueFrames(write); err != nil {
+		return err
 	}
-	if err != nil {
-		c.werr = &connLostError{fmt.Errorf("write: %w", err)}
-		c.fail(c.werr)
+	return c.flush()
+}
+
+// sendFrames queues write's frames for the flusher goroutine and returns
+// at once; a failed write loses the connection there.
+func (c *Conn) sendFrames(write func(fr *http2.Framer) error) {
+	if c.queueFrames(write) == nil {
+		c.Kick()
+	}
+}
+
+// Kick has the connection's flusher goroutine write what is queued soon.
+// It never blocks.
+func (c *Conn) Kick() { wake.Signal(c.flushWake) }
+
+// flushLoop is the connection's flusher: it writes what is queued each
+// time it is kicked, until the connection ends.
+func (c *Conn) flushLoop() {
+	for {
+		select {
+		case <-c.flushWake:
+			c.flush()
+		case <-c.readDone:
+			return
+		}
+	}
+}
+
+// flush has everything queued written in one write, under wmu. When
+// another flush waits for wmu behind this one, this one leaves the
+// queue, its own frames included, to it: the last flush of a burst
+// always writes (it finds no flush waiting, or one that will find none
+// after it), so frames many streams queue at one moment (a room's fan-out
+// through the node's clients) leave in one write rather than one each. A
+// failed write loses the connection.
+func (c *Conn) flush() error {
+	c.flushers.Add(1)
+	c.wmu.Lock()
+	c.flushers.Add(-1)
+	defer c.wmu.Unlock()
+	if c.flushers.Load() > 0 {
+		c.qmu.Lock()
+		defer c.qmu.Unlock()
 		return c.werr
+	}
+	return c.flushLocked()
+}
+
+// keepQueueCap is the largest queue buffer kept for reuse after a flush.
+const keepQueueCap = 64 << 10
+
+func (c *Conn) flushLocked() error {
+	c.qmu.Lock()
+	if c.werr != nil || len(c.queue) == 0 {
+		err := c.werr
+		c.qmu.Unlock()
+		return err
+	}
+	b := c.queue
+	c.queue, c.spare = c.spare[:0], nil
+	c.qmu.Unlock()
+	c.nc.SetWriteDeadline(time.Now().Add(c.cfg.WriteTimeout))
+	_, err := c.nc.Write(b)
+	c.qmu.Lock()
+	if cap(b) <= keepQueueCap {
+		c.spare = b[:0]
+	}
+	if err != nil && c.werr == nil {
+		c.werr = &connLostError{fmt.Errorf("write: %w", err)}
+	}
+	werr := c.werr
+	c.qmu.Unlock()
+	if err != nil {
+		c.fail(werr)
+		return werr
 	}
 	return nil
 }
@@ -766,8 +861,23 @@ func (c *Conn) OpenWebSocket(ctx context.Context, req *Request) (*Stream, *Respo
 
 // startStream sends the request's HEADERS on a new stream.
 func (c *Conn) startStream(req *Request) (*Stream, error) {
-	c.wmu.Lock()
-	defer c.wmu.Unlock()
+	s, err := c.queueStream(req)
+	if err != nil {
+		return nil, err
+	}
+	if err := c.flush(); err != nil {
+		return nil, err
+	}
+	return s, nil
+}
+
+// queueStream registers a new stream and queues its HEADERS, under qmu.
+func (c *Conn) queueStream(req *Request) (*Stream, error) {
+	c.qmu.Lock()
+	defer c.qmu.Unlock()
+	if c.werr != nil {
+		return nil, c.werr
+	}
 	c.mu.Lock()
 	switch {
 	case c.err != nil:
@@ -806,7 +916,7 @@ func (c *Conn) startStream(req *Request) (*Stream, error) {
 	c.hbuf.Reset()
 	encodeRequest(c.henc, req, schemeOf(c.nc))
 	block := c.hbuf.Bytes()
-	err := c.writeFramesLocked(func(fr *http2.Framer) error {
+	err := func(fr *http2.Framer) error {
 		// A header block larger than a frame continues in CONTINUATION
 		// frames, with nothing in between (RFC 9113 section 4.3).
 		first := block[:min(len(block), int(maxFrame))]
@@ -826,7 +936,7 @@ func (c *Conn) startStream(req *Request) (*Stream, error) {
 			}
 		}
 		return nil
-	})
+	}(c.fr)
 	if err != nil {
 		return nil, err
 	}
@@ -912,8 +1022,8 @@ func (c *Conn) Close() error {
 	// stalled one would hold Close for its write timeout before this
 	// one's own); closing the socket ends a stalled write at once.
 	if c.wmu.TryLock() {
-		if c.writeFramesLocked(func(fr *http2.Framer) error { return fr.WriteGoAway(0, http2.ErrCodeNo, nil) }) == nil {
-			c.bw.Flush() // even with writers waiting: the socket closes next
+		if c.queueFrames(func(fr *http2.Framer) error { return fr.WriteGoAway(0, http2.ErrCodeNo, nil) }) == nil {
+			c.flushLocked()
 		}
 		c.wmu.Unlock()
 	}

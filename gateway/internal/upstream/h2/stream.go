@@ -26,6 +26,11 @@ type Stream struct {
 	// linger, armed by Close, resets the stream if the node has not
 	// ended its side within Config.WriteTimeout.
 	linger *time.Timer
+	// notify, set by Notify, is called under c.mu when the stream may
+	// have become readable, or writable after a WriteNB fell short
+	// (wantWrite).
+	notify    func()
+	wantWrite bool
 
 	// Under c.mu:
 	sendWindow int64 // what this side may still send (RFC 9113 section 6.9)
@@ -96,6 +101,9 @@ func (s *Stream) finishLocked(err error) {
 	s.respond()
 	wake.Signal(s.rwake)
 	wake.Signal(s.wwake)
+	if s.notify != nil {
+		s.notify()
+	}
 	if s.ended {
 		return
 	}
@@ -107,56 +115,79 @@ func (s *Stream) finishLocked(err error) {
 	wake.Signal(c.gone)
 }
 
+// wakeReader wakes the stream's reader: bytes, the node's END_STREAM or
+// an error arrived. Called with c.mu held.
+func (s *Stream) wakeReader() {
+	wake.Signal(s.rwake)
+	if s.notify != nil {
+		s.notify()
+	}
+}
+
+// wakeWriter wakes the stream's writer: a send window may have grown.
+// Called with c.mu held.
+func (s *Stream) wakeWriter() {
+	wake.Signal(s.wwake)
+	if s.wantWrite {
+		s.wantWrite = false
+		s.notify()
+	}
+}
+
 // Read reads what the node sent on the stream.
 func (s *Stream) Read(p []byte) (int, error) {
 	c := s.c
 	for {
 		c.mu.Lock()
-		if s.readClosed {
-			c.mu.Unlock()
-			return 0, net.ErrClosed
-		}
-		if s.err != nil {
-			err := s.err
-			c.mu.Unlock()
-			return 0, err
-		}
-		if s.roff < len(s.rbuf) {
-			n := copy(p, s.rbuf[s.roff:])
-			s.roff += n
-			c.buffered -= n
-			if s.roff == len(s.rbuf) {
-				s.roff = 0
-				s.rbuf = s.rbuf[:0]
-				if cap(s.rbuf) > keepBufCap {
-					s.rbuf = nil
-				}
-			}
-			// The reader consumed n bytes: the node may send them again
-			// (RFC 9113 section 6.9), in updates of half a window.
-			var inc uint32
-			if !s.remoteEnded && !s.ended {
-				s.recvCredit += uint32(n)
-				if s.recvCredit >= c.cfg.StreamWindow/2 {
-					inc = s.takeCreditLocked()
-				}
-			}
-			c.mu.Unlock()
-			if inc > 0 {
-				c.writeFrames(func(fr *http2.Framer) error { return fr.WriteWindowUpdate(s.id, inc) })
-			}
-			return n, nil
-		}
-		if s.remoteEnded {
-			c.mu.Unlock()
-			return 0, io.EOF
-		}
+		n, inc, err, ready := s.readLocked(p)
 		dl := s.rdeadline
 		c.mu.Unlock()
+		if ready {
+			if inc > 0 {
+				c.sendFrames(func(fr *http2.Framer) error { return fr.WriteWindowUpdate(s.id, inc) })
+			}
+			return n, err
+		}
 		if err := wake.Wait(s.rwake, dl); err != nil {
 			return 0, err
 		}
 	}
+}
+
+// readLocked is a Read that does not wait: ready is false when it would
+// have; inc is the window to give back to the node by WINDOW_UPDATE.
+// Called with c.mu held.
+func (s *Stream) readLocked(p []byte) (n int, inc uint32, err error, ready bool) {
+	c := s.c
+	switch {
+	case s.readClosed:
+		return 0, 0, net.ErrClosed, true
+	case s.err != nil:
+		return 0, 0, s.err, true
+	case s.roff < len(s.rbuf):
+		n = copy(p, s.rbuf[s.roff:])
+		s.roff += n
+		c.buffered -= n
+		if s.roff == len(s.rbuf) {
+			s.roff = 0
+			s.rbuf = s.rbuf[:0]
+			if cap(s.rbuf) > keepBufCap {
+				s.rbuf = nil
+			}
+		}
+		// The reader consumed n bytes: the node may send them again
+		// (RFC 9113 section 6.9), in updates of half a window.
+		if !s.remoteEnded && !s.ended {
+			s.recvCredit += uint32(n)
+			if s.recvCredit >= c.cfg.StreamWindow/2 {
+				inc = s.takeCreditLocked()
+			}
+		}
+		return n, inc, nil, true
+	case s.remoteEnded:
+		return 0, 0, io.EOF, true
+	}
+	return 0, 0, nil, false
 }
 
 // WaitRead waits, as long as the read deadline allows, until a Read
@@ -229,21 +260,9 @@ func (s *Stream) reserve(want int) (int, error) {
 			c.mu.Unlock()
 			return 0, net.ErrClosed
 		}
-		// Past its StreamSendLimit a stream waits only while another
-		// waits for the connection's window: alone, it may use what the
-		// node gives (a node may credit a stream only once half its
-		// window is spent, which a hard limit would never reach).
-		share := int64(c.cfg.StreamSendLimit) - s.uncredited
-		if share <= 0 && c.windowWaiters == 0 {
-			share = maxWindow
-		}
-		n := min(int64(want), s.sendWindow, c.sendWindow, int64(c.peerFrame), share)
-		if n > 0 {
-			s.sendWindow -= n
-			c.sendWindow -= n
-			s.uncredited += n
+		if n := s.takeWindowLocked(want); n > 0 {
 			c.mu.Unlock()
-			return int(n), nil
+			return n, nil
 		}
 		if c.sendWindow <= 0 {
 			s.waitWindowLocked(true)
@@ -258,6 +277,29 @@ func (s *Stream) reserve(want int) (int, error) {
 			return 0, err
 		}
 	}
+}
+
+// takeWindowLocked takes up to want bytes, at most one frame's, of send
+// window from the stream and the connection; 0 when there is none to
+// take. Called with c.mu held.
+func (s *Stream) takeWindowLocked(want int) int {
+	c := s.c
+	// Past its StreamSendLimit a stream waits only while another waits
+	// for the connection's window: alone, it may use what the node gives
+	// (a node may credit a stream only once half its window is spent,
+	// which a hard limit would never reach).
+	share := int64(c.cfg.StreamSendLimit) - s.uncredited
+	if share <= 0 && c.windowWaiters == 0 {
+		share = maxWindow
+	}
+	n := min(int64(want), s.sendWindow, c.sendWindow, int64(c.peerFrame), share)
+	if n <= 0 {
+		return 0
+	}
+	s.sendWindow -= n
+	c.sendWindow -= n
+	s.uncredited += n
+	return int(n)
 }
 
 // waitWindowLocked marks the stream as waiting for the connection's send
@@ -303,7 +345,8 @@ func (s *Stream) writable(n int) error {
 
 // CloseWrite sends END_STREAM: this side sends nothing more, the node may
 // (RFC 9113 section 5.1, "half-closed (local)"). Read goes on until the
-// node ends its side.
+// node ends its side. The frame is queued for the connection's flusher:
+// CloseWrite does not wait for the network.
 func (s *Stream) CloseWrite() error {
 	c := s.c
 	c.mu.Lock()
@@ -314,13 +357,14 @@ func (s *Stream) CloseWrite() error {
 	s.localEnded = true
 	wake.Signal(s.wwake)
 	c.mu.Unlock()
-	err := c.writeFrames(func(fr *http2.Framer) error { return fr.WriteData(s.id, true, nil) })
+	err := c.queueFrames(func(fr *http2.Framer) error { return fr.WriteData(s.id, true, nil) })
 	c.mu.Lock()
-	// Counted until END_STREAM is on the wire, so that a stream opened
-	// meanwhile never exceeds the node's limit.
+	// Counted until END_STREAM is queued, ahead of any stream opened
+	// after, so that a new stream never exceeds the node's limit.
 	s.endSent = err == nil
 	s.maybeEndLocked()
 	c.mu.Unlock()
+	c.Kick()
 	return err
 }
 
@@ -340,7 +384,7 @@ func (s *Stream) Close() error {
 		if !s.remoteEnded {
 			s.recvCredit += uint32(dropped)
 		}
-		wake.Signal(s.rwake)
+		s.wakeReader()
 		if !s.ended {
 			// A node that never ends its side would hold the stream,
 			// and a place under its MAX_CONCURRENT_STREAMS, for good.
@@ -353,7 +397,7 @@ func (s *Stream) Close() error {
 	}
 	c.mu.Unlock()
 	if inc > 0 {
-		c.writeFrames(func(fr *http2.Framer) error { return fr.WriteWindowUpdate(s.id, inc) })
+		c.sendFrames(func(fr *http2.Framer) error { return fr.WriteWindowUpdate(s.id, inc) })
 	}
 	return s.CloseWrite()
 }
