@@ -434,6 +434,10 @@ func TestH2Metrics(t *testing.T) {
 			t.Errorf("wsgate_tunnels_started_total{engine=%q} = %v, want 3", engine, m.GetCounter().GetValue())
 		}
 	}
+	// ... and so do the connections' reads (see h2.Poller).
+	if st, want := e.h2Set(addr).Stats(), map[string]int{"epoll": 2, "goroutines": 0}[engine]; st.Polled != want {
+		t.Errorf("%d of %d connections read by a poller, want %d", st.Polled, st.Conns, want)
+	}
 	if err := p.Signal(syscall.SIGTERM); err != nil {
 		t.Fatal(err)
 	}

@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"net"
 	"runtime"
 	"slices"
 	"sync"
@@ -411,7 +412,11 @@ func (s *Server) build(cfg *conf.Config, old *generation, certs *edge.CertSet, n
 			return nil, nil, err
 		}
 		if p.Conf.Protocol == "h2" {
-			p.OpenH2(op, h2Connections(cfg, p.Conf), h2.Config{WriteTimeout: cfg.Gateway.WriteTimeout.Duration})
+			var poll h2.Poller
+			if g.engine != tunnel.EngineGoroutines {
+				poll = pollH2
+			}
+			p.OpenH2(op, h2Connections(cfg, p.Conf), h2.Config{WriteTimeout: cfg.Gateway.WriteTimeout.Duration}, poll)
 		}
 		g.pools[p.Name] = p
 		for _, n := range removed {
@@ -499,6 +504,10 @@ func (s *Server) LastReload() ReloadStatus {
 
 // newPoolRate is a new pool's [pools.admission] rate.
 func newPoolRate(rate, burst int) upstream.Admission { return admit.NewPoolRate(rate, burst) }
+
+// pollH2 has a tunnel poller read an HTTP/2 connection to a node, so that
+// the tunnels carried on it run on that poller (see tunnel.AttachConn).
+func pollH2(nc net.Conn, c *h2.Conn) (any, func()) { return tunnel.AttachConn(nc, c) }
 
 // h2Connections is how many HTTP/2 connections an "h2" pool spreads each
 // node's streams over: pools.h2_connections, or one per poller (those

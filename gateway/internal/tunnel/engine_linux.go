@@ -90,9 +90,16 @@ func (t *Tunnel) adopt(node net.Conn) bool {
 	if (!isStream && socketOf(node) == nil) || socketOf(t.client) == nil {
 		return false // not a pair the poller runs: no poller is started for it
 	}
-	p := pickPoller()
+	// A stream goes to the poller that reads its connection, if one does.
+	var p *poller
+	own := false
+	if isStream {
+		p, own = ns.Poller().(*poller)
+	}
 	if p == nil {
-		return false
+		if p = pickPoller(); p == nil {
+			return false
+		}
 	}
 	cfd, cs, ok := dupSocket(t.client)
 	if !ok {
@@ -100,7 +107,7 @@ func (t *Tunnel) adopt(node net.Conn) bool {
 	}
 	nfd := -1
 	if isStream {
-		t.ns = &polledStream{s: ns}
+		t.ns = &polledStream{s: ns, own: own}
 	} else {
 		var ns *net.TCPConn
 		if nfd, ns, ok = dupSocket(node); !ok {

@@ -18,3 +18,6 @@ func SetPollers(int) bool { return false }
 
 // Pollers is 0 where there is no event-driven engine.
 func Pollers() int { return 0 }
+
+// AttachConn takes no connection where there is no event-driven engine.
+func AttachConn(net.Conn, PolledConn) (any, func()) { return nil, nil }

@@ -33,6 +33,12 @@ type NodeStream interface {
 	// CloseWrite ends the stream toward the node; Abort resets it.
 	CloseWrite() error
 	Abort()
+	// Poller returns the token AttachConn returned for the stream's
+	// connection, nil when no poller reads it.
+	Poller() any
+	// FlushNB is Kick on the poller that reads the stream's connection:
+	// it writes what is queued at once, as far as the socket takes it.
+	FlushNB()
 }
 
 // polledStream is a tunnel's NodeStream on the event-driven engine.
@@ -42,6 +48,21 @@ type polledStream struct {
 	// that a burst of notifications queues it once.
 	poked atomic.Bool
 	// Poller-only: watched once the poller takes notifications for it;
-	// kick while it waits in the poller's list of streams to kick.
-	watched, kick bool
+	// kick while it waits in the poller's list of streams to kick; own
+	// when the tunnel's poller reads the stream's connection.
+	watched, kick, own bool
+}
+
+// PolledConn is a connection a poller reads on behalf of the node streams
+// it carries (an HTTP/2 connection to a node): see AttachConn.
+type PolledConn interface {
+	// PollRead is called on the poller's goroutine whenever the
+	// connection's socket may be readable, with the poller's descriptor
+	// of it: it reads fd without blocking until it has nothing more, acts
+	// on what came, and reports false once the connection has ended.
+	PollRead(fd int) bool
+	// PollDetached is called on the poller's goroutine once the poller
+	// has let go of the connection and closed its descriptor; err, when
+	// not nil, is why it could not take it.
+	PollDetached(err error)
 }

@@ -3,6 +3,7 @@ package tunnel
 import (
 	"container/heap"
 	"errors"
+	"github.com/wsgate/wsgate/internal/rawio"
 	"os"
 	"runtime"
 	"sync"
@@ -62,13 +63,20 @@ type poller struct {
 	// kicks holds the node streams written to in this pass, kicked once
 	// each at its end (see kickStreams).
 	kicks []*polledStream
+	// conns holds the connections the poller reads (see AttachConn),
+	// indexed by their event data; pokedPending says poked holds tunnels
+	// a read of one of them woke, to be seen to in this pass.
+	conns        []*polledConn
+	pokedPending bool
 
 	mu    sync.Mutex
 	queue []func()
 	spare []func()
 	// poked holds the tunnels whose node stream notified (see poke);
-	// sparePoked is its other buffer.
+	// sparePoked is its other buffer. inline is set while the poller
+	// reads a polled connection (see connRead).
 	poked, sparePoked []*Tunnel
+	inline            bool
 	woken             atomic.Bool
 }
 
@@ -176,8 +184,11 @@ func newPoller() (*poller, error) {
 func (p *poller) poke(t *Tunnel) {
 	p.mu.Lock()
 	p.poked = append(p.poked, t)
+	inline := p.inline
 	p.mu.Unlock()
-	p.wake()
+	if !inline {
+		p.wake()
+	}
 }
 
 // kickStreams kicks each node stream written to since the last call, so
@@ -185,7 +196,11 @@ func (p *poller) poke(t *Tunnel) {
 func (p *poller) kickStreams() {
 	for i, ns := range p.kicks {
 		ns.kick = false
-		ns.s.Kick()
+		if ns.own {
+			ns.s.FlushNB()
+		} else {
+			ns.s.Kick()
+		}
 		p.kicks[i] = nil
 	}
 	p.kicks = p.kicks[:0]
@@ -243,7 +258,9 @@ func (p *poller) ready(uintptr) bool {
 		}
 		for i := range n {
 			ev := &p.events[i]
-			if t, node := p.route(ev); t != nil {
+			if ev.Fd < -1 {
+				p.connEvent(ev)
+			} else if t, node := p.route(ev); t != nil {
 				t.event(node, ev.Events)
 			}
 		}
@@ -256,7 +273,7 @@ func (p *poller) ready(uintptr) bool {
 		// fill the events left nothing ready behind (but the halves to
 		// read on): the next edge makes the descriptor readable for the
 		// runtime's poller.
-		if n < len(p.events) && len(p.again) == 0 {
+		if n < len(p.events) && len(p.again) == 0 && !p.pokedPending {
 			break
 		}
 	}
@@ -326,12 +343,16 @@ func epollWaitNow(epfd int, events []unix.EpollEvent) (int, error) {
 
 // runQueue runs what other goroutines queued.
 func (p *poller) runQueue() {
-	if !p.woken.Load() {
+	signalled := p.woken.Load()
+	if !signalled && !p.pokedPending {
 		return
 	}
-	var b [8]byte
-	_, _ = rawRead(p.wakefd, b[:])
-	p.woken.Store(false)
+	p.pokedPending = false
+	if signalled {
+		var b [8]byte
+		_, _ = rawRead(p.wakefd, b[:])
+		p.woken.Store(false)
+	}
 	p.mu.Lock()
 	q := p.queue
 	p.queue = p.spare[:0]
@@ -556,37 +577,11 @@ func (p *poller) writev(fd int, out [][]byte) (int, error) {
 	}
 }
 
-// rawWrite is a non-blocking write(2); it cannot block, so it skips the
-// scheduler's system-call bookkeeping.
-func rawWrite(fd int, b []byte) (int, error) {
-	if len(b) == 0 {
-		return 0, nil
-	}
-	for {
-		r, _, e := unix.RawSyscall(unix.SYS_WRITE, uintptr(fd), uintptr(unsafe.Pointer(&b[0])), uintptr(len(b)))
-		if e == unix.EINTR {
-			continue
-		}
-		if e != 0 {
-			return 0, e
-		}
-		return int(r), nil
-	}
-}
+// rawWrite and rawRead are the package's non-blocking write(2) and
+// read(2) (see internal/rawio).
+func rawWrite(fd int, b []byte) (int, error) { return rawio.Write(fd, b) }
 
-// rawRead is a non-blocking read(2).
-func rawRead(fd int, b []byte) (int, error) {
-	for {
-		r, _, e := unix.RawSyscall(unix.SYS_READ, uintptr(fd), uintptr(unsafe.Pointer(&b[0])), uintptr(len(b)))
-		if e == unix.EINTR {
-			continue
-		}
-		if e != 0 {
-			return 0, e
-		}
-		return int(r), nil
-	}
-}
+func rawRead(fd int, b []byte) (int, error) { return rawio.Read(fd, b) }
 
 // Timers: a tunnel asks to be woken at a time for one reason; stale
 // entries are harmless, since the tunnel looks at its own state when woken.

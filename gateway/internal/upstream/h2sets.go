@@ -15,8 +15,9 @@ import (
 // of the same contents included) keeps its
 // set, so a reload opens no connection and leaves every stream where it
 // is; RetireH2 closes the sets old has and p does not. Sets are dialed on
-// first use: one p never uses (a reload that fails) costs nothing.
-func (p *Pool) OpenH2(old *Pool, size int, cfg h2.Config) {
+// first use: one p never uses (a reload that fails) costs nothing. poll,
+// when not nil, runs the new sets' connections' reads (h2.Set.Poller).
+func (p *Pool) OpenH2(old *Pool, size int, cfg h2.Config, poll h2.Poller) {
 	p.H2 = make(map[*balancer.Node]*h2.Set, len(p.Balancer.Nodes()))
 	ping := p.Conf.H2PingInterval.Duration
 	for _, n := range p.Balancer.Nodes() {
@@ -35,6 +36,7 @@ func (p *Pool) OpenH2(old *Pool, size int, cfg h2.Config) {
 			Config:       cfg,
 			Size:         size,
 			PingInterval: ping,
+			Poller:       poll,
 		}
 	}
 }

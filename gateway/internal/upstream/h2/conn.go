@@ -114,6 +114,7 @@ type Conn struct {
 	nc       net.Conn
 	cfg      Config
 	fr       *http2.Framer
+	src      frameSource // the Framer's reader
 	bw       *bufio.Writer
 	readDone chan struct{} // closed when the reader goroutine returned
 	away     chan struct{} // closed once the connection takes no new stream
@@ -166,6 +167,16 @@ type Conn struct {
 	// pendingTable is the node's SETTINGS_HEADER_TABLE_SIZE not yet given
 	// to the encoder, which belongs to qmu.
 	pendingTable *uint32
+
+	// A polled connection's (see Poller): owner is the poller's token,
+	// detach has the poller let go of it. The rest belongs to the
+	// poller's goroutine: pfd is its descriptor of the socket (-1 until
+	// the first PollRead and after PollDetached), rb what it read and
+	// has not handled.
+	owner  any
+	detach func()
+	pfd    int
+	rb     []byte
 }
 
 // Handshake starts HTTP/2 with prior knowledge on nc (RFC 9113 section
@@ -174,6 +185,12 @@ type Conn struct {
 // bounds the handshake only. A node that does not enable extended CONNECT
 // is ErrNoExtendedConnect. On error nc is closed.
 func Handshake(ctx context.Context, nc net.Conn, cfg Config) (*Conn, error) {
+	return HandshakePolled(ctx, nc, cfg, nil)
+}
+
+// HandshakePolled is Handshake, with the connection's reads run by poll
+// when it takes them (see Poller), by a goroutine of its own otherwise.
+func HandshakePolled(ctx context.Context, nc net.Conn, cfg Config, poll Poller) (*Conn, error) {
 	cfg = cfg.withDefaults()
 	c := &Conn{
 		nc:         nc,
@@ -190,8 +207,10 @@ func Handshake(ctx context.Context, nc net.Conn, cfg Config) (*Conn, error) {
 		recvWindow: int64(cfg.ConnWindow),
 		pings:      make(map[[8]byte]chan struct{}),
 		gone:       wake.New(),
+		pfd:        -1,
 	}
-	c.fr = http2.NewFramer(frameQueue{c}, bufio.NewReaderSize(nc, 16<<10))
+	c.src.br = bufio.NewReaderSize(nc, 16<<10)
+	c.fr = http2.NewFramer(frameQueue{c}, &c.src)
 	c.fr.SetMaxReadFrameSize(defaultMaxFrameSize)
 	c.fr.SetReuseFrames() // no frame is kept past the next read; DATA is copied
 	c.fr.ReadMetaHeaders = hpack.NewDecoder(headerTableSize, nil)
@@ -202,8 +221,18 @@ func Handshake(ctx context.Context, nc net.Conn, cfg Config) (*Conn, error) {
 		nc.Close()
 		return nil, err
 	}
-	go c.readLoop()
 	go c.flushLoop()
+	if poll != nil {
+		// Set before the poller may call PollRead or fail may look.
+		c.mu.Lock()
+		c.owner, c.detach = poll(nc, c)
+		polled := c.owner != nil
+		c.mu.Unlock()
+		if polled {
+			return c, nil
+		}
+	}
+	go c.readLoop()
 	return c, nil
 }
 
@@ -339,44 +368,61 @@ func (c *Conn) setHeaderTableSize(v uint32) {
 func (c *Conn) readLoop() {
 	defer close(c.readDone)
 	for {
-		f, err := c.fr.ReadFrame()
-		if err != nil {
-			var se http2.StreamError
-			if errors.As(err, &se) {
-				// A stream error on a stream never opened is a
-				// connection error: no RST_STREAM on an idle stream
-				// (RFC 9113 section 5.1).
-				c.mu.Lock()
-				_, err = c.lookup(http2.FrameHeader{StreamID: se.StreamID})
-				c.mu.Unlock()
-				if err == nil {
-					c.resetStream(se.StreamID, se.Code, nil)
-					continue
-				}
-			}
-			var ce http2.ConnectionError
-			switch {
-			case errors.As(err, &ce):
-				reason := "malformed frame or header block over the bound"
-				if d := c.fr.ErrorDetail(); d != nil {
-					reason = d.Error()
-				}
-				err = connError{http2.ErrCode(ce), reason}
-			case errors.Is(err, http2.ErrFrameTooLarge):
-				err = connError{http2.ErrCodeFrameSize, "frame larger than SETTINGS_MAX_FRAME_SIZE"}
-			}
-		} else {
-			err = c.handle(f)
-		}
-		if err != nil {
-			var ce connError
-			if errors.As(err, &ce) {
-				c.writeFrames(func(fr *http2.Framer) error { return fr.WriteGoAway(0, ce.Code, nil) })
-			}
-			c.fail(err)
+		if err := c.onFrame(c.fr.ReadFrame()); err != nil {
+			c.endRead(err)
 			return
 		}
 	}
+}
+
+// onFrame acts on what one ReadFrame returned; an error is the
+// connection's end.
+func (c *Conn) onFrame(f http2.Frame, err error) error {
+	if err == nil {
+		return c.handle(f)
+	}
+	var se http2.StreamError
+	if errors.As(err, &se) {
+		// A stream error on a stream never opened is a connection
+		// error: no RST_STREAM on an idle stream (RFC 9113 section 5.1).
+		c.mu.Lock()
+		_, err = c.lookup(http2.FrameHeader{StreamID: se.StreamID})
+		c.mu.Unlock()
+		if err == nil {
+			c.resetStream(se.StreamID, se.Code, nil)
+			return nil
+		}
+	}
+	var ce http2.ConnectionError
+	switch {
+	case errors.As(err, &ce):
+		reason := "malformed frame or header block over the bound"
+		if d := c.fr.ErrorDetail(); d != nil {
+			reason = d.Error()
+		}
+		err = connError{http2.ErrCode(ce), reason}
+	case errors.Is(err, http2.ErrFrameTooLarge):
+		err = connError{http2.ErrCodeFrameSize, "frame larger than SETTINGS_MAX_FRAME_SIZE"}
+	}
+	return err
+}
+
+// endRead ends the connection for err, which its reader met: a
+// connection error of this side's finding is announced by GOAWAY first.
+// On a poller the GOAWAY goes only if the socket takes it at once.
+func (c *Conn) endRead(err error) {
+	var ce connError
+	if errors.As(err, &ce) {
+		goAway := func(fr *http2.Framer) error { return fr.WriteGoAway(0, ce.Code, nil) }
+		if c.pfd >= 0 {
+			if c.queueFrames(goAway) == nil {
+				c.flushNB()
+			}
+		} else {
+			c.writeFrames(goAway)
+		}
+	}
+	c.fail(err)
 }
 
 // handle acts on one frame; an error is the connection's end.
@@ -810,7 +856,11 @@ func (c *Conn) fail(err error) {
 		c.stall.Stop()
 		c.stall = nil
 	}
+	detach := c.detach
 	c.mu.Unlock()
+	if detach != nil {
+		detach() // the poller closes its descriptor, then readDone
+	}
 	c.nc.Close()
 }
 

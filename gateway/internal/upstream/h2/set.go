@@ -32,6 +32,9 @@ type Set struct {
 	// PingInterval is how often each connection is pinged; a ping not
 	// answered within it ends the connection. 0: no pings.
 	PingInterval time.Duration
+	// Poller, when set, is offered each connection's reads (see
+	// Poller); nil: each connection reads on a goroutine of its own.
+	Poller Poller
 
 	mu      sync.Mutex
 	conns   []*Conn
@@ -173,7 +176,7 @@ func (s *Set) dial(ctx context.Context) (*Conn, error) {
 	if err != nil {
 		return nil, err
 	}
-	c, err := Handshake(ctx, nc, s.Config)
+	c, err := HandshakePolled(ctx, nc, s.Config, s.Poller)
 	if err != nil {
 		return nil, err
 	}
@@ -264,6 +267,8 @@ type SetStats struct {
 	// Closing counts the connections out of the set (the node sent
 	// GOAWAY, or the set was closed) that wait for their streams to end.
 	Closing int
+	// Polled counts the connections of Conns a Poller reads.
+	Polled int
 }
 
 // Stats returns the set's counts.
@@ -274,6 +279,9 @@ func (s *Set) Stats() SetStats {
 	st := SetStats{Conns: len(conns), Closing: int(s.closing.Load())}
 	for _, c := range conns {
 		st.Streams += c.Stats().Streams
+		if c.Polled() {
+			st.Polled++
+		}
 	}
 	return st
 }
