@@ -36,7 +36,6 @@ type h2Member struct {
 
 	mu         sync.Mutex
 	queue      []outMsg // messages to send, grown as needed
-	inflight   int      // messages taken by the writer and not yet written
 	pong       []byte   // a pong to send: the latest ping's payload
 	closeMsg   []byte   // the close frame's payload once one is to be sent
 	closeSent  bool     // the close frame was taken: nothing more is sent
@@ -228,15 +227,17 @@ func (h *h2Member) cut() {
 	h.onReadable()
 }
 
-// push queues msg unless the queue is full (SendQueue messages not yet
-// written); it reports whether msg is queued or will never be sent.
+// push queues msg unless the queue is full: SendQueue messages wait in it.
+// A batch the writer took and is writing is not counted, as pumpWrites's
+// message in hand is not, so a member holds at most twice SendQueue
+// messages. It reports whether msg is queued or will never be sent.
 func (h *h2Member) push(msg outMsg) bool {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if h.closeMsg != nil || h.readDone {
 		return true // closing: dropped, as a kicked writer drops its queue
 	}
-	if len(h.queue)+h.inflight >= h.r.opt.SendQueue {
+	if len(h.queue) >= h.r.opt.SendQueue {
 		return false
 	}
 	h.queue = append(h.queue, msg)
@@ -293,7 +294,6 @@ func (h *h2Member) takeLocked() ([]outMsg, int) {
 	}
 	if h.closeMsg != nil {
 		h.closeSent = true
-		h.inflight = 0
 		return []outMsg{{websocket.CloseMessage, h.closeMsg}}, 0
 	}
 	var out []outMsg
@@ -318,7 +318,6 @@ func (h *h2Member) takeLocked() ([]outMsg, int) {
 	queued := len(h.queue)
 	if queued > 0 {
 		out = append(out, h.queue...)
-		h.inflight += queued
 		h.queue = nil
 		if h.space != nil {
 			wake.Signal(h.space)
@@ -349,7 +348,6 @@ func (h *h2Member) runWrites() {
 		h.mu.Unlock()
 		err := h.write(out)
 		h.mu.Lock()
-		h.inflight = max(h.inflight-queued, 0)
 		if err == nil && closing && !h.readDone {
 			// The client has WriteTimeout to answer the close.
 			h.linger = time.AfterFunc(h.m.wt, h.cut)
