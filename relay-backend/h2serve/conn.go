@@ -389,8 +389,6 @@ func (c *conn) onHeaders(f *http2.MetaHeadersFrame) error {
 		c:           c,
 		id:          id,
 		req:         req,
-		rwake:       wake.New(),
-		wwake:       wake.New(),
 		sendWindow:  int64(c.peerWindow),
 		recvWindow:  int32(c.cfg.streamWindow),
 		remoteEnded: f.StreamEnded(),

@@ -22,11 +22,9 @@ import (
 // for a passed deadline, a *StreamError for a reset stream, ErrConnLost
 // (wrapped) for a lost connection, net.ErrClosed after Close.
 type Stream struct {
-	c     *conn
-	id    uint32
-	req   *Request
-	rwake chan struct{} // signalled when a Read may proceed
-	wwake chan struct{} // signalled when a Write may proceed
+	c   *conn
+	id  uint32
+	req *Request
 	// linger, armed by Close, resets the stream if the client has not
 	// ended its side within WriteTimeout.
 	linger *time.Timer
@@ -35,6 +33,11 @@ type Stream struct {
 	detached bool
 
 	// Under c.mu:
+	// rwake and wwake are signalled when a Read or a Write may proceed.
+	// Each is made by the first Read or Write that waits: a stream used
+	// with TryRead, or never short of send window, holds neither.
+	rwake       chan struct{}
+	wwake       chan struct{}
 	sendWindow  int64  // what this side may still send (RFC 9113 section 6.9)
 	recvWindow  int32  // what the client may still send
 	recvCredit  uint32 // consumed bytes not yet given back by WINDOW_UPDATE
@@ -270,11 +273,11 @@ func (s *Stream) finishLocked(err error) {
 // Read reads what the client sent on the stream.
 func (s *Stream) Read(p []byte) (int, error) {
 	for {
-		n, dl, err := s.tryRead(p)
+		n, ch, dl, err := s.tryRead(p, true)
 		if n > 0 || err != nil || len(p) == 0 {
 			return n, err
 		}
-		if err := wake.Wait(s.rwake, dl); err != nil {
+		if err := wake.Wait(ch, dl); err != nil {
 			return 0, err
 		}
 	}
@@ -284,18 +287,19 @@ func (s *Stream) Read(p []byte) (int, error) {
 // stream has not ended or failed, it returns 0 and a nil error at once.
 // It ignores the read deadline.
 func (s *Stream) TryRead(p []byte) (int, error) {
-	n, _, err := s.tryRead(p)
+	n, _, _, err := s.tryRead(p, false)
 	return n, err
 }
 
 // tryRead reads what is buffered, or returns Read's error, or else 0, a
-// nil error and the read deadline to wait for more until.
-func (s *Stream) tryRead(p []byte) (int, time.Time, error) {
+// nil error, and (with wait) the channel to wait for more on and the read
+// deadline to wait until.
+func (s *Stream) tryRead(p []byte, wait bool) (int, chan struct{}, time.Time, error) {
 	c := s.c
 	c.mu.Lock()
 	if s.readClosed {
 		c.mu.Unlock()
-		return 0, time.Time{}, net.ErrClosed
+		return 0, nil, time.Time{}, net.ErrClosed
 	}
 	if s.roff < len(s.rbuf) {
 		n := copy(p, s.rbuf[s.roff:])
@@ -320,20 +324,23 @@ func (s *Stream) tryRead(p []byte) (int, time.Time, error) {
 		if inc > 0 {
 			_ = c.queue(false, func(fr *http2.Framer) error { return fr.WriteWindowUpdate(s.id, inc) })
 		}
-		return n, time.Time{}, nil
+		return n, nil, time.Time{}, nil
 	}
 	if s.err != nil {
 		err := s.err
 		c.mu.Unlock()
-		return 0, time.Time{}, err
+		return 0, nil, time.Time{}, err
 	}
 	if s.remoteEnded {
 		c.mu.Unlock()
-		return 0, time.Time{}, io.EOF
+		return 0, nil, time.Time{}, io.EOF
 	}
-	dl := s.rdeadline
+	if wait && s.rwake == nil {
+		s.rwake = wake.New()
+	}
+	ch, dl := s.rwake, s.rdeadline
 	c.mu.Unlock()
-	return 0, dl, nil
+	return 0, ch, dl, nil
 }
 
 // Write sends p as DATA frames, each within the client's
@@ -393,9 +400,12 @@ func (s *Stream) reserve(want int) (int, error) {
 			c.mu.Unlock()
 			return int(n), nil
 		}
-		dl := s.wdeadline
+		if s.wwake == nil {
+			s.wwake = wake.New()
+		}
+		ch, dl := s.wwake, s.wdeadline
 		c.mu.Unlock()
-		if err := wake.Wait(s.wwake, dl); err != nil {
+		if err := wake.Wait(ch, dl); err != nil {
 			return 0, err
 		}
 	}
@@ -512,8 +522,8 @@ func (s *Stream) SetDeadline(t time.Time) error {
 func (s *Stream) SetReadDeadline(t time.Time) error {
 	s.c.mu.Lock()
 	s.rdeadline = t
-	s.c.mu.Unlock()
 	wake.Signal(s.rwake)
+	s.c.mu.Unlock()
 	return nil
 }
 
@@ -522,8 +532,8 @@ func (s *Stream) SetReadDeadline(t time.Time) error {
 func (s *Stream) SetWriteDeadline(t time.Time) error {
 	s.c.mu.Lock()
 	s.wdeadline = t
-	s.c.mu.Unlock()
 	wake.Signal(s.wwake)
+	s.c.mu.Unlock()
 	return nil
 }
 

@@ -151,6 +151,7 @@ func TestH2FramesAsHTTP1(t *testing.T) {
 		{"not UTF-8", maskedFrame(true, wsframe.OpText, []byte("bad \xff")), 0, websocket.CloseInvalidFramePayloadData, ""},
 		{"close 1000", maskedFrame(true, wsframe.OpClose, []byte("\x03\xe8bye")), 0, websocket.CloseNormalClosure, ""},
 		{"close without a code", maskedFrame(true, wsframe.OpClose, nil), 0, websocket.CloseNoStatusReceived, ""},
+		{"close reason not UTF-8", maskedFrame(true, wsframe.OpClose, []byte("\x03\xe8bye \xff")), 0, websocket.CloseProtocolError, ""},
 		{"close with a bad code", maskedFrame(true, wsframe.OpClose, []byte("\x03\xed")), 0, websocket.CloseProtocolError, ""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

@@ -40,6 +40,7 @@ type h2Member struct {
 	closeMsg   []byte   // the close frame's payload once one is to be sent
 	closeSent  bool     // the close frame was taken: nothing more is sent
 	writing    bool     // a writer runs
+	admitted   bool     // m.preamble is set (or m was refused): in place of m.admitted
 	started    bool     // the hello and the preamble were taken
 	readDone   bool     // the reader finished: end the stream after the close
 	streamDone bool     // the stream was closed
@@ -65,12 +66,11 @@ const maxWriteChunk = 32 << 10
 // callbacks and the short-lived goroutines they start.
 func (r *Relay) serveH2(s *h2serve.Stream, roomID string, v1, hello bool, since relayclient.Since) {
 	m := &member{
-		id:       r.nextID.Add(1),
-		v1:       v1,
-		since:    since,
-		wt:       r.opt.WriteTimeout,
-		done:     make(chan struct{}),
-		admitted: make(chan struct{}),
+		id:    r.nextID.Add(1),
+		v1:    v1,
+		since: since,
+		wt:    r.opt.WriteTimeout,
+		done:  make(chan struct{}),
 	}
 	h := &h2Member{r: r, m: m, s: s}
 	m.h2 = h
@@ -301,10 +301,8 @@ func (h *h2Member) takeLocked() ([]outMsg, int) {
 		out = append(out, outMsg{websocket.PongMessage, h.pong})
 		h.pong = nil
 	}
-	select {
-	case <-h.m.admitted:
-	default:
-		return out, 0 // admit starts a writer when it is done
+	if !h.admitted {
+		return out, 0 // markAdmitted starts a writer
 	}
 	if !h.started {
 		h.started = true

@@ -40,7 +40,7 @@ type member struct {
 	kicked     atomic.Bool
 	done       chan struct{} // closed when the reader has finished
 	writerDone chan struct{}
-	admitted   chan struct{} // closed by runRoom once preamble is set (or refused)
+	admitted   chan struct{} // closed by runRoom once preamble is set (or refused); nil over HTTP/2
 	preamble   []outMsg      // written before the queue; set before admitted closes
 	gone       bool          // left its room; guarded by room.mu
 }
@@ -111,12 +111,14 @@ func (m *member) offerUntil(msg outMsg, deadline time.Time) bool {
 // markAdmitted tells m's writer that its preamble is set (or that it was
 // refused).
 func (m *member) markAdmitted() {
-	close(m.admitted)
 	if m.h2 != nil {
 		m.h2.mu.Lock()
+		m.h2.admitted = true
 		m.h2.startWriterLocked()
 		m.h2.mu.Unlock()
+		return
 	}
+	close(m.admitted)
 }
 
 func (m *member) sendClose(code int, reason string) {
