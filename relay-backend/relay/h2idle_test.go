@@ -6,6 +6,7 @@ import (
 	"encoding/binary"
 	"fmt"
 	"runtime"
+	"sync"
 	"testing"
 	"time"
 
@@ -14,6 +15,7 @@ import (
 	"github.com/wsgate/wsgate/internal/wsframe"
 	"github.com/wsgate/wsgate/relay-backend/internal/h2client"
 	"github.com/wsgate/wsgate/relay-backend/relay"
+	"github.com/wsgate/wsgate/relay-backend/relayclient"
 )
 
 // TestH2IdleMembersHoldNoGoroutine pins issue 21 item 5: a member reached
@@ -270,4 +272,49 @@ func TestH2StreamEndLeaves(t *testing.T) {
 	waitFor(t, "the ended member to leave", func() bool { return s.Info().Connections == 1 })
 	_ = hc.Close()
 	waitIdle(t, s)
+}
+
+// TestH2PubSubInterrupted is TestPubSubInterrupted with its reader over
+// HTTP/2: the repairs from the Stream hand it every offset exactly once,
+// in order, through its queue and the stream's writes.
+func TestH2PubSubInterrupted(t *testing.T) {
+	r1, r2, admin := redisPair(t)
+	writer := v1Dial(t, r1, "cut", relayclient.Since{})
+	joinV1(t, writer)
+	hc := dialH2(t, r2)
+	ctx, cancel := context.WithTimeout(context.Background(), ioTimeout)
+	defer cancel()
+	reader, _, err := relayclient.Dial(ctx, hc.Dialer(ioTimeout), "ws://relay/room/cut", relayclient.Since{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = reader.Close() })
+	joinV1(t, reader)
+
+	const n = 400
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		for i := range n {
+			if err := writer.Send(relayclient.TypeText, fmt.Appendf(nil, "%d", i)); err != nil {
+				t.Errorf("send %d: %v", i, err)
+				return
+			}
+			if i%100 == 50 {
+				if err := admin.ClientKillByFilter(context.Background(), "TYPE", "pubsub").Err(); err != nil {
+					t.Errorf("CLIENT KILL: %v", err)
+				}
+			}
+		}
+	})
+	for want := uint64(1); want <= n; want++ {
+		f := next(t, reader) // Next fails on a duplicate or reordering
+		if f.Kind != relayclient.KindMsg || f.Offset != want || string(f.Body) != fmt.Sprint(want-1) {
+			t.Fatalf("got %s:%d %q, want MSG:%d", f.Kind, f.Offset, f.Body, want)
+		}
+	}
+	wg.Wait()
+	waitFor(t, "resubscribes and repairs counted", func() bool {
+		i := r2.Info()
+		return i.Resubscribes > 0 && i.Repairs > 0
+	})
 }
