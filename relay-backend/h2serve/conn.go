@@ -349,7 +349,7 @@ func (c *conn) onHeaders(f *http2.MetaHeadersFrame) error {
 			code = http2.ErrCodeProtocol
 		default:
 			s.remoteEnded = true
-			wake.Signal(s.rwake)
+			s.readableLocked()
 			s.maybeEndLocked()
 		}
 		c.mu.Unlock()
@@ -389,8 +389,6 @@ func (c *conn) onHeaders(f *http2.MetaHeadersFrame) error {
 		c:           c,
 		id:          id,
 		req:         req,
-		rwake:       wake.New(),
-		wwake:       wake.New(),
 		sendWindow:  int64(c.peerWindow),
 		recvWindow:  int32(c.cfg.streamWindow),
 		remoteEnded: f.StreamEnded(),
@@ -443,11 +441,11 @@ func (c *conn) onData(f *http2.DataFrame) error {
 					s.rbuf, s.roff = s.rbuf[:m], 0
 				}
 				s.rbuf = append(s.rbuf, data...)
-				wake.Signal(s.rwake)
+				s.readableLocked()
 			}
 			if f.StreamEnded() {
 				s.remoteEnded = true
-				wake.Signal(s.rwake)
+				s.readableLocked()
 				s.maybeEndLocked()
 			} else if s.recvCredit >= c.cfg.streamWindow/2 {
 				streamInc = s.takeCreditLocked()

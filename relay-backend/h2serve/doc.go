@@ -21,7 +21,11 @@
 // at about the same moment, leave in one write. Every network write is
 // bounded by Server.WriteTimeout. A Stream is a net.Conn; its receive
 // window bounds what is buffered for it, and a stream whose send window is
-// spent blocks its own writer only, until that writer's deadline.
+// spent blocks its own writer only, until that writer's deadline. Each
+// stream's Handler runs on a goroutine of its own; a Handler that Detaches
+// its stream returns while the stream stays open, and whoever holds it is
+// called back when it becomes readable, so a long-lived, mostly idle
+// stream needs no goroutine.
 //
 // UpgradeWebSocket turns an extended CONNECT stream into a
 // *websocket.Conn of github.com/fasthttp/websocket, the same type an

@@ -414,3 +414,92 @@ func TestRespondWithoutWindow(t *testing.T) {
 	}
 	waitFor(t, "streams to end", func() bool { return srv.Stats().Streams == 0 })
 }
+
+// TestDetach pins a detached stream: its Handler returns and the stream
+// stays open; onReadable tells of DATA and of the client's end, TryRead
+// takes what is buffered without waiting, Write still sends, and Close
+// ends it.
+func TestDetach(t *testing.T) {
+	readable := make(chan struct{}, 1)
+	streams := make(chan *h2serve.Stream, 1)
+	srv := &h2serve.Server{Handler: func(s *h2serve.Stream) {
+		if err := s.WriteHeader(200, nil); err != nil {
+			t.Error(err)
+			return
+		}
+		s.Detach(func() {
+			select {
+			case readable <- struct{}{}:
+			default:
+			}
+		})
+		streams <- s
+	}}
+	hc, err := h2client.Dial(serve(t, srv), ioTimeout)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer hc.Close()
+	st, err := hc.Open("/detached", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if status, _, _, err := st.Response(ioTimeout); err != nil || status != 200 {
+		t.Fatalf("response %d, %v", status, err)
+	}
+	s := <-streams
+	if s.Request() != nil {
+		t.Fatal("a detached stream still holds its request")
+	}
+	buf := make([]byte, 64)
+	if n, err := s.TryRead(buf); n != 0 || err != nil {
+		t.Fatalf("TryRead with nothing sent = %d, %v", n, err)
+	}
+	if _, err := st.Write([]byte("hello")); err != nil {
+		t.Fatal(err)
+	}
+	var got []byte
+	for len(got) < 5 {
+		select {
+		case <-readable:
+		case <-time.After(ioTimeout):
+			t.Fatal("no readiness call for DATA")
+		}
+		n, err := s.TryRead(buf)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got = append(got, buf[:n]...)
+	}
+	if string(got) != "hello" {
+		t.Fatalf("read %q", got)
+	}
+	_ = s.SetWriteDeadline(time.Now().Add(ioTimeout))
+	if _, err := s.Write([]byte("back")); err != nil {
+		t.Fatal(err)
+	}
+	_ = st.SetReadDeadline(time.Now().Add(ioTimeout))
+	if _, err := io.ReadFull(st, buf[:4]); err != nil || string(buf[:4]) != "back" {
+		t.Fatalf("client read %q, %v", buf[:4], err)
+	}
+	select {
+	case <-readable: // a call for DATA already read
+	default:
+	}
+	if err := st.CloseWrite(); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the client's end", func() bool {
+		_, err := s.TryRead(buf)
+		return errors.Is(err, io.EOF)
+	})
+	select {
+	case <-readable:
+	default:
+		t.Fatal("no readiness call for the client's end")
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the stream to end", func() bool { return st.Ended() && srv.Stats().Streams == 0 })
+}

@@ -22,19 +22,26 @@ import (
 // for a passed deadline, a *StreamError for a reset stream, ErrConnLost
 // (wrapped) for a lost connection, net.ErrClosed after Close.
 type Stream struct {
-	c     *conn
-	id    uint32
-	req   *Request
-	rwake chan struct{} // signalled when a Read may proceed
-	wwake chan struct{} // signalled when a Write may proceed
+	c   *conn
+	id  uint32
+	req *Request
 	// linger, armed by Close, resets the stream if the client has not
 	// ended its side within WriteTimeout.
 	linger *time.Timer
+	// detached is set by Detach, on the Handler's goroutine before it
+	// returns.
+	detached bool
 
 	// Under c.mu:
+	// rwake and wwake are signalled when a Read or a Write may proceed.
+	// Each is made by the first Read or Write that waits: a stream used
+	// with TryRead, or never short of send window, holds neither.
+	rwake       chan struct{}
+	wwake       chan struct{}
 	sendWindow  int64  // what this side may still send (RFC 9113 section 6.9)
 	recvWindow  int32  // what the client may still send
 	recvCredit  uint32 // consumed bytes not yet given back by WINDOW_UPDATE
+	onReadable  func() // set by Detach: called when Read would not wait
 	rbuf        []byte // received, not yet read: rbuf[roff:]
 	roff        int
 	headSent    bool // the response's HEADERS are queued
@@ -57,14 +64,47 @@ var errAnswered = errors.New("h2serve: response already sent")
 // ID returns the stream identifier.
 func (s *Stream) ID() uint32 { return s.id }
 
-// Request returns the stream's request. It must not be modified.
+// Request returns the stream's request, nil after Detach. It must not be
+// modified.
 func (s *Stream) Request() *Request { return s.req }
 
-// runHandler runs the server's Handler for s, then closes s.
+// runHandler runs the server's Handler for s, then closes s unless the
+// Handler detached it.
 func (s *Stream) runHandler() {
 	defer s.c.handlerDone.Done()
-	defer s.Close()
 	s.c.srv.Handler(s)
+	if !s.detached {
+		_ = s.Close()
+	}
+}
+
+// Detach lets the Handler return without ending s: s stays open, with
+// no goroutine of its own, until Close or a reset, and whoever holds it
+// reads with TryRead (or Read) and writes with Write from goroutines of
+// its own. onReadable is called from then on whenever a Read would not
+// wait (DATA arrived, the client ended its side, the stream failed); it
+// runs on the connection's reader with the connection locked, so it must
+// not block nor call a method of s. What arrived before Detach is not
+// signalled: call TryRead once after it. A detached stream holds neither
+// its request (Request returns nil after Detach) nor, once read empty, a
+// receive buffer, so an idle one costs little beyond its struct. Detach
+// must be called by the Handler, before it returns.
+func (s *Stream) Detach(onReadable func()) {
+	c := s.c
+	c.mu.Lock()
+	s.onReadable = onReadable
+	c.mu.Unlock()
+	s.detached = true
+	s.req = nil
+}
+
+// readableLocked wakes a Read that waits, or the detached stream's
+// onReadable.
+func (s *Stream) readableLocked() {
+	wake.Signal(s.rwake)
+	if s.onReadable != nil {
+		s.onReadable()
+	}
 }
 
 // runRefusal answers s with status and a text body instead of calling
@@ -216,7 +256,7 @@ func (s *Stream) finishLocked(err error) {
 		s.err = err
 		s.rbuf, s.roff = nil, 0
 	}
-	wake.Signal(s.rwake)
+	s.readableLocked()
 	wake.Signal(s.wwake)
 	if s.ended {
 		return
@@ -232,53 +272,75 @@ func (s *Stream) finishLocked(err error) {
 
 // Read reads what the client sent on the stream.
 func (s *Stream) Read(p []byte) (int, error) {
-	c := s.c
 	for {
-		c.mu.Lock()
-		if s.readClosed {
-			c.mu.Unlock()
-			return 0, net.ErrClosed
+		n, ch, dl, err := s.tryRead(p, true)
+		if n > 0 || err != nil || len(p) == 0 {
+			return n, err
 		}
-		if s.roff < len(s.rbuf) {
-			n := copy(p, s.rbuf[s.roff:])
-			s.roff += n
-			if s.roff == len(s.rbuf) {
-				s.roff = 0
-				s.rbuf = s.rbuf[:0]
-				if cap(s.rbuf) > keepBufCap {
-					s.rbuf = nil
-				}
-			}
-			// The reader consumed n bytes: the client may send them again
-			// (RFC 9113 section 6.9), in updates of half a window.
-			var inc uint32
-			if !s.remoteEnded && !s.ended {
-				s.recvCredit += uint32(n)
-				if s.recvCredit >= c.cfg.streamWindow/2 {
-					inc = s.takeCreditLocked()
-				}
-			}
-			c.mu.Unlock()
-			if inc > 0 {
-				_ = c.queue(false, func(fr *http2.Framer) error { return fr.WriteWindowUpdate(s.id, inc) })
-			}
-			return n, nil
-		}
-		if s.err != nil {
-			err := s.err
-			c.mu.Unlock()
-			return 0, err
-		}
-		if s.remoteEnded {
-			c.mu.Unlock()
-			return 0, io.EOF
-		}
-		dl := s.rdeadline
-		c.mu.Unlock()
-		if err := wake.Wait(s.rwake, dl); err != nil {
+		if err := wake.Wait(ch, dl); err != nil {
 			return 0, err
 		}
 	}
+}
+
+// TryRead is Read without the wait: when nothing is buffered and the
+// stream has not ended or failed, it returns 0 and a nil error at once.
+// It ignores the read deadline.
+func (s *Stream) TryRead(p []byte) (int, error) {
+	n, _, _, err := s.tryRead(p, false)
+	return n, err
+}
+
+// tryRead reads what is buffered, or returns Read's error, or else 0, a
+// nil error, and (with wait) the channel to wait for more on and the read
+// deadline to wait until.
+func (s *Stream) tryRead(p []byte, wait bool) (int, chan struct{}, time.Time, error) {
+	c := s.c
+	c.mu.Lock()
+	if s.readClosed {
+		c.mu.Unlock()
+		return 0, nil, time.Time{}, net.ErrClosed
+	}
+	if s.roff < len(s.rbuf) {
+		n := copy(p, s.rbuf[s.roff:])
+		s.roff += n
+		if s.roff == len(s.rbuf) {
+			s.roff = 0
+			s.rbuf = s.rbuf[:0]
+			if cap(s.rbuf) > keepBufCap || s.onReadable != nil {
+				s.rbuf = nil
+			}
+		}
+		// The reader consumed n bytes: the client may send them again
+		// (RFC 9113 section 6.9), in updates of half a window.
+		var inc uint32
+		if !s.remoteEnded && !s.ended {
+			s.recvCredit += uint32(n)
+			if s.recvCredit >= c.cfg.streamWindow/2 {
+				inc = s.takeCreditLocked()
+			}
+		}
+		c.mu.Unlock()
+		if inc > 0 {
+			_ = c.queue(false, func(fr *http2.Framer) error { return fr.WriteWindowUpdate(s.id, inc) })
+		}
+		return n, nil, time.Time{}, nil
+	}
+	if s.err != nil {
+		err := s.err
+		c.mu.Unlock()
+		return 0, nil, time.Time{}, err
+	}
+	if s.remoteEnded {
+		c.mu.Unlock()
+		return 0, nil, time.Time{}, io.EOF
+	}
+	if wait && s.rwake == nil {
+		s.rwake = wake.New()
+	}
+	ch, dl := s.rwake, s.rdeadline
+	c.mu.Unlock()
+	return 0, ch, dl, nil
 }
 
 // Write sends p as DATA frames, each within the client's
@@ -338,9 +400,12 @@ func (s *Stream) reserve(want int) (int, error) {
 			c.mu.Unlock()
 			return int(n), nil
 		}
-		dl := s.wdeadline
+		if s.wwake == nil {
+			s.wwake = wake.New()
+		}
+		ch, dl := s.wwake, s.wdeadline
 		c.mu.Unlock()
-		if err := wake.Wait(s.wwake, dl); err != nil {
+		if err := wake.Wait(ch, dl); err != nil {
 			return 0, err
 		}
 	}
@@ -457,8 +522,8 @@ func (s *Stream) SetDeadline(t time.Time) error {
 func (s *Stream) SetReadDeadline(t time.Time) error {
 	s.c.mu.Lock()
 	s.rdeadline = t
-	s.c.mu.Unlock()
 	wake.Signal(s.rwake)
+	s.c.mu.Unlock()
 	return nil
 }
 
@@ -467,8 +532,8 @@ func (s *Stream) SetReadDeadline(t time.Time) error {
 func (s *Stream) SetWriteDeadline(t time.Time) error {
 	s.c.mu.Lock()
 	s.wdeadline = t
-	s.c.mu.Unlock()
 	wake.Signal(s.wwake)
+	s.c.mu.Unlock()
 	return nil
 }
 

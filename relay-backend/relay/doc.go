@@ -30,6 +30,9 @@
 // 8441) to the same room paths. Such a member is admitted by the same
 // checks, answered with the same refusals, and served exactly as one that
 // came over HTTP/1.1; Drain sends GOAWAY on every HTTP/2 connection first.
+// A member over HTTP/1.1 has a reader and a writer goroutine; one over
+// HTTP/2 has none while it is idle: goroutines run for it only while its
+// stream has DATA to parse or its queue has messages to write.
 //
 // Besides the rooms a Relay serves GET /healthz (with the Wsgate-Agent
 // header for the gateway's checker), GET /info (JSON counters) and GET / (a

@@ -76,7 +76,7 @@ func (r *Relay) cut(ctx context.Context, list []*member) error {
 		case <-m.done:
 		default:
 			left++
-			_ = m.conn.Close()
+			m.cut()
 		}
 	}
 	r.log.Warn("drain deadline reached, closed remaining connections", "closed", left)

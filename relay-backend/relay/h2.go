@@ -7,15 +7,17 @@ import (
 	"github.com/valyala/fasthttp"
 
 	"github.com/wsgate/wsgate/relay-backend/h2serve"
+	"github.com/wsgate/wsgate/relay-backend/relayclient"
 )
 
 // serveStream serves one request stream of an HTTP/2 connection (a
 // gateway multiplexing its clients, RFC 8441). An extended CONNECT with
 // :protocol websocket on a room path is a join, checked by checkJoin as an
-// HTTP/1.1 upgrade is: accepted, it is answered 200 and its member is
-// served on this goroutine exactly as one that came over HTTP/1.1;
-// refused, it gets the same status, body and Retry-After. Any other
-// request is answered 405 (HTTP/2 carries only WebSockets here; /healthz,
+// HTTP/1.1 upgrade is: accepted, it is answered 200 and its member
+// behaves exactly as one that came over HTTP/1.1, though it is served
+// from the stream's callbacks rather than goroutines of its own (see
+// h2Member), so this goroutine returns; refused, it gets the same
+// status, body and Retry-After. Any other request is answered 405 (HTTP/2 carries only WebSockets here; /healthz,
 // /info and the demo page are served over HTTP/1.1), an extended CONNECT
 // for another protocol 501, and one on any other path 404.
 func (r *Relay) serveStream(s *h2serve.Stream) {
@@ -51,7 +53,11 @@ func (r *Relay) serveStream(s *h2serve.Stream) {
 		r.log.Debug("upgrade refused", "room", j.room, "err", err, "proto", "h2")
 		return
 	}
-	r.serveConn(c, j.room, j.hello, j.since)
+	// The Upgrader made the same checks and subprotocol choice as over
+	// HTTP/1.1 and answered the stream; its connection is dropped, and the
+	// member is served from the stream itself, with no goroutine while it
+	// is idle.
+	r.serveH2(s, j.room, c.Subprotocol() == relayclient.Subprotocol, j.hello, j.since)
 }
 
 // refuseStream answers s with no, as fasthttp's ctx.Error answers an

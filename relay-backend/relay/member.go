@@ -22,12 +22,16 @@ const (
 	closeTryAgainLater  = websocket.CloseTryAgainLater           // 1013: slow consumer
 )
 
-// member is one joined client, keyed by a stable id for its whole life. Its
-// connection has one reader (serveConn) and one writer (pumpWrites); other
-// goroutines only call kick, which uses WriteControl and Close.
+// member is one joined client, keyed by a stable id for its whole life. A
+// member that came over HTTP/1.1 has a conn with one reader (serveConn)
+// and one writer (pumpWrites); other goroutines only call kick, which uses
+// WriteControl and Close. One that came over HTTP/2 has h2 instead, and no
+// goroutine of its own while idle (see h2Member); queue and writerDone
+// are then nil.
 type member struct {
 	id         uint64
 	conn       *websocket.Conn
+	h2         *h2Member
 	room       *room
 	v1         bool              // relay.v1 was negotiated
 	since      relayclient.Since // where a relay.v1 client resumes (zero: none)
@@ -36,7 +40,7 @@ type member struct {
 	kicked     atomic.Bool
 	done       chan struct{} // closed when the reader has finished
 	writerDone chan struct{}
-	admitted   chan struct{} // closed by runRoom once preamble is set (or refused)
+	admitted   chan struct{} // closed by runRoom once preamble is set (or refused); nil over HTTP/2
 	preamble   []outMsg      // written before the queue; set before admitted closes
 	gone       bool          // left its room; guarded by room.mu
 }
@@ -49,8 +53,72 @@ func (m *member) kick(code int, reason string) bool {
 	if !m.kicked.CompareAndSwap(false, true) {
 		return false
 	}
+	if m.h2 != nil {
+		m.h2.closeWith(websocket.FormatCloseMessage(code, reason))
+		return true
+	}
 	go m.sendClose(code, reason)
 	return true
+}
+
+// cut ends m's connection (its stream over HTTP/2) without a close
+// handshake; its reader then sees it and m leaves.
+func (m *member) cut() {
+	if m.h2 != nil {
+		m.h2.cut()
+		return
+	}
+	_ = m.conn.Close()
+}
+
+// offer queues msg for m without waiting and reports whether it went
+// (or never will, m being closed); false means m's queue is full.
+func (m *member) offer(msg outMsg) bool {
+	if m.h2 != nil {
+		return m.h2.push(msg)
+	}
+	select {
+	case m.queue <- msg:
+		return true
+	default:
+		return false
+	}
+}
+
+// offerUntil is offer waiting for room in m's queue until deadline or m's
+// end.
+func (m *member) offerUntil(msg outMsg, deadline time.Time) bool {
+	if m.h2 != nil {
+		return m.h2.pushUntil(msg, deadline)
+	}
+	select {
+	case m.queue <- msg:
+		return true
+	default:
+	}
+	t := time.NewTimer(time.Until(deadline))
+	defer t.Stop()
+	select {
+	case m.queue <- msg:
+		return true
+	case <-m.done:
+		return true
+	case <-t.C:
+		return false
+	}
+}
+
+// markAdmitted tells m's writer that its preamble is set (or that it was
+// refused).
+func (m *member) markAdmitted() {
+	if m.h2 != nil {
+		m.h2.mu.Lock()
+		m.h2.admitted = true
+		m.h2.startWriterLocked()
+		m.h2.mu.Unlock()
+		return
+	}
+	close(m.admitted)
 }
 
 func (m *member) sendClose(code int, reason string) {
@@ -136,15 +204,7 @@ func (r *Relay) serveConn(c *websocket.Conn, roomID string, hello bool, since re
 		admitted:   make(chan struct{}),
 	}
 	if err := r.join(m, roomID); err != nil {
-		// Drain began, or the room filled up, between the upgrade check
-		// and the join.
-		code, text := closeGoingAway, "going away"
-		switch {
-		case errors.Is(err, errRoomFull):
-			code, text = closeTryAgainLater, "room full"
-		case errors.Is(err, errBusDown):
-			code, text = closeServiceRestart, "bus unavailable"
-		}
+		code, text := joinRefusal(err)
 		_ = c.WriteControl(websocket.CloseMessage,
 			websocket.FormatCloseMessage(code, text), time.Now().Add(m.wt))
 		_ = c.Close()
@@ -162,6 +222,19 @@ func (r *Relay) serveConn(c *websocket.Conn, roomID string, hello bool, since re
 	<-m.writerDone
 }
 
+// joinRefusal is the close code and reason for a join refused by err:
+// drain began, or the room filled up, or the bus went down, between the
+// upgrade check and the join.
+func joinRefusal(err error) (int, string) {
+	switch {
+	case errors.Is(err, errRoomFull):
+		return closeTryAgainLater, "room full"
+	case errors.Is(err, errBusDown):
+		return closeServiceRestart, "bus unavailable"
+	}
+	return closeGoingAway, "going away"
+}
+
 // pumpReads reads m's messages and commits each to the room log, which
 // publishes it to every replica; it acknowledges each to a relay.v1 sender
 // and hands it to the room's delivery goroutine. A text message that is not
@@ -174,7 +247,6 @@ func (r *Relay) serveConn(c *websocket.Conn, roomID string, hello bool, since re
 // written before the connection ends.
 func (r *Relay) pumpReads(m *member) {
 	m.conn.SetReadLimit(r.opt.MaxMessage)
-	rm := m.room
 	for {
 		typ, data, err := m.conn.ReadMessage()
 		if err != nil {
@@ -184,32 +256,39 @@ func (r *Relay) pumpReads(m *member) {
 			}
 			return
 		}
-		if m.kicked.Load() {
-			continue // closing: read on until the client answers the close
-		}
-		// ReadMessage assembled the fragments, so a code point split
-		// across two of them is checked whole.
-		if typ == websocket.TextMessage && !utf8.Valid(data) {
-			if n := r.invalidText.Add(1); n&(n-1) == 0 { // bounded log volume
-				r.log.Info("closed client for a text message that is not UTF-8", "client", m.id, "room", rm.id, "bytes", len(data), "invalid_text", n)
-			}
-			m.kick(closeInvalidPayload, "text message is not valid UTF-8")
-			continue // read on until the client answers the close
-		}
-		env := appendEnvelope(make([]byte, 0, envelopeHeader+len(data)), r.origin, m.id, typ, data)
-		ctx, cancel := context.WithTimeout(r.ctx, logTimeout)
-		pos, err := r.roomLog.Append(ctx, rm.id, env)
-		cancel()
-		if err != nil {
-			r.countLogError("append", rm.id, err)
-			m.kick(websocket.CloseInternalServerErr, "room log unavailable")
-			continue
-		}
-		if m.v1 {
-			r.enqueue(m, v1Frame(relayclient.KindAck, 0, pos.Offset, nil))
-		}
-		rm.push(roomlog.Entry{Epoch: pos.Epoch, Offset: pos.Offset, Data: env})
+		r.onMessage(m, typ, data)
 	}
+}
+
+// onMessage handles a message m sent, whole (its fragments assembled), as
+// pumpReads describes.
+func (r *Relay) onMessage(m *member, typ int, data []byte) {
+	rm := m.room
+	if m.kicked.Load() {
+		return // closing: read on until the client answers the close
+	}
+	// The fragments are assembled, so a code point split across two of
+	// them is checked whole.
+	if typ == websocket.TextMessage && !utf8.Valid(data) {
+		if n := r.invalidText.Add(1); n&(n-1) == 0 { // bounded log volume
+			r.log.Info("closed client for a text message that is not UTF-8", "client", m.id, "room", rm.id, "bytes", len(data), "invalid_text", n)
+		}
+		m.kick(closeInvalidPayload, "text message is not valid UTF-8")
+		return // read on until the client answers the close
+	}
+	env := appendEnvelope(make([]byte, 0, envelopeHeader+len(data)), r.origin, m.id, typ, data)
+	ctx, cancel := context.WithTimeout(r.ctx, logTimeout)
+	pos, err := r.roomLog.Append(ctx, rm.id, env)
+	cancel()
+	if err != nil {
+		r.countLogError("append", rm.id, err)
+		m.kick(websocket.CloseInternalServerErr, "room log unavailable")
+		return
+	}
+	if m.v1 {
+		r.enqueue(m, v1Frame(relayclient.KindAck, 0, pos.Offset, nil))
+	}
+	rm.push(roomlog.Entry{Epoch: pos.Epoch, Offset: pos.Offset, Data: env})
 }
 
 type hello struct {

@@ -351,7 +351,7 @@ func (r *Relay) Close(ctx context.Context) error {
 	r.draining.Store(true)
 	r.mu.Lock()
 	for _, m := range r.members {
-		_ = m.conn.Close()
+		m.cut()
 	}
 	r.mu.Unlock()
 	r.cancel()

@@ -415,7 +415,7 @@ func firstAfter(entries []roomlog.Entry, after uint64) uint64 {
 // replay, LIVE for relay.v1; the retained history for plain members) and
 // makes it a receiver of everything after rm.last.
 func (r *Relay) admit(rm *room, m *member) {
-	defer close(m.admitted)
+	defer m.markAdmitted()
 	rm.mu.RLock()
 	gone := m.gone
 	rm.mu.RUnlock()
@@ -561,22 +561,8 @@ func (r *Relay) fanout(rm *room, e roomlog.Entry, patience time.Time, v1Only boo
 		if !ok {
 			continue
 		}
-		if wait := time.Until(patience); wait > 0 && !p.kicked.Load() {
-			select {
-			case p.queue <- msg:
-				continue
-			default:
-			}
-			t := time.NewTimer(wait)
-			select {
-			case p.queue <- msg:
-				t.Stop()
-				continue
-			case <-p.done:
-				t.Stop()
-				continue
-			case <-t.C:
-			}
+		if time.Until(patience) > 0 && !p.kicked.Load() && p.offerUntil(msg, patience) {
+			continue
 		}
 		r.enqueue(p, msg)
 	}
@@ -609,12 +595,8 @@ func (r *Relay) toV1(rm *room, msg outMsg) {
 // enqueue puts msg on p's send queue, or closes p as a slow consumer when the
 // queue is full.
 func (r *Relay) enqueue(p *member, msg outMsg) {
-	select {
-	case p.queue <- msg:
-	default:
-		if p.kick(closeTryAgainLater, "slow consumer") {
-			r.slowClosed.Add(1)
-			r.log.Info("closed slow consumer", "client", p.id, "room", p.room.id, "queue", cap(p.queue))
-		}
+	if !p.offer(msg) && p.kick(closeTryAgainLater, "slow consumer") {
+		r.slowClosed.Add(1)
+		r.log.Info("closed slow consumer", "client", p.id, "room", p.room.id, "queue", r.opt.SendQueue)
 	}
 }
