@@ -9,11 +9,13 @@ PKGS ?= ./...
 # The tunnel package runs twice more: on its goroutine engine, and with its
 # clients over TLS (which run on that engine: its use in production); the
 # gateway's HTTP/2 node tests run again on the goroutine engine, which
-# carries a TLS client's tunnel to an HTTP/2 node.
+# carries a TLS client's tunnel to an HTTP/2 node, and the HTTP/2 client's
+# with its connections read the way a poller reads them.
 test: deps
 	$(GO) test -race -shuffle=on -count=1 -timeout 12m $(PKGS)
 	WSGATE_TUNNEL_ENGINE=goroutines $(GO) test -race -shuffle=on -count=1 ./gateway/internal/tunnel
 	WSGATE_TUNNEL_ENGINE=goroutines $(GO) test -race -shuffle=on -count=1 -run '^TestH2' ./gateway
+	WSGATE_H2_POLL=1 $(GO) test -race -shuffle=on -count=1 ./gateway/internal/upstream/h2
 	WSGATE_TUNNEL_TLS=1 $(GO) test -race -shuffle=on -count=1 ./gateway/internal/tunnel
 
 # demo runs the gateway in front of two in-process relay replicas.

@@ -177,6 +177,9 @@ type Conn struct {
 	detach func()
 	pfd    int
 	rb     []byte
+	// pollEnds counts fail and PollDetached: readDone closes at the
+	// second, once the connection has failed and the poller let go.
+	pollEnds atomic.Int32
 }
 
 // Handshake starts HTTP/2 with prior knowledge on nc (RFC 9113 section
@@ -409,20 +412,22 @@ func (c *Conn) onFrame(f http2.Frame, err error) error {
 
 // endRead ends the connection for err, which its reader met: a
 // connection error of this side's finding is announced by GOAWAY first.
-// On a poller the GOAWAY goes only if the socket takes it at once.
+// A poller, which must not wait for the write, leaves both to a goroutine.
 func (c *Conn) endRead(err error) {
 	var ce connError
-	if errors.As(err, &ce) {
-		goAway := func(fr *http2.Framer) error { return fr.WriteGoAway(0, ce.Code, nil) }
-		if c.pfd >= 0 {
-			if c.queueFrames(goAway) == nil {
-				c.flushNB()
-			}
-		} else {
-			c.writeFrames(goAway)
-		}
+	if !errors.As(err, &ce) {
+		c.fail(err)
+		return
 	}
-	c.fail(err)
+	goAway := func() {
+		c.writeFrames(func(fr *http2.Framer) error { return fr.WriteGoAway(0, ce.Code, nil) })
+		c.fail(err)
+	}
+	if c.pfd >= 0 {
+		go goAway()
+		return
+	}
+	goAway()
 }
 
 // handle acts on one frame; an error is the connection's end.
@@ -859,7 +864,8 @@ func (c *Conn) fail(err error) {
 	detach := c.detach
 	c.mu.Unlock()
 	if detach != nil {
-		detach() // the poller closes its descriptor, then readDone
+		detach() // the poller closes its descriptor (see PollDetached)
+		c.pollEnded()
 	}
 	c.nc.Close()
 }

@@ -53,7 +53,7 @@ func newFakeNode(t testing.TB, cfg Config, settings ...http2.Setting) (*Conn, *f
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	c, err := Handshake(ctx, client, cfg)
+	c, err := testHandshake(ctx, client, cfg)
 	if err != nil {
 		return nil, n, err
 	}

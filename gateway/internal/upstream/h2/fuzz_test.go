@@ -120,7 +120,7 @@ func FuzzNodeFrames(f *testing.F) {
 		nc := newScriptConn(preface, script)
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
-		c, err := Handshake(ctx, nc, Config{StreamWindow: 1 << 14, MaxHeaderBytes: 4096, MaxBody: 100})
+		c, err := testHandshake(ctx, nc, Config{StreamWindow: 1 << 14, MaxHeaderBytes: 4096, MaxBody: 100})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -170,14 +170,22 @@ func frameGroupEnd(b []byte) (end, need int) {
 
 // PollDetached is called on the poller once it has let go of the
 // connection and closed its descriptor; err, when not nil, is why it
-// could not take it, and ends the connection.
+// could not take it, and ends the connection. Done is closed once the
+// connection has failed too (a GOAWAY may still be on its way).
 func (c *Conn) PollDetached(err error) {
 	c.pfd = -1
 	c.rb = nil
 	if err != nil {
 		c.fail(fmt.Errorf("h2: poller: %w", err))
 	}
-	close(c.readDone)
+	c.pollEnded()
+}
+
+// pollEnded closes readDone at its second call, from fail or PollDetached.
+func (c *Conn) pollEnded() {
+	if c.pollEnds.Add(1) == 2 {
+		close(c.readDone)
+	}
 }
 
 // flushNB writes what is queued now, without blocking, on the poller of a

@@ -56,7 +56,7 @@ func dialNode(t *testing.T, addr string, cfg Config) *Conn {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	c, err := Handshake(ctx, nc, cfg)
+	c, err := testHandshake(ctx, nc, cfg)
 	if err != nil {
 		t.Fatalf("handshake: %v", err)
 	}
