@@ -59,8 +59,10 @@ type PolledConn interface {
 	// PollRead is called on the poller's goroutine whenever the
 	// connection's socket may be readable, with the poller's descriptor
 	// of it: it reads fd without blocking until it has nothing more, acts
-	// on what came, and reports false once the connection has ended.
-	PollRead(fd int) bool
+	// on what came, and reports false once the connection has ended. A
+	// read that fills less than its buffer may end it, unless drain says
+	// the peer hung up (whose end of stream raises no event of its own).
+	PollRead(fd int, drain bool) bool
 	// PollDetached is called on the poller's goroutine once the poller
 	// has let go of the connection and closed its descriptor; err, when
 	// not nil, is why it could not take it.

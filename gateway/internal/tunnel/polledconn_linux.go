@@ -77,7 +77,7 @@ func (p *poller) watchConn(c *polledConn) {
 		return
 	}
 	p.conns[i], c.idx = c, i
-	p.connRead(c)
+	p.connRead(c, true)
 }
 
 // connEvent handles an epoll event for a polled connection.
@@ -85,16 +85,16 @@ func (p *poller) connEvent(ev *unix.EpollEvent) {
 	i := -2 - ev.Fd
 	if int(i) < len(p.conns) {
 		if c := p.conns[i]; c != nil {
-			p.connRead(c)
+			p.connRead(c, ev.Events&(unix.EPOLLRDHUP|unix.EPOLLHUP|unix.EPOLLERR) != 0)
 		}
 	}
 }
 
 // connRead has c read its socket. The streams it wakes are queued to be
 // seen to in this pass without a wake-up of the poller's own (see poke).
-func (p *poller) connRead(c *polledConn) {
+func (p *poller) connRead(c *polledConn, drain bool) {
 	p.setInline(true)
-	ok := c.pc.PollRead(c.fd)
+	ok := c.pc.PollRead(c.fd, drain)
 	p.setInline(false)
 	if !ok {
 		p.forgetConn(c, nil)

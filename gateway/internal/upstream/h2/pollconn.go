@@ -58,8 +58,11 @@ const (
 // goroutine, it reads fd, its descriptor of the connection's socket,
 // until the socket has nothing more, and acts on every complete frame. It
 // reports false once the connection has ended: the poller then lets go of
-// it.
-func (c *Conn) PollRead(fd int) bool {
+// it. A read that fills less than the buffer took everything there was
+// (the short-read rule of an edge-triggered poller: later bytes raise a
+// new event), so PollRead stops there unless drain says the peer hung up,
+// whose end of stream raises no event of its own.
+func (c *Conn) PollRead(fd int, drain bool) bool {
 	if c.pfd < 0 {
 		c.pfd = fd
 		// What the handshake's reader took in past the node's SETTINGS
@@ -80,6 +83,7 @@ func (c *Conn) PollRead(fd int) bool {
 			// handleBuffered grew it for a frame larger than it is.
 			c.rb = append(c.rb, make([]byte, pollReadSize)...)[:len(c.rb)]
 		}
+		room := cap(c.rb) - len(c.rb)
 		n, err := rawio.Read(fd, c.rb[len(c.rb):cap(c.rb)])
 		switch {
 		case n > 0:
@@ -87,6 +91,9 @@ func (c *Conn) PollRead(fd int) bool {
 			if err := c.handleBuffered(); err != nil {
 				c.endRead(err)
 				return false
+			}
+			if n < room && !drain {
+				return true
 			}
 			continue
 		case err == unix.EAGAIN:

@@ -52,7 +52,7 @@ func goroutinePoller(nc net.Conn, c *Conn) (any, func()) {
 		return nil, nil
 	}
 	go func() {
-		rc.Read(func(fd uintptr) bool { return !c.PollRead(int(fd)) })
+		rc.Read(func(fd uintptr) bool { return !c.PollRead(int(fd), true) })
 		// Ended, or let go of (the deadline below): close, then say so.
 		f.Close()
 		c.PollDetached(nil)
