@@ -244,7 +244,10 @@ func TestH2RefusalsAsHTTP1(t *testing.T) {
 // join is answered 503 with Retry-After, and the old connection closes
 // once its streams have ended.
 func TestH2Drain(t *testing.T) {
-	s := startRelay(t, relay.Options{DrainWindow: 100 * time.Millisecond})
+	// The clients answer the close but never end their streams: the
+	// relay resets them WriteTimeout after its close, within the test's
+	// wait for the connection to close.
+	s := startRelay(t, relay.Options{DrainWindow: 100 * time.Millisecond, WriteTimeout: time.Second})
 	hc := dialH2(t, s)
 	a, _ := joinH2(t, hc, "d", true)
 	b, _ := joinH2(t, hc, "d", true)

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/fasthttp/websocket"
+	"golang.org/x/net/http2"
 
 	"github.com/wsgate/wsgate/internal/wsframe"
 	"github.com/wsgate/wsgate/relay-backend/internal/h2client"
@@ -317,4 +318,75 @@ func TestH2PubSubInterrupted(t *testing.T) {
 		i := r2.Info()
 		return i.Resubscribes > 0 && i.Repairs > 0
 	})
+}
+
+// TestH2KickCutsTheBatchInFlight: a member over HTTP/2 kicked as a slow
+// consumer while its writer is writing a batch (the queue it took at
+// once) gets its close after at most the chunk in hand, as a kicked
+// HTTP/1.1 writer stops after the message in hand; it does not first get
+// the whole batch, which a client trickling window would make last many
+// times WriteTimeout while the member keeps its place in the room.
+func TestH2KickCutsTheBatchInFlight(t *testing.T) {
+	s := startRelay(t, relay.Options{SendQueue: 64, WriteTimeout: time.Second})
+	hc := dialH2(t, s)
+	slow, _ := joinH2(t, hc, "trickle", true)
+	watch, _ := dial(t, s, "trickle", false)
+	fast, _ := dial(t, s, "trickle", false)
+	st := h2client.StreamOf(slow)
+	st.Freeze(true)
+	grant := func(n uint32) {
+		_ = hc.WriteFrames(func(fr *http2.Framer) error { return fr.WriteWindowUpdate(st.ID(), n) })
+	}
+	payload := bytes.Repeat([]byte("x"), 16<<10)
+	sent := 0
+	sendSeen := func(k int) { // send k messages, and see them reach the watcher
+		for range k {
+			send(t, fast, websocket.BinaryMessage, payload)
+			sent++
+			read(t, watch)
+		}
+	}
+	// 4 fill the initial 64 KiB window, the 5th blocks the writer, 60
+	// queue; a window for 4 more lets the writer take the 60 as a batch.
+	sendSeen(5 + 60)
+	grant(64 << 10)
+	time.Sleep(50 * time.Millisecond)
+	stop := make(chan struct{})
+	trickling := make(chan struct{})
+	go func() { // a client that reads, slowly: 32 KiB at a time
+		defer close(trickling)
+		for {
+			select {
+			case <-stop:
+				return
+			case <-time.After(100 * time.Millisecond):
+			}
+			grant(32 << 10)
+		}
+	}()
+	for s.Info().SlowClosed == 0 {
+		if sent > 1000 {
+			t.Fatal("no slow-consumer close")
+		}
+		sendSeen(1)
+	}
+	got := 0
+	for {
+		_ = slow.SetReadDeadline(time.Now().Add(ioTimeout))
+		_, _, err := slow.ReadMessage()
+		if err != nil {
+			if !websocket.IsCloseError(err, websocket.CloseTryAgainLater) {
+				t.Fatalf("after %d messages: %v, want close 1013", got, err)
+			}
+			break
+		}
+		got++
+	}
+	close(stop)
+	<-trickling
+	t.Logf("the kicked member got %d of the %d messages sent before its close", got, sent)
+	if got >= 5+60 {
+		t.Fatalf("the kicked member got %d messages before its close: the batch in flight went whole", got)
+	}
+	waitFor(t, "the kicked member to leave", func() bool { return s.Info().Connections == 2 })
 }

@@ -34,16 +34,20 @@ type h2Member struct {
 	signals atomic.Int64
 	fr      *frameReader // the reader's; nil between messages
 
-	mu         sync.Mutex
-	queue      []outMsg // messages to send, grown as needed
-	pong       []byte   // a pong to send: the latest ping's payload
-	closeMsg   []byte   // the close frame's payload once one is to be sent
-	closeSent  bool     // the close frame was taken: nothing more is sent
-	writing    bool     // a writer runs
-	admitted   bool     // m.preamble is set (or m was refused): in place of m.admitted
-	started    bool     // the hello and the preamble were taken
-	readDone   bool     // the reader finished: end the stream after the close
-	streamDone bool     // the stream was closed
+	mu       sync.Mutex
+	queue    []outMsg // messages to send, grown as needed
+	pong     []byte   // a pong to send: the latest ping's payload
+	closeMsg []byte   // the close frame's payload once one is to be sent
+	// closing is set with closeMsg: a batch the writer is writing stops
+	// at its next chunk, so the close does not wait behind it (a kicked
+	// writer over HTTP/1.1 stops after the message in hand).
+	closing    atomic.Bool
+	closeSent  bool // the close frame was taken: nothing more is sent
+	writing    bool // a writer runs
+	admitted   bool // m.preamble is set (or m was refused): in place of m.admitted
+	started    bool // the hello and the preamble were taken
+	readDone   bool // the reader finished: end the stream after the close
+	streamDone bool // the stream was closed
 	space      chan struct{}
 	linger     *time.Timer // cuts the stream if the client does not answer a close
 }
@@ -201,6 +205,7 @@ func (h *h2Member) finish() {
 	if h.linger != nil {
 		h.linger.Stop()
 	}
+	h.signalSpaceLocked()
 	h.startWriterLocked()
 	h.mu.Unlock()
 }
@@ -211,10 +216,20 @@ func (h *h2Member) closeWith(payload []byte) {
 	h.mu.Lock()
 	if h.closeMsg == nil {
 		h.closeMsg = payload
+		h.closing.Store(true)
 		h.queue, h.pong = nil, nil
+		h.signalSpaceLocked() // a pushUntil waiting for room is done
 		h.startWriterLocked()
 	}
 	h.mu.Unlock()
+}
+
+// signalSpaceLocked wakes a pushUntil waiting for room: there is some,
+// or the member takes nothing more. Called with h.mu held.
+func (h *h2Member) signalSpaceLocked() {
+	if h.space != nil {
+		wake.Signal(h.space)
+	}
 }
 
 // cut ends the stream now, as closing the connection of a member over
@@ -352,8 +367,9 @@ func (h *h2Member) runWrites() {
 		}
 		if err != nil {
 			h.writing = false
-		} else if h.space != nil && queued > 0 {
-			wake.Signal(h.space)
+			h.signalSpaceLocked()
+		} else if queued > 0 {
+			h.signalSpaceLocked()
 		}
 		h.mu.Unlock()
 		if err != nil {
@@ -381,6 +397,9 @@ func (h *h2Member) write(msgs []outMsg) error {
 		}
 	}()
 	for i, msg := range msgs {
+		if msg.typ != websocket.CloseMessage && h.closing.Load() {
+			return nil // kicked: the close goes next
+		}
 		buf = appendFrame(buf, msg)
 		if len(buf) < maxWriteChunk && i < len(msgs)-1 {
 			continue
