@@ -303,8 +303,12 @@ func (h *half) readSrc() {
 		}
 		n, err := h.readNB(buf)
 		if n > 0 {
-			if n < len(buf) && !h.hup && !h.urgent {
-				h.readable = false // the short-read rule
+			// The short-read rule; not for a node stream, whose end
+			// may have been announced with its last bytes and raises
+			// no notification of its own (and whose read costs no
+			// system call): it is read until it has nothing.
+			if n < len(buf) && !h.hup && !h.urgent && !(h.toClient && t.ns != nil) {
+				h.readable = false
 			}
 			h.forward(p.out, buf[:n])
 			continue

@@ -58,11 +58,13 @@ type polledStream struct {
 type PolledConn interface {
 	// PollRead is called on the poller's goroutine whenever the
 	// connection's socket may be readable, with the poller's descriptor
-	// of it: it reads fd without blocking until it has nothing more, acts
-	// on what came, and reports false once the connection has ended. A
-	// read that fills less than its buffer may end it, unless drain says
-	// the peer hung up (whose end of stream raises no event of its own).
-	PollRead(fd int, drain bool) bool
+	// of it: it reads fd without blocking and acts on what came, until
+	// the socket has nothing more (a read that fills less than its buffer
+	// may say so, unless drain says the peer hung up, whose end of stream
+	// raises no event of its own) or its budget of reads is spent, when
+	// more asks to be called again after the poller's other work. ok is
+	// false once the connection has ended.
+	PollRead(fd int, drain bool) (ok, more bool)
 	// PollDetached is called on the poller's goroutine once the poller
 	// has let go of the connection and closed its descriptor; err, when
 	// not nil, is why it could not take it.

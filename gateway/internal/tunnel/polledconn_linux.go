@@ -42,6 +42,8 @@ type polledConn struct {
 	fd   int
 	idx  int32 // its index in the poller's conns; -1 while it has none
 	gone bool  // let go of: fd is closed
+	// again: queued in againConns, to be read on with drain.
+	again, drain bool
 }
 
 // connEvents are the events a polled connection's socket is registered
@@ -94,11 +96,31 @@ func (p *poller) connEvent(ev *unix.EpollEvent) {
 // seen to in this pass without a wake-up of the poller's own (see poke).
 func (p *poller) connRead(c *polledConn, drain bool) {
 	p.setInline(true)
-	ok := c.pc.PollRead(c.fd, drain)
+	ok, more := c.pc.PollRead(c.fd, drain)
 	p.setInline(false)
-	if !ok {
+	switch {
+	case !ok:
 		p.forgetConn(c, nil)
+	case more && !c.again:
+		// Its budget is spent with bytes still there: read on after
+		// the events at hand, as a tunnel's source is (see later).
+		c.again, c.drain = true, drain
+		p.againConns = append(p.againConns, c)
 	}
+}
+
+// readConnsAgain reads on the connections queued by connRead.
+func (p *poller) readConnsAgain() {
+	list := p.againConns
+	p.againConns = p.spareConns[:0]
+	for i, c := range list {
+		c.again = false
+		if !c.gone {
+			p.connRead(c, c.drain)
+		}
+		list[i] = nil
+	}
+	p.spareConns = list[:0]
 }
 
 // setInline marks the poller as reading a polled connection: a poke then

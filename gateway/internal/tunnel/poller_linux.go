@@ -68,6 +68,9 @@ type poller struct {
 	// a read of one of them woke, to be seen to in this pass.
 	conns        []*polledConn
 	pokedPending bool
+	// againConns holds the connections whose read budget ran out with
+	// bytes still waiting (see connRead).
+	againConns, spareConns []*polledConn
 
 	mu    sync.Mutex
 	queue []func()
@@ -267,13 +270,14 @@ func (p *poller) ready(uintptr) bool {
 		p.runQueue()
 		p.runTimers()
 		p.readAgain()
+		p.readConnsAgain()
 		p.kickStreams()
 		p.compact()
 		// Every registration is edge-triggered, so a wait that did not
 		// fill the events left nothing ready behind (but the halves to
 		// read on): the next edge makes the descriptor readable for the
 		// runtime's poller.
-		if n < len(p.events) && len(p.again) == 0 && !p.pokedPending {
+		if n < len(p.events) && len(p.again) == 0 && len(p.againConns) == 0 && !p.pokedPending {
 			break
 		}
 	}

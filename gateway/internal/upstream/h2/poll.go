@@ -36,7 +36,7 @@ func (s *Stream) ReadNB(p []byte) (int, error) {
 	n, inc, err, _ := s.readLocked(p)
 	c.mu.Unlock()
 	if inc > 0 {
-		c.queueFrames(func(fr *http2.Framer) error { return fr.WriteWindowUpdate(s.id, inc) })
+		c.queueFrames(s.windowUpdate(inc))
 	}
 	return n, err
 }

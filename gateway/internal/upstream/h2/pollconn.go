@@ -55,14 +55,17 @@ const (
 )
 
 // PollRead is a polled connection's reader (see Poller): on the poller's
-// goroutine, it reads fd, its descriptor of the connection's socket,
-// until the socket has nothing more, and acts on every complete frame. It
-// reports false once the connection has ended: the poller then lets go of
-// it. A read that fills less than the buffer took everything there was
-// (the short-read rule of an edge-triggered poller: later bytes raise a
-// new event), so PollRead stops there unless drain says the peer hung up,
-// whose end of stream raises no event of its own.
-func (c *Conn) PollRead(fd int, drain bool) bool {
+// goroutine, it reads fd, its descriptor of the connection's socket, and
+// acts on every complete frame, until the socket has nothing more or
+// pollReadBudget reads filled the buffer: then more says to call it again
+// once the poller has seen to its other work, so that a node that keeps
+// its socket full cannot hold the poller's other tunnels. ok is false once
+// the connection has ended: the poller then lets go of it. A read that
+// fills less than the buffer took everything there was (the short-read
+// rule of an edge-triggered poller: later bytes raise a new event), so
+// PollRead stops there unless drain says the peer hung up, whose end of
+// stream raises no event of its own.
+func (c *Conn) PollRead(fd int, drain bool) (ok, more bool) {
 	if c.pfd < 0 {
 		c.pfd = fd
 		// What the handshake's reader took in past the node's SETTINGS
@@ -75,14 +78,10 @@ func (c *Conn) PollRead(fd int, drain bool) bool {
 		c.src.br = nil
 		if err := c.handleBuffered(); err != nil {
 			c.endRead(err)
-			return false
+			return false, false
 		}
 	}
-	for {
-		if len(c.rb) == cap(c.rb) {
-			// handleBuffered grew it for a frame larger than it is.
-			c.rb = append(c.rb, make([]byte, pollReadSize)...)[:len(c.rb)]
-		}
+	for range pollReadBudget {
 		room := cap(c.rb) - len(c.rb)
 		n, err := rawio.Read(fd, c.rb[len(c.rb):cap(c.rb)])
 		switch {
@@ -90,51 +89,59 @@ func (c *Conn) PollRead(fd int, drain bool) bool {
 			c.rb = c.rb[:len(c.rb)+n]
 			if err := c.handleBuffered(); err != nil {
 				c.endRead(err)
-				return false
+				return false, false
 			}
 			if n < room && !drain {
-				return true
+				return true, false
 			}
 			continue
 		case err == unix.EAGAIN:
-			return true
+			return true, false
 		case err == nil:
 			err = io.EOF
 		}
 		c.endRead(err)
-		return false
+		return false, false
 	}
+	return true, true
 }
+
+// pollReadBudget is how many reads one PollRead makes before it lets the
+// poller turn to its other work (as its tunnels' sources get).
+const pollReadBudget = 16
 
 // handleBuffered acts on every complete frame in rb and keeps the rest
 // at its front, with room for the next frame whole.
 func (c *Conn) handleBuffered() error {
-	off := 0
+	off, keep := 0, 0
 	for {
 		end, need := frameGroupEnd(c.rb[off:])
 		if end == 0 {
 			if need > maxHeaderGroup+frameHeaderLen {
 				return connError{http2.ErrCodeEnhanceYourCalm, "header block larger than 64 KiB before decoding"}
 			}
-			if need > cap(c.rb)-off {
-				grown := make([]byte, len(c.rb)-off, need)
+			if need > cap(c.rb) {
+				grown := make([]byte, len(c.rb)-off, max(need, 2*cap(c.rb)))
 				copy(grown, c.rb[off:])
 				c.rb = grown
 				return nil
 			}
+			keep = need
 			break
 		}
 		c.src.b = c.rb[off : off+end]
 		err := c.onFrame(c.fr.ReadFrame())
+		// What the Framer read: a stream error may stop it inside a
+		// header block, and the rest is read next as readLoop would.
+		off += end - len(c.src.b)
 		c.src.b = nil
 		if err != nil {
 			return err
 		}
-		off += end
 	}
 	n := copy(c.rb, c.rb[off:])
 	c.rb = c.rb[:n]
-	if cap(c.rb) > pollReadSize && n <= pollReadSize {
+	if cap(c.rb) > pollReadSize && n <= pollReadSize && keep <= pollReadSize {
 		// A large frame came and went: back to the usual buffer.
 		c.rb = append(make([]byte, 0, pollReadSize), c.rb...)
 	}

@@ -52,7 +52,13 @@ func goroutinePoller(nc net.Conn, c *Conn) (any, func()) {
 		return nil, nil
 	}
 	go func() {
-		rc.Read(func(fd uintptr) bool { return !c.PollRead(int(fd), true) })
+		rc.Read(func(fd uintptr) bool {
+			ok, more := c.PollRead(int(fd), true)
+			for ok && more {
+				ok, more = c.PollRead(int(fd), true)
+			}
+			return !ok
+		})
 		// Ended, or let go of (the deadline below): close, then say so.
 		f.Close()
 		c.PollDetached(nil)

@@ -108,6 +108,10 @@ func (s *Stream) finishLocked(err error) {
 		return
 	}
 	s.ended = true
+	// It waits for nothing any more: a stream that ended waiting for the
+	// connection's window would hold every other at its StreamSendLimit.
+	s.waitWindowLocked(false)
+	s.wantWrite = false
 	if s.linger != nil {
 		s.linger.Stop()
 	}
@@ -144,7 +148,7 @@ func (s *Stream) Read(p []byte) (int, error) {
 		c.mu.Unlock()
 		if ready {
 			if inc > 0 {
-				c.sendFrames(func(fr *http2.Framer) error { return fr.WriteWindowUpdate(s.id, inc) })
+				c.sendFrames(s.windowUpdate(inc))
 			}
 			return n, err
 		}
@@ -316,7 +320,13 @@ func (s *Stream) waitWindowLocked(waiting bool) {
 		return
 	}
 	if c.windowWaiters--; c.windowWaiters == 0 {
-		c.wakeWritersLocked()
+		// Not s itself: it is the one leaving, and waking it would
+		// have it wait again at once, and so on.
+		for _, o := range c.streams {
+			if o != s {
+				o.wakeWriter()
+			}
+		}
 	}
 }
 
@@ -343,6 +353,27 @@ func (s *Stream) writable(n int) error {
 	return err
 }
 
+// openLocked reports, under qmu, whether the stream may still have frames
+// queued: no RST_STREAM was queued for it (resetStream ends the stream and
+// queues its RST_STREAM in one hold of qmu), so nothing queued now can
+// follow one. It takes c.mu.
+func (s *Stream) openLocked() bool {
+	s.c.mu.Lock()
+	defer s.c.mu.Unlock()
+	return s.err == nil
+}
+
+// windowUpdate returns the queueing of a WINDOW_UPDATE of inc for the
+// stream, dropped if the stream was reset meanwhile.
+func (s *Stream) windowUpdate(inc uint32) func(fr *http2.Framer) error {
+	return func(fr *http2.Framer) error {
+		if !s.openLocked() {
+			return nil
+		}
+		return fr.WriteWindowUpdate(s.id, inc)
+	}
+}
+
 // CloseWrite sends END_STREAM: this side sends nothing more, the node may
 // (RFC 9113 section 5.1, "half-closed (local)"). Read goes on until the
 // node ends its side. The frame is queued for the connection's flusher:
@@ -357,7 +388,12 @@ func (s *Stream) CloseWrite() error {
 	s.localEnded = true
 	wake.Signal(s.wwake)
 	c.mu.Unlock()
-	err := c.queueFrames(func(fr *http2.Framer) error { return fr.WriteData(s.id, true, nil) })
+	err := c.queueFrames(func(fr *http2.Framer) error {
+		if !s.openLocked() {
+			return nil // reset meanwhile: its RST_STREAM is queued, nothing may follow
+		}
+		return fr.WriteData(s.id, true, nil)
+	})
 	c.mu.Lock()
 	// Counted until END_STREAM is queued, ahead of any stream opened
 	// after, so that a new stream never exceeds the node's limit.
@@ -397,7 +433,7 @@ func (s *Stream) Close() error {
 	}
 	c.mu.Unlock()
 	if inc > 0 {
-		c.sendFrames(func(fr *http2.Framer) error { return fr.WriteWindowUpdate(s.id, inc) })
+		c.sendFrames(s.windowUpdate(inc))
 	}
 	return s.CloseWrite()
 }
