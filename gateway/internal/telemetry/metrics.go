@@ -175,7 +175,7 @@ func NewMetrics(live Live) *Metrics {
 	}, []string{"result"})
 	m.TunnelStarts = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "wsgate_tunnels_started_total",
-		Help: "Tunnels started, by the engine that runs them: epoll (the event loops of gateway.pollers) or goroutines (a TLS client's tunnel, a tunnel to a TLS node or to an h2 pool's node, or every tunnel with gateway.tunnel_engine = \"goroutines\").",
+		Help: "Tunnels started, by the engine that runs them: epoll (the event loops of gateway.pollers) or goroutines (a TLS client's tunnel, a tunnel to a TLS node of an http1 pool, or every tunnel with gateway.tunnel_engine = \"goroutines\"); a tunnel to an h2 pool's node runs on the event loops.",
 	}, []string{"engine"})
 	m.RebalanceMoves = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "wsgate_rebalance_moves_total",
