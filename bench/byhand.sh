@@ -3,6 +3,7 @@
 #
 #   bench/byhand.sh idle9000     9,000 idle through one gateway to two relays, 10-minute hold
 #   bench/byhand.sh idle50000    50,000 idle through six gateways to five relays, 60s hold
+#                                (BENCH_HOLD=10m: hold them longer)
 #   bench/byhand.sh drain        relay.v1 fanout through the gateway, relay 1 drained by the admin API
 #   bench/byhand.sh drain-term   the same, relay 1 drained by SIGTERM (its own 1001 drain)
 #   bench/byhand.sh kill         the same, relay 1 killed with SIGKILL
@@ -35,7 +36,7 @@ idle50000) relays=5 gateways=6 ;;
 drain | drain-term | kill) relays=3 gateways=1 ;;
 profile | churn) relays=2 gateways=1 ;;
 *)
-	sed -n '2,17p' "$0"
+	sed -n '2,18p' "$0"
 	exit 2
 	;;
 esac
@@ -591,7 +592,7 @@ churn() {
 status=0
 case $what in
 idle9000) idle 9000 10m 1000 || status=1 ;;
-idle50000) idle 50000 60s 250 || status=1 ;;
+idle50000) idle 50000 "${BENCH_HOLD:-60s}" 250 || status=1 ;;
 drain) chaos drain -drain-url "http://${admin[0]}/api/pools/relay/nodes/${relay[0]}/drain?migrate=1" || status=1 ;;
 drain-term) chaos drain -kill-pid "${relaypid[0]}" -signal TERM || status=1 ;;
 kill) chaos kill -kill-pid "${relaypid[0]}" -signal KILL || status=1 ;;
