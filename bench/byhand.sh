@@ -624,7 +624,8 @@ frozen() {
 	# socket queues (h2q: the gateway's end Recv-Q/Send-Q, the relay's
 	# end Recv-Q/Send-Q, the most over the connections), the
 	# most bytes a client's socket holds unread (Recv-Q) / the gateway's
-	# socket to a client holds unacknowledged (Send-Q), the frames it
+	# socket to a client holds unacknowledged (Send-Q) / the gateway's
+	# socket from a client holds unread (Recv-Q), the frames it
 	# forwarded to clients so far (wsgate_frames_total), and
 	# the wsgate_tunnels_closed_total and wsgate_closes_total series above 0.
 	sample() {
@@ -637,7 +638,7 @@ frozen() {
 				"$(tunnels "${admin[0]}")" "$(joined)" \
 				"$(ss -tnpH state established "( dport = :$rport )" 2>/dev/null | grep -c "pid=${gwpid[0]},")" \
 				"$(ss -tnH state established "( sport = :$rport or dport = :$rport )" | awk -v p=":$rport" '$4 ~ p"$" {if ($1 > gr) gr = $1; if ($2 > gs) gs = $2} $3 ~ p"$" {if ($1 > rr) rr = $1; if ($2 > rs) rs = $2} END {printf "%d/%d,%d/%d", gr, gs, rr, rs}')" \
-				"$(ss -tnH state established "( sport = :$gport or dport = :$gport )" | awk -v p=":$gport" '$4 ~ p"$" && $1 > r {r = $1} $3 ~ p"$" && $2 > s {s = $2} END {printf "%d/%d", r, s}')" \
+				"$(ss -tnH state established "( sport = :$gport or dport = :$gport )" | awk -v p=":$gport" '$4 ~ p"$" && $1 > r {r = $1} $3 ~ p"$" && $2 > s {s = $2} $3 ~ p"$" && $1 > g {g = $1} END {printf "%d/%d/%d", r, s, g}')" \
 				"$(curl -s "http://${admin[0]}/metrics" | awk '$1 == "wsgate_frames_total{direction=\"to_client\"}" {printf "%.0f", $2}')" \
 				"$(curl -s "http://${admin[0]}/metrics" | awk '$1 ~ /^wsgate_(tunnels_closed_total|closes_total)\{/ && $2 > 0 {sub(/^wsgate_/, "", $1); printf "%s=%d ", $1, $2}')"
 			sleep 1
@@ -655,7 +656,7 @@ frozen() {
 		wait "$w" 2>/dev/null || true
 		echo
 		echo "$1: -members $2 -frozen $3 -rate $rate -size $size -duration $dur (every 5th sample and those where a count changed):"
-		awk '{k = $0; sub(/^ *[0-9.]+s /, "", k); sub(/ h2q [0-9\/,]+ unread [0-9]+\/[0-9]+ to_client [0-9]+/, "", k); if (k != prev || NR % 5 == 1) print "  " $0; prev = k}' "$fdir/$1.watch"
+		awk '{k = $0; sub(/^ *[0-9.]+s /, "", k); sub(/ h2q [0-9\/,]+ unread [0-9\/]+ to_client [0-9]+/, "", k); if (k != prev || NR % 5 == 1) print "  " $0; prev = k}' "$fdir/$1.watch"
 		jq -c '{connected, frozen, sent, expected, received, missing: (.expected - .received), delivered, duplicates, out_of_order,
 			dropped_by, p50, p99, max, frozen_received, frozen_ended, frozen_last_sent_ms, passed}' "$fdir/$1.json"
 	}
