@@ -47,7 +47,7 @@ frozen)
 	BENCH_PROTOCOL=${BENCH_PROTOCOL:-h2} BENCH_H2_CONNECTIONS=${BENCH_H2_CONNECTIONS:-1}
 	;;
 *)
-	sed -n '2,21p' "$0"
+	sed -n '2,20p' "$0"
 	exit 2
 	;;
 esac
