@@ -15,6 +15,10 @@
 #                                syscalls (strace -c) and context switches per handshake, and
 #                                a perf profile if it can; BENCH_TARGET=nginx|haproxy: the same
 #                                through that peer (no profile: their binaries are stripped)
+#   bench/byhand.sh frozen       one room of 100 through one gateway whose pool reaches one
+#                                relay over ONE HTTP/2 connection, one member never reading:
+#                                the other 99's delivery and p50/p99 against the same 99
+#                                without it, and what ended the frozen one's tunnel
 #
 # Each starts `benchrun -up` (redis-server, relays and gateways on 127.0.0.1,
 # stopped by benchrun's PID at the end), runs wsload against it and prints
@@ -24,7 +28,8 @@
 # (gateway.tunnel_engine), to compare with the default, epoll; BENCH_POLLERS=N
 # sets the gateways' gateway.pollers (default: the gateway's own);
 # BENCH_PROTOCOL=h2 makes the gateways reach the relays over HTTP/2
-# (pools.protocol). BENCH_GW_ENV='KEY=value ...' adds to the gateways'
+# (pools.protocol), BENCH_H2_CONNECTIONS=N on N connections per relay
+# (pools.h2_connections; frozen: h2 on 1 unless set). BENCH_GW_ENV='KEY=value ...' adds to the gateways'
 # environment (a GODEBUG or GOGC to measure).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -35,8 +40,15 @@ idle9000) relays=2 gateways=1 ;;
 idle50000) relays=5 gateways=6 ;;
 drain | drain-term | kill) relays=3 gateways=1 ;;
 profile | churn) relays=2 gateways=1 ;;
+frozen)
+	# One relay, and its pool over HTTP/2 on one connection, so that every
+	# client's stream shares it (BENCH_PROTOCOL=http1 runs the same over a
+	# socket per client, to compare).
+	relays=1 gateways=1
+	BENCH_PROTOCOL=${BENCH_PROTOCOL:-h2} BENCH_H2_CONNECTIONS=${BENCH_H2_CONNECTIONS:-1}
+	;;
 *)
-	sed -n '2,18p' "$0"
+	sed -n '2,22p' "$0"
 	exit 2
 	;;
 esac
@@ -64,7 +76,7 @@ for kv in "${kvs[@]}"; do gwenv+=(-gateway-env "$kv"); done
 
 dir=$(mktemp -d /tmp/wsgate-byhand-XXXXXX)
 go build -o "$dir/benchrun" ./bench/cmd/benchrun
-"$dir/benchrun" -up -relays "$relays" -gateways "$gateways" -engine "${BENCH_ENGINE:-}" -pollers "${BENCH_POLLERS:-0}" -protocol "${BENCH_PROTOCOL:-}" "${peers[@]}" "${gwenv[@]}" -dir "$dir" >"$dir/up.out" 2>"$dir/up.err" &
+"$dir/benchrun" -up -relays "$relays" -gateways "$gateways" -engine "${BENCH_ENGINE:-}" -pollers "${BENCH_POLLERS:-0}" -protocol "${BENCH_PROTOCOL:-}" -h2-connections "${BENCH_H2_CONNECTIONS:-0}" "${peers[@]}" "${gwenv[@]}" -dir "$dir" >"$dir/up.out" 2>"$dir/up.err" &
 up=$!
 load="" perfpid=""
 stop() {
@@ -589,6 +601,81 @@ churn() {
 	return $fail
 }
 
+# frozen: wsload fanout in one room through gateway 1, twice: the 99
+# members alone (-members 99), then the same 99 and a 100th that joins and
+# never reads its socket again (-members 100 -frozen 1; wsload reads it
+# only after the others closed). One room of 100 makes every message a
+# fan-out whose frames for the frozen member share the one HTTP/2
+# connection with the others': the harsh case. FROZEN_RATE messages per
+# second per member (default 1: 99 x 98 = 9,702 frames/s to the readers),
+# FROZEN_SIZE bytes each (default 2048: the frozen member's 99 x 2 KiB/s
+# fill its socket's receive buffer and the gateway's send buffer toward
+# it, which the kernel grows up to net.ipv4.tcp_wmem's 4 MiB, in about
+# 20s, and only then reach its HTTP/2 stream's 64 KiB window and the
+# relay's queue; at 256 B they never did in 60s), FROZEN_DURATION of
+# sends (default 60s). During each run the
+# gateway's metrics and the relay's members are sampled every second
+# ($dir/frozen/NAME.watch); the lines where a count changed are printed.
+frozen() {
+	local fdir=$dir/frozen rate=${FROZEN_RATE:-1} size=${FROZEN_SIZE:-2048} dur=${FROZEN_DURATION:-60s} fail=0
+	mkdir -p "$fdir"
+	local rport=${relay[0]##*:} gport=${gw[0]##*:}
+	# sample: one line a second until killed: seconds, open tunnels,
+	# the relay's members, the gateway's connections to the relay, their
+	# socket queues (h2q: the gateway's end Recv-Q/Send-Q, the relay's
+	# end Recv-Q/Send-Q, the most over the connections), the
+	# most bytes a client's socket holds unread (Recv-Q) / the gateway's
+	# socket to a client holds unacknowledged (Send-Q) / the gateway's
+	# socket from a client holds unread (Recv-Q), the frames it
+	# forwarded to clients so far (wsgate_frames_total), and
+	# the wsgate_tunnels_closed_total and wsgate_closes_total series above 0.
+	sample() {
+		local t0 now
+		t0=$(date +%s.%N)
+		echo "started $(date -u -d "@$t0" +%T.%1N) UTC"
+		for _ in $(seq 1 1000); do
+			now=$(date +%s.%N)
+			printf '%5.1fs tunnels %s members %s gw_to_relay_conns %s h2q %s unread %s to_client %s %s\n' "$(echo "$now - $t0" | bc)" \
+				"$(tunnels "${admin[0]}")" "$(joined)" \
+				"$(ss -tnpH state established "( dport = :$rport )" 2>/dev/null | grep -c "pid=${gwpid[0]},")" \
+				"$(ss -tnH state established "( sport = :$rport or dport = :$rport )" | awk -v p=":$rport" '$4 ~ p"$" {if ($1 > gr) gr = $1; if ($2 > gs) gs = $2} $3 ~ p"$" {if ($1 > rr) rr = $1; if ($2 > rs) rs = $2} END {printf "%d/%d,%d/%d", gr, gs, rr, rs}')" \
+				"$(ss -tnH state established "( sport = :$gport or dport = :$gport )" | awk -v p=":$gport" '$4 ~ p"$" && $1 > r {r = $1} $3 ~ p"$" && $2 > s {s = $2} $3 ~ p"$" && $1 > g {g = $1} END {printf "%d/%d/%d", r, s, g}')" \
+				"$(curl -s "http://${admin[0]}/metrics" | awk '$1 == "wsgate_frames_total{direction=\"to_client\"}" {printf "%.0f", $2}')" \
+				"$(curl -s "http://${admin[0]}/metrics" | awk '$1 ~ /^wsgate_(tunnels_closed_total|closes_total)\{/ && $2 > 0 {sub(/^wsgate_/, "", $1); printf "%s=%d ", $1, $2}')"
+			sleep 1
+		done
+	}
+	# one NAME MEMBERS FROZEN: one fanout run, its report in $fdir/NAME.json.
+	one() {
+		sample >"$fdir/$1.watch" &
+		local w=$!
+		"$wsload" fanout -url "ws://${gw[0]}/room/byhand-frozen$$-$1-r%d" -rooms 1 -members "$2" -frozen "$3" \
+			-rate "$rate" -size "$size" -duration "$dur" -settle 5s \
+			-threshold 'delivered>=100' -threshold 'duplicates==0' -threshold 'out_of_order==0' -threshold 'dropped==0' \
+			-json >"$fdir/$1.json" 2>"$fdir/$1.log" || fail=1
+		kill "$w" 2>/dev/null || true
+		wait "$w" 2>/dev/null || true
+		echo
+		echo "$1: -members $2 -frozen $3 -rate $rate -size $size -duration $dur (every 5th sample and those where a count changed):"
+		awk '{k = $0; sub(/^ *[0-9.]+s /, "", k); sub(/ h2q [0-9\/,]+ unread [0-9\/]+ to_client [0-9]+/, "", k); if (k != prev || NR % 5 == 1) print "  " $0; prev = k}' "$fdir/$1.watch"
+		jq -c '{connected, frozen, sent, expected, received, missing: (.expected - .received), delivered, duplicates, out_of_order,
+			dropped_by, p50, p99, max, frozen_received, frozen_ended, frozen_last_sent_ms, passed}' "$fdir/$1.json"
+	}
+	one alone 99 0
+	sleep 2
+	one frozen 100 1
+	echo
+	jq -rn --slurpfile a "$fdir/alone.json" --slurpfile f "$fdir/frozen.json" '
+		def row(n; r): "| \(n) | \(r.connected) | \(r.frozen) | \(r.delivered * 1000 | round / 1000)% | \(r.expected - r.received) | \(r.p50) | \(r.p99) | \(r.max) |";
+		"| run | connected | frozen | the 99 readers: delivered | missing | p50 ms | p99 ms | max ms |",
+		"| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
+		row("99 alone"; $a[0]), row("99 + 1 frozen"; $f[0]),
+		"p99 ratio (with frozen / alone): \(($f[0].p99 / $a[0].p99) * 100 | round / 100)",
+		"frozen member: \($f[0].frozen_ended), \($f[0].frozen_received) messages in its socket, newest sent \($f[0].frozen_last_sent_ms) ms into the sends"'
+	grep -h 'slow consumer' "$dir"/relay-*.log 2>/dev/null | tail -3 | sed 's/^/relay: /' || true
+	return $fail
+}
+
 status=0
 case $what in
 idle9000) idle 9000 10m 1000 || status=1 ;;
@@ -598,6 +685,7 @@ drain-term) chaos drain -kill-pid "${relaypid[0]}" -signal TERM || status=1 ;;
 kill) chaos kill -kill-pid "${relaypid[0]}" -signal KILL || status=1 ;;
 profile) profile || status=1 ;;
 churn) churn || status=1 ;;
+frozen) frozen || status=1 ;;
 esac
 echo "raw reports and logs: $dir"
 exit $status

@@ -64,8 +64,16 @@ type Config struct {
 	// Size is the message size in bytes (default and minimum 32).
 	Size int
 	// Settle bounds the wait for messages in flight after the senders stop
-	// (default 2s; kill and drain 10s).
+	// (default 2s; kill and drain 10s), and how long a frozen member's
+	// socket is read once the run ended.
 	Settle time.Duration
+	// Frozen is how many fanout members connect and then neither read
+	// their socket nor send until the run ends, holding it open (default
+	// 0): a client that stopped reading. They are the last members of
+	// the rooms, spread over the rooms as evenly as possible (see
+	// frozenIn); the delivery and latency figures count the others only,
+	// and Report.Frozen and the fields after it describe them.
+	Frozen int
 
 	// After is when the storm's drop, the kill or the drain happens,
 	// counted from the end of the ramp (default 1s).
@@ -179,6 +187,14 @@ func (c Config) Validate() error {
 			return fmt.Errorf("%w: -members must be at least 2", ErrBadConfig)
 		}
 	}
+	if c.Frozen != 0 && c.Scenario != "fanout" {
+		return fmt.Errorf("%w: -frozen goes with fanout only", ErrBadConfig)
+	}
+	// Every room keeps a member that reads: a room of frozen members only
+	// measures nothing.
+	if c.Frozen < 0 || frozenIn(c.Frozen, c.Rooms, 0) > c.Members-1 {
+		return fmt.Errorf("%w: -frozen must be 0 to %d (all but one member of each room), got %d", ErrBadConfig, c.Rooms*(c.Members-1), c.Frozen)
+	}
 	if c.Scenario == "kill" || c.Scenario == "drain" {
 		// Only the first of -procs children acts (Split clears the rest).
 		if c.Proc == 0 && c.KillCmd == "" && c.KillPID == 0 && c.DrainURL == "" {
@@ -212,8 +228,13 @@ func (c Config) Split(i, procs int) Config {
 	c.Concurrency = share(workers)
 	switch c.Scenario {
 	case "fanout", "kill", "drain":
-		c.RoomBase += first(c.Rooms)
-		c.Rooms = share(c.Rooms)
+		frozen, rooms := 0, c.Rooms
+		c.RoomBase += first(rooms)
+		c.Rooms = share(rooms)
+		for r := range c.Rooms {
+			frozen += frozenIn(c.Frozen, rooms, first(rooms)+r)
+		}
+		c.Frozen = frozen
 	case "churn":
 		c.RoomBase += first(workers)
 	default:
@@ -224,6 +245,17 @@ func (c Config) Split(i, procs int) Config {
 		c.KillCmd, c.KillPID, c.RestartCmd, c.DrainURL = "", 0, "", ""
 	}
 	return c
+}
+
+// frozenIn returns how many of frozen members are in room r of rooms:
+// frozen/rooms each, one more in the first frozen%rooms rooms. A process
+// of -procs, given a run of consecutive rooms and their sum (Split), gets
+// the same count in each of its rooms from its own share.
+func frozenIn(frozen, rooms, r int) int {
+	if rooms <= 0 {
+		return 0
+	}
+	return frozen/rooms + btoi(r < frozen%rooms)
 }
 
 func btoi(b bool) int {

@@ -2,8 +2,10 @@ package loadgen
 
 import (
 	"context"
+	"errors"
 	"math/rand/v2"
 	"net/url"
+	"os"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -44,8 +46,9 @@ type seen struct {
 // its read loop; the send state (seq, unacked, acked, conn) is guarded by
 // mu.
 type fanMember struct {
-	id   uint32
-	room *fanRoom
+	id     uint32
+	room   *fanRoom
+	frozen bool // connects, then neither reads nor sends (Config.Frozen)
 
 	recv map[uint32]*seen // by sender; read loop only
 
@@ -83,6 +86,7 @@ type fanout struct {
 	resume   bool // relay.v1 with reconnects
 	rooms    []*fanRoom
 	received atomic.Int64 // unique deliveries
+	started  time.Time    // when the senders started (sendFor)
 	stopping atomic.Bool  // the run is ending: closes are expected
 	wg       sync.WaitGroup
 	backMu   sync.Mutex
@@ -93,9 +97,11 @@ func newFanout(c *Config, rec *Recorder, resume bool) *fanout {
 	f := &fanout{c: c, rec: rec, run: newRunID(), resume: resume}
 	for r := range c.Rooms {
 		room := &fanRoom{n: r, target: c.roomTarget(r)}
+		frozen := frozenIn(c.Frozen, c.Rooms, r)
 		for k := range c.Members {
 			id := uint32(c.Proc)<<20 | uint32(r*c.Members+k)
-			room.members = append(room.members, &fanMember{id: id, room: room, recv: map[uint32]*seen{}})
+			m := &fanMember{id: id, room: room, recv: map[uint32]*seen{}, frozen: k >= c.Members-frozen}
+			room.members = append(room.members, m)
 		}
 		f.rooms = append(f.rooms, room)
 	}
@@ -111,6 +117,7 @@ func runFanout(ctx context.Context, c *Config, rec *Recorder) error {
 	f.sendFor(ctx, c.Duration)
 	f.settle(ctx)
 	f.finish()
+	f.thaw()
 	return nil
 }
 
@@ -126,6 +133,10 @@ func (f *fanout) connectAll(ctx context.Context) {
 		m := all[i]
 		if conn := f.dial(ctx, m); conn != nil {
 			opened.Add(1)
+			if m.frozen {
+				f.freeze(m, conn)
+				return
+			}
 			f.attach(m, conn)
 			return
 		}
@@ -170,6 +181,15 @@ func (f *fanout) dial(ctx context.Context, m *fanMember) *Conn {
 		return nil
 	}
 	return conn
+}
+
+// freeze makes conn frozen member m's connection, read by nobody until
+// thaw.
+func (f *fanout) freeze(m *fanMember, conn *Conn) {
+	m.mu.Lock()
+	m.conn = conn
+	m.mu.Unlock()
+	f.rec.Update(func(r *Report) { r.Frozen++ })
 }
 
 // attach makes conn m's connection and starts its read loop.
@@ -457,8 +477,12 @@ func (f *fanout) sendFor(ctx context.Context, d time.Duration) {
 	defer cancel()
 	var wg sync.WaitGroup
 	interval := time.Duration(float64(time.Second) / f.c.MsgRate)
+	f.started = time.Now()
 	for _, r := range f.rooms {
 		for _, m := range r.members {
+			if m.frozen {
+				continue
+			}
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
@@ -522,30 +546,34 @@ func (f *fanout) pendingAcks() int {
 }
 
 // expected returns the deliveries expected so far (every other member of
-// the room gets every message of every member that connected) and the
-// distinct messages sent.
+// the room that is not frozen gets every message of every member that
+// connected) and the distinct messages sent.
 func (f *fanout) expected() (exp, sent int64) {
 	for _, r := range f.rooms {
 		var roomSent int64
+		readers := len(r.members)
 		for _, m := range r.members {
 			m.mu.Lock()
 			roomSent += int64(m.seq)
 			m.mu.Unlock()
+			if m.frozen {
+				readers--
+			}
 		}
 		sent += roomSent
-		exp += roomSent * int64(len(r.members)-1)
+		exp += roomSent * int64(readers-1)
 	}
 	return exp, sent
 }
 
-// finish closes every member, waits for the read loops and fills the
-// report.
+// finish closes every member but the frozen ones, waits for the read
+// loops and fills the report.
 func (f *fanout) finish() {
 	f.stopping.Store(true)
 	for _, r := range f.rooms {
 		for _, m := range r.members {
 			m.mu.Lock()
-			if m.conn != nil {
+			if m.conn != nil && !m.frozen {
 				m.conn.Close(1000, 2*time.Second)
 			}
 			m.mu.Unlock()
@@ -583,6 +611,64 @@ func (f *fanout) finish() {
 		r.Acked += acked
 		r.LostWrites += lost
 	})
+}
+
+// thaw reads each frozen member's socket for c.Settle, all at once, once
+// the others are closed: it counts the run's messages found there, notes
+// how the connection was found (open, or the close code that ended it) and
+// when the newest message found was sent, then closes it.
+func (f *fanout) thaw() {
+	var wg sync.WaitGroup
+	for _, r := range f.rooms {
+		for _, m := range r.members {
+			m.mu.Lock()
+			conn := m.conn
+			m.conn = nil
+			m.mu.Unlock()
+			if !m.frozen || conn == nil {
+				continue
+			}
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				f.thawOne(conn)
+			}()
+		}
+	}
+	wg.Wait()
+}
+
+// thawOne reads one frozen member's connection until it ends or c.Settle
+// passed, and records what it found.
+func (f *fanout) thawOne(conn *Conn) {
+	var got int64
+	var newest int64 // SentNS of the newest message found
+	_ = conn.nc.SetReadDeadline(time.Now().Add(f.c.Settle))
+	code, err := conn.ReadLoop(func(_ wsframe.Opcode, p []byte) {
+		if msg, err := ParseMsg(p); err == nil && msg.Run == f.run {
+			got++
+			newest = max(newest, msg.SentNS)
+		}
+	})
+	ended := frozenEnd(code, err)
+	f.rec.Update(func(r *Report) {
+		r.FrozenReceived += got
+		r.FrozenEnded[ended]++
+		if newest > 0 {
+			r.FrozenLastSentMS = max(r.FrozenLastSentMS, ms(time.Unix(0, newest).Sub(f.started)))
+		}
+	})
+}
+
+// frozenEnd names how ReadLoop found a frozen member's connection: "open"
+// when the read's deadline passed (the connection neither closed nor
+// ended), else the close code (CloseAbnormal for an end without a close
+// frame).
+func frozenEnd(code uint16, err error) string {
+	if errors.Is(err, os.ErrDeadlineExceeded) {
+		return "open"
+	}
+	return itoa(code)
 }
 
 func itoa(code uint16) string { return strconv.Itoa(int(code)) }

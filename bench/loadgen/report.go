@@ -108,6 +108,23 @@ type Report struct {
 
 	// CloseCodes counts every close a client saw (kill, drain, storm).
 	CloseCodes Counts `json:"close_codes"`
+
+	// Frozen counts the fanout members that connected and then neither
+	// read nor sent until the run ended (Config.Frozen). Their handshakes
+	// count in Attempts, Connected and Target; the message accounting,
+	// the latencies after connect_ms, the drops and the close codes above
+	// are the other members' only. Once the others were closed, each frozen socket is read
+	// for Config.Settle: FrozenReceived counts the run's messages found
+	// in them; FrozenEnded says how each one was found ("open": no close
+	// and no end within the read, else the close code that ended it,
+	// "1006" for an end without a close frame); FrozenLastSentMS is how
+	// long after the senders started the newest message a frozen member
+	// got was sent (the latest over them, ms), so a member cut while
+	// frozen shows when its deliveries stopped.
+	Frozen           int64   `json:"frozen"`
+	FrozenReceived   int64   `json:"frozen_received"`
+	FrozenEnded      Counts  `json:"frozen_ended"`
+	FrozenLastSentMS float64 `json:"frozen_last_sent_ms"`
 	// Tries counts reconnect attempts; Back the clients that came back,
 	// NotBack those that gave up; BackAllMS the time until the last one
 	// was back.
@@ -137,7 +154,7 @@ type Report struct {
 // NewReport returns an empty report for scenario with its maps and
 // histograms ready.
 func NewReport(scenario string) *Report {
-	r := &Report{Scenario: scenario, Procs: 1, FailedBy: Counts{}, DroppedBy: Counts{}, CloseCodes: Counts{}, Passed: true}
+	r := &Report{Scenario: scenario, Procs: 1, FailedBy: Counts{}, DroppedBy: Counts{}, CloseCodes: Counts{}, FrozenEnded: Counts{}, Passed: true}
 	for _, l := range r.latencies() {
 		l.Hist = &Hist{}
 	}
@@ -203,7 +220,7 @@ func (r *Report) Merge(o *Report) {
 	r.Short += o.Short
 	r.Held += o.Held
 	r.HandshakesPerSec += o.HandshakesPerSec
-	for _, p := range [][2]*Counts{{&r.FailedBy, &o.FailedBy}, {&r.DroppedBy, &o.DroppedBy}, {&r.CloseCodes, &o.CloseCodes}} {
+	for _, p := range [][2]*Counts{{&r.FailedBy, &o.FailedBy}, {&r.DroppedBy, &o.DroppedBy}, {&r.CloseCodes, &o.CloseCodes}, {&r.FrozenEnded, &o.FrozenEnded}} {
 		if *p[0] == nil {
 			*p[0] = Counts{}
 		}
@@ -236,6 +253,9 @@ func (r *Report) Merge(o *Report) {
 	r.BackAllMS = max(r.BackAllMS, o.BackAllMS)
 	r.RSSBytes += o.RSSBytes
 	r.RSSGrowthBytes += o.RSSGrowthBytes
+	r.Frozen += o.Frozen
+	r.FrozenReceived += o.FrozenReceived
+	r.FrozenLastSentMS = max(r.FrozenLastSentMS, o.FrozenLastSentMS)
 }
 
 // StripHists drops the raw histograms, for the final JSON a user reads.
@@ -279,7 +299,7 @@ func flatten(prefix string, m map[string]any, out map[string]float64) {
 
 // countKeys are the report keys whose members are open-ended (a reason, a
 // close code): a threshold may name any member; a missing one reads 0.
-var countKeys = []string{"failed_by", "dropped_by", "close_codes"}
+var countKeys = []string{"failed_by", "dropped_by", "close_codes", "frozen_ended"}
 
 // KnownMetric reports whether name is a metric a threshold may use.
 func KnownMetric(name string) bool {
@@ -310,6 +330,7 @@ func (r *Report) WriteTable(w io.Writer) error {
 		{"duplicates", r.Duplicates}, {"duplicates_resent", r.DuplicatesResent}, {"out_of_order", r.OutOfOrder},
 		{"acked", r.Acked}, {"resent", r.Resent}, {"lost_writes", r.LostWrites}, {"gaps", r.Gaps},
 		{"dup_offsets", r.DupOffsets}, {"resyncs", r.Resyncs}, {"tries", r.Tries}, {"back", r.Back}, {"not_back", r.NotBack},
+		{"frozen", r.Frozen}, {"frozen_received", r.FrozenReceived},
 	}
 	for _, it := range ints {
 		if it.v != 0 || it.name == "connected" || it.name == "failed" || it.name == "short" {
@@ -319,7 +340,7 @@ func (r *Report) WriteTable(w io.Writer) error {
 	for _, c := range []struct {
 		name string
 		m    Counts
-	}{{"failed_by", r.FailedBy}, {"dropped_by", r.DroppedBy}, {"close_codes", r.CloseCodes}} {
+	}{{"failed_by", r.FailedBy}, {"dropped_by", r.DroppedBy}, {"close_codes", r.CloseCodes}, {"frozen_ended", r.FrozenEnded}} {
 		for _, k := range slices.Sorted(maps.Keys(c.m)) {
 			row(c.name+"."+k, c.m[k])
 		}
@@ -332,6 +353,9 @@ func (r *Report) WriteTable(w io.Writer) error {
 	}
 	if r.BackAllMS > 0 {
 		row("back_all_ms", strconv.FormatFloat(r.BackAllMS, 'f', 1, 64))
+	}
+	if r.Frozen > 0 {
+		row("frozen_last_sent_ms", strconv.FormatFloat(r.FrozenLastSentMS, 'f', 1, 64))
 	}
 	if r.RSSBytes > 0 {
 		row("rss_bytes", r.RSSBytes)

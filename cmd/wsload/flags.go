@@ -106,6 +106,9 @@ func parseArgs(args []string, out io.Writer) (options, error) {
 		fs.DurationVar(&c.Duration, "duration", 10*time.Second, "how long members send")
 		fs.DurationVar(&c.Settle, "settle", 0, "wait for messages in flight after sending (default 2s; kill, drain 10s)")
 		fs.Float64Var(&c.Rate, "connect-rate", 1000, "connections opened per second")
+		if c.Scenario == "fanout" {
+			fs.IntVar(&c.Frozen, "frozen", 0, "members that connect, then neither read nor send until the end (the last of the rooms); reported apart")
+		}
 		if c.Scenario != "fanout" {
 			fs.DurationVar(&c.After, "after", time.Second, "when to kill or drain, after connecting")
 			fs.StringVar(&c.KillCmd, "kill-cmd", "", "shell command run at -after, e.g. 'kill -9 PID'")

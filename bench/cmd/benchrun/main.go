@@ -12,7 +12,7 @@
 //	benchrun [-quick] [-dir DIR]     the benchmark (BENCH_QUICK=1 = -quick)
 //	benchrun -smoke                  CI smoke: generous thresholds, exit 1 on a violation
 //	benchrun -up [-relays N] [-gateways N] [-engine epoll|goroutines] [-pollers N] [-peers]
-//	             [-gateway-env KEY=value ...]
+//	             [-protocol http1|h2] [-h2-connections N] [-gateway-env KEY=value ...]
 //	                                 start a stack, print its addresses, wait for Ctrl-C
 //	                                 (-peers: nginx and HAProxy too, as make bench runs them)
 package main
@@ -104,6 +104,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	engine := fs.String("engine", "", `the gateways' gateway.tunnel_engine, "epoll" or "goroutines" (default: wsgate's own)`)
 	pollers := fs.Int("pollers", 0, "the gateways' gateway.pollers (default: wsgate's own)")
 	protocol := fs.String("protocol", "", `the gateways' pools.protocol, "http1" or "h2" (default: wsgate's own)`)
+	h2conns := fs.Int("h2-connections", 0, "the gateways' pools.h2_connections, HTTP/2 connections per relay with -protocol h2 (default: wsgate's own)")
 	peers := fs.Bool("peers", false, "also start nginx and HAProxy in front of every relay, as make bench does (-up)")
 	dir := fs.String("dir", "", "directory for logs, configs and raw reports (default: a new one in $TMPDIR)")
 	var gwEnv []string
@@ -125,6 +126,10 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "benchrun: -pollers must be 0-1024")
 		return 2
 	}
+	if *h2conns < 0 || *h2conns > 64 {
+		fmt.Fprintln(stderr, "benchrun: -h2-connections must be 0-64")
+		return 2
+	}
 	if *peers && !*up {
 		fmt.Fprintln(stderr, "benchrun: -peers goes with -up")
 		return 2
@@ -133,7 +138,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "benchrun: -gateway-env goes with -up")
 		return 2
 	}
-	if err := execute(ctx, *dir, *quick, *smoke, *up, *peers, stack.Options{Relays: *relays, Gateways: *gateways, TunnelEngine: *engine, Pollers: *pollers, Protocol: *protocol, GatewayEnv: gwEnv}, stdout, stderr); err != nil {
+	if err := execute(ctx, *dir, *quick, *smoke, *up, *peers, stack.Options{Relays: *relays, Gateways: *gateways, TunnelEngine: *engine, Pollers: *pollers, Protocol: *protocol, H2Connections: *h2conns, GatewayEnv: gwEnv}, stdout, stderr); err != nil {
 		fmt.Fprintln(stderr, "benchrun:", err)
 		return 1
 	}

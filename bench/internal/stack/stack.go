@@ -67,6 +67,9 @@ type Options struct {
 	Pollers int
 	// Protocol is the gateways' pools.protocol ("" = their default).
 	Protocol string
+	// H2Connections is the gateways' pools.h2_connections, the HTTP/2
+	// connections to each relay with Protocol "h2" (0 = their default).
+	H2Connections int
 	// OneCore also starts the gateway held to one core, as the peers are
 	// (nginx's one worker, HAProxy's one thread): GOMAXPROCS=1 and one
 	// poller, on its own ports, in front of every relay (Stack.OneCore).
@@ -245,6 +248,9 @@ func (s *Stack) startGateway(name string, pollers int, env []string) (*Gateway, 
 		text = strings.Replace(text, "balance = \"least_conn\"\n", "balance = \"least_conn\"\nprotocol = \"h2\"\n", 1)
 	} else if s.opt.Protocol != "" {
 		text = strings.Replace(text, "balance = \"least_conn\"\n", fmt.Sprintf("balance = \"least_conn\"\nprotocol = %q\n", s.opt.Protocol), 1)
+	}
+	if s.opt.H2Connections > 0 {
+		text = strings.Replace(text, "balance = \"least_conn\"\n", fmt.Sprintf("balance = \"least_conn\"\nh2_connections = %d\n", s.opt.H2Connections), 1)
 	}
 	if err := os.WriteFile(cfg, []byte(text), 0o644); err != nil {
 		return nil, fmt.Errorf("write %s: %w", cfg, err)
