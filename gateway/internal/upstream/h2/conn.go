@@ -903,7 +903,8 @@ func (c *Conn) OpenWebSocket(ctx context.Context, req *Request) (*Stream, *Respo
 	c.mu.Lock()
 	err = s.err
 	resp := &Response{Status: s.status, Header: s.respHeader, Body: s.body}
-	s.body = nil
+	// The response is the caller's now: an open stream keeps none of it.
+	s.body, s.respHeader, s.responded = nil, nil, nil
 	c.mu.Unlock()
 	if err != nil {
 		return nil, nil, afterRequest{err}
@@ -955,8 +956,6 @@ func (c *Conn) queueStream(req *Request) (*Stream, error) {
 		id:         c.nextID,
 		sendWindow: int64(c.peerWindow),
 		recvWindow: int32(c.cfg.StreamWindow),
-		rwake:      wake.New(),
-		wwake:      wake.New(),
 		responded:  make(chan struct{}),
 	}
 	c.nextID += 2

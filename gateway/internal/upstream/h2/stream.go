@@ -18,10 +18,14 @@ import (
 // ErrStreamReset) for a reset stream, ErrConnLost (wrapped) for a lost
 // connection, net.ErrClosed after Close or Abort.
 type Stream struct {
-	c         *Conn
-	id        uint32
-	rwake     chan struct{} // signalled when a Read may proceed
-	wwake     chan struct{} // signalled when a Write may proceed
+	c  *Conn
+	id uint32
+	// rwake and wwake are signalled when a Read or a Write may proceed;
+	// each is made, under c.mu, only when one first has to wait, so a
+	// stream its poller reads and writes without waiting holds neither
+	// (signalling a nil one does nothing).
+	rwake     chan struct{}
+	wwake     chan struct{}
 	responded chan struct{} // closed once the response is known
 	// linger, armed by Close, resets the stream if the node has not
 	// ended its side within Config.WriteTimeout.
@@ -119,6 +123,14 @@ func (s *Stream) finishLocked(err error) {
 	wake.Signal(c.gone)
 }
 
+// readWakeLocked returns rwake, made if it was not. Called with c.mu held.
+func (s *Stream) readWakeLocked() chan struct{} {
+	if s.rwake == nil {
+		s.rwake = wake.New()
+	}
+	return s.rwake
+}
+
 // wakeReader wakes the stream's reader: bytes, the node's END_STREAM or
 // an error arrived. Called with c.mu held.
 func (s *Stream) wakeReader() {
@@ -144,7 +156,7 @@ func (s *Stream) Read(p []byte) (int, error) {
 	for {
 		c.mu.Lock()
 		n, inc, err, ready := s.readLocked(p)
-		dl := s.rdeadline
+		dl, ch := s.rdeadline, s.readWakeLocked()
 		c.mu.Unlock()
 		if ready {
 			if inc > 0 {
@@ -152,7 +164,7 @@ func (s *Stream) Read(p []byte) (int, error) {
 			}
 			return n, err
 		}
-		if err := wake.Wait(s.rwake, dl); err != nil {
+		if err := wake.Wait(ch, dl); err != nil {
 			return 0, err
 		}
 	}
@@ -204,12 +216,12 @@ func (s *Stream) WaitRead() error {
 	for {
 		c.mu.Lock()
 		ready := s.readClosed || s.err != nil || s.roff < len(s.rbuf) || s.remoteEnded
-		dl := s.rdeadline
+		dl, ch := s.rdeadline, s.readWakeLocked()
 		c.mu.Unlock()
 		if ready {
 			return nil
 		}
-		if err := wake.Wait(s.rwake, dl); err != nil {
+		if err := wake.Wait(ch, dl); err != nil {
 			return err
 		}
 	}
@@ -273,8 +285,12 @@ func (s *Stream) reserve(want int) (int, error) {
 			c.armStallLocked()
 		}
 		dl := s.wdeadline
+		if s.wwake == nil {
+			s.wwake = wake.New()
+		}
+		ch := s.wwake
 		c.mu.Unlock()
-		if err := wake.Wait(s.wwake, dl); err != nil {
+		if err := wake.Wait(ch, dl); err != nil {
 			c.mu.Lock()
 			s.waitWindowLocked(false)
 			c.mu.Unlock()
@@ -467,8 +483,8 @@ func (s *Stream) SetDeadline(t time.Time) error {
 func (s *Stream) SetReadDeadline(t time.Time) error {
 	s.c.mu.Lock()
 	s.rdeadline = t
-	s.c.mu.Unlock()
 	wake.Signal(s.rwake)
+	s.c.mu.Unlock()
 	return nil
 }
 
@@ -477,8 +493,8 @@ func (s *Stream) SetReadDeadline(t time.Time) error {
 func (s *Stream) SetWriteDeadline(t time.Time) error {
 	s.c.mu.Lock()
 	s.wdeadline = t
-	s.c.mu.Unlock()
 	wake.Signal(s.wwake)
+	s.c.mu.Unlock()
 	return nil
 }
 
