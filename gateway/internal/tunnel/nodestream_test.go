@@ -31,7 +31,6 @@ type h2Node struct {
 	hbuf bytes.Buffer
 	// frames the node read
 	mu   sync.Mutex
-	got  []http2.Frame
 	data map[uint32][]byte
 	ends map[uint32]bool
 	rsts map[uint32]http2.ErrCode

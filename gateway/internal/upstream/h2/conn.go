@@ -114,8 +114,7 @@ type Conn struct {
 	nc       net.Conn
 	cfg      Config
 	fr       *http2.Framer
-	src      frameSource // the Framer's reader
-	bw       *bufio.Writer
+	src      frameSource   // the Framer's reader
 	readDone chan struct{} // closed when the reader goroutine returned
 	away     chan struct{} // closed once the connection takes no new stream
 
