@@ -369,11 +369,11 @@ func (s *Stream) writable(n int) error {
 	return err
 }
 
-// openLocked reports, under qmu, whether the stream may still have frames
+// queueable reports, under qmu, whether the stream may still have frames
 // queued: no RST_STREAM was queued for it (resetStream ends the stream and
 // queues its RST_STREAM in one hold of qmu), so nothing queued now can
 // follow one. It takes c.mu.
-func (s *Stream) openLocked() bool {
+func (s *Stream) queueable() bool {
 	s.c.mu.Lock()
 	defer s.c.mu.Unlock()
 	return s.err == nil
@@ -383,7 +383,7 @@ func (s *Stream) openLocked() bool {
 // stream, dropped if the stream was reset meanwhile.
 func (s *Stream) windowUpdate(inc uint32) func(fr *http2.Framer) error {
 	return func(fr *http2.Framer) error {
-		if !s.openLocked() {
+		if !s.queueable() {
 			return nil
 		}
 		return fr.WriteWindowUpdate(s.id, inc)
@@ -405,7 +405,7 @@ func (s *Stream) CloseWrite() error {
 	wake.Signal(s.wwake)
 	c.mu.Unlock()
 	err := c.queueFrames(func(fr *http2.Framer) error {
-		if !s.openLocked() {
+		if !s.queueable() {
 			return nil // reset meanwhile: its RST_STREAM is queued, nothing may follow
 		}
 		return fr.WriteData(s.id, true, nil)
