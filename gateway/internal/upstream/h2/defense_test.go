@@ -60,38 +60,7 @@ func TestLoneStreamPassesItsLimit(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	n.fr.WriteWindowUpdate(0, 16<<20)
-	s, _ := n.openOK(c)
-	done := make(chan error, 1)
-	go func() {
-		s.SetWriteDeadline(time.Now().Add(10 * time.Second))
-		_, err := s.Write(make([]byte, 600<<10))
-		done <- err
-	}()
-	consumed, credited := 0, 0
-	for {
-		select {
-		case err := <-done:
-			if err != nil {
-				t.Fatalf("write: %v after the node took %d bytes", err, consumed)
-			}
-			return
-		default:
-		}
-		n.nc.SetReadDeadline(time.Now().Add(50 * time.Millisecond))
-		f, err := n.fr.ReadFrame()
-		if err != nil {
-			continue
-		}
-		if d, ok := f.(*http2.DataFrame); ok {
-			consumed += len(d.Data())
-			n.fr.WriteWindowUpdate(0, uint32(len(d.Data())))
-			if consumed-credited >= 512<<10 {
-				n.fr.WriteWindowUpdate(d.StreamID, uint32(consumed-credited))
-				credited = consumed
-			}
-		}
-	}
+	writeAloneAgainstHalfWindowCredit(t, c, n)
 }
 
 // TestLoneSlowStreamNotReset: a node that reads slowly but steadily (8 KiB
@@ -364,5 +333,45 @@ func TestWaitRead(t *testing.T) {
 	}
 	if _, err := s.Read(buf); err == nil {
 		t.Fatal("read after Abort succeeded")
+	}
+}
+
+// writeAloneAgainstHalfWindowCredit opens a stream on c and writes 600 KiB
+// on it alone, while n takes every byte, gives the connection's window back
+// at once and a stream's only once it has taken 512 KiB of it (half its 1
+// MiB window, as Go's net/http does): the write must end.
+func writeAloneAgainstHalfWindowCredit(t *testing.T, c *Conn, n *fakeNode) {
+	t.Helper()
+	n.fr.WriteWindowUpdate(0, 16<<20)
+	s, _ := n.openOK(c)
+	done := make(chan error, 1)
+	go func() {
+		s.SetWriteDeadline(time.Now().Add(10 * time.Second))
+		_, err := s.Write(make([]byte, 600<<10))
+		done <- err
+	}()
+	consumed, credited := 0, 0
+	for {
+		select {
+		case err := <-done:
+			if err != nil {
+				t.Fatalf("write: %v after the node took %d bytes", err, consumed)
+			}
+			return
+		default:
+		}
+		n.nc.SetReadDeadline(time.Now().Add(50 * time.Millisecond))
+		f, err := n.fr.ReadFrame()
+		if err != nil {
+			continue
+		}
+		if d, ok := f.(*http2.DataFrame); ok {
+			consumed += len(d.Data())
+			n.fr.WriteWindowUpdate(0, uint32(len(d.Data())))
+			if consumed-credited >= 512<<10 {
+				n.fr.WriteWindowUpdate(d.StreamID, uint32(consumed-credited))
+				credited = consumed
+			}
+		}
 	}
 }

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"runtime"
 	"testing"
-	"time"
 
 	"golang.org/x/net/http2"
 	"golang.org/x/net/http2/hpack"
@@ -35,38 +34,7 @@ func TestEndedStreamStopsWaiting(t *testing.T) {
 		t.Fatalf("%d streams wait for the window after the only waiting one ended", w)
 	}
 	// Now as TestLoneStreamPassesItsLimit.
-	n.fr.WriteWindowUpdate(0, 16<<20)
-	s, _ := n.openOK(c)
-	done := make(chan error, 1)
-	go func() {
-		s.SetWriteDeadline(time.Now().Add(10 * time.Second))
-		_, err := s.Write(make([]byte, 600<<10))
-		done <- err
-	}()
-	consumed, credited := 0, 0
-	for {
-		select {
-		case err := <-done:
-			if err != nil {
-				t.Fatalf("lone stream write: %v after the node took %d bytes", err, consumed)
-			}
-			return
-		default:
-		}
-		n.nc.SetReadDeadline(time.Now().Add(50 * time.Millisecond))
-		f, err := n.fr.ReadFrame()
-		if err != nil {
-			continue
-		}
-		if d, ok := f.(*http2.DataFrame); ok && d.StreamID == s.id {
-			consumed += len(d.Data())
-			n.fr.WriteWindowUpdate(0, uint32(len(d.Data())))
-			if consumed-credited >= 512<<10 {
-				n.fr.WriteWindowUpdate(d.StreamID, uint32(consumed-credited))
-				credited = consumed
-			}
-		}
-	}
+	writeAloneAgainstHalfWindowCredit(t, c, n)
 }
 
 // TestReadBufferKeepsItsSize: a frame straddling the end of a polled
