@@ -150,11 +150,13 @@ type Conn struct {
 	// stall resets a stream when the send window stays spent (see
 	// Config.StallTimeout); credited counts the bytes the node has given
 	// back to the connection's window, so that it knows whether any came
-	// since it was armed; windowWaiters counts the streams whose Write
-	// waits for the connection's window.
+	// since it was armed; windowWaiting holds the streams whose Write
+	// (or WriteNB) waits for the connection's window, the only ones its
+	// WINDOW_UPDATE wakes: waking every stream on each would cost the
+	// connection's reader a pass over thousands of idle ones.
 	stall         *time.Timer
 	credited      uint64
-	windowWaiters int
+	windowWaiting map[*Stream]struct{}
 	recvWindow    int64  // what the node may still send on the connection
 	recvCredit    uint32 // received bytes not yet given back by WINDOW_UPDATE
 	goAway        bool   // GOAWAY received, or Shutdown called (see goAwayLocked)
@@ -195,21 +197,22 @@ func Handshake(ctx context.Context, nc net.Conn, cfg Config) (*Conn, error) {
 func HandshakePolled(ctx context.Context, nc net.Conn, cfg Config, poll Poller) (*Conn, error) {
 	cfg = cfg.withDefaults()
 	c := &Conn{
-		nc:         nc,
-		cfg:        cfg,
-		flushWake:  wake.New(),
-		readDone:   make(chan struct{}),
-		away:       make(chan struct{}),
-		streams:    make(map[uint32]*Stream),
-		nextID:     1,
-		maxStreams: ^uint32(0), // no limit until the node sets one (section 6.5.2)
-		peerWindow: defaultWindow,
-		peerFrame:  defaultMaxFrameSize,
-		sendWindow: defaultWindow,
-		recvWindow: int64(cfg.ConnWindow),
-		pings:      make(map[[8]byte]chan struct{}),
-		gone:       wake.New(),
-		pfd:        -1,
+		nc:            nc,
+		cfg:           cfg,
+		flushWake:     wake.New(),
+		readDone:      make(chan struct{}),
+		away:          make(chan struct{}),
+		streams:       make(map[uint32]*Stream),
+		windowWaiting: make(map[*Stream]struct{}),
+		nextID:        1,
+		maxStreams:    ^uint32(0), // no limit until the node sets one (section 6.5.2)
+		peerWindow:    defaultWindow,
+		peerFrame:     defaultMaxFrameSize,
+		sendWindow:    defaultWindow,
+		recvWindow:    int64(cfg.ConnWindow),
+		pings:         make(map[[8]byte]chan struct{}),
+		gone:          wake.New(),
+		pfd:           -1,
 	}
 	c.src.br = bufio.NewReaderSize(nc, 16<<10)
 	c.fr = http2.NewFramer(frameQueue{c}, &c.src)
@@ -670,7 +673,7 @@ func (c *Conn) onWindowUpdate(f *http2.WindowUpdateFrame) error {
 		if c.sendWindow > maxWindow {
 			return connError{http2.ErrCodeFlowControl, "WINDOW_UPDATE overflows the connection window (RFC 9113 section 6.9.1)"}
 		}
-		c.wakeWritersLocked()
+		c.wakeWindowWaitersLocked()
 		return nil
 	}
 	s, err := c.lookup(f.Header())
@@ -726,6 +729,14 @@ func (c *Conn) resetStream(id uint32, code http2.ErrCode, err error) {
 	}
 	c.qmu.Unlock()
 	c.Kick()
+}
+
+// wakeWindowWaitersLocked tells the streams waiting for the connection's
+// window that it may have grown. Called with c.mu held.
+func (c *Conn) wakeWindowWaitersLocked() {
+	for s := range c.windowWaiting {
+		s.wakeWriter()
+	}
 }
 
 // wakeWritersLocked tells every stream waiting to send that a window may
@@ -1126,7 +1137,7 @@ func (c *Conn) GoingAway() <-chan struct{} { return c.away }
 // armStallLocked starts the stall timer, unless it runs: a stream waits
 // for connection window. Called with c.mu held.
 func (c *Conn) armStallLocked() {
-	if c.stall != nil || c.err != nil || c.windowWaiters == 0 {
+	if c.stall != nil || c.err != nil || len(c.windowWaiting) == 0 {
 		return
 	}
 	from := c.credited
@@ -1144,7 +1155,7 @@ func (c *Conn) armStallLocked() {
 func (c *Conn) stalled(from uint64) {
 	c.mu.Lock()
 	c.stall = nil
-	if c.err != nil || c.sendWindow > 0 || c.windowWaiters == 0 {
+	if c.err != nil || c.sendWindow > 0 || len(c.windowWaiting) == 0 {
 		c.mu.Unlock()
 		return
 	}
@@ -1155,7 +1166,7 @@ func (c *Conn) stalled(from uint64) {
 				worst = s
 			}
 		}
-		if worst != nil && c.windowWaiters == 1 && worst.waitingWindow {
+		if worst != nil && len(c.windowWaiting) == 1 && worst.waitingWindow {
 			worst = nil // the only one waiting is the one that holds it
 		}
 	}

@@ -3,7 +3,9 @@ package h2
 import (
 	"bytes"
 	"runtime"
+	"sync/atomic"
 	"testing"
+	"time"
 
 	"golang.org/x/net/http2"
 	"golang.org/x/net/http2/hpack"
@@ -28,7 +30,7 @@ func TestEndedStreamStopsWaiting(t *testing.T) {
 	}
 	a.Abort()
 	c.mu.Lock()
-	w := c.windowWaiters
+	w := len(c.windowWaiting)
 	c.mu.Unlock()
 	if w != 0 {
 		t.Fatalf("%d streams wait for the window after the only waiting one ended", w)
@@ -106,5 +108,42 @@ func TestLongHeaderBlockReadCost(t *testing.T) {
 	runtime.ReadMemStats(&m1)
 	if got := m1.TotalAlloc - m0.TotalAlloc; got > 4<<20 {
 		t.Errorf("reading a %d-byte header block allocated %d bytes", buf.Len(), got)
+	}
+}
+
+// TestConnWindowWakesOnlyItsWaiters: a WINDOW_UPDATE on the connection
+// notifies the stream waiting for the connection's window, not every
+// stream on it: with thousands of idle streams a pass over all of them on
+// each update would cost the connection's reader more than the frames.
+func TestConnWindowWakesOnlyItsWaiters(t *testing.T) {
+	c, n, err := newFakeNode(t, Config{}, xconnect, http2.Setting{ID: http2.SettingInitialWindowSize, Val: 1 << 20})
+	if err != nil {
+		t.Fatal(err)
+	}
+	notified := make([]atomic.Int32, 20)
+	var streams []*Stream
+	for i := range notified {
+		s, _ := n.openOK(c)
+		s.Notify(func() { notified[i].Add(1) })
+		streams = append(streams, s)
+	}
+	if got, err := streams[0].WriteNB([][]byte{make([]byte, 70000)}); got != defaultWindow || err != nil {
+		t.Fatalf("WriteNB took %d, %v; want the connection's %d", got, err, defaultWindow)
+	}
+	n.fr.WriteWindowUpdate(0, 1000)
+	for range 500 { // bounded: the reader takes the update
+		if notified[0].Load() > 0 {
+			break
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if notified[0].Load() == 0 {
+		t.Fatal("the waiting stream was not notified of the connection's window")
+	}
+	pingAfter(t, c, n) // everything the update caused has happened
+	for i := 1; i < len(notified); i++ {
+		if got := notified[i].Load(); got != 0 {
+			t.Errorf("stream %d, not waiting, notified %d times", i, got)
+		}
 	}
 }

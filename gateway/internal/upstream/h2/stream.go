@@ -40,7 +40,7 @@ type Stream struct {
 	sendWindow int64 // what this side may still send (RFC 9113 section 6.9)
 	uncredited int64 // DATA sent that the node has not credited back to the stream (Config.StreamSendLimit)
 	// waitingWindow: a Write waits for the connection's send window
-	// (counted in Conn.windowWaiters).
+	// (s is in Conn.windowWaiting).
 	waitingWindow bool
 	recvWindow    int32  // what the node may still send
 	recvCredit    uint32 // consumed bytes not yet given back by WINDOW_UPDATE
@@ -309,7 +309,7 @@ func (s *Stream) takeWindowLocked(want int) int {
 	// (a node may credit a stream only once half its window is spent,
 	// which a hard limit would never reach).
 	share := int64(c.cfg.StreamSendLimit) - s.uncredited
-	if share <= 0 && c.windowWaiters == 0 {
+	if share <= 0 && len(c.windowWaiting) == 0 {
 		share = maxWindow
 	}
 	n := min(int64(want), s.sendWindow, c.sendWindow, int64(c.peerFrame), share)
@@ -332,10 +332,10 @@ func (s *Stream) waitWindowLocked(waiting bool) {
 	}
 	s.waitingWindow = waiting
 	if waiting {
-		c.windowWaiters++
+		c.windowWaiting[s] = struct{}{}
 		return
 	}
-	if c.windowWaiters--; c.windowWaiters == 0 {
+	if delete(c.windowWaiting, s); len(c.windowWaiting) == 0 {
 		// Not s itself: it is the one leaving, and waking it would
 		// have it wait again at once, and so on.
 		for _, o := range c.streams {
@@ -365,7 +365,7 @@ func (s *Stream) writable(n int) error {
 	s.sendWindow += int64(n)
 	c.sendWindow += int64(n)
 	s.uncredited -= int64(n)
-	c.wakeWritersLocked() // the connection's window is back for the others
+	c.wakeWindowWaitersLocked() // the connection's window is back for the others
 	return err
 }
 
