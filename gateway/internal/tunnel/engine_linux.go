@@ -109,12 +109,12 @@ func (t *Tunnel) adopt(node net.Conn) bool {
 	if isStream {
 		t.ns = &polledStream{s: ns, own: own}
 	} else {
-		var ns *net.TCPConn
-		if nfd, ns, ok = dupSocket(node); !ok {
+		var nsock *net.TCPConn
+		if nfd, nsock, ok = dupSocket(node); !ok {
 			_ = unix.Close(cfd)
 			return false
 		}
-		_ = ns.Close()
+		_ = nsock.Close()
 	}
 	_ = cs.Close()
 	// Nothing of the node's Go connection is needed any more; a wrapper
