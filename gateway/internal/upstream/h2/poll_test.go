@@ -147,3 +147,46 @@ func TestConnWindowWakesOnlyItsWaiters(t *testing.T) {
 		}
 	}
 }
+
+// TestPollReadBudget: a node that keeps its socket full gets pollReadBudget
+// reads from one PollRead, which then asks to be called again (more), so
+// that the poller's other tunnels are seen to in between.
+func TestPollReadBudget(t *testing.T) {
+	fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_NONBLOCK, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer unix.Close(fds[0])
+	defer unix.Close(fds[1])
+	unix.SetsockoptInt(fds[1], unix.SOL_SOCKET, unix.SO_SNDBUF, 4<<20)
+	unix.SetsockoptInt(fds[0], unix.SOL_SOCKET, unix.SO_RCVBUF, 4<<20)
+	var buf bytes.Buffer
+	fr := http2.NewFramer(&buf, nil)
+	for buf.Len() < (pollReadBudget+4)*pollReadSize {
+		fr.WriteRawFrame(0xfa, 0, 0, make([]byte, 16000)) // unknown: ignored
+	}
+	for wire := buf.Bytes(); len(wire) > 0; {
+		n, err := unix.Write(fds[1], wire)
+		if err != nil {
+			t.Fatal(err)
+		}
+		wire = wire[n:]
+	}
+	c := &Conn{streams: map[uint32]*Stream{}, nextID: 1, cfg: Config{}.withDefaults()}
+	c.fr = http2.NewFramer(nil, &c.src)
+	c.fr.SetMaxReadFrameSize(defaultMaxFrameSize)
+	c.pfd = fds[0]
+	c.rb = make([]byte, 0, pollReadSize)
+	ok, more := c.PollRead(fds[0], false)
+	if !ok || !more {
+		t.Fatalf("PollRead over a full socket = %v, %v; want true, true (budget spent, more to read)", ok, more)
+	}
+	for range 100 { // bounded: the rest takes a few calls
+		if ok, more = c.PollRead(fds[0], false); !ok || !more {
+			break
+		}
+	}
+	if !ok || more {
+		t.Fatalf("PollRead once the socket is drained = %v, %v; want true, false", ok, more)
+	}
+}
