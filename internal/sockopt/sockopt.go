@@ -59,23 +59,28 @@ const (
 // It has the signature of net.ListenConfig.Control.
 func ListenKeepAlive(network, address string, c syscall.RawConn) error {
 	var serr error
-	if err := c.Control(func(fd uintptr) {
-		for _, o := range [...]struct {
-			level, opt, v int
-			name          string
-		}{
-			{unix.SOL_SOCKET, unix.SO_KEEPALIVE, 1, "SO_KEEPALIVE"},
-			{unix.IPPROTO_TCP, unix.TCP_KEEPIDLE, keepAliveIdle, "TCP_KEEPIDLE"},
-			{unix.IPPROTO_TCP, unix.TCP_KEEPINTVL, keepAliveInterval, "TCP_KEEPINTVL"},
-			{unix.IPPROTO_TCP, unix.TCP_KEEPCNT, keepAliveCount, "TCP_KEEPCNT"},
-		} {
-			if err := unix.SetsockoptInt(int(fd), o.level, o.opt, o.v); err != nil {
-				serr = fmt.Errorf("set %s: %w", o.name, os.NewSyscallError("setsockopt", err))
-				return
-			}
-		}
-	}); err != nil {
+	if err := c.Control(func(fd uintptr) { serr = KeepAlive(int(fd)) }); err != nil {
 		return err
 	}
 	return serr
+}
+
+// KeepAlive sets on the socket fd the TCP keepalive ListenKeepAlive sets
+// on a listener, the settings Go's dialer gives a connection by default:
+// for a socket that connects, which inherits nothing.
+func KeepAlive(fd int) error {
+	for _, o := range [...]struct {
+		level, opt, v int
+		name          string
+	}{
+		{unix.SOL_SOCKET, unix.SO_KEEPALIVE, 1, "SO_KEEPALIVE"},
+		{unix.IPPROTO_TCP, unix.TCP_KEEPIDLE, keepAliveIdle, "TCP_KEEPIDLE"},
+		{unix.IPPROTO_TCP, unix.TCP_KEEPINTVL, keepAliveInterval, "TCP_KEEPINTVL"},
+		{unix.IPPROTO_TCP, unix.TCP_KEEPCNT, keepAliveCount, "TCP_KEEPCNT"},
+	} {
+		if err := unix.SetsockoptInt(fd, o.level, o.opt, o.v); err != nil {
+			return fmt.Errorf("set %s: %w", o.name, os.NewSyscallError("setsockopt", err))
+		}
+	}
+	return nil
 }

@@ -373,8 +373,9 @@ type Dialer struct {
 	pool    string
 	dialers []net.Dialer
 	next    atomic.Uint32
-	// DialOne dials addr through one source's dialer; tests replace it
-	// before the first dial to inject errors.
+	// DialOne, when set, dials addr through one source's dialer in
+	// place of the dialer itself: tests set it before the first dial to
+	// inject errors (DialSocket then declines, so every dial comes here).
 	DialOne func(d *net.Dialer, addr string) (net.Conn, error)
 	// count counts one local failure in the metrics.
 	count func(pool, node, reason string)
@@ -386,10 +387,9 @@ type Dialer struct {
 // counting local failures with count (nil: not counted).
 func newDialer(pool string, sources []string, timeout time.Duration, log *slog.Logger, count func(pool, node, reason string)) (*Dialer, error) {
 	d := &Dialer{
-		pool:    pool,
-		DialOne: func(nd *net.Dialer, addr string) (net.Conn, error) { return nd.Dial("tcp", addr) },
-		count:   count,
-		log:     &dialLog{log: log, pool: pool, nodes: map[string]*nodeDialLog{}},
+		pool:  pool,
+		count: count,
+		log:   &dialLog{log: log, pool: pool, nodes: map[string]*nodeDialLog{}},
 	}
 	for _, s := range sources {
 		ip := net.ParseIP(s)
@@ -438,7 +438,13 @@ func (d *Dialer) Dial(addr string) (net.Conn, error) {
 	}
 	for k := 0; ; k++ {
 		nd := &d.dialers[(i+k)%len(d.dialers)]
-		c, err := d.DialOne(nd, addr)
+		var c net.Conn
+		var err error
+		if d.DialOne != nil {
+			c, err = d.DialOne(nd, addr)
+		} else {
+			c, err = nd.Dial("tcp", addr)
+		}
 		if err == nil {
 			return c, nil
 		}

@@ -170,7 +170,7 @@ func TestDialerLocalErrors(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			real := d.DialOne
+			real := func(nd *net.Dialer, addr string) (net.Conn, error) { return nd.Dial("tcp", addr) }
 			calls := 0
 			d.DialOne = func(nd *net.Dialer, addr string) (net.Conn, error) {
 				calls++
