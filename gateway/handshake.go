@@ -53,6 +53,10 @@ func (s *Server) serveUpgrade(ctx *fasthttp.RequestCtx, g *generation, rt *route
 	// connection, the 101 for the client and the hijack's state.
 	sw := s.switches.New(rt, ctx.Time(), g.handshakeTimeout)
 	sw.WriteTimeout, sw.ExpiryGrace, sw.Engine = g.cfg.Gateway.WriteTimeout.Duration, g.cfg.Gateway.ExpiryGrace.Duration, g.engine
+	// A tunnel between sockets runs on a poller, which then watches the
+	// node's socket from its connect on; a TLS client's runs on
+	// goroutines (see tunnel.Engine).
+	polled := sw.Engine == tunnel.EngineAuto && !ctx.IsTLS()
 	var excl [maxTries]*balancer.Node
 	exclude := excl[:0]
 	tries := min(p.Tries, maxTries)
@@ -70,7 +74,7 @@ func (s *Server) serveUpgrade(ctx *fasthttp.RequestCtx, g *generation, rt *route
 		if sreq != nil {
 			answer, err = s.openStream(p, lease.Node(), sreq, accept, sw)
 		} else {
-			answer, err = upgrade.DialNode(p, lease.Node(), req, accept, &sw.Node, sw.Hdr[:0])
+			answer, err = upgrade.DialNode(p, lease.Node(), req, accept, &sw.Node, sw.Hdr[:0], polled)
 		}
 		if err != nil {
 			lease.Release()

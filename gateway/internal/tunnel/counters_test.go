@@ -18,7 +18,7 @@ func TestCountersFollowTunnels(t *testing.T) {
 	rigs := make([]*rig, 3)
 	for i := range rigs {
 		client, gwClient := clientPair(t)
-		gwNode, node := tcpPair(t)
+		gwNode, node := nodePair(t)
 		r := &rig{t: t, client: client, node: node, lease: &countingLease{}}
 		r.cr, r.nr = bufio.NewReader(client), bufio.NewReader(node)
 		r.tun = New(Params{Client: gwClient, Node: gwNode, CloseTimeout: 10 * time.Second, Lease: r.lease, Counters: &c})

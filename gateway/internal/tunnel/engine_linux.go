@@ -86,6 +86,9 @@ func dupSocket(c net.Conn) (fd int, sock *net.TCPConn, ok bool) {
 // DropSocket method is told to forget its socket, so the closed Go
 // connection's memory is freed at once.
 func (t *Tunnel) adopt(node net.Conn) bool {
+	if s, ok := node.(*NodeSocket); ok {
+		return t.adoptSocket(s)
+	}
 	ns, isStream := node.(NodeStream)
 	if (!isStream && socketOf(node) == nil) || socketOf(t.client) == nil {
 		return false // not a pair the poller runs: no poller is started for it
@@ -123,6 +126,33 @@ func (t *Tunnel) adopt(node net.Conn) bool {
 		d.DropSocket()
 	}
 	t.eng, t.clientFD, t.nodeFD, t.slot = p, int32(cfd), int32(nfd), -1
+	return true
+}
+
+// adoptSocket takes over a NodeSocket and the client's socket, for the
+// NodeSocket's poller. It returns false, leaving both as they are, when
+// the client has no socket to take or its duplicate fails: the tunnel
+// then runs on goroutines, with the NodeSocket as its node connection.
+func (t *Tunnel) adoptSocket(s *NodeSocket) bool {
+	if socketOf(t.client) == nil {
+		return false
+	}
+	cfd, cs, ok := dupSocket(t.client)
+	if !ok {
+		return false
+	}
+	nfd := s.release()
+	if nfd < 0 {
+		// Closed already (the handshake was given up): a tunnel that
+		// ends at once, on goroutines.
+		_ = unix.Close(cfd)
+		return false
+	}
+	_ = cs.Close()
+	if d, ok := t.client.(interface{ DropSocket() }); ok {
+		d.DropSocket()
+	}
+	t.eng, t.clientFD, t.nodeFD, t.slot = s.p, int32(cfd), int32(nfd), slotNodeWatched
 	return true
 }
 

@@ -2,7 +2,11 @@
 
 package tunnel
 
-import "net"
+import (
+	"errors"
+	"net"
+	"net/netip"
+)
 
 // The event-driven engine exists on Linux only; elsewhere every tunnel
 // runs on the stream engine.
@@ -21,3 +25,12 @@ func Pollers() int { return 0 }
 
 // AttachConn takes no connection where there is no event-driven engine.
 func AttachConn(net.Conn, PolledConn) (any, func()) { return nil, nil }
+
+// NodeSocket is the event-driven engine's node socket; none is made here.
+type NodeSocket struct{ net.Conn }
+
+// WatchSocket fails where there is no event-driven engine: the caller
+// dials with Go's net package instead.
+func WatchSocket(int, netip.AddrPort) (*NodeSocket, error) {
+	return nil, errors.New("tunnel: no event-driven engine on this system")
+}

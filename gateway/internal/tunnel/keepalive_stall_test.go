@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"github.com/wsgate/wsgate/internal/wsframe"
+
+	"golang.org/x/sys/unix"
 )
 
 // TestPongTimeoutBehindStalledNodeTellsNode: a client whose frames wait for
@@ -23,9 +25,9 @@ import (
 // frame. The close now follows the tail.
 func TestPongTimeoutBehindStalledNodeTellsNode(t *testing.T) {
 	client, gwClient := clientPair(t)
-	gwNode, node := tcpPair(t)
+	gwNode, node := nodePair(t)
 	// Small buffers toward the node, so that a few frames fill them.
-	_ = gwNode.(*net.TCPConn).SetWriteBuffer(16 << 10)
+	_ = setSockBuf(gwNode, unix.SO_SNDBUF, 16<<10)
 	_ = node.(*net.TCPConn).SetReadBuffer(16 << 10)
 	r := &rig{t: t, client: client, node: node, lease: &countingLease{}}
 	r.cr, r.nr = bufio.NewReader(client), bufio.NewReader(node)

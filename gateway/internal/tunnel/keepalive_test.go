@@ -12,7 +12,7 @@ import (
 // connections, lease and close timeout are the rig's).
 func newRigWith(t *testing.T, p Params) *rig {
 	client, gwClient := clientPair(t)
-	gwNode, node := tcpPair(t)
+	gwNode, node := nodePair(t)
 	r := &rig{t: t, client: client, node: node, lease: &countingLease{}}
 	r.cr, r.nr = bufio.NewReader(client), bufio.NewReader(node)
 	p.Client, p.Node, p.Lease, p.CloseTimeout = gwClient, gwNode, r.lease, 10*time.Second

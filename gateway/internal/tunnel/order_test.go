@@ -77,7 +77,7 @@ var badFrames = []badFrame{
 // echoes in order and then the expected close, otherwise what went wrong.
 func runBadClient(t *testing.T, bad badFrame, byteByByte bool) string {
 	client, gwClient := clientPair(t)
-	gwNode, node := tcpPair(t)
+	gwNode, node := nodePair(t)
 	defer client.Close()
 	lease := &countingLease{}
 	tun := New(Params{
@@ -255,7 +255,7 @@ func TestBadClientFrameByteByByte(t *testing.T) {
 // close 1000.
 func runNodeCloses(t *testing.T) string {
 	client, gwClient := clientPair(t)
-	gwNode, node := tcpPair(t)
+	gwNode, node := nodePair(t)
 	defer client.Close()
 	lease := &countingLease{}
 	tun := New(Params{Client: gwClient, Node: gwNode, Lease: lease, CloseTimeout: 5 * time.Second})
@@ -351,7 +351,7 @@ func TestNodeCloseNeverReplacedBy1012(t *testing.T) {
 // client with its 1002 once the close timeout passes, not a 1012.
 func TestBadClientFrameSilentNode(t *testing.T) {
 	client, gwClient := clientPair(t)
-	gwNode, node := tcpPair(t)
+	gwNode, node := nodePair(t)
 	lease := &countingLease{}
 	tun := New(Params{Client: gwClient, Node: gwNode, Lease: lease, CloseTimeout: 300 * time.Millisecond})
 	tun.Start()

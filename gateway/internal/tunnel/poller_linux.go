@@ -72,6 +72,14 @@ type poller struct {
 	// bytes still waiting (see connRead).
 	againConns, spareConns []*polledConn
 
+	// sockets holds the NodeSockets registered with the poller, indexed
+	// by their event data (see socketEventFd), with freeSockets the
+	// indexes free; smu guards both, as NodeSockets come and go on
+	// handshakes' goroutines.
+	smu         sync.Mutex
+	sockets     []*NodeSocket
+	freeSockets []int32
+
 	mu    sync.Mutex
 	queue []func()
 	spare []func()
@@ -261,7 +269,9 @@ func (p *poller) ready(uintptr) bool {
 		}
 		for i := range n {
 			ev := &p.events[i]
-			if ev.Fd < -1 {
+			if ev.Fd < -1 && ev.Pad == socketEventPad {
+				p.socketEvent(ev)
+			} else if ev.Fd < -1 {
 				p.connEvent(ev)
 			} else if t, node := p.route(ev); t != nil {
 				t.event(node, ev.Events)
@@ -425,6 +435,11 @@ func (p *poller) route(ev *unix.EpollEvent) (*Tunnel, bool) {
 // MSG_OOB), which stops a read short of the bytes behind it (see readSrc).
 const watchEvents = unix.EPOLLIN | unix.EPOLLOUT | unix.EPOLLRDHUP | unix.EPOLLPRI | unix.EPOLLET
 
+// slotNodeWatched is a tunnel's slot before watch when its node socket is
+// a NodeSocket's, registered with the poller since its connect (see
+// adoptSocket); any other tunnel has -1 there.
+const slotNodeWatched = -2
+
 // watch takes a slot for t and registers both of its sockets with it. A
 // readable or writable socket is reported at once. On failure nothing of
 // t stays registered.
@@ -439,9 +454,17 @@ func (p *poller) watch(t *Tunnel) error {
 		return err
 	}
 	eventData(&ev, i, gen, true)
+	op := unix.EPOLL_CTL_ADD
+	if t.slot == slotNodeWatched {
+		// A NodeSocket's, registered since its connect: its event data
+		// changes to the slot's, and the modification reports at once
+		// whatever the socket has ready (the events between the handshake
+		// and now were the NodeSocket's).
+		op = unix.EPOLL_CTL_MOD
+	}
 	if t.nodeFD < 0 {
 		// A node stream: its notifications come by poke.
-	} else if err := unix.EpollCtl(p.epfd, unix.EPOLL_CTL_ADD, int(t.nodeFD), &ev); err != nil {
+	} else if err := unix.EpollCtl(p.epfd, op, int(t.nodeFD), &ev); err != nil {
 		_ = unix.EpollCtl(p.epfd, unix.EPOLL_CTL_DEL, int(t.clientFD), nil)
 		p.release(i)
 		return err

@@ -110,7 +110,7 @@ func newRigOnFD(t *testing.T, fd int) *rig {
 		}
 	}
 	client, gwClient := tcpPair(t)
-	gwNode, node := tcpPair(t)
+	gwNode, node := nodePair(t)
 	_ = unix.Close(at)
 	r := &rig{t: t, client: client, node: node, lease: &countingLease{}}
 	r.cr, r.nr = bufio.NewReader(client), bufio.NewReader(node)

@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"github.com/wsgate/wsgate/internal/wsframe"
+
+	"golang.org/x/sys/unix"
 )
 
 // stallRig is a tunnel whose client never reads: the test's client end has
@@ -19,7 +21,7 @@ type stallRig struct {
 
 func newStallRig(t *testing.T, closeTimeout, writeTimeout time.Duration) *stallRig {
 	client, gwClient := clientPair(t)
-	gwNode, node := tcpPair(t)
+	gwNode, node := nodePair(t)
 	if err := tcpOf(client).SetReadBuffer(4 << 10); err != nil {
 		t.Fatal(err)
 	}
@@ -28,7 +30,7 @@ func newStallRig(t *testing.T, closeTimeout, writeTimeout time.Duration) *stallR
 	}
 	// Room for what the node sends behind the stall, so its close and its
 	// end of stream reach the gateway's kernel.
-	if err := gwNode.(*net.TCPConn).SetReadBuffer(1 << 20); err != nil {
+	if err := setSockBuf(gwNode, unix.SO_RCVBUF, 1<<20); err != nil {
 		t.Fatal(err)
 	}
 	r := &rig{t: t, client: client, node: node, lease: &countingLease{}}

@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"github.com/wsgate/wsgate/internal/wsframe"
+
+	"golang.org/x/sys/unix"
 )
 
 // TestStalledNodeWriteTimeout: a node that never reads while its client
@@ -17,11 +19,11 @@ import (
 // no event (the node's shut-down socket among them) was seen again.
 func TestStalledNodeWriteTimeout(t *testing.T) {
 	client, gwClient := clientPair(t)
-	gwNode, node := tcpPair(t)
+	gwNode, node := nodePair(t)
 	if err := node.(*net.TCPConn).SetReadBuffer(4 << 10); err != nil {
 		t.Fatal(err)
 	}
-	if err := gwNode.(*net.TCPConn).SetWriteBuffer(4 << 10); err != nil {
+	if err := setSockBuf(gwNode, unix.SO_SNDBUF, 4<<10); err != nil {
 		t.Fatal(err)
 	}
 	r := &rig{t: t, client: client, node: node, lease: &countingLease{}}

@@ -6,6 +6,8 @@ import (
 	"time"
 
 	"github.com/wsgate/wsgate/internal/wsframe"
+
+	"golang.org/x/sys/unix"
 )
 
 // fillSocket fills the gateway's socket toward a client that reads
@@ -87,11 +89,11 @@ func TestTLSAbortAlertInFlight(t *testing.T) {
 func TestTLSClientHangUpEndsStalledNodeWrite(t *testing.T) {
 	const closeTimeout = time.Second
 	client, gwClient := tlsPair(t)
-	gwNode, node := tcpPair(t)
+	gwNode, node := nodePair(t)
 	if err := node.(*net.TCPConn).SetReadBuffer(4 << 10); err != nil {
 		t.Fatal(err)
 	}
-	if err := gwNode.(*net.TCPConn).SetWriteBuffer(4 << 10); err != nil {
+	if err := setSockBuf(gwNode, unix.SO_SNDBUF, 4<<10); err != nil {
 		t.Fatal(err)
 	}
 	// Room for what the client sends behind the stall, so its

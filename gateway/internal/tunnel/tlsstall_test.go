@@ -53,7 +53,7 @@ func newTLSStreamRig(t *testing.T, p Params) *tlsStreamRig {
 	}
 	sock := NewTLSSocket(rawGW)
 	client, gw := tlsOver(t, rawClient, sock)
-	gwNode, node := tcpPair(t)
+	gwNode, node := nodePair(t)
 	r := &tlsStreamRig{t: t, client: client, node: node, gw: &countedTLS{Conn: gw.(*tls.Conn)}, sock: sock, lease: &countingLease{}}
 	p.Client, p.Node, p.Lease = r.gw, gwNode, r.lease
 	if p.CloseTimeout == 0 {
@@ -265,7 +265,7 @@ func TestTLSWithoutSocketWritesOnce(t *testing.T) {
 		t.Fatal(err)
 	}
 	_, gw := tlsOver(t, rawClient, rawGW)
-	gwNode, node := tcpPair(t)
+	gwNode, node := nodePair(t)
 	counted := &countedTLS{Conn: gw.(*tls.Conn)}
 	tun := New(Params{Client: counted, Node: gwNode, WriteTimeout: 500 * time.Millisecond, CloseTimeout: 500 * time.Millisecond})
 	tun.Start()

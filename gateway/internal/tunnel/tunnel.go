@@ -197,8 +197,9 @@ type Tunnel struct {
 	reason               atomic.Uint32
 	firstClose           atomic.Uint32 // the Closer of the first close frame
 	pumps                atomic.Int32
-	// slot is t's slot in its poller's table, -1 while it has none (the
-	// event-driven engine's, here to fill the word pumps leaves).
+	// slot is t's slot in its poller's table, negative while it has none
+	// (-1, or slotNodeWatched before watch; the event-driven engine's,
+	// here to fill the word pumps leaves).
 	slot int32
 
 	// eng is the engine the tunnel runs on: its poller, or its state on

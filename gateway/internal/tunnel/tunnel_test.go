@@ -60,7 +60,7 @@ type rig struct {
 
 func newRig(t *testing.T, maxFrame uint64) *rig {
 	client, gwClient := clientPair(t)
-	gwNode, node := tcpPair(t)
+	gwNode, node := nodePair(t)
 	r := &rig{t: t, client: client, node: node, lease: &countingLease{}}
 	r.cr, r.nr = bufio.NewReader(client), bufio.NewReader(node)
 	r.tun = New(Params{
@@ -207,7 +207,7 @@ func TestGoAwayLosesNoClientWrite(t *testing.T) {
 // the close is cut, and the node gets the gateway's own close 1001.
 func TestGoAwaySilentClientCut(t *testing.T) {
 	client, gwClient := clientPair(t)
-	gwNode, node := tcpPair(t)
+	gwNode, node := nodePair(t)
 	lease := &countingLease{}
 	tun := New(Params{Client: gwClient, Node: gwNode, Lease: lease, CloseTimeout: 200 * time.Millisecond})
 	tun.Start()
@@ -309,7 +309,7 @@ func TestUnmaskedClientFrameGives1002(t *testing.T) {
 
 func TestPendingBytesForwardedFirst(t *testing.T) {
 	client, gwClient := clientPair(t)
-	gwNode, node := tcpPair(t)
+	gwNode, node := nodePair(t)
 	lease := &countingLease{}
 	tun := New(Params{
 		Client: gwClient, Node: gwNode, Lease: lease,

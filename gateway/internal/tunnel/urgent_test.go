@@ -28,7 +28,7 @@ func TestUrgentByteDiscardedFramesWhole(t *testing.T) {
 	for _, dir := range []string{"client to node", "node to client"} {
 		t.Run(dir, func(t *testing.T) {
 			client, gwClient := tcpPair(t)
-			gwNode, node := tcpPair(t)
+			gwNode, node := nodePair(t)
 			toNode := dir == "client to node"
 			from, to := client, node
 			if !toNode {

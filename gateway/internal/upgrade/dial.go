@@ -15,6 +15,7 @@ import (
 	"github.com/wsgate/wsgate/gateway/internal/upstream"
 	"github.com/wsgate/wsgate/internal/httpheader"
 	"github.com/wsgate/wsgate/internal/proxyproto"
+	"golang.org/x/sys/unix"
 )
 
 // maxUpstreamAnswer is the largest body of a non-101 answer from a node that
@@ -47,14 +48,27 @@ var responseReaders sync.Pool
 // tunnel's writes to the node wake below crypto/tls as its writes to a
 // TLS client do; a send_proxy_v2 pool's PROXY header, at the start of
 // req, goes before the TLS handshake.
-func DialNode(p *upstream.Pool, n *balancer.Node, req, accept []byte, up *NodeConn, hdr []byte) (*fasthttp.Response, error) {
-	var head []byte
-	if p.TLS != nil && p.SendProxy {
-		if _, k, err := proxyproto.Parse(req); err == nil {
-			head, req = req[:k], req[k:]
-		}
+//
+// polled says the tunnel is to run on the event-driven engine: a node
+// without TLS is then dialed as a bare socket its poller watches from the
+// connect on (tunnel.NodeSocket), so the tunnel takes it over as it is.
+func DialNode(p *upstream.Pool, n *balancer.Node, req, accept []byte, up *NodeConn, hdr []byte, polled bool) (*fasthttp.Response, error) {
+	var (
+		conn net.Conn
+		err  error
+	)
+	if polled && p.TLS == nil {
+		conn, err = dialSocket(p, n.Addr())
 	}
-	conn, err := p.DialNode(n.Addr(), head, upstream.ALPNHTTP1, wrapTLSSocket)
+	if conn == nil && err == nil {
+		var head []byte
+		if p.TLS != nil && p.SendProxy {
+			if _, k, err := proxyproto.Parse(req); err == nil {
+				head, req = req[:k], req[k:]
+			}
+		}
+		conn, err = p.DialNode(n.Addr(), head, upstream.ALPNHTTP1, wrapTLSSocket)
+	}
 	if err != nil {
 		if errors.Is(err, upstream.ErrLocalDial) {
 			return nil, fmt.Errorf("dial %s: %w", n.Addr(), err)
@@ -113,6 +127,25 @@ func DialNode(p *upstream.Pool, n *balancer.Node, req, accept []byte, up *NodeCo
 	_ = conn.SetDeadline(time.Time{})
 	ok = true
 	return nil, nil
+}
+
+// dialSocket dials addr of p as a tunnel.NodeSocket. It returns neither a
+// connection nor an error when the node is to be dialed with Go's net
+// package instead (addr is a name, or no poller runs).
+func dialSocket(p *upstream.Pool, addr string) (net.Conn, error) {
+	fd, remote, err := p.Dialer.DialSocket(addr)
+	if errors.Is(err, upstream.ErrNoSocketDial) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	s, err := tunnel.WatchSocket(fd, remote)
+	if err != nil {
+		_ = unix.Close(fd)
+		return nil, nil
+	}
+	return s, nil
 }
 
 // wrapTLSSocket puts a tunnel.TLSSocket under a node's TLS connection.
