@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"os/exec"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"time"
 )
@@ -28,7 +29,9 @@ func parseSignal(s string) (syscall.Signal, error) {
 // runChaos is kill and drain: a relay.v1 fanout during which, at c.After,
 // a process is killed or signalled or a drain is requested, and optionally
 // restarted at c.RestartAfter. Clients reconnect with ?since= and resend
-// what was never acknowledged; the checker counts lost writes.
+// what was never acknowledged; the checker counts lost writes. BackAllMS
+// is the time from the act (in a process that did not act, -procs, from
+// the first drop it saw) until the last client was back.
 func runChaos(ctx context.Context, c *Config, rec *Recorder) error {
 	f := newFanout(c, rec, true)
 	f.connectAll(ctx)
@@ -36,7 +39,8 @@ func runChaos(ctx context.Context, c *Config, rec *Recorder) error {
 	errc := make(chan error, 2)
 	actx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	go func() { errc <- act(actx, c) }()
+	var acted atomic.Int64 // when act acted, Unix ns; 0 = it did not
+	go func() { errc <- act(actx, c, &acted) }()
 	go func() { errc <- restart(actx, c) }()
 	f.sendFor(ctx, c.Duration)
 	// Wait for everyone to be back (or to give up) before settling.
@@ -46,6 +50,15 @@ func runChaos(ctx context.Context, c *Config, rec *Recorder) error {
 	}
 	f.settle(ctx)
 	f.finish()
+	f.backMu.Lock()
+	from, last := f.firstDrop, f.lastBack
+	f.backMu.Unlock()
+	if at := acted.Load(); at != 0 {
+		from = time.Unix(0, at)
+	}
+	if !from.IsZero() && last.After(from) {
+		rec.Update(func(r *Report) { r.BackAllMS = ms(last.Sub(from)) })
+	}
 	cancel()
 	var first error
 	for range 2 {
@@ -72,14 +85,16 @@ func (f *fanout) disconnected() int {
 	return n
 }
 
-// act performs the kill, signal or drain request at c.After.
-func act(ctx context.Context, c *Config) error {
+// act performs the kill, signal or drain request at c.After and stores
+// when it began in at.
+func act(ctx context.Context, c *Config, at *atomic.Int64) error {
 	if c.KillCmd == "" && c.KillPID == 0 && c.DrainURL == "" {
 		return nil
 	}
 	if !sleepCtx(ctx, c.After) {
 		return nil
 	}
+	at.Store(time.Now().UnixNano())
 	switch {
 	case c.KillCmd != "":
 		progress(c, "running %q", c.KillCmd)

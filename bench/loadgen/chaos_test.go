@@ -69,7 +69,9 @@ func (rr *restartableRelay) ServeHTTP(w http.ResponseWriter, req *http.Request) 
 
 // TestDrainResumesWithoutLoss drains the only relay mid-fanout and brings
 // it back on the same address: every client must see 1001, come back with
-// ?since=, and every ACKed write must reach every other member.
+// ?since=, and every ACKed write must reach every other member. The time
+// until the last one was back counts from the drain request, so it is
+// never shorter than any one client's time back from its own drop.
 func TestDrainResumesWithoutLoss(t *testing.T) {
 	rr := newRestartableRelay(t)
 	admin := httptest.NewServer(rr)
@@ -87,6 +89,9 @@ func TestDrainResumesWithoutLoss(t *testing.T) {
 	}
 	if r.CloseCodes["1001"] != 9 || r.Back != 9 || r.NotBack != 0 {
 		t.Fatalf("close codes %v, back %d, not back %d", r.CloseCodes, r.Back, r.NotBack)
+	}
+	if r.BackAllMS <= 0 || r.BackAllMS < r.Reconnect.Max {
+		t.Fatalf("back_all_ms %v with reconnect_ms max %v: not counted from the drain", r.BackAllMS, r.Reconnect.Max)
 	}
 	if r.LostWrites != 0 || r.Gaps != 0 || r.DupOffsets != 0 || r.Duplicates != 0 || r.Acked != r.Sent || r.Delivered != 100 {
 		t.Fatalf("lost %d gaps %d dup offsets %d dups %d acked %d of %d delivered %v",

@@ -91,6 +91,10 @@ type fanout struct {
 	wg       sync.WaitGroup
 	backMu   sync.Mutex
 	back     []time.Duration
+	// firstDrop and lastBack are when the first member lost its
+	// connection and when the last one came back (zero: never); backMu
+	// guards them.
+	firstDrop, lastBack time.Time
 }
 
 func newFanout(c *Config, rec *Recorder, resume bool) *fanout {
@@ -256,6 +260,11 @@ func (f *fanout) life(m *fanMember, conn *Conn) {
 			return
 		}
 		dropped := time.Now()
+		f.backMu.Lock()
+		if f.firstDrop.IsZero() {
+			f.firstDrop = dropped
+		}
+		f.backMu.Unlock()
 		if conn = f.reconnect(m); conn == nil {
 			m.mu.Lock()
 			m.gone = true
@@ -267,6 +276,7 @@ func (f *fanout) life(m *fanMember, conn *Conn) {
 		f.rec.Update(func(r *Report) { r.Back++ })
 		f.backMu.Lock()
 		f.back = append(f.back, time.Since(dropped))
+		f.lastBack = time.Now()
 		f.backMu.Unlock()
 		f.prepare(m, conn)
 	}
