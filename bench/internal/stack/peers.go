@@ -75,7 +75,11 @@ type Peer struct {
 // NginxConfig is an nginx.conf for one worker on addr in front of relays
 // with least_conn, everything it writes (pid, temp files, error log) under
 // dir. WebSocket upgrades are passed through (HTTP/1.1, Upgrade and
-// Connection headers) and a tunnel may stay silent for an hour. root says
+// Connection headers) and a tunnel may stay silent for an hour. A relay
+// that refuses a connection is left to nginx's defaults, which already
+// do what a reconnect storm needs: the handshake moves to the next relay
+// (proxy_next_upstream error timeout) and the failed one is skipped for
+// 10s (max_fails 1, fail_timeout 10s). root says
 // the master runs as root: the worker then keeps root ("user root") rather
 // than nobody, who could not write to dir.
 func NginxConfig(dir, addr string, relays []string, root bool) string {
@@ -117,16 +121,24 @@ const HAProxyMaxConn = (MaxOpenFiles - 200) / 2
 
 // HAProxyConfig is a haproxy.cfg for one thread on addr in front of relays
 // with balance leastconn, in HTTP mode (HAProxy turns an upgraded
-// connection into a tunnel by itself) with an hour's tunnel timeout.
+// connection into a tunnel by itself) with an hour's tunnel timeout. As
+// HAProxy's own WebSocket examples have it, every relay is health checked
+// ("check"; every second, as the gateway probes its nodes, marked down
+// after HAProxy's default 3 failures) and a connection refused is retried
+// (retries 3, HAProxy's default) with the last retry on another relay
+// ("option redispatch"): without them a dead relay, holding the fewest
+// connections, keeps being picked, and each handshake sent there is
+// answered 503 after three retries a second apart.
 func HAProxyConfig(addr string, relays []string) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "global\n    nbthread 1\n    maxconn %d\n\n", HAProxyMaxConn)
 	b.WriteString("defaults\n    mode http\n    timeout connect 5s\n    timeout client 30s\n" +
-		"    timeout server 30s\n    timeout http-request 10s\n    timeout tunnel 1h\n\n")
+		"    timeout server 30s\n    timeout http-request 10s\n    timeout tunnel 1h\n" +
+		"    retries 3\n    option redispatch\n\n")
 	fmt.Fprintf(&b, "frontend ws\n    bind %s\n    default_backend relays\n\n", addr)
 	b.WriteString("backend relays\n    balance leastconn\n")
 	for i, r := range relays {
-		fmt.Fprintf(&b, "    server relay-%d %s\n", i+1, r)
+		fmt.Fprintf(&b, "    server relay-%d %s check inter 1s\n", i+1, r)
 	}
 	return b.String()
 }

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -224,6 +225,20 @@ func (s *Stack) StartRelay(id, addr string) (*Relay, error) {
 	return r, nil
 }
 
+// RestartRelay starts relay id again on its address, as after a kill: a
+// relay still running is first stopped by its PID (SIGTERM, then SIGKILL
+// after 10s). The new process replaces the old one in Relays, at the same
+// index; Close stops it with the rest.
+func (s *Stack) RestartRelay(id string) (*Relay, error) {
+	for _, r := range s.Relays {
+		if r.Name == id {
+			r.Stop(10 * time.Second)
+			return s.StartRelay(id, r.Addr)
+		}
+	}
+	return nil, fmt.Errorf("restart relay %q: no such relay", id)
+}
+
 // RelayArgs is the relay-backend command line of replica id on addr.
 func (s *Stack) RelayArgs(id, addr string) []string {
 	return []string{"-listen", addr, "-redis", "redis://" + s.RedisAddr + "/0", "-id", id,
@@ -297,6 +312,35 @@ func (s *Stack) gatewayConfig(addr, admin string, pollers int) string {
 	return b.String()
 }
 
+// WithAdmission returns the gateway config cfg (as GatewayConfig writes it)
+// with a [pools.admission] table of rate (requests per second) and burst
+// in its pool, ahead of the nodes.
+func WithAdmission(cfg string, rate, burst int) (string, error) {
+	const nodes = "  [[pools.nodes]]\n"
+	switch {
+	case rate < 0 || burst < 0:
+		return "", fmt.Errorf("admission rate %d, burst %d: must be >= 0", rate, burst)
+	case strings.Contains(cfg, "[pools.admission]"):
+		return "", errors.New("the config already has a [pools.admission] table")
+	case !strings.Contains(cfg, nodes):
+		return "", errors.New("the config has no [[pools.nodes]]")
+	}
+	return strings.Replace(cfg, nodes, fmt.Sprintf("  [pools.admission]\n  rate = %d\n  burst = %d\n%s", rate, burst, nodes), 1), nil
+}
+
+// Reconfigure writes text as the gateway's config and reloads it through
+// the admin API (POST /api/reload), returning once the new config is in
+// force or the reload was refused.
+func (g *Gateway) Reconfigure(text string) error {
+	if err := os.WriteFile(g.Config, []byte(text), 0o644); err != nil {
+		return fmt.Errorf("reconfigure %s: %w", g.Name, err)
+	}
+	if err := g.Post("/api/reload"); err != nil {
+		return fmt.Errorf("reconfigure %s: %w", g.Name, err)
+	}
+	return nil
+}
+
 // Close stops every process the stack started, by PID: the peers, then
 // the gateways, the relays and redis.
 func (s *Stack) Close() {
@@ -342,9 +386,9 @@ func (g *Gateway) Post(path string) error {
 		return fmt.Errorf("post %s: %w", path, err)
 	}
 	defer resp.Body.Close()
-	_, _ = io.Copy(io.Discard, resp.Body)
+	body, _ := io.ReadAll(io.LimitReader(resp.Body, 4<<10))
 	if resp.StatusCode != http.StatusOK {
-		return fmt.Errorf("post %s: %s", path, resp.Status)
+		return fmt.Errorf("post %s: %s: %s", path, resp.Status, strings.TrimSpace(string(body)))
 	}
 	return nil
 }

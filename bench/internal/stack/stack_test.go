@@ -219,9 +219,132 @@ func TestPeerConfigs(t *testing.T) {
 	}
 	hap := HAProxyConfig("127.0.0.1:8080", relays)
 	for _, want := range []string{"nbthread 1", "maxconn 9900", "mode http", "balance leastconn", "timeout tunnel 1h",
-		"timeout client", "timeout server", "timeout connect", "bind 127.0.0.1:8080", "server relay-1 127.0.0.1:7001", "server relay-2 127.0.0.1:7002"} {
+		"timeout client", "timeout server", "timeout connect", "bind 127.0.0.1:8080", "server relay-1 127.0.0.1:7001 check inter 1s", "server relay-2 127.0.0.1:7002 check inter 1s",
+		"retries 3", "option redispatch"} {
 		if !strings.Contains(hap, want) {
 			t.Errorf("haproxy config lacks %q:\n%s", want, hap)
 		}
+	}
+}
+
+// TestRestartRelayAndReconfigure runs a real stack: relay 1 is killed
+// with SIGKILL and restarted on its address under its name, relay 2 is
+// restarted while running (stopped by its PID first), and the gateway
+// takes a config with [pools.admission] through Reconfigure's reload;
+// Close then leaves none of the processes, old or new, running.
+func TestRestartRelayAndReconfigure(t *testing.T) {
+	if _, err := exec.LookPath("redis-server"); err != nil {
+		if os.Getenv("CI") != "" {
+			t.Fatal("redis-server not installed (CI must install it)")
+		}
+		t.Skip("redis-server not installed")
+	}
+	root, err := filepath.Abs("../../..")
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	bins, err := Build(context.Background(), root, dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := Up(Options{Dir: dir, Bins: bins, Relays: 2, Gateways: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	closed := false
+	t.Cleanup(func() {
+		if !closed {
+			s.Close()
+		}
+	})
+	old := []*Relay{s.Relays[0], s.Relays[1]}
+	if err := old[0].Signal(syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-old[0].Done():
+	case <-time.After(10 * time.Second):
+		t.Fatal("relay-1 still running 10s after SIGKILL")
+	}
+	for i, id := range []string{"relay-1", "relay-2"} {
+		r, err := s.RestartRelay(id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if r.Addr != old[i].Addr || r.Pid() == old[i].Pid() || s.Relays[i] != r || len(s.Relays) != 2 {
+			t.Fatalf("%s restarted on %s pid %d (was %s pid %d); relays %v", id, r.Addr, r.Pid(), old[i].Addr, old[i].Pid(), s.Relays)
+		}
+		select {
+		case <-old[i].Done():
+		default:
+			t.Fatalf("%s's old process (pid %d) still runs", id, old[i].Pid())
+		}
+		if info, err := r.Info(); err != nil || info.Replica != id {
+			t.Fatalf("restarted %s: info %+v, %v", id, info, err)
+		}
+	}
+	if _, err := s.RestartRelay("relay-9"); err == nil {
+		t.Fatal("restart of an unknown relay succeeded")
+	}
+
+	g := s.Gateways[0]
+	orig, err := os.ReadFile(g.Config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	text, err := WithAdmission(string(orig), 250, 100)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := g.Reconfigure(text); err != nil {
+		t.Fatalf("the gateway refused the admission config: %v\n%s", err, text)
+	}
+	if err := g.Reconfigure(strings.Replace(text, "burst = 100", "burst = -1", 1)); err == nil {
+		t.Fatal("the gateway took a negative burst")
+	}
+	if err := g.Reconfigure(string(orig)); err != nil {
+		t.Fatal(err)
+	}
+
+	procs := []*Proc{s.Redis, g.Proc, old[0].Proc, old[1].Proc, s.Relays[0].Proc, s.Relays[1].Proc}
+	s.Close()
+	closed = true
+	for _, p := range procs {
+		select {
+		case <-p.Done():
+		case <-time.After(time.Second):
+			t.Fatalf("%s (pid %d) still running after Close", p.Name, p.Pid())
+		}
+	}
+}
+
+func TestWithAdmission(t *testing.T) {
+	s := &Stack{opt: Options{DrainWindow: 2 * time.Second}, Relays: []*Relay{{Addr: "127.0.0.1:7001"}, {Addr: "127.0.0.1:7002"}}}
+	cfg := s.GatewayConfig("127.0.0.1:8080", "127.0.0.1:9090")
+	got, err := WithAdmission(cfg, 250, 100)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := "  [pools.admission]\n  rate = 250\n  burst = 100\n  [[pools.nodes]]\n  addr = \"127.0.0.1:7001\"\n  [[pools.nodes]]\n  addr = \"127.0.0.1:7002\"\n"
+	if !strings.Contains(got, want) || strings.Count(got, "[pools.admission]") != 1 {
+		t.Fatalf("config with admission:\n%s\nwant it to contain:\n%s", got, want)
+	}
+	tests := []struct {
+		name        string
+		cfg         string
+		rate, burst int
+	}{
+		{"twice", got, 250, 100},
+		{"no nodes", "[gateway]\n", 250, 100},
+		{"negative rate", cfg, -1, 0},
+		{"negative burst", cfg, 1, -1},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			if out, err := WithAdmission(tc.cfg, tc.rate, tc.burst); err == nil {
+				t.Fatalf("WithAdmission succeeded:\n%s", out)
+			}
+		})
 	}
 }
