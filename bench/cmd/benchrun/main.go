@@ -14,7 +14,9 @@
 //	benchrun -up [-relays N] [-gateways N] [-engine epoll|goroutines] [-pollers N] [-peers]
 //	             [-protocol http1|h2] [-h2-connections N] [-gateway-env KEY=value ...]
 //	                                 start a stack, print its addresses, wait for Ctrl-C
-//	                                 (-peers: nginx and HAProxy too, as make bench runs them)
+//	                                 (-peers: nginx and HAProxy too, as make bench runs them;
+//	                                 the gateways get the shipped GODEBUG, as in make bench,
+//	                                 unless -gateway-env sets GODEBUG)
 package main
 
 import (
@@ -108,7 +110,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	peers := fs.Bool("peers", false, "also start nginx and HAProxy in front of every relay, as make bench does (-up)")
 	dir := fs.String("dir", "", "directory for logs, configs and raw reports (default: a new one in $TMPDIR)")
 	var gwEnv []string
-	fs.Func("gateway-env", "`KEY=value` added to the gateways' environment, such as GODEBUG=...; repeatable (-up)", func(v string) error {
+	fs.Func("gateway-env", "`KEY=value` added to the gateways' environment, such as GOGC=...; repeatable (-up; a GODEBUG here replaces the shipped "+shippedGODEBUG+")", func(v string) error {
 		if k, _, ok := strings.Cut(v, "="); !ok || k == "" {
 			return fmt.Errorf("%q is not KEY=value", v)
 		}
@@ -174,9 +176,10 @@ func execute(ctx context.Context, dir string, quick, smoke, up, peers bool, opt 
 		opt.Relays, opt.Gateways = 2, 1
 		opt.OneCore = !smoke
 		opt.H2 = !smoke
-		// The gateways run as the image and the systemd unit run them.
-		opt.GatewayEnv = []string{shippedGODEBUG}
 	}
+	// The gateways run as the image and the systemd unit run them (-up
+	// included, so bench/byhand.sh measures the gateway as it ships).
+	opt.GatewayEnv = withShippedGODEBUG(opt.GatewayEnv)
 	opt.Dir, opt.Bins = dir, bins
 	st, err := stack.Up(opt)
 	if st != nil {
@@ -204,6 +207,17 @@ func execute(ctx context.Context, dir string, quick, smoke, up, peers bool, opt 
 		return err
 	}
 	return r.bench(ctx, stdout)
+}
+
+// withShippedGODEBUG is env with shippedGODEBUG first, unless env sets
+// GODEBUG itself.
+func withShippedGODEBUG(env []string) []string {
+	for _, kv := range env {
+		if strings.HasPrefix(kv, "GODEBUG=") {
+			return env
+		}
+	}
+	return append([]string{shippedGODEBUG}, env...)
 }
 
 func moduleRoot() (string, error) {

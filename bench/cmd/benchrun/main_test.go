@@ -40,3 +40,23 @@ func TestShippedGODEBUG(t *testing.T) {
 		}
 	}
 }
+
+func TestWithShippedGODEBUG(t *testing.T) {
+	tests := []struct {
+		name     string
+		env, out []string
+	}{
+		{"none", nil, []string{shippedGODEBUG}},
+		{"others kept", []string{"GOGC=200"}, []string{shippedGODEBUG, "GOGC=200"}},
+		{"own GODEBUG wins", []string{"GOGC=200", "GODEBUG=gctrace=1"}, []string{"GOGC=200", "GODEBUG=gctrace=1"}},
+		{"empty GODEBUG wins", []string{"GODEBUG="}, []string{"GODEBUG="}},
+		{"a name that only starts alike", []string{"GODEBUGX=1"}, []string{shippedGODEBUG, "GODEBUGX=1"}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := withShippedGODEBUG(tc.env); !slices.Equal(got, tc.out) {
+				t.Fatalf("withShippedGODEBUG(%q) = %q, want %q", tc.env, got, tc.out)
+			}
+		})
+	}
+}
