@@ -22,6 +22,8 @@ type results struct {
 	light, fixed []fanoutResult
 	churn        []churnResult
 	ladder       ladderResult
+	storm        *stormResult // nil when not run
+	stormErr     error        // why the storm run failed
 	measured     bool
 }
 
@@ -103,6 +105,12 @@ func (r *runner) bench(ctx context.Context, w io.Writer) error {
 		}
 	}
 
+	// Last: it kills relays.
+	adm, admErr, err := r.stormPhase(ctx, &res)
+	if err != nil {
+		return err
+	}
+
 	rows := r.rows(res)
 	only := func(r row, col int, v float64, text string) row {
 		r.vals[col], r.texts[col] = v, text
@@ -118,6 +126,7 @@ func (r *runner) bench(ctx context.Context, w io.Writer) error {
 		only(nanRow("lost writes / duplicates after drain", "", "close codes seen: "+codesText(codes)+"; "+med), colWSGate, math.NaN(),
 			fmt.Sprintf("%.0f / %.0f (resent dups %.0f)", loadproc.Median(lost), loadproc.Median(dups), loadproc.Median(dupsResent))),
 	)
+	rows = append(rows, stormRows(&res, adm, admErr, p)...)
 	fmt.Fprintf(w, "wsgate benchmark (%s), %s\n\n", modeName(p), time.Now().UTC().Format("2006-01-02 15:04 UTC"))
 	fmt.Fprintf(w, "machine: %d CPUs (%s), %s, %s; load average %s at start, %s at end; took %v\n\n",
 		runtime.NumCPU(), cpuModel(), kernel(), runtime.Version(), load0, loadavg(), time.Since(start).Round(time.Second))
@@ -128,6 +137,14 @@ func (r *runner) bench(ctx context.Context, w io.Writer) error {
 		if t.addr == "" {
 			fmt.Fprintf(w, "\n%s: not measured: %s\n", colHeaders[t.col], t.why)
 		}
+	}
+	for i := range res {
+		if err := res[i].stormErr; err != nil {
+			fmt.Fprintf(w, "\nstorm through %s failed: %v\n", colHeaders[i], err)
+		}
+	}
+	if admErr != nil {
+		fmt.Fprintf(w, "\nstorm with admission failed: %v\n", admErr)
 	}
 	return nil
 }

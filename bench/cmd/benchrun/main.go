@@ -17,6 +17,9 @@
 //	                                 (-peers: nginx and HAProxy too, as make bench runs them;
 //	                                 the gateways get the shipped GODEBUG, as in make bench,
 //	                                 unless -gateway-env sets GODEBUG)
+//
+// The benchmark's last phase is a reconnect storm through each HTTP/1.1
+// proxy (it kills relay 1, restarting it before each run): see storm.go.
 package main
 
 import (
@@ -58,17 +61,21 @@ type plan struct {
 	ladderDuration time.Duration
 	churnWorkers   int
 	churnDuration  time.Duration
+	stormClients   int           // relay.v1 clients of the reconnect storm, 2 per room
+	stormWindow    time.Duration // how long they keep sending after the kill
 }
 
 var (
 	fullPlan = plan{reps: 3, idleN: 9000, idleRate: 1500, idleHold: 8 * time.Second,
 		fanRooms: 50, fanMembers: 10, fanFPS: 12000, fanLightFPS: 5000, fanDuration: 8 * time.Second, lightDuration: 6 * time.Second,
 		ladder: []float64{20000, 30000, 40000, 55000, 70000, 85000}, ladderDuration: 5 * time.Second,
-		churnWorkers: 50, churnDuration: 5 * time.Second}
+		churnWorkers: 50, churnDuration: 5 * time.Second,
+		stormClients: 4000, stormWindow: 10 * time.Second}
 	quickPlan = plan{reps: 1, idleN: 1000, idleRate: 1000, idleHold: 5 * time.Second,
 		fanRooms: 50, fanMembers: 10, fanFPS: 12000, fanLightFPS: 5000, fanDuration: 4 * time.Second, lightDuration: 4 * time.Second,
 		ladder: []float64{20000}, ladderDuration: 3 * time.Second,
-		churnWorkers: 50, churnDuration: 3 * time.Second}
+		churnWorkers: 50, churnDuration: 3 * time.Second,
+		stormClients: 1000, stormWindow: 5 * time.Second}
 )
 
 // runner holds the stack under measurement.

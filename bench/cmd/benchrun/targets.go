@@ -33,7 +33,7 @@ func (t *target) proxy() bool { return t.col != colDirect }
 // installed but does not start is an error.
 func targets(st *stack.Stack, peers bool, log io.Writer) ([numCols]*target, error) {
 	var ts [numCols]*target
-	relay, gw := st.Relays[0], st.Gateways[0]
+	gw := st.Gateways[0]
 	allConns := func() (int, error) {
 		n := 0
 		for _, rl := range st.Relays {
@@ -45,10 +45,11 @@ func targets(st *stack.Stack, peers bool, log io.Writer) ([numCols]*target, erro
 		}
 		return n, nil
 	}
-	ts[colDirect] = &target{col: colDirect, addr: relay.Addr,
-		pids: func() ([]int, error) { return []int{relay.Pid()}, nil },
+	// Relay 1 as it is now: the storm restarts it.
+	ts[colDirect] = &target{col: colDirect, addr: st.Relays[0].Addr,
+		pids: func() ([]int, error) { return []int{st.Relays[0].Pid()}, nil },
 		conns: func() (int, error) {
-			info, err := relay.Info()
+			info, err := st.Relays[0].Info()
 			return info.Connections, err
 		}}
 	ts[colWSGate] = &target{col: colWSGate, addr: gw.Addr,

@@ -364,14 +364,18 @@ type RelayInfo struct {
 }
 
 // Info reads the relay's /info.
-func (r *Relay) Info() (RelayInfo, error) {
+func (r *Relay) Info() (RelayInfo, error) { return ReadInfo(r.Addr) }
+
+// ReadInfo reads GET /info at addr: a relay's, or through a proxy, the
+// one of the relay the proxy picked.
+func ReadInfo(addr string) (RelayInfo, error) {
 	var ri RelayInfo
-	body, err := httpGet("http://" + r.Addr + "/info")
+	body, err := httpGet("http://" + addr + "/info")
 	if err != nil {
 		return ri, err
 	}
 	if err := json.Unmarshal(body, &ri); err != nil {
-		return ri, fmt.Errorf("decode %s/info: %w", r.Addr, err)
+		return ri, fmt.Errorf("decode %s/info: %w", addr, err)
 	}
 	return ri, nil
 }
