@@ -49,9 +49,9 @@ type stormResult struct {
 	// lastBack is the time from the kill until the last client was back;
 	// only meaningful when notBack is 0.
 	lastBack time.Duration
-	// peak is the proxy's most CPU over any one-second window from the
-	// kill until the last client was back (at least one second), percent
-	// of one core; cpu its CPU time over that span.
+	// peak is the proxy's most CPU over one second from the kill until
+	// the last client was back (at least one second), percent of one
+	// core; cpu its CPU time over that span.
 	peak float64
 	cpu  time.Duration
 }
@@ -65,10 +65,12 @@ type cpuSample struct {
 
 // stormCPU reads samples taken every stormSample or so from the kill (the
 // first at or near 0) and returns the CPU time spent from the kill until
-// end, and the most CPU spent over any window of 0.9-1 s between the
-// kill and max(end, 1 s), as a percentage of one core. Each bound is the
-// first sample at or after it (the last sample when none is). The peak is
-// NaN when no window of 0.9 s or more fits in the samples.
+// end, and the most CPU spent over one second between the kill and
+// max(end, 1 s), as a percentage of one core: over each window from a
+// sample to the latest sample at least 1 s before it (so a late sample
+// lengthens a window rather than losing it). Each bound is the first
+// sample at or after it (the last sample when none is). The peak is NaN
+// when the samples span less than a second.
 func stormCPU(samples []cpuSample, end time.Duration) (peak float64, total time.Duration) {
 	if len(samples) == 0 {
 		return math.NaN(), 0
@@ -84,15 +86,15 @@ func stormCPU(samples []cpuSample, end time.Duration) (peak float64, total time.
 	total = samples[upTo(end)].cpu - samples[0].cpu
 	peak = math.NaN()
 	last := upTo(max(end, time.Second))
-	j := 0
+	j := -1 // the latest sample at least 1 s before sample i
 	for i := 1; i <= last; i++ {
-		for samples[i].at-samples[j].at > time.Second {
+		for j+1 < i && samples[i].at-samples[j+1].at >= time.Second {
 			j++
 		}
-		span := samples[i].at - samples[j].at
-		if span < 900*time.Millisecond {
+		if j < 0 {
 			continue
 		}
+		span := samples[i].at - samples[j].at
 		p := float64(samples[i].cpu-samples[j].cpu) / float64(span) * 100
 		if math.IsNaN(peak) || p > peak {
 			peak = p

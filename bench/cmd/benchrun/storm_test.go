@@ -21,6 +21,17 @@ func steady(d time.Duration, pct float64) []cpuSample {
 	return s
 }
 
+// late returns samples at the given milliseconds of a process using pct
+// percent of a core.
+func late(pct float64, at ...int) []cpuSample {
+	s := make([]cpuSample, len(at))
+	for i, a := range at {
+		d := time.Duration(a) * time.Millisecond
+		s[i] = cpuSample{at: d, cpu: time.Duration(float64(d) * pct / 100)}
+	}
+	return s
+}
+
 func TestStormCPU(t *testing.T) {
 	ms := time.Millisecond
 	// burst: idle, then 100% of a core from 1 s to 1.5 s, idle again.
@@ -48,6 +59,10 @@ func TestStormCPU(t *testing.T) {
 		{"end past the samples", steady(2*time.Second, 25), 10 * time.Second, 25, 500 * ms, 0.01},
 		{"too short for a window", steady(500*ms, 90), 300 * ms, math.NaN(), 270 * ms, 0.01},
 		{"no samples", nil, time.Second, math.NaN(), 0, 0},
+		// Samples 127-146 ms apart under load, as once measured: no two
+		// are 0.9-1 s apart up to the end, and each window is the
+		// shortest of at least a second.
+		{"late samples", late(50, 0, 139, 285, 426, 568, 714, 864, 1011, 1159, 1300), 1066 * ms, 50, 579500 * time.Microsecond, 0.01},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
