@@ -359,7 +359,7 @@ func stormRows(res *[numCols]results, adm *stormResult, admErr error, p plan) []
 	back := nanRow("storm: clients back / not back", "", "of those relay 1 held; close codes seen: ")
 	lost := nanRow("storm: lost writes", "%.0f", "wsload lost_writes: ACKed writes some member never got, plus writes never ACKed and never resent")
 	peak := nanRow("storm: proxy peak CPU (% of a core, 1 s)", "%.0f",
-		"utime+stime of the proxy's processes (nginx: master + worker) read every 100 ms from the kill; the most over any 1 s window until the last client was back (at least 1 s)")
+		"utime+stime of the proxy's processes (nginx: master + worker) read every 100 ms from the kill; the most over one second (from a sample to the latest one at least 1 s before it) until the last client was back, or over the first second")
 	cpu := nanRow("storm: proxy CPU-s over the storm", "%.2f",
 		"the same processes' CPU time from the kill until the last client was back (until the give-up when one was not)")
 	var codes []string
