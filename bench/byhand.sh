@@ -534,9 +534,10 @@ profile() {
 # churn: make bench's churn (50 workers: connect, one round trip, close)
 # through gateway 1 or the BENCH_TARGET peer, three 5-second runs after a
 # 2-second warm-up: the target's utime+stime (/proc/PID/stat, all its PIDs)
-# per handshake, then one run under strace -c -f on the PID that proxies
-# (syscalls per handshake, strace's slowdown included) and, with perf as
-# root, one under perf stat (context switches, nanosleep) and, for the
+# per handshake, and its stime alone (the kernel's share), then one run
+# under strace -c -f on the PID that proxies (syscalls per handshake by
+# call, strace's slowdown included) and, with perf as root, one under
+# perf stat (context switches, all system calls, nanosleep) and, for the
 # gateway, one under perf record -g. Files go to $dir/churn.
 churn() {
 	local cdir=$dir/churn gpid=${gwpid[0]} taddr=${peer:-${gw[0]}} tck fail=0
@@ -550,18 +551,19 @@ churn() {
 	mkdir -p "$cdir"
 	tck=$(getconf CLK_TCK)
 	cpu() { local c=0 p; for p in "${cpids[@]}"; do c=$((c + $(awk '{print $14 + $15}' "/proc/$p/stat"))); done; echo $c; }
+	sys() { local c=0 p; for p in "${cpids[@]}"; do c=$((c + $(awk '{print $15}' "/proc/$p/stat"))); done; echo $c; }
 	run() { # NAME: one churn run, its report in $cdir/NAME.json
 		"$wsload" churn -url "ws://$taddr/room/byhand-$1-$$-r%d" -c 50 -duration "${2:-5s}" \
 			-threshold 'failed==0' -json >"$cdir/$1.json" 2>"$cdir/$1.log" || fail=1
 	}
 	run warm 2s
 	for i in 1 2 3; do
-		local c0 c1
-		c0=$(cpu)
+		local c0 c1 s0 s1
+		c0=$(cpu) s0=$(sys)
 		run "rep$i"
-		c1=$(cpu)
-		jq -r --arg t "$((c1 - c0))" --arg hz "$tck" --arg load "$(cut -d' ' -f1-3 /proc/loadavg)" --arg who "$target" \
-			'"run \(input_filename | sub(".*/"; "")): \(.connected) handshakes, \(.handshakes_per_sec | floor)/s, \($who) CPU \(($t | tonumber) / ($hz | tonumber) * 1e6 / .connected | floor) µs per handshake (load average \($load))"' \
+		c1=$(cpu) s1=$(sys)
+		jq -r --arg t "$((c1 - c0))" --arg k "$((s1 - s0))" --arg hz "$tck" --arg load "$(cut -d' ' -f1-3 /proc/loadavg)" --arg who "$target" \
+			'"run \(input_filename | sub(".*/"; "")): \(.connected) handshakes, \(.handshakes_per_sec | floor)/s, \($who) CPU \(($t | tonumber) / ($hz | tonumber) * 1e6 / .connected | floor) µs per handshake, \(($k | tonumber) / ($hz | tonumber) * 1e6 / .connected | floor) of them in the kernel (load average \($load))"' \
 			"$cdir/rep$i.json"
 	done
 	timeout -s INT 7 strace -q -c -f -p "$gpid" -o "$cdir/strace-c.txt" 2>"$cdir/strace.err" &
@@ -578,14 +580,14 @@ churn() {
 		# Context switches: each is a thread that went to sleep (or was
 		# preempted) and later ran again; nanosleep is the runtime's
 		# monitor (sysmon) between its checks.
-		perf stat -e context-switches -e syscalls:sys_enter_nanosleep -p "$gpid" -o "$cdir/perf-stat.txt" -- sleep 6 >/dev/null 2>&1 &
+		perf stat -e context-switches -e raw_syscalls:sys_enter -e syscalls:sys_enter_nanosleep -p "$gpid" -o "$cdir/perf-stat.txt" -- sleep 6 >/dev/null 2>&1 &
 		local ps=$!
 		sleep 0.5
 		run stat
 		wait "$ps" || true
 		n=$(jq .connected "$cdir/stat.json")
 		echo "perf stat -p $gpid over one run of $n handshakes, per handshake (strace's counts above are distorted by strace itself):"
-		awk -v n="$n" '$2 == "context-switches" || $2 == "syscalls:sys_enter_nanosleep" {gsub(",", "", $1); printf "  %-28s %6.2f\n", $2, $1 / n}' "$cdir/perf-stat.txt"
+		awk -v n="$n" '$2 == "context-switches" || $2 == "raw_syscalls:sys_enter" || $2 == "syscalls:sys_enter_nanosleep" {gsub(",", "", $1); printf "  %-28s %6.2f\n", $2, $1 / n}' "$cdir/perf-stat.txt"
 	fi
 	if [ -z "$peer" ] && command -v perf >/dev/null && [ "$(id -u)" = 0 ]; then
 		perf record -q -F 999 -g -o "$cdir/perf.data" -p "$gpid" -- sleep 6 >/dev/null 2>&1 &
