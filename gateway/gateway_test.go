@@ -15,6 +15,7 @@ import (
 
 	"github.com/fasthttp/websocket"
 	"github.com/wsgate/wsgate/conf"
+	"github.com/wsgate/wsgate/gateway/internal/tunnel"
 	"github.com/wsgate/wsgate/relay-backend/bus"
 	"github.com/wsgate/wsgate/relay-backend/relay"
 )
@@ -134,12 +135,14 @@ func (e *env) waitZero() {
 		}
 		late := e.srv.switches.Waiting() // handshakes waiting for their hijack (upgrade.Switch.Run)
 		held += late
+		sockets := tunnel.NodeSockets() // node sockets not closed nor taken by a tunnel
+		held += sockets
 		if held == 0 {
 			return
 		}
 		if time.Now().After(deadline) {
-			e.t.Fatalf("still held after the test: tunnels %d, slots %d, late handshakes %d, total %d",
-				e.srv.Tunnels(), e.srv.limits.Open(), late, held)
+			e.t.Fatalf("still held after the test: tunnels %d, slots %d, late handshakes %d, node sockets %d, total %d",
+				e.srv.Tunnels(), e.srv.limits.Open(), late, sockets, held)
 		}
 		time.Sleep(5 * time.Millisecond)
 	}

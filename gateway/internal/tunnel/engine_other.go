@@ -34,3 +34,6 @@ type NodeSocket struct{ net.Conn }
 func WatchSocket(int, netip.AddrPort) (*NodeSocket, error) {
 	return nil, errors.New("tunnel: no event-driven engine on this system")
 }
+
+// NodeSockets is 0: no NodeSocket is made here.
+func NodeSockets() int { return 0 }

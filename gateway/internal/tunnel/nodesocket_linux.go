@@ -68,8 +68,18 @@ func WatchSocket(fd int, remote netip.AddrPort) (*NodeSocket, error) {
 		p.dropSocket(s.id)
 		return nil, os.NewSyscallError("epoll_ctl", err)
 	}
+	liveSockets.Add(1)
 	return s, nil
 }
+
+// liveSockets counts the NodeSockets registered and neither closed nor
+// taken by a tunnel.
+var liveSockets atomic.Int64
+
+// NodeSockets returns how many NodeSockets are open and not taken by a
+// tunnel: handshakes under way to nodes without TLS, and tunnels on
+// goroutines over one. It returns to zero once those end.
+func NodeSockets() int { return int(liveSockets.Load()) }
 
 // errNoEngine is WatchSocket's error when no poller could be started.
 var errNoEngine = &net.OpError{Op: "watch", Net: "tcp", Err: os.ErrInvalid}
@@ -216,6 +226,7 @@ func (s *NodeSocket) release() int {
 	}
 	close(s.done)
 	s.p.dropSocket(s.id)
+	liveSockets.Add(-1)
 	return fd
 }
 

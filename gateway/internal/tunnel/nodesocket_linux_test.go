@@ -74,8 +74,8 @@ func nodePair(t testing.TB) (gw, node net.Conn) {
 	return tcpPair(t)
 }
 
-// liveSockets counts the NodeSockets the pollers hold.
-func liveSockets() int {
+// registeredSockets counts the NodeSockets the pollers' tables hold.
+func registeredSockets() int {
 	n := 0
 	for _, p := range pollers {
 		p.smu.Lock()
@@ -239,7 +239,7 @@ func TestNodeSocketTunnel(t *testing.T) {
 			if lease.n.Load() != 1 {
 				t.Fatalf("lease released %d times", lease.n.Load())
 			}
-			waitFor(t, func() bool { return liveSockets() == 0 })
+			waitFor(t, func() bool { return registeredSockets() == 0 && NodeSockets() == 0 })
 		})
 	}
 }
