@@ -254,7 +254,9 @@ func (r *runner) rows(res [numCols]results) []row {
 	cpuPer := per(nanRow("CPU per handshake (µs)", "%.0f",
 		"utime+stime over the churn run / handshakes; direct = relay 1 (which also serves the round trip); the proxies = the proxy alone, its share of the round trip's frames and the closes included; "+med),
 		func(x *results) float64 { return churnMedian(x.churn, func(c churnResult) float64 { return c.cpuPer }) })
-	return append(rows, ladder, delivered, hps, rtt, cpuPer)
+	kernelPer := per(nanRow("of which in the kernel (µs)", "%.0f", "stime over the churn run / handshakes, the same processes; "+med),
+		func(x *results) float64 { return churnMedian(x.churn, func(c churnResult) float64 { return c.kernelPer }) })
+	return append(rows, ladder, delivered, hps, rtt, cpuPer, kernelPer)
 }
 
 // churnMedian is the median of f over the churn runs.

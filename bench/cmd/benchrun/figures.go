@@ -234,7 +234,7 @@ func (r *runner) churn(ctx context.Context, t *target, rep int) (x churnResult, 
 	if err != nil {
 		return x, err
 	}
-	cpu0, err := probe.CPUSum(pids)
+	user0, sys0, err := probe.CPUSplitSum(pids)
 	if err != nil {
 		return x, err
 	}
@@ -243,22 +243,25 @@ func (r *runner) churn(ctx context.Context, t *target, rep int) (x churnResult, 
 	if err != nil {
 		return x, err
 	}
-	cpu1, err := probe.CPUSum(pids)
+	user1, sys1, err := probe.CPUSplitSum(pids)
 	if err != nil {
 		return x, err
 	}
 	if err := loadFailed(rp); err != nil {
 		return x, fmt.Errorf("churn %s: %w", t.name(), err)
 	}
+	n := float64(rp.Connected)
 	x = churnResult{hps: rp.HandshakesPerSec, rtt50: rp.RoundTrip.P50,
-		cpuPer: float64((cpu1 - cpu0).Microseconds()) / float64(rp.Connected)}
-	r.progress("churn %s: %.0f handshakes/s, round trip p50 %.2fms, %.0f µs CPU per handshake", t.name(), x.hps, x.rtt50, x.cpuPer)
+		cpuPer:    float64((user1 - user0 + sys1 - sys0).Microseconds()) / n,
+		kernelPer: float64((sys1 - sys0).Microseconds()) / n}
+	r.progress("churn %s: %.0f handshakes/s, round trip p50 %.2fms, %.0f µs CPU per handshake, %.0f of them in the kernel", t.name(), x.hps, x.rtt50, x.cpuPer, x.kernelPer)
 	return x, nil
 }
 
 // churnResult is what one churn run measured: handshakes per second, the
-// round trip's p50 (ms) and the target's CPU per handshake (µs).
-type churnResult struct{ hps, rtt50, cpuPer float64 }
+// round trip's p50 (ms) and the target's CPU per handshake (µs), and of
+// that the kernel's (stime).
+type churnResult struct{ hps, rtt50, cpuPer, kernelPer float64 }
 
 // drain runs wsload's relay.v1 drain scenario through the gateway: at 2s
 // the admin API drains relay 1 with migrate=1 (its tunnels get 1001 spread

@@ -51,28 +51,35 @@ func ParseVmRSS(status []byte) (int64, error) {
 // command name (field 2) may hold spaces and parentheses, so the fields are
 // counted from the last ')'.
 func ParseCPU(stat []byte) (time.Duration, error) {
+	user, sys, err := ParseCPUSplit(stat)
+	return user + sys, err
+}
+
+// ParseCPUSplit returns the user and the system CPU time of a
+// /proc/PID/stat line (utime and stime), apart.
+func ParseCPUSplit(stat []byte) (user, sys time.Duration, err error) {
 	i := bytes.LastIndexByte(stat, ')')
 	if i < 0 {
-		return 0, fmt.Errorf("parse stat: no ')' after the command name: %w", ErrProbeMissing)
+		return 0, 0, fmt.Errorf("parse stat: no ')' after the command name: %w", ErrProbeMissing)
 	}
 	// After ") " come fields 3 (state) onwards; utime and stime are fields
 	// 14 and 15, so indexes 11 and 12 here.
 	f := strings.Fields(string(stat[i+1:]))
 	if len(f) < 13 {
-		return 0, fmt.Errorf("parse stat: %d fields after the command name, want >= 13: %w", len(f), ErrProbeMissing)
+		return 0, 0, fmt.Errorf("parse stat: %d fields after the command name, want >= 13: %w", len(f), ErrProbeMissing)
 	}
-	var ticks uint64
-	for _, s := range f[11:13] {
+	var ticks [2]uint64
+	for k, s := range f[11:13] {
 		v, err := strconv.ParseUint(s, 10, 63)
 		if err != nil {
-			return 0, fmt.Errorf("parse stat: cpu ticks %q: %w", s, err)
+			return 0, 0, fmt.Errorf("parse stat: cpu ticks %q: %w", s, err)
 		}
-		ticks += v
+		ticks[k] = v
 	}
-	if ticks > math.MaxInt64/uint64(time.Second/UserHZ) {
-		return 0, fmt.Errorf("parse stat: %d cpu ticks out of range", ticks)
+	if ticks[0]+ticks[1] > math.MaxInt64/uint64(time.Second/UserHZ) {
+		return 0, 0, fmt.Errorf("parse stat: %d cpu ticks out of range", ticks[0]+ticks[1])
 	}
-	return time.Duration(ticks) * (time.Second / UserHZ), nil
+	return time.Duration(ticks[0]) * (time.Second / UserHZ), time.Duration(ticks[1]) * (time.Second / UserHZ), nil
 }
 
 // SumCounter adds up every sample of metric name in a Prometheus text
@@ -213,15 +220,26 @@ func RSSSum(pids []int) (int64, error) {
 // CPUSum is the user plus system CPU time of every process in pids
 // together.
 func CPUSum(pids []int) (time.Duration, error) {
-	var sum time.Duration
+	user, sys, err := CPUSplitSum(pids)
+	return user + sys, err
+}
+
+// CPUSplitSum is the user and the system CPU time of every process in
+// pids together, apart.
+func CPUSplitSum(pids []int) (user, sys time.Duration, err error) {
 	for _, p := range pids {
-		c, err := CPU(p)
+		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", p))
 		if err != nil {
-			return 0, err
+			return 0, 0, fmt.Errorf("read cpu of %d: %w", p, err)
 		}
-		sum += c
+		u, s, err := ParseCPUSplit(b)
+		if err != nil {
+			return 0, 0, err
+		}
+		user += u
+		sys += s
 	}
-	return sum, nil
+	return user, sys, nil
 }
 
 // ParseSlabTotal sums active objects times object size over every cache

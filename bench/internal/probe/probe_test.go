@@ -54,6 +54,10 @@ func TestParseCPU(t *testing.T) {
 			if (err != nil) != tc.wantErr || got != tc.want {
 				t.Fatalf("ParseCPU = %v, %v; want %v, err %v", got, err, tc.want, tc.wantErr)
 			}
+			user, sys, err := ParseCPUSplit([]byte(tc.in))
+			if (err != nil) != tc.wantErr || user+sys != tc.want || (tc.want > 0 && sys == 0) {
+				t.Fatalf("ParseCPUSplit = %v + %v, %v; want %v in all, both parts set", user, sys, err, tc.want)
+			}
 		})
 	}
 }
