@@ -83,6 +83,11 @@ func DialNode(p *upstream.Pool, n *balancer.Node, req, accept []byte, up *NodeCo
 	}()
 	_ = conn.SetDeadline(time.Now().Add(p.ConnectTimeout))
 	if _, err := conn.Write(req); err != nil {
+		if _, bare := conn.(*tunnel.NodeSocket); bare {
+			// A NodeSocket's connect ends on its first write: a
+			// refusal or an unreachable node shows here.
+			return nil, fmt.Errorf("%w: connect and write request: %w", ErrUpstream, err)
+		}
 		return nil, fmt.Errorf("%w: write request: %w", ErrUpstream, err)
 	}
 	br, _ := responseReaders.Get().(*bufio.Reader)
