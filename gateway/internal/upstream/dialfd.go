@@ -14,8 +14,8 @@ import (
 )
 
 // ErrNoSocketDial is DialSocket's answer when it cannot dial addr itself:
-// addr is not an IP address and port (a name to resolve), or a test has
-// set DialOne. The caller dials with Dial instead.
+// addr is not an IP address and port (a name to resolve), has a zone, or
+// a test has set DialOne. The caller dials with Dial instead.
 var ErrNoSocketDial = errors.New("not dialed as a bare socket")
 
 // DialSocket starts a connection to the node at addr as Dial would, from
@@ -30,7 +30,10 @@ var ErrNoSocketDial = errors.New("not dialed as a bare socket")
 // The socket has Dial's options: TCP_NODELAY and Go's default keepalive.
 func (d *Dialer) DialSocket(addr string) (int, netip.AddrPort, error) {
 	ap, err := netip.ParseAddrPort(addr)
-	if err != nil || d.DialOne != nil {
+	if err != nil || d.DialOne != nil || ap.Addr().Zone() != "" {
+		// A zone (a link-local node, "[fe80::1%eth0]:80") names an
+		// interface that sockaddr has no index for: Go's dialer
+		// resolves it.
 		return -1, ap, ErrNoSocketDial
 	}
 	ap = netip.AddrPortFrom(ap.Addr().Unmap(), ap.Port())
