@@ -481,6 +481,13 @@ func (p *poller) watch(t *Tunnel) error {
 // still naming t's slot, while the descriptor's number is reused here.
 func (p *poller) forget(t *Tunnel) {
 	i := t.slot
+	if i == slotNodeWatched {
+		// Ended before watch: its node socket is still in the set
+		// under the NodeSocket's event data.
+		t.slot = -1
+		_ = unix.EpollCtl(p.epfd, unix.EPOLL_CTL_DEL, int(t.nodeFD), nil)
+		return
+	}
 	if i < 0 {
 		return
 	}
