@@ -1,0 +1,121 @@
+package upgrade
+
+import (
+	"bytes"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"testing"
+	"time"
+
+	"github.com/wsgate/wsgate/balancer"
+	"github.com/wsgate/wsgate/conf"
+	"github.com/wsgate/wsgate/gateway/internal/tunnel"
+	"github.com/wsgate/wsgate/gateway/internal/upstream"
+)
+
+// socketPool returns a pool of one node at addr, without TLS.
+func socketPool(t *testing.T, addr string) *upstream.Pool {
+	t.Helper()
+	cfg, err := conf.Parse("p.toml", []byte(fmt.Sprintf(`
+[[routes]]
+pool = "relay"
+[[pools]]
+name = "relay"
+connect_timeout = "2s"
+  [[pools.nodes]]
+  addr = %q
+`, addr)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, _, _, err := upstream.NewPool(&cfg.Pools[0], nil, nil, balancer.NewRegistry(), slog.New(slog.DiscardHandler), nil,
+		func(int, int) upstream.Admission { return nil })
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(p.Health.Stop)
+	return p
+}
+
+// TestDialNodeSocketAnswerWithFrames: a node that sends its 101, a
+// frame far larger than the answer's read buffer, a close frame and its
+// FIN in one write, before the tunnel exists. The handshake runs on a
+// NodeSocket (whose reads took the edges), the tunnel takes the socket
+// over, and the client gets every byte after the 101, then the node's
+// end.
+func TestDialNodeSocketAnswerWithFrames(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	key := []byte("dGhlIHNhbXBsZSBub25jZQ==")
+	accept := AcceptKey(key)
+	payload := bytes.Repeat([]byte("x"), 300<<10)
+	var after []byte
+	after = append(after, 0x82, 127, 0, 0, 0, 0, 0, byte(len(payload)>>16), byte(len(payload)>>8), byte(len(payload)))
+	after = append(after, payload...)
+	after = append(after, 0x88, 2, 0x03, 0xe8)
+	go func() {
+		c, err := ln.Accept()
+		if err != nil {
+			return
+		}
+		defer c.Close()
+		buf := make([]byte, 4096)
+		_, _ = c.Read(buf)
+		all := append([]byte("HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Accept: "+accept+"\r\n\r\n"), after...)
+		_, _ = c.Write(all)
+		_ = c.(*net.TCPConn).CloseWrite()
+		_, _ = io.Copy(io.Discard, c)
+	}()
+	p := socketPool(t, ln.Addr().String())
+	var up NodeConn
+	req := []byte("GET / HTTP/1.1\r\nHost: x\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Key: " + string(key) + "\r\nSec-WebSocket-Version: 13\r\n\r\n")
+	resp, err := DialNode(p, p.Node(ln.Addr().String()), req, []byte(accept), &up, nil, true)
+	if err != nil || resp != nil {
+		t.Fatalf("DialNode: %v, %v", resp, err)
+	}
+	if _, ok := up.Conn.(*tunnel.NodeSocket); !ok {
+		t.Fatalf("node connection %T, want a NodeSocket", up.Conn)
+	}
+	time.Sleep(50 * time.Millisecond) // the rest and the FIN reach the NodeSocket's poller
+	cln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cln.Close()
+	client, err := net.Dial("tcp", cln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer client.Close()
+	gw, err := cln.Accept()
+	if err != nil {
+		t.Fatal(err)
+	}
+	tun := tunnel.New(tunnel.Params{Client: gw, Node: up.Conn, NodePending: up.Pending, CloseTimeout: 200 * time.Millisecond, Lease: nopLease{}})
+	tun.Start()
+	if tun.Engine() != "epoll" {
+		t.Fatalf("engine %s", tun.Engine())
+	}
+	_ = client.SetReadDeadline(time.Now().Add(10 * time.Second))
+	got := make([]byte, len(after))
+	if _, err := io.ReadFull(client, got); err != nil {
+		t.Fatalf("client read: %v", err)
+	}
+	if !bytes.Equal(got, after) {
+		t.Fatal("client got other bytes than the node sent after its 101")
+	}
+	select {
+	case <-tun.Done():
+	case <-time.After(10 * time.Second):
+		t.Fatal("tunnel did not end")
+	}
+}
+
+type nopLease struct{}
+
+func (nopLease) Release() {}
