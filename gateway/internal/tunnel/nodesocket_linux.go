@@ -89,19 +89,19 @@ var errNoEngine = &net.OpError{Op: "watch", Net: "tcp", Err: os.ErrInvalid}
 func (s *NodeSocket) Read(b []byte) (int, error) {
 	for {
 		if err := s.expired(&s.rdl); err != nil {
-			return 0, err
+			return 0, s.fail("read", err)
 		}
 		s.mu.RLock()
 		if s.fd < 0 {
 			s.mu.RUnlock()
-			return 0, net.ErrClosed
+			return 0, s.fail("read", net.ErrClosed)
 		}
 		n, err := rawRead(s.fd, b)
 		s.mu.RUnlock()
 		switch {
 		case err == unix.EAGAIN:
 			if err := s.wait(s.rwake, &s.rdl); err != nil {
-				return 0, err
+				return 0, s.fail("read", err)
 			}
 			continue
 		case err != nil:
@@ -118,19 +118,19 @@ func (s *NodeSocket) Write(b []byte) (int, error) {
 	done := 0
 	for done < len(b) {
 		if err := s.expired(&s.wdl); err != nil {
-			return done, err
+			return done, s.fail("write", err)
 		}
 		s.mu.RLock()
 		if s.fd < 0 {
 			s.mu.RUnlock()
-			return done, net.ErrClosed
+			return done, s.fail("write", net.ErrClosed)
 		}
 		n, err := rawWrite(s.fd, b[done:])
 		s.mu.RUnlock()
 		switch {
 		case err == unix.EAGAIN:
 			if err := s.wait(s.wwake, &s.wdl); err != nil {
-				return done, err
+				return done, s.fail("write", err)
 			}
 		case err != nil:
 			return done, s.opError("write", err)
@@ -141,9 +141,16 @@ func (s *NodeSocket) Write(b []byte) (int, error) {
 	return done, nil
 }
 
-// opError is a failed call on the socket as net's connections report it.
+// opError is a failed system call on the socket as net's connections
+// report it.
 func (s *NodeSocket) opError(op string, err error) error {
-	return &net.OpError{Op: op, Net: "tcp", Addr: s.RemoteAddr(), Err: os.NewSyscallError(op, err)}
+	return s.fail(op, os.NewSyscallError(op, err))
+}
+
+// fail is err (a deadline passed, the socket closed) in op as net's
+// connections report it, naming the node.
+func (s *NodeSocket) fail(op string, err error) error {
+	return &net.OpError{Op: op, Net: "tcp", Addr: s.RemoteAddr(), Err: err}
 }
 
 // expired returns os.ErrDeadlineExceeded once the deadline dl has passed.

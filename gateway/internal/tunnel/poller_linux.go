@@ -104,8 +104,9 @@ var (
 )
 
 // SetPollers sets how many pollers the event-driven engine starts with its
-// first tunnel: n > 0, or 0 for one per core (GOMAXPROCS). It reports false,
-// changing nothing, once the pollers have started.
+// first tunnel (or NodeSocket): n > 0, or 0 for one per core
+// (GOMAXPROCS). It reports false, changing nothing, once the pollers have
+// started.
 func SetPollers(n int) bool {
 	if pollersUp.Load() != 0 {
 		return false
@@ -115,7 +116,7 @@ func SetPollers(n int) bool {
 }
 
 // Pollers is the number of pollers running: 0 until the first tunnel on
-// the event-driven engine.
+// the event-driven engine or NodeSocket.
 func Pollers() int { return int(pollersUp.Load()) }
 
 // pickPoller returns a poller for a new tunnel, starting the pollers on
