@@ -17,7 +17,6 @@ test: deps
 	WSGATE_TUNNEL_ENGINE=goroutines $(GO) test -race -shuffle=on -count=1 -run '^TestH2' ./gateway
 	WSGATE_H2_POLL=1 $(GO) test -race -shuffle=on -count=1 ./gateway/internal/upstream/h2
 	WSGATE_TUNNEL_TLS=1 $(GO) test -race -shuffle=on -count=1 ./gateway/internal/tunnel
-	WSGATE_NODE_SOCKET=1 $(GO) test -race -shuffle=on -count=1 ./gateway/internal/tunnel
 
 # demo runs the gateway in front of two in-process relay replicas.
 demo:

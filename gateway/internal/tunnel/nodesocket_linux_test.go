@@ -16,10 +16,20 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// testNodeSocket, set by WSGATE_NODE_SOCKET=1 (make test runs it), makes
-// the gateway's end of every rig's node connection a NodeSocket, as the
-// gateway dials a node without TLS for a client without TLS.
-var testNodeSocket = os.Getenv("WSGATE_NODE_SOCKET") == "1"
+// useNodeSocket says whether the gateway's end of a rig's node connection
+// is a NodeSocket (see nodePair): by default as the gateway dials a node
+// without TLS, which is a NodeSocket for a client without TLS on the
+// event-driven engine and a Go connection otherwise;
+// WSGATE_NODE_SOCKET=1 or 0 makes it always one or never.
+func useNodeSocket() bool {
+	switch os.Getenv("WSGATE_NODE_SOCKET") {
+	case "1":
+		return true
+	case "0":
+		return false
+	}
+	return !testTLS && testEngine != EngineGoroutines
+}
 
 // dialSocket connects a bare non-blocking socket to addr and watches it,
 // as upstream's Dialer.DialSocket and the gateway do (TCP_NODELAY
@@ -66,9 +76,9 @@ func socketPair(t testing.TB) (*NodeSocket, net.Conn) {
 }
 
 // nodePair returns the gateway's end of a connection to a test node and
-// the node's end: a NodeSocket under testNodeSocket, else TCP.
+// the node's end: a NodeSocket when useNodeSocket says so, else TCP.
 func nodePair(t testing.TB) (gw, node net.Conn) {
-	if testNodeSocket {
+	if useNodeSocket() {
 		return socketPair(t)
 	}
 	return tcpPair(t)
