@@ -29,13 +29,13 @@ type NodeSocket struct {
 	p      *poller
 	remote netip.AddrPort
 	// mu is held for reading across each system call on fd, and for
-	// writing by Close and take, so that fd is never closed (and its
-	// number reused) under a read or write.
+	// writing by release (Close, or a tunnel taking fd), so that fd is
+	// never closed (and its number reused) under a read or write.
 	mu sync.RWMutex
 	fd int // -1 once closed or taken
 	id int32
 	// rwake and wwake carry the poller's word that fd may be readable or
-	// writable (or a deadline moved); done is closed by Close.
+	// writable (or a deadline moved); done is closed by release.
 	rwake, wwake chan struct{}
 	done         chan struct{}
 	rdl, wdl     atomic.Int64 // deadlines, Unix ns; 0: none
