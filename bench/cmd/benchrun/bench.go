@@ -255,7 +255,9 @@ func (r *runner) rows(res [numCols]results) []row {
 		"utime+stime over the churn run / handshakes; direct = relay 1 (which also serves the round trip); the proxies = the proxy alone, its share of the round trip's frames and the closes included; "+med),
 		func(x *results) float64 { return churnMedian(x.churn, func(c churnResult) float64 { return c.cpuPer }) })
 	kernelPer := per(nanRow("of which in the kernel (µs)", "%.0f", "stime over the churn run / handshakes, the same processes; "+med),
-		func(x *results) float64 { return churnMedian(x.churn, func(c churnResult) float64 { return c.kernelPer }) })
+		func(x *results) float64 {
+			return churnMedian(x.churn, func(c churnResult) float64 { return c.kernelPer })
+		})
 	return append(rows, ladder, delivered, hps, rtt, cpuPer, kernelPer)
 }
 
