@@ -15,6 +15,7 @@ import (
 	"github.com/wsgate/wsgate/conf"
 	"github.com/wsgate/wsgate/internal/discovery"
 	"github.com/wsgate/wsgate/internal/testproc"
+	"golang.org/x/sys/unix"
 )
 
 // TestNodePolicy pins which node addresses a discovered pool refuses,
@@ -108,6 +109,15 @@ func TestDialerHoldsToPolicy(t *testing.T) {
 		var re *refusedAddrError
 		if _, err := d.Dial(refused.Addr().String()); !errors.As(err, &re) || errors.Is(err, ErrLocalDial) {
 			t.Fatalf("sources %v: refused address dialed: %v", sources, err)
+		}
+		// DialSocket runs the same checks on its bare socket.
+		fd, _, err := d.DialSocket(allowed.Addr().String())
+		if err != nil {
+			t.Fatalf("sources %v: allowed address as a bare socket: %v", sources, err)
+		}
+		_ = unix.Close(fd)
+		if _, _, err := d.DialSocket(refused.Addr().String()); !errors.As(err, &re) || errors.Is(err, ErrLocalDial) {
+			t.Fatalf("sources %v: refused address dialed as a bare socket: %v", sources, err)
 		}
 		// A host name is held to the address it resolves to.
 		_, port, _ := net.SplitHostPort(refused.Addr().String())

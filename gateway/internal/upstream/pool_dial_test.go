@@ -104,39 +104,71 @@ func (c *dialCounts) get(reason string) int {
 // TestDialerBindsNoPortAndSpreads pins that a dial from a source address
 // sets IP_BIND_ADDRESS_NO_PORT (it did not: binding with port 0 took an
 // ephemeral port at bind, so one source address held ~28k connections
-// to all nodes together) and rotates over every configured source.
+// to all nodes together) and rotates over every configured source, on
+// both of the dialer's ways (Dial and DialSocket).
 func TestDialerBindsNoPortAndSpreads(t *testing.T) {
-	node := newNodeListener(t)
-	d, err := newDialer("p", []string{"127.0.0.2", "127.0.0.3"}, 2*time.Second, quietLog(), nil)
-	if err != nil {
-		t.Fatal(err)
+	for _, way := range dialWays {
+		t.Run(way.name, func(t *testing.T) {
+			node := newNodeListener(t)
+			d, err := newDialer("p", []string{"127.0.0.2", "127.0.0.3"}, 2*time.Second, quietLog(), nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			seen := map[string]int{}
+			for range 4 {
+				c, err := way.dial(t, d, node.addr())
+				if err != nil {
+					t.Fatal(err)
+				}
+				if v, err := c.getsockopt(unix.IPPROTO_IP, unix.IP_BIND_ADDRESS_NO_PORT); err != nil || v != 1 {
+					t.Errorf("IP_BIND_ADDRESS_NO_PORT = %d (%v), want 1", v, err)
+				}
+				c.close()
+				seen[node.from(t)]++
+			}
+			if seen["127.0.0.2"] != 2 || seen["127.0.0.3"] != 2 {
+				t.Fatalf("the node saw connections from %v, want 2 from each of 127.0.0.2 and 127.0.0.3", seen)
+			}
+		})
 	}
-	seen := map[string]int{}
-	for range 4 {
-		c, err := d.Dial(node.addr())
+}
+
+// dialed is a connection one of the dialer's ways opened, connected.
+type dialed struct {
+	fd    int
+	close func()
+}
+
+// getsockopt reads an integer option of the connection's socket.
+func (c dialed) getsockopt(level, opt int) (int, error) { return unix.GetsockoptInt(c.fd, level, opt) }
+
+// dialWays are the Dialer's two ways to dial, for the tests that hold
+// both to the same rules.
+var dialWays = []struct {
+	name string
+	dial func(t *testing.T, d *Dialer, addr string) (dialed, error)
+}{
+	{"Dial", func(t *testing.T, d *Dialer, addr string) (dialed, error) {
+		c, err := d.Dial(addr)
+		if err != nil {
+			return dialed{}, err
+		}
+		f, err := c.(*net.TCPConn).File() // a duplicate, for getsockopt
 		if err != nil {
 			t.Fatal(err)
 		}
-		raw, err := c.(*net.TCPConn).SyscallConn()
+		return dialed{fd: int(f.Fd()), close: func() { _ = f.Close(); _ = c.Close() }}, nil
+	}},
+	{"DialSocket", func(t *testing.T, d *Dialer, addr string) (dialed, error) {
+		fd, _, err := d.DialSocket(addr)
 		if err != nil {
+			return dialed{}, err
+		}
+		if err := connected(t, fd); err != nil {
 			t.Fatal(err)
 		}
-		var v int
-		var serr error
-		if err := raw.Control(func(fd uintptr) {
-			v, serr = unix.GetsockoptInt(int(fd), unix.IPPROTO_IP, unix.IP_BIND_ADDRESS_NO_PORT)
-		}); err != nil || serr != nil {
-			t.Fatal(err, serr)
-		}
-		if v != 1 {
-			t.Errorf("IP_BIND_ADDRESS_NO_PORT = %d on a conn from %v, want 1", v, c.LocalAddr())
-		}
-		_ = c.Close()
-		seen[node.from(t)]++
-	}
-	if seen["127.0.0.2"] != 2 || seen["127.0.0.3"] != 2 {
-		t.Fatalf("the node saw connections from %v, want 2 from each of 127.0.0.2 and 127.0.0.3", seen)
-	}
+		return dialed{fd: fd, close: func() { _ = unix.Close(fd) }}, nil
+	}},
 }
 
 // TestDialerLocalErrors pins that a dial failing on the gateway's side is
@@ -219,30 +251,33 @@ func TestDialerLocalErrors(t *testing.T) {
 // is counted as no_source_addr, and the next source carries the dial.
 func TestDialerRealUnavailableSource(t *testing.T) {
 	src := testproc.UnusedSource(t)
-	node := newNodeListener(t)
-	var counts dialCounts
-	d, err := newDialer("p", []string{src, "127.0.0.2"}, 2*time.Second, quietLog(), counts.count)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for range 2 { // one dial starts at each source
-		c, err := d.Dial(node.addr())
-		if err != nil {
-			t.Fatalf("dial: %v", err)
-		}
-		_ = c.Close()
-		if from := node.from(t); from != "127.0.0.2" {
-			t.Fatalf("the node saw %s, want 127.0.0.2", from)
-		}
-	}
-	if n := counts.get(health.ReasonNoSourceAddr); n != 1 {
-		t.Fatalf("counted %v, want one %s", counts.n, health.ReasonNoSourceAddr)
-	}
-
-	only, _ := newDialer("p", []string{src}, 2*time.Second, quietLog(), counts.count)
-	_, err = only.Dial(node.addr())
-	if !errors.Is(err, ErrLocalDial) || !errors.Is(err, syscall.EADDRNOTAVAIL) {
-		t.Fatalf("dial from %s alone: %v, want ErrLocalDial with EADDRNOTAVAIL", src, err)
+	for _, way := range dialWays {
+		t.Run(way.name, func(t *testing.T) {
+			node := newNodeListener(t)
+			var counts dialCounts
+			d, err := newDialer("p", []string{src, "127.0.0.2"}, 2*time.Second, quietLog(), counts.count)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for range 2 { // one dial starts at each source
+				c, err := way.dial(t, d, node.addr())
+				if err != nil {
+					t.Fatalf("dial: %v", err)
+				}
+				c.close()
+				if from := node.from(t); from != "127.0.0.2" {
+					t.Fatalf("the node saw %s, want 127.0.0.2", from)
+				}
+			}
+			if n := counts.get(health.ReasonNoSourceAddr); n != 1 {
+				t.Fatalf("counted %v, want one %s", counts.n, health.ReasonNoSourceAddr)
+			}
+			only, _ := newDialer("p", []string{src}, 2*time.Second, quietLog(), counts.count)
+			_, err = way.dial(t, only, node.addr())
+			if !errors.Is(err, ErrLocalDial) || !errors.Is(err, syscall.EADDRNOTAVAIL) {
+				t.Fatalf("dial from %s alone: %v, want ErrLocalDial with EADDRNOTAVAIL", src, err)
+			}
+		})
 	}
 }
 
