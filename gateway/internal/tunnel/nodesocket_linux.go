@@ -10,6 +10,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/wsgate/wsgate/internal/wake"
 	"golang.org/x/sys/unix"
 )
 
@@ -60,7 +61,7 @@ func WatchSocket(fd int, remote netip.AddrPort) (*NodeSocket, error) {
 	}
 	s := &NodeSocket{
 		p: p, remote: remote, fd: fd,
-		rwake: make(chan struct{}, 1), wwake: make(chan struct{}, 1), done: make(chan struct{}),
+		rwake: wake.New(), wwake: wake.New(), done: make(chan struct{}),
 	}
 	s.id = p.addSocket(s)
 	ev := unix.EpollEvent{Events: watchEvents, Fd: socketEventFd(s.id), Pad: socketEventPad}
@@ -161,12 +162,13 @@ func (s *NodeSocket) expired(dl *atomic.Int64) error {
 	return nil
 }
 
-// wait waits for the poller's word on wake, the deadline dl, or Close.
-func (s *NodeSocket) wait(wake chan struct{}, dl *atomic.Int64) error {
+// wait waits for the poller's word on woken (a wake channel), the
+// deadline dl, or Close.
+func (s *NodeSocket) wait(woken chan struct{}, dl *atomic.Int64) error {
 	d := dl.Load()
 	if d == 0 {
 		select {
-		case <-wake:
+		case <-woken:
 			return nil
 		case <-s.done:
 			return net.ErrClosed
@@ -179,7 +181,7 @@ func (s *NodeSocket) wait(wake chan struct{}, dl *atomic.Int64) error {
 	t := time.NewTimer(left)
 	defer t.Stop()
 	select {
-	case <-wake:
+	case <-woken:
 		return nil
 	case <-s.done:
 		return net.ErrClosed
@@ -192,18 +194,10 @@ func (s *NodeSocket) wait(wake chan struct{}, dl *atomic.Int64) error {
 func (s *NodeSocket) notify(events uint32) {
 	const broken = unix.EPOLLHUP | unix.EPOLLERR
 	if events&(unix.EPOLLIN|unix.EPOLLRDHUP|unix.EPOLLPRI|broken) != 0 {
-		signal(s.rwake)
+		wake.Signal(s.rwake)
 	}
 	if events&(unix.EPOLLOUT|broken) != 0 {
-		signal(s.wwake)
-	}
-}
-
-// signal leaves a word on c unless one waits there already.
-func signal(c chan struct{}) {
-	select {
-	case c <- struct{}{}:
-	default:
+		wake.Signal(s.wwake)
 	}
 }
 
@@ -277,14 +271,14 @@ func (r socketRaw) Read(f func(fd uintptr) bool) error { return r.until(f, r.s.r
 // room between calls.
 func (r socketRaw) Write(f func(fd uintptr) bool) error { return r.until(f, r.s.wwake, &r.s.wdl) }
 
-// until calls f until it returns true, waiting on wake within dl between.
-func (r socketRaw) until(f func(fd uintptr) bool, wake chan struct{}, dl *atomic.Int64) error {
+// until calls f until it returns true, waiting on woken within dl between.
+func (r socketRaw) until(f func(fd uintptr) bool, woken chan struct{}, dl *atomic.Int64) error {
 	for {
 		var done bool
 		if err := r.Control(func(fd uintptr) { done = f(fd) }); err != nil || done {
 			return err
 		}
-		if err := r.s.wait(wake, dl); err != nil {
+		if err := r.s.wait(woken, dl); err != nil {
 			return err
 		}
 	}
@@ -322,7 +316,7 @@ func (s *NodeSocket) SetDeadline(t time.Time) error {
 // SetReadDeadline sets the read deadline; a waiting Read sees it at once.
 func (s *NodeSocket) SetReadDeadline(t time.Time) error {
 	s.rdl.Store(deadlineNs(t))
-	signal(s.rwake)
+	wake.Signal(s.rwake)
 	return nil
 }
 
@@ -330,7 +324,7 @@ func (s *NodeSocket) SetReadDeadline(t time.Time) error {
 // once.
 func (s *NodeSocket) SetWriteDeadline(t time.Time) error {
 	s.wdl.Store(deadlineNs(t))
-	signal(s.wwake)
+	wake.Signal(s.wwake)
 	return nil
 }
 
