@@ -350,13 +350,23 @@ func (p *poller) addSocket(s *NodeSocket) int32 {
 	return int32(len(p.sockets) - 1)
 }
 
+// socketsKept is the length of a poller's sockets table that it keeps
+// when the last NodeSocket in it goes; a longer table, left by a burst of
+// handshakes, is dropped then.
+const socketsKept = 256
+
 // dropSocket frees index i. An event still naming it later is dropped,
 // or wakes the NodeSocket given the index next, which then finds nothing
-// to read or write and waits again.
+// to read or write and waits again. When it was the last NodeSocket of a
+// table longer than socketsKept, the table goes, so that a burst of
+// handshakes does not hold its length.
 func (p *poller) dropSocket(i int32) {
 	p.smu.Lock()
 	p.sockets[i] = nil
 	p.freeSockets = append(p.freeSockets, i)
+	if len(p.freeSockets) == len(p.sockets) && len(p.sockets) > socketsKept {
+		p.sockets, p.freeSockets = nil, nil
+	}
 	p.smu.Unlock()
 }
 

@@ -268,3 +268,50 @@ func setSockBuf(c net.Conn, opt, n int) error {
 	}
 	return c.(*net.TCPConn).SetWriteBuffer(n)
 }
+
+// TestNodeSocketTableShrinks pins that a burst of handshakes does not
+// hold its table: once its NodeSockets are gone, no poller keeps more than
+// socketsKept entries.
+func TestNodeSocketTableShrinks(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			_ = c.Close()
+		}
+	}()
+	n := 3 * socketsKept * max(len(pollers), 2)
+	held := make([]*NodeSocket, 0, n)
+	for range n {
+		held = append(held, dialSocket(t, ln.Addr().String()))
+	}
+	longest := 0
+	for _, p := range pollers {
+		p.smu.Lock()
+		longest = max(longest, len(p.sockets))
+		p.smu.Unlock()
+	}
+	if longest <= socketsKept {
+		t.Fatalf("the burst grew no table past %d (longest %d): the test does not reach the limit", socketsKept, longest)
+	}
+	for _, s := range held {
+		_ = s.Close()
+	}
+	for _, p := range pollers {
+		p.smu.Lock()
+		if len(p.sockets) > socketsKept || len(p.freeSockets) > socketsKept {
+			t.Errorf("a poller keeps %d entries (%d free) after the burst", len(p.sockets), len(p.freeSockets))
+		}
+		p.smu.Unlock()
+	}
+	if NodeSockets() != 0 {
+		t.Fatalf("%d node sockets open", NodeSockets())
+	}
+}
