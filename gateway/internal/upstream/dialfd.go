@@ -2,13 +2,11 @@ package upstream
 
 import (
 	"errors"
-	"fmt"
 	"net"
 	"net/netip"
 	"os"
 	"syscall"
 
-	"github.com/wsgate/wsgate/health"
 	"github.com/wsgate/wsgate/internal/sockopt"
 	"golang.org/x/sys/unix"
 )
@@ -19,9 +17,10 @@ import (
 var ErrNoSocketDial = errors.New("not dialed as a bare socket")
 
 // DialSocket starts a connection to the node at addr as Dial would, from
-// the same source addresses with the same checks, but returns a bare
-// non-blocking socket (with addr parsed) whose connect may still be under way, for a caller
-// that waits for it on an epoll set of its own: the connection never
+// the same source addresses with the same checks (fromSources), but
+// returns a bare non-blocking socket (with addr parsed) whose connect may
+// still be under way, for a caller that waits for it on an epoll set of
+// its own: the connection never
 // passes through Go's net package, which would register it with the
 // runtime's poller, read its addresses back and allocate a connection
 // the caller then takes apart. Errors are Dial's: a connect the kernel
@@ -37,28 +36,8 @@ func (d *Dialer) DialSocket(addr string) (int, netip.AddrPort, error) {
 		return -1, ap, ErrNoSocketDial
 	}
 	ap = netip.AddrPortFrom(ap.Addr().Unmap(), ap.Port())
-	i := 0
-	if len(d.dialers) > 1 {
-		i = int(d.next.Add(1) % uint32(len(d.dialers)))
-	}
-	for k := 0; ; k++ {
-		nd := &d.dialers[(i+k)%len(d.dialers)]
-		fd, err := connectSocket(nd, ap)
-		if err == nil {
-			return fd, ap, nil
-		}
-		reason := health.LocalReason(err)
-		if reason == "" {
-			return -1, ap, err
-		}
-		if d.count != nil {
-			d.count(d.pool, addr, reason)
-		}
-		d.log.failed(addr, reason, err)
-		if !PerSource(reason) || k+1 >= len(d.dialers) {
-			return -1, ap, fmt.Errorf("%w (%s): %w", ErrLocalDial, reason, err)
-		}
-	}
+	fd, err := fromSources(d, addr, func(nd *net.Dialer) (int, error) { return connectSocket(nd, ap) })
+	return fd, ap, err
 }
 
 // connectSocket opens a non-blocking socket, gives it nd's options,

@@ -432,32 +432,40 @@ func (d *Dialer) holdTo(p *NodePolicy) {
 // source address there. A shortage of descriptors or memory is the same
 // from every source: it is not tried again.
 func (d *Dialer) Dial(addr string) (net.Conn, error) {
+	return fromSources(d, addr, func(nd *net.Dialer) (net.Conn, error) {
+		if d.DialOne != nil {
+			return d.DialOne(nd, addr)
+		}
+		return nd.Dial("tcp", addr)
+	})
+}
+
+// fromSources runs dial, a dial to the node at addr through one source's
+// net.Dialer, from the next source address and from the ones after it
+// while it fails for want of a port or a source address there: Dial's
+// and DialSocket's rotation. A local failure is counted and logged, and
+// the last one wrapped in ErrLocalDial; any other is the node's, returned
+// as it is.
+func fromSources[C any](d *Dialer, addr string, dial func(nd *net.Dialer) (C, error)) (C, error) {
 	i := 0
 	if len(d.dialers) > 1 {
 		i = int(d.next.Add(1) % uint32(len(d.dialers)))
 	}
 	for k := 0; ; k++ {
-		nd := &d.dialers[(i+k)%len(d.dialers)]
-		var c net.Conn
-		var err error
-		if d.DialOne != nil {
-			c, err = d.DialOne(nd, addr)
-		} else {
-			c, err = nd.Dial("tcp", addr)
-		}
+		c, err := dial(&d.dialers[(i+k)%len(d.dialers)])
 		if err == nil {
 			return c, nil
 		}
 		reason := health.LocalReason(err)
 		if reason == "" {
-			return nil, err
+			return c, err
 		}
 		if d.count != nil {
 			d.count(d.pool, addr, reason)
 		}
 		d.log.failed(addr, reason, err)
 		if !PerSource(reason) || k+1 >= len(d.dialers) {
-			return nil, fmt.Errorf("%w (%s): %w", ErrLocalDial, reason, err)
+			return c, fmt.Errorf("%w (%s): %w", ErrLocalDial, reason, err)
 		}
 	}
 }
