@@ -134,11 +134,18 @@ func RSS(pid int) (int64, error) {
 
 // CPU reads the user plus system CPU time process pid has used so far.
 func CPU(pid int) (time.Duration, error) {
+	user, sys, err := cpuSplit(pid)
+	return user + sys, err
+}
+
+// cpuSplit reads the user and the system CPU time process pid has used
+// so far, apart.
+func cpuSplit(pid int) (user, sys time.Duration, err error) {
 	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
 	if err != nil {
-		return 0, fmt.Errorf("read cpu of %d: %w", pid, err)
+		return 0, 0, fmt.Errorf("read cpu of %d: %w", pid, err)
 	}
-	return ParseCPU(b)
+	return ParseCPUSplit(b)
 }
 
 // Stat is the part of a /proc/PID/stat line the runner reads.
@@ -228,11 +235,7 @@ func CPUSum(pids []int) (time.Duration, error) {
 // pids together, apart.
 func CPUSplitSum(pids []int) (user, sys time.Duration, err error) {
 	for _, p := range pids {
-		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", p))
-		if err != nil {
-			return 0, 0, fmt.Errorf("read cpu of %d: %w", p, err)
-		}
-		u, s, err := ParseCPUSplit(b)
+		u, s, err := cpuSplit(p)
 		if err != nil {
 			return 0, 0, err
 		}
