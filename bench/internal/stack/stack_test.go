@@ -16,11 +16,12 @@ import (
 	"github.com/wsgate/wsgate/bench/internal/probe"
 )
 
-// TestUpAndClose starts redis, one relay and one gateway as real processes,
-// and nginx and HAProxy in front of the relay when they are installed,
-// checks each answers and each proxy reaches the relay, then checks Close
-// leaves none of them running, nginx's worker included.
-func TestUpAndClose(t *testing.T) {
+// upStack builds the binaries and starts a stack of real processes with
+// opt (Dir and Bins filled in), closed when the test ends (Close may have
+// run already: it is idempotent). Without redis-server the test is
+// skipped, or fails in CI.
+func upStack(t *testing.T, opt Options) *Stack {
+	t.Helper()
 	if _, err := exec.LookPath("redis-server"); err != nil {
 		if os.Getenv("CI") != "" {
 			t.Fatal("redis-server not installed (CI must install it)")
@@ -31,21 +32,26 @@ func TestUpAndClose(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	dir := t.TempDir()
-	bins, err := Build(context.Background(), root, dir)
+	opt.Dir = t.TempDir()
+	if opt.Bins, err = Build(context.Background(), root, opt.Dir); err != nil {
+		t.Fatal(err)
+	}
+	s, err := Up(opt)
+	if s != nil {
+		t.Cleanup(s.Close)
+	}
 	if err != nil {
 		t.Fatal(err)
 	}
-	s, err := Up(Options{Dir: dir, Bins: bins, Relays: 1, Gateways: 1, OneCore: true, GatewayEnv: []string{"WSGATE_STACK_TEST=1"}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	closed := false
-	t.Cleanup(func() {
-		if !closed {
-			s.Close()
-		}
-	})
+	return s
+}
+
+// TestUpAndClose starts redis, one relay and one gateway as real processes,
+// and nginx and HAProxy in front of the relay when they are installed,
+// checks each answers and each proxy reaches the relay, then checks Close
+// leaves none of them running, nginx's worker included.
+func TestUpAndClose(t *testing.T) {
+	s := upStack(t, Options{Relays: 1, Gateways: 1, OneCore: true, GatewayEnv: []string{"WSGATE_STACK_TEST=1"}})
 	if len(s.Relays) != 1 || len(s.Gateways) != 1 || s.Redis == nil {
 		t.Fatalf("stack has %d relays, %d gateways, redis %v", len(s.Relays), len(s.Gateways), s.Redis)
 	}
@@ -118,7 +124,6 @@ func TestUpAndClose(t *testing.T) {
 		pids = append(pids, ps...)
 	}
 	s.Close()
-	closed = true
 	for _, p := range procs {
 		select {
 		case <-p.Done():
@@ -233,31 +238,7 @@ func TestPeerConfigs(t *testing.T) {
 // takes a config with [pools.admission] through Reconfigure's reload;
 // Close then leaves none of the processes, old or new, running.
 func TestRestartRelayAndReconfigure(t *testing.T) {
-	if _, err := exec.LookPath("redis-server"); err != nil {
-		if os.Getenv("CI") != "" {
-			t.Fatal("redis-server not installed (CI must install it)")
-		}
-		t.Skip("redis-server not installed")
-	}
-	root, err := filepath.Abs("../../..")
-	if err != nil {
-		t.Fatal(err)
-	}
-	dir := t.TempDir()
-	bins, err := Build(context.Background(), root, dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	s, err := Up(Options{Dir: dir, Bins: bins, Relays: 2, Gateways: 1})
-	if err != nil {
-		t.Fatal(err)
-	}
-	closed := false
-	t.Cleanup(func() {
-		if !closed {
-			s.Close()
-		}
-	})
+	s := upStack(t, Options{Relays: 2, Gateways: 1})
 	old := []*Relay{s.Relays[0], s.Relays[1]}
 	if err := old[0].Signal(syscall.SIGKILL); err != nil {
 		t.Fatal(err)
@@ -309,7 +290,6 @@ func TestRestartRelayAndReconfigure(t *testing.T) {
 
 	procs := []*Proc{s.Redis, g.Proc, old[0].Proc, old[1].Proc, s.Relays[0].Proc, s.Relays[1].Proc}
 	s.Close()
-	closed = true
 	for _, p := range procs {
 		select {
 		case <-p.Done():
