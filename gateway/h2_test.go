@@ -641,14 +641,17 @@ pong_timeout = "5s"
 	for i := 0; i < 1000 && err == nil; i++ {
 		err = flood.WriteMessage(websocket.TextMessage, []byte("x"))
 	}
+	werr := err
+	nread := 0
 	_ = flood.SetReadDeadline(time.Now().Add(10 * time.Second))
 	for {
 		if _, _, err = flood.ReadMessage(); err != nil {
 			break
 		}
+		nread++
 	}
 	if !websocket.IsCloseError(err, 1008) {
-		t.Errorf("a flood over frame_rate: %v, want 1008", err)
+		t.Errorf("a flood over frame_rate: %v, want 1008 (write err %v, read %d)", err, werr, nread)
 	}
 	flood.Close()
 

@@ -192,6 +192,18 @@ func (t *Tunnel) startPolled(cp, np []byte) {
 	})
 }
 
+// fileSocket makes the descriptor fd a net.Conn in the runtime's poller,
+// for linger; it takes fd, closing it, and returns nil when that fails.
+func fileSocket(fd int) net.Conn {
+	f := os.NewFile(uintptr(fd), "client")
+	defer f.Close()
+	c, err := net.FileConn(f)
+	if err != nil {
+		return nil
+	}
+	return c
+}
+
 // fdsClosed reports whether closeFDs has run: the tunnel's descriptors
 // are closed, and their numbers may be another socket's by now.
 func (t *Tunnel) fdsClosed() bool { return t.clientFD < 0 }
@@ -614,14 +626,27 @@ func (t *Tunnel) closeFDs() {
 	p.forget(t) // before the close: see forget
 	cfd := int(t.clientFD)
 	t.clientFD = -1 // fdsClosed
-	_ = unix.Close(cfd)
+	until, lingers := t.clientLingers()
+	var sock net.Conn
+	if lingers {
+		if sock = fileSocket(cfd); sock == nil {
+			lingering.Add(-1)
+		}
+	} else {
+		_ = unix.Close(cfd)
+	}
 	if t.ns != nil {
 		_ = t.ns.s.Close()
 	} else {
 		_ = unix.Close(int(t.nodeFD))
 	}
 	p.tunnelEnded()
-	_ = t.client.Close()
+	if sock != nil {
+		// The client's connection, its place in the limits, goes last.
+		go linger(sock, until, func() { _ = sock.Close(); _ = t.client.Close() })
+	} else {
+		_ = t.client.Close()
+	}
 	t.toNode.tail, t.toClient.tail = nil, nil
 	t.toNode.endSrc(net.ErrClosed)
 	t.toClient.endSrc(net.ErrClosed)

@@ -40,6 +40,9 @@ const stallProbe = 250 * time.Millisecond
 type stream struct {
 	toNode, toClient goState
 	closeOnce        sync.Once // closes both connections (closeConns)
+	// lingerUntil is set by closeConns when the client's socket lingers
+	// (see linger): finish hands it over, once the pumps are gone.
+	lingerUntil time.Time
 }
 
 // goState is a half's state on the stream engine.
@@ -129,10 +132,23 @@ func (s *stream) armClose(t *Tunnel, dl time.Time) {
 	_ = s.toClient.src.SetReadDeadline(dl)
 }
 
-func (*stream) finish(t *Tunnel) { t.finish() }
+func (s *stream) finish(t *Tunnel) {
+	if !s.lingerUntil.IsZero() {
+		go linger(plainSocket(t.client), s.lingerUntil, func() { closeConn(t.client) })
+	}
+	t.finish()
+}
 
 func (s *stream) closeConns(t *Tunnel) {
 	s.closeOnce.Do(func() {
+		if until, ok := t.clientLingers(); ok {
+			// The client's pump stops at its next read; the last pump
+			// out calls finish, after this (closeOnce orders them).
+			s.lingerUntil = until
+			closeConn(s.toClient.src)
+			s.cutClient(t)
+			return
+		}
 		closeConn(t.client)
 		closeConn(s.toClient.src) // the node's: a TLSSocket under a TLS node connection too
 	})
