@@ -228,7 +228,7 @@ func (p *poller) goAway(t *Tunnel, code uint16, reason string) {
 	})
 }
 
-func (p *poller) abort(t *Tunnel) { p.run(t.closeConns) }
+func (p *poller) abort(t *Tunnel) { p.run(func() { t.closeFDs(false) }) }
 
 // armClose starts the close-deadline timer.
 func (p *poller) armClose(t *Tunnel, dl time.Time) { p.after(dl, t, timerClose) }
@@ -236,7 +236,21 @@ func (p *poller) armClose(t *Tunnel, dl time.Time) { p.after(dl, t, timerClose) 
 // finish finishes t off the poller: OnEnd may log and take locks.
 func (*poller) finish(t *Tunnel) { go t.finish() }
 
-func (*poller) closeConns(t *Tunnel) { t.closeFDs() }
+// closeConns closes t's connections once what is queued for them has
+// gone: a tail still waiting (a slow client's last frames and the close
+// frame behind them) would be thrown away by the close, and its peer would
+// read a cut frame and no close. The tail's write timeout and the close
+// deadline (see closeDeadlinePassed) bound the wait; flushTail and
+// dropTail close when the tail is gone.
+func (*poller) closeConns(t *Tunnel) {
+	for _, h := range [...]*half{&t.toClient, &t.toNode} {
+		if h.tail != nil && !t.fdsClosed() {
+			h.tail.thenClose = true
+			return
+		}
+	}
+	t.closeFDs(true)
+}
 
 func (*poller) cutClient(t *Tunnel) { t.toNode.endSrc(os.ErrDeadlineExceeded) }
 
@@ -275,6 +289,7 @@ type tail struct {
 	graceUntil   int64 // mono ns: how long a tail ending in the gateway's close may wait past the close deadline
 	close        bool  // b ends with the gateway's close frame
 	shut         bool  // dst's stream ends once b is written (endInsideFrame)
+	thenClose    bool  // the tunnel's connections close once b is written or dropped (closeConns)
 	ping         int32 // the bytes of b up to the end of the keepalive ping in it; 0: none
 }
 
@@ -523,6 +538,14 @@ func (h *half) flushTail() {
 	} else if tl.shut {
 		h.shutdownDstWrite()
 	}
+	if tl.thenClose && !t.fdsClosed() {
+		if h.tail != nil {
+			h.tail.thenClose = true // the close asked for meanwhile waits too
+		} else {
+			t.closeConns()
+		}
+		return
+	}
 	if !h.writing && !t.fdsClosed() {
 		h.readSrc()
 	}
@@ -530,9 +553,14 @@ func (h *half) flushTail() {
 
 // dropTail gives up the tail after a timeout, as a failed write does.
 func (h *half) dropTail(err error) {
+	thenClose := h.tail.thenClose
 	h.tail = nil
 	h.afterWrite(err)
 	h.failDst(err)
+	if thenClose && !h.t.fdsClosed() {
+		h.t.closeConns()
+		return
+	}
 	if !h.t.fdsClosed() {
 		h.readSrc() // src is read on (and dropped) until it ends
 	}
@@ -617,8 +645,9 @@ func (t *Tunnel) closeDeadlinePassed(now time.Time) {
 // closeFDs closes both sockets on the poller engine, then the Go
 // connections (freeing what a wrapper holds), and ends the sides still
 // being read, as a read of a closed connection fails on the goroutine
-// engine.
-func (t *Tunnel) closeFDs() {
+// engine. With mayLinger (not on Abort), the client's socket may linger
+// (see linger).
+func (t *Tunnel) closeFDs(mayLinger bool) {
 	if t.fdsClosed() {
 		return
 	}
@@ -626,7 +655,11 @@ func (t *Tunnel) closeFDs() {
 	p.forget(t) // before the close: see forget
 	cfd := int(t.clientFD)
 	t.clientFD = -1 // fdsClosed
-	until, lingers := t.clientLingers()
+	var until time.Time
+	lingers := false
+	if mayLinger {
+		until, lingers = t.clientLingers()
+	}
 	var sock net.Conn
 	if lingers {
 		if sock = fileSocket(cfd); sock == nil {

@@ -24,9 +24,15 @@ import (
 // lingerBytes is the most a lingering socket reads before it is closed.
 const lingerBytes = 64 << 10
 
-// lingerMax bounds the sockets lingering at once in the process; a
-// variable for tests.
-var lingerMax int32 = 1024
+// lingerMax bounds the sockets lingering at once in the process
+// (defaultLingerMax; tests lower it).
+var lingerMax = func() *atomic.Int32 {
+	var n atomic.Int32
+	n.Store(defaultLingerMax)
+	return &n
+}()
+
+const defaultLingerMax = 1024
 
 // lingering counts the sockets lingering now.
 var lingering atomic.Int32
@@ -34,8 +40,9 @@ var lingering atomic.Int32
 // clientLingers reports whether the client's socket lingers when the
 // tunnel closes its connections, and until when; a true answer holds a
 // place of lingerMax, which linger gives back. It lingers when the gateway
-// cut the client and still read it, wrote the client its close frame, and
-// the close deadline is ahead; never on Abort.
+// cut the client and still read it, and wrote the client its close frame
+// (none is still being written), and the close deadline is ahead. Abort
+// never asks.
 func (t *Tunnel) clientLingers() (time.Time, bool) {
 	h := &t.toNode
 	h.mu.Lock()
@@ -43,13 +50,13 @@ func (t *Tunnel) clientLingers() (time.Time, bool) {
 	h.mu.Unlock()
 	c := &t.toClient
 	c.mu.Lock()
-	told := c.sentClose && !c.dstFailed
+	told := c.sentClose && !c.dstFailed && !c.writing
 	c.mu.Unlock()
 	until := t.closeDeadline()
-	if !cut || !told || until.IsZero() || !time.Now().Before(until) || t.EndReason() == EndAborted {
+	if !cut || !told || until.IsZero() || !time.Now().Before(until) {
 		return time.Time{}, false
 	}
-	if lingering.Add(1) > lingerMax {
+	if lingering.Add(1) > lingerMax.Load() {
 		lingering.Add(-1)
 		return time.Time{}, false
 	}

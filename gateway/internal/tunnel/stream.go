@@ -123,7 +123,13 @@ func (*stream) goAway(t *Tunnel, code uint16, reason string) {
 	t.toClient.injectClose(code, reason)
 }
 
-func (*stream) abort(t *Tunnel) { t.closeConns() }
+// abort closes both connections now, also a client's socket closeConns
+// chose to let linger (its pump is then cut by the close, not by a read
+// deadline that may not have reached it).
+func (s *stream) abort(t *Tunnel) {
+	s.closeOnce.Do(func() { s.closeBoth(t) })
+	closeConn(t.client)
+}
 
 // armClose bounds the reads by a deadline on both connections; the writes
 // look at the close deadline themselves (see send).
@@ -149,9 +155,14 @@ func (s *stream) closeConns(t *Tunnel) {
 			s.cutClient(t)
 			return
 		}
-		closeConn(t.client)
-		closeConn(s.toClient.src) // the node's: a TLSSocket under a TLS node connection too
+		s.closeBoth(t)
 	})
+}
+
+// closeBoth closes the client's connection and the node's.
+func (s *stream) closeBoth(t *Tunnel) {
+	closeConn(t.client)
+	closeConn(s.toClient.src) // the node's: a TLSSocket under a TLS node connection too
 }
 
 // cutClient ends the reading of the client as a read deadline does.
