@@ -144,8 +144,64 @@ type TLS struct {
 	// Certificates are the server certificates: the first is served to a
 	// client whose server name (SNI) no certificate names; the others are
 	// chosen by the DNS names in their certificates, exact names before
-	// wildcards (at least one when Listen is set).
+	// wildcards (at least one when Listen is set, unless ACME is).
 	Certificates []Certificate `toml:"certificates" json:"certificates"`
+	// ACME obtains and renews the listener's certificates from an ACME
+	// CA (RFC 8555) such as Let's Encrypt (default nil: the table is
+	// absent, and the certificates are the files only). Read at start
+	// only: a change needs a restart.
+	ACME *ACME `toml:"acme" json:"acme,omitempty"`
+}
+
+// ACME is the [gateway.tls.acme] table: the TLS listener obtains
+// certificates for Domains at start, and for other names at their first
+// handshake with OnDemand, and renews them at about two thirds of their
+// life. It answers the CA's challenges itself: tls-alpn-01 on the TLS
+// listener and http-01 on the plain listeners, before any route. A name
+// that a [[gateway.tls.certificates]] file covers (exactly or by
+// wildcard) is served from the file, never ordered. Like all sections it
+// is plain data, read-only once loaded (see Config).
+type ACME struct {
+	// Directory is the https:// URL of the CA's ACME directory, such as
+	// "https://acme-v02.api.letsencrypt.org/directory"; required.
+	Directory string `toml:"directory" json:"directory"`
+	// Email is the contact address of the ACME account, to which the CA
+	// sends expiry warnings (default "": no contact).
+	Email string `toml:"email" json:"email"`
+	// Domains are the DNS names whose certificates are obtained at start
+	// and renewed in the background, one certificate each (default none;
+	// no wildcards: those need the dns-01 challenge).
+	Domains []string `toml:"domains" json:"domains"`
+	// Storage is where the account key and the certificates live: a
+	// directory, or a redis:// or rediss:// URL; every gateway of a fleet
+	// names the same one, and a lock in it makes one gateway order each
+	// certificate while the others load it; required. A relative
+	// directory is taken from the config file's directory.
+	Storage string `toml:"storage" json:"storage"`
+	// CAFile is a PEM file of the CA certificates to trust for the
+	// directory's HTTPS, for a private ACME server (default "": the
+	// system's roots). A relative path is taken from the config file's
+	// directory.
+	CAFile string `toml:"ca_file" json:"ca_file"`
+	// OnDemand obtains a certificate for a server name (SNI) outside
+	// Domains at its first handshake, if Ask approves the name (default
+	// false).
+	OnDemand bool `toml:"on_demand" json:"on_demand"`
+	// Ask is the http:// or https:// URL asked, with "?domain=NAME",
+	// whether NAME may have a certificate on demand: a 2xx answer is
+	// yes, anything else (or no answer within AskTimeout) is no;
+	// required with on_demand.
+	Ask string `toml:"ask" json:"ask"`
+	// AskTimeout bounds one call to Ask (default 5s; > 0, <= 1m).
+	AskTimeout Duration `toml:"ask_timeout" json:"ask_timeout"`
+	// OnDemandRate is how many unknown names per second may be put to
+	// Ask, a token bucket shared by every handshake; a name over it gets
+	// no certificate (its handshake fails) and is not asked about, so a
+	// flood of strangers' server names costs at most this many calls and
+	// orders (default 1 per second; >= 1).
+	OnDemandRate int `toml:"on_demand_rate" json:"on_demand_rate"`
+	// OnDemandBurst is the size of that bucket (default 10; >= 1).
+	OnDemandBurst int `toml:"on_demand_burst" json:"on_demand_burst"`
 }
 
 // Certificate is one [[gateway.tls.certificates]] entry.

@@ -31,6 +31,16 @@ func (g *Gateway) setDefaults() {
 	// the operator says so.
 }
 
+func (a *ACME) setDefaults() {
+	a.AskTimeout = Duration{5 * time.Second} // an ask service answers in ms; a hung one must not hold handshakes
+	// One stranger's name a second at most reaches the ask URL and the
+	// CA, with room for a burst of real new names (a customer adding a
+	// few domains at once); Let's Encrypt allows 300 new orders per
+	// account every three hours.
+	a.OnDemandRate = 1
+	a.OnDemandBurst = 10
+}
+
 func (a *Admin) setDefaults() {
 	a.Listen = "127.0.0.1:9090" // loopback only: the admin API can drain nodes
 }

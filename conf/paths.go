@@ -3,7 +3,8 @@ package conf
 import "path/filepath"
 
 // resolvePaths makes the file paths of the config (plugin executables,
-// TLS certificates, keys and CAs, the listener's and the pools') absolute, a relative one taken from the
+// TLS certificates, keys and CAs, the listener's and the pools', and an
+// ACME storage directory) absolute, a relative one taken from the
 // directory of the config file, as a reader of the file expects and
 // whatever the gateway's working directory is (a service manager may
 // start it from "/"). Done once at load: a reload reads them again from
@@ -18,6 +19,12 @@ func (c *Config) resolvePaths() {
 	for i := range t.Certificates {
 		c.resolvePath(dir, &t.Certificates[i].CertFile)
 		c.resolvePath(dir, &t.Certificates[i].KeyFile)
+	}
+	if a := t.ACME; a != nil {
+		c.resolvePath(dir, &a.CAFile)
+		if !IsRedisStorage(a.Storage) {
+			c.resolvePath(dir, &a.Storage)
+		}
 	}
 	for i := range c.Pools {
 		if pt := c.Pools[i].TLS; pt != nil {

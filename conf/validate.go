@@ -133,15 +133,18 @@ func (g *Gateway) validate(e *errorList) {
 // addresses, which it must not repeat.
 func (t *TLS) validate(e *errorList, seen map[string]string) {
 	if t.Listen == "" {
-		if len(t.Certificates) > 0 || t.ClientCAFile != "" {
-			e.add("gateway.tls.listen", "is empty (no TLS listener) but certificates or client_ca_file are set: set the TLS listener's host:port")
+		if len(t.Certificates) > 0 || t.ClientCAFile != "" || t.ACME != nil {
+			e.add("gateway.tls.listen", "is empty (no TLS listener) but certificates, client_ca_file or [gateway.tls.acme] are set: set the TLS listener's host:port")
 		}
 		return
 	}
 	checkListen(e, "gateway.tls.listen", t.Listen)
 	unique(e, seen, t.Listen, "gateway.tls.listen", "listen address")
-	if len(t.Certificates) == 0 {
-		e.add("gateway.tls", "at least one [[gateway.tls.certificates]] entry is required with a TLS listener")
+	if len(t.Certificates) == 0 && t.ACME == nil {
+		e.add("gateway.tls", "at least one [[gateway.tls.certificates]] entry (or a [gateway.tls.acme] table) is required with a TLS listener")
+	}
+	if t.ACME != nil {
+		t.ACME.validate(e, "gateway.tls.acme")
 	}
 	for i, c := range t.Certificates {
 		path := indexKey("gateway.tls.certificates", i)
@@ -152,6 +155,77 @@ func (t *TLS) validate(e *errorList, seen map[string]string) {
 			e.add(path, "key_file is required")
 		}
 	}
+}
+
+// maxAskTimeout bounds gateway.tls.acme.ask_timeout: a handshake waits
+// for the answer, and no client waits a minute.
+const maxAskTimeout = time.Minute
+
+// validate checks a [gateway.tls.acme] table. Nothing is ordered here:
+// `wsgate -check` runs this and reads ca_file, no more.
+func (a *ACME) validate(e *errorList, path string) {
+	switch u, err := url.Parse(a.Directory); {
+	case a.Directory == "":
+		e.add(path, "directory (the https:// URL of the CA's ACME directory) is required")
+	case err != nil || u.Scheme != "https" || u.Host == "":
+		e.add(joinKey(path, "directory"), fmt.Sprintf("must be an https:// URL (RFC 8555 speaks HTTPS only), such as \"https://acme-v02.api.letsencrypt.org/directory\", got %q", a.Directory))
+	}
+	if m := a.Email; m != "" {
+		local, domain, ok := strings.Cut(m, "@")
+		if !ok || local == "" || !isHostName(domain) || strings.ContainsAny(m, " <>,;\"") {
+			e.add(joinKey(path, "email"), fmt.Sprintf("must be an email address such as \"ops@example.com\", got %q", m))
+		}
+	}
+	seen := make(map[string]string, len(a.Domains))
+	for i, d := range a.Domains {
+		key := indexKey(joinKey(path, "domains"), i)
+		switch {
+		case strings.HasPrefix(d, "*."):
+			e.add(key, fmt.Sprintf("%q is a wildcard: a wildcard certificate needs the dns-01 challenge, which wsgate does not answer; list the names, or use on_demand", d))
+			continue
+		case net.ParseIP(d) != nil:
+			e.add(key, fmt.Sprintf("must be a DNS name, got the IP address %q", d))
+			continue
+		case checkHost(d) != nil || !strings.Contains(d, "."):
+			e.add(key, fmt.Sprintf("must be a DNS name with at least two labels, such as \"ws.example.com\", got %q", d))
+			continue
+		}
+		unique(e, seen, strings.ToLower(d), key, "domain")
+	}
+	switch {
+	case a.Storage == "":
+		e.add(path, "storage (a directory, or a redis:// URL every gateway of the fleet shares) is required")
+	case IsRedisStorage(a.Storage):
+		if msg := checkRedisURL(a.Storage); msg != "" {
+			e.add(joinKey(path, "storage"), msg)
+		}
+	case strings.Contains(a.Storage, "://"):
+		e.add(joinKey(path, "storage"), "must be a directory or a redis:// or rediss:// URL")
+	}
+	switch u, err := url.Parse(a.Ask); {
+	case a.Ask == "":
+		if a.OnDemand {
+			e.add(joinKey(path, "on_demand"), "needs ask: the URL that approves each name, or any stranger's server name would make the gateway order certificates")
+		}
+	case err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || u.RawQuery != "" || u.Fragment != "":
+		e.add(joinKey(path, "ask"), fmt.Sprintf("must be an http:// or https:// URL without a query (\"?domain=NAME\" is added), got %q", a.Ask))
+	case !a.OnDemand:
+		e.add(joinKey(path, "ask"), "is set but on_demand is not: set on_demand = true, or remove ask")
+	}
+	if d := a.AskTimeout.Duration; d <= 0 || d > maxAskTimeout {
+		e.add(joinKey(path, "ask_timeout"), fmt.Sprintf("must be > 0 and <= %s, got %s", maxAskTimeout, a.AskTimeout))
+	}
+	atLeast(e, joinKey(path, "on_demand_rate"), a.OnDemandRate, 1)
+	atLeast(e, joinKey(path, "on_demand_burst"), a.OnDemandBurst, 1)
+	if len(a.Domains) == 0 && !a.OnDemand {
+		e.add(path, "domains is empty and on_demand is off: the table would obtain no certificate")
+	}
+}
+
+// IsRedisStorage reports whether an ACME storage names a Redis
+// (redis:// or rediss://) rather than a directory.
+func IsRedisStorage(s string) bool {
+	return strings.HasPrefix(s, "redis://") || strings.HasPrefix(s, "rediss://")
 }
 
 func (a *Admin) validate(e *errorList) {
