@@ -1,0 +1,378 @@
+// Package acmestore keeps ACME accounts, certificates and their locks in
+// Redis (certmagic.Storage), so that every gateway of a fleet shares one
+// account and one copy of each certificate, and exactly one of them
+// orders a certificate at a time.
+package acmestore
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io/fs"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/caddyserver/certmagic"
+	"github.com/redis/go-redis/v9"
+)
+
+// Prefix starts every key the storage writes: "wsgate:acme:v:" a value,
+// "wsgate:acme:lock:" a lock, "wsgate:acme:index" the sorted set of the
+// value keys (List and directory checks read it rather than SCAN a
+// Redis that holds other data).
+const Prefix = "wsgate:acme:"
+
+// MaxValue bounds one stored value: an account, a certificate chain, a
+// key or their metadata are a few KiB. A larger value is refused on
+// Store and, should someone with write access to the Redis plant one,
+// on Load, without reading it into memory.
+const MaxValue = 1 << 20
+
+// Lock timings: a lock is set with a TTL of LockTTL and renewed every
+// LockTTL/3 while held, so a gateway that dies holding it frees it within
+// LockTTL; Lock polls a taken lock every lockPoll.
+const (
+	DefaultLockTTL = 30 * time.Second
+	lockPoll       = 250 * time.Millisecond
+)
+
+// ErrTooLarge is returned by Store and Load for a value over MaxValue.
+var ErrTooLarge = errors.New("acmestore: value over 1 MiB")
+
+// Redis is a certmagic.Storage in Redis. Keys are certmagic's paths
+// ("certificates/acme.../name.crt"); "directories" are the prefixes of
+// the keys. It is safe for concurrent use; Close stops it.
+type Redis struct {
+	c       *redis.Client
+	lockTTL time.Duration
+	owner   string // this process's lock-token prefix, for the log
+
+	mu    sync.Mutex
+	held  map[string]*heldLock // by lock name
+	close sync.Once
+}
+
+// heldLock is a lock this process holds: its token and the renewal
+// goroutine's stop.
+type heldLock struct {
+	token string
+	stop  context.CancelFunc
+	done  chan struct{}
+}
+
+// Open connects to the Redis at url (redis:// or rediss://). lockTTL is
+// the TTL of a lock (0: DefaultLockTTL). Nothing is sent before the first
+// call.
+func Open(url string, lockTTL time.Duration) (*Redis, error) {
+	opt, err := redis.ParseURL(url)
+	if err != nil {
+		return nil, fmt.Errorf("acme storage: %w", err)
+	}
+	if lockTTL <= 0 {
+		lockTTL = DefaultLockTTL
+	}
+	return &Redis{c: redis.NewClient(opt), lockTTL: lockTTL, owner: randomToken()[:8], held: map[string]*heldLock{}}, nil
+}
+
+// Close releases the locks still held and closes the connections.
+func (r *Redis) Close() error {
+	var err error
+	r.close.Do(func() {
+		r.mu.Lock()
+		names := make([]string, 0, len(r.held))
+		for n := range r.held {
+			names = append(names, n)
+		}
+		r.mu.Unlock()
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		defer cancel()
+		for _, n := range names {
+			_ = r.Unlock(ctx, n)
+		}
+		err = r.c.Close()
+	})
+	return err
+}
+
+func valueKey(key string) string { return Prefix + "v:" + key }
+func lockKey(name string) string { return Prefix + "lock:" + name }
+
+const indexKey = Prefix + "index"
+
+// storeScript writes a value and its modification time, and indexes its
+// key, in one step.
+var storeScript = redis.NewScript(`
+redis.call('HSET', KEYS[1], 'v', ARGV[1], 'm', ARGV[2])
+redis.call('ZADD', KEYS[2], 0, ARGV[3])
+return 1`)
+
+// Store writes value at key.
+func (r *Redis) Store(ctx context.Context, key string, value []byte) error {
+	if len(value) > MaxValue {
+		return fmt.Errorf("store %s: %w", key, ErrTooLarge)
+	}
+	now := strconv.FormatInt(time.Now().UnixNano(), 10)
+	if err := storeScript.Run(ctx, r.c, []string{valueKey(key), indexKey}, value, now, key).Err(); err != nil {
+		return fmt.Errorf("store %s: %w", key, err)
+	}
+	return nil
+}
+
+// loadScript returns a value, or -1 for none, or -2 when it is over the
+// bound (ARGV[1]); the size is read first, so a huge value is never sent.
+var loadScript = redis.NewScript(`
+local n = redis.call('HSTRLEN', KEYS[1], 'v')
+if n == 0 and redis.call('HEXISTS', KEYS[1], 'v') == 0 then return -1 end
+if n > tonumber(ARGV[1]) then return -2 end
+return redis.call('HGET', KEYS[1], 'v')`)
+
+// Load reads the value at key: fs.ErrNotExist when there is none,
+// ErrTooLarge when it is over MaxValue.
+func (r *Redis) Load(ctx context.Context, key string) ([]byte, error) {
+	v, err := loadScript.Run(ctx, r.c, []string{valueKey(key)}, MaxValue).Result()
+	if err != nil {
+		return nil, fmt.Errorf("load %s: %w", key, err)
+	}
+	switch v := v.(type) {
+	case string:
+		return []byte(v), nil
+	case int64:
+		if v == -2 {
+			return nil, fmt.Errorf("load %s: %w", key, ErrTooLarge)
+		}
+		return nil, fmt.Errorf("load %s: %w", key, fs.ErrNotExist)
+	}
+	return nil, fmt.Errorf("load %s: unexpected reply %T", key, v)
+}
+
+// deleteScript deletes a key and every key below it ("key/..."), and
+// their index entries; it returns how many it deleted.
+var deleteScript = redis.NewScript(`
+local n = 0
+if redis.call('ZREM', KEYS[1], ARGV[1]) == 1 or redis.call('EXISTS', ARGV[2] .. ARGV[1]) == 1 then
+  redis.call('DEL', ARGV[2] .. ARGV[1])
+  n = n + 1
+end
+local below = redis.call('ZRANGEBYLEX', KEYS[1], '[' .. ARGV[1] .. '/', '[' .. ARGV[1] .. '/\255')
+for _, k in ipairs(below) do
+  redis.call('DEL', ARGV[2] .. k)
+  redis.call('ZREM', KEYS[1], k)
+  n = n + 1
+end
+return n`)
+
+// Delete removes key, and every key below it when it is a directory;
+// fs.ErrNotExist when there was nothing.
+func (r *Redis) Delete(ctx context.Context, key string) error {
+	n, err := deleteScript.Run(ctx, r.c, []string{indexKey}, key, Prefix+"v:").Int()
+	if err != nil {
+		return fmt.Errorf("delete %s: %w", key, err)
+	}
+	if n == 0 {
+		return fmt.Errorf("delete %s: %w", key, fs.ErrNotExist)
+	}
+	return nil
+}
+
+// Exists reports whether key is a value or a directory.
+func (r *Redis) Exists(ctx context.Context, key string) bool {
+	_, err := r.Stat(ctx, key)
+	return err == nil
+}
+
+// below returns the indexed keys under dir ("dir/..."), or every key for
+// dir "".
+func (r *Redis) below(ctx context.Context, dir string) ([]string, error) {
+	min, max := "-", "+"
+	if dir != "" {
+		min, max = "["+dir+"/", "["+dir+"/\xff"
+	}
+	return r.c.ZRangeByLex(ctx, indexKey, &redis.ZRangeBy{Min: min, Max: max}).Result()
+}
+
+// List returns the keys directly in dir (the values and the directories),
+// or every value key below it when recursive.
+func (r *Redis) List(ctx context.Context, dir string, recursive bool) ([]string, error) {
+	dir = strings.TrimSuffix(dir, "/")
+	keys, err := r.below(ctx, dir)
+	if err != nil {
+		return nil, fmt.Errorf("list %s: %w", dir, err)
+	}
+	if len(keys) == 0 {
+		return nil, fmt.Errorf("list %s: %w", dir, fs.ErrNotExist)
+	}
+	if recursive {
+		return keys, nil
+	}
+	start := 0
+	if dir != "" {
+		start = len(dir) + 1
+	}
+	var out []string
+	seen := map[string]bool{}
+	for _, k := range keys {
+		child := k
+		if i := strings.IndexByte(k[start:], '/'); i >= 0 {
+			child = k[:start+i]
+		}
+		if !seen[child] {
+			seen[child] = true
+			out = append(out, child)
+		}
+	}
+	return out, nil
+}
+
+// Stat describes key: a value (its size and modification time) or a
+// directory; fs.ErrNotExist when it is neither.
+func (r *Redis) Stat(ctx context.Context, key string) (certmagic.KeyInfo, error) {
+	vals, err := r.c.HMGet(ctx, valueKey(key), "m").Result()
+	if err != nil {
+		return certmagic.KeyInfo{}, fmt.Errorf("stat %s: %w", key, err)
+	}
+	if m, ok := vals[0].(string); ok {
+		n, err := r.c.HStrLen(ctx, valueKey(key), "v").Result()
+		if err != nil {
+			return certmagic.KeyInfo{}, fmt.Errorf("stat %s: %w", key, err)
+		}
+		ns, _ := strconv.ParseInt(m, 10, 64)
+		return certmagic.KeyInfo{Key: key, Modified: time.Unix(0, ns), Size: n, IsTerminal: true}, nil
+	}
+	keys, err := r.c.ZRangeByLex(ctx, indexKey, &redis.ZRangeBy{Min: "[" + key + "/", Max: "[" + key + "/\xff", Count: 1}).Result()
+	if err != nil {
+		return certmagic.KeyInfo{}, fmt.Errorf("stat %s: %w", key, err)
+	}
+	if len(keys) == 0 {
+		return certmagic.KeyInfo{}, fmt.Errorf("stat %s: %w", key, fs.ErrNotExist)
+	}
+	return certmagic.KeyInfo{Key: key, IsTerminal: false}, nil
+}
+
+// Lock takes the lock name, waiting while another holder (this process
+// or another gateway) has it, until ctx ends. The lock is a key set with
+// SET NX PX and a random token; while held it is renewed every third of
+// its TTL, so only a holder that died loses it, at most a TTL later.
+func (r *Redis) Lock(ctx context.Context, name string) error {
+	token := r.owner + ":" + randomToken()
+	t := time.NewTimer(0)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("lock %s: %w", name, ctx.Err())
+		case <-t.C:
+		}
+		ok, err := r.c.SetNX(ctx, lockKey(name), token, r.lockTTL).Result()
+		if err != nil {
+			// Redis down: keep trying until ctx ends, as a taken lock.
+			t.Reset(lockPoll * 4)
+			continue
+		}
+		if ok {
+			r.hold(name, token)
+			return nil
+		}
+		t.Reset(lockPoll)
+	}
+}
+
+// hold records a lock taken and starts renewing it.
+func (r *Redis) hold(name, token string) {
+	ctx, stop := context.WithCancel(context.Background())
+	h := &heldLock{token: token, stop: stop, done: make(chan struct{})}
+	r.mu.Lock()
+	r.held[name] = h
+	r.mu.Unlock()
+	go r.keepLock(ctx, name, h)
+}
+
+// renewScript extends a lock's TTL if it still holds the token.
+var renewScript = redis.NewScript(`
+if redis.call('GET', KEYS[1]) == ARGV[1] then
+  return redis.call('PEXPIRE', KEYS[1], ARGV[2])
+end
+return 0`)
+
+// unlockScript deletes a lock if it still holds the token: a lock that
+// expired and was taken by another is left to its new holder.
+var unlockScript = redis.NewScript(`
+if redis.call('GET', KEYS[1]) == ARGV[1] then
+  return redis.call('DEL', KEYS[1])
+end
+return 0`)
+
+// keepLock renews a held lock every third of its TTL until it is
+// released. A renewal that finds the lock gone (it expired while Redis was
+// unreachable, and another took it) stops: the work under it goes on, and
+// certmagic checks the storage again before it saves.
+func (r *Redis) keepLock(ctx context.Context, name string, h *heldLock) {
+	defer close(h.done)
+	tick := time.NewTicker(r.lockTTL / 3)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		}
+		n, err := renewScript.Run(ctx, r.c, []string{lockKey(name)}, h.token, r.lockTTL.Milliseconds()).Int()
+		if err == nil && n == 0 {
+			return
+		}
+	}
+}
+
+// Unlock releases the lock name if this process holds it.
+func (r *Redis) Unlock(ctx context.Context, name string) error {
+	r.mu.Lock()
+	h := r.held[name]
+	delete(r.held, name)
+	r.mu.Unlock()
+	if h == nil {
+		return fmt.Errorf("unlock %s: not held by this gateway", name)
+	}
+	h.stop()
+	<-h.done
+	if err := unlockScript.Run(ctx, r.c, []string{lockKey(name)}, h.token).Err(); err != nil {
+		return fmt.Errorf("unlock %s: %w", name, err)
+	}
+	return nil
+}
+
+// RenewLockLease extends a held lock to lease (certmagic asks before each
+// retry of a long order).
+func (r *Redis) RenewLockLease(ctx context.Context, name string, lease time.Duration) error {
+	r.mu.Lock()
+	h := r.held[name]
+	r.mu.Unlock()
+	if h == nil {
+		return fmt.Errorf("renew lock %s: not held by this gateway", name)
+	}
+	n, err := renewScript.Run(ctx, r.c, []string{lockKey(name)}, h.token, lease.Milliseconds()).Int()
+	if err != nil {
+		return fmt.Errorf("renew lock %s: %w", name, err)
+	}
+	if n == 0 {
+		return fmt.Errorf("renew lock %s: lost (it expired and another gateway took it)", name)
+	}
+	return nil
+}
+
+// String names the storage in certmagic's logs, without the URL (it may
+// hold a password).
+func (r *Redis) String() string { return "redis acme storage" }
+
+func randomToken() string {
+	var b [16]byte
+	_, _ = rand.Read(b[:])
+	return hex.EncodeToString(b[:])
+}
+
+var (
+	_ certmagic.Storage          = (*Redis)(nil)
+	_ certmagic.LockLeaseRenewer = (*Redis)(nil)
+)

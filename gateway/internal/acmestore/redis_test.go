@@ -1,0 +1,193 @@
+package acmestore
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"io/fs"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/wsgate/wsgate/internal/redistest"
+)
+
+func open(t *testing.T, url string, ttl time.Duration) *Redis {
+	t.Helper()
+	r, err := Open(url, ttl)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = r.Close() })
+	return r
+}
+
+// TestStoreLoadListStatDelete runs the storage's key operations as
+// certmagic uses them: values under directory-like paths.
+func TestStoreLoadListStatDelete(t *testing.T) {
+	srv := redistest.Start(t)
+	r := open(t, srv.URL(), 0)
+	ctx := context.Background()
+
+	if _, err := r.Load(ctx, "certificates/x/a.crt"); !errors.Is(err, fs.ErrNotExist) {
+		t.Fatalf("Load of nothing: %v, want fs.ErrNotExist", err)
+	}
+	files := map[string][]byte{
+		"certificates/ca/a.example/a.example.crt": []byte("cert"),
+		"certificates/ca/a.example/a.example.key": []byte("key"),
+		"certificates/ca/b.example/b.example.crt": []byte("cert b"),
+		"acme/ca/users/ops/ops.json":              {},
+	}
+	for k, v := range files {
+		if err := r.Store(ctx, k, v); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for k, v := range files {
+		got, err := r.Load(ctx, k)
+		if err != nil || !bytes.Equal(got, v) {
+			t.Errorf("Load(%s) = %q, %v; want %q", k, got, err, v)
+		}
+	}
+	list, err := r.List(ctx, "certificates/ca", false)
+	if err != nil || !slices.Equal(list, []string{"certificates/ca/a.example", "certificates/ca/b.example"}) {
+		t.Errorf("List non-recursive = %q, %v", list, err)
+	}
+	list, err = r.List(ctx, "certificates", true)
+	if err != nil || len(list) != 3 {
+		t.Errorf("List recursive = %q, %v", list, err)
+	}
+	if _, err := r.List(ctx, "nothing", true); !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("List of nothing: %v", err)
+	}
+	st, err := r.Stat(ctx, "certificates/ca/b.example/b.example.crt")
+	if err != nil || !st.IsTerminal || st.Size != 6 || time.Since(st.Modified) > time.Hour || st.Modified.After(time.Now()) {
+		t.Errorf("Stat of a value = %+v, %v", st, err)
+	}
+	st, err = r.Stat(ctx, "certificates/ca")
+	if err != nil || st.IsTerminal {
+		t.Errorf("Stat of a directory = %+v, %v", st, err)
+	}
+	if !r.Exists(ctx, "acme/ca/users/ops/ops.json") || !r.Exists(ctx, "acme") || r.Exists(ctx, "acm") {
+		t.Error("Exists is wrong about a value, a directory or a prefix that is neither")
+	}
+	if err := r.Delete(ctx, "certificates/ca/a.example"); err != nil {
+		t.Fatal(err)
+	}
+	if r.Exists(ctx, "certificates/ca/a.example/a.example.key") || !r.Exists(ctx, "certificates/ca/b.example/b.example.crt") {
+		t.Error("Delete of a directory removed too little or too much")
+	}
+	if err := r.Delete(ctx, "certificates/ca/a.example"); !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("second Delete: %v", err)
+	}
+}
+
+// TestHugeValueRefused plants a value over MaxValue as someone with write
+// access to the Redis could: Load refuses it without reading it, and
+// Store refuses to write one.
+func TestHugeValueRefused(t *testing.T) {
+	srv := redistest.Start(t)
+	r := open(t, srv.URL(), 0)
+	ctx := context.Background()
+	huge := bytes.Repeat([]byte("x"), MaxValue+1)
+	if err := r.Store(ctx, "k", huge); !errors.Is(err, ErrTooLarge) {
+		t.Errorf("Store of %d bytes: %v", len(huge), err)
+	}
+	c := redis.NewClient(&redis.Options{Addr: srv.Addr})
+	defer c.Close()
+	if err := c.HSet(ctx, valueKey("certificates/ca/x/x.crt"), "v", huge, "m", "1").Err(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := r.Load(ctx, "certificates/ca/x/x.crt"); !errors.Is(err, ErrTooLarge) {
+		t.Errorf("Load of a planted %d-byte value: %v, want ErrTooLarge", len(huge), err)
+	}
+	if err := r.Store(ctx, "k", huge[:MaxValue]); err != nil {
+		t.Errorf("Store of exactly MaxValue: %v", err)
+	}
+}
+
+// TestLockIsExclusive has gateways (each its own Redis client) take one
+// lock many times over: never two at once, and every taker gets it.
+func TestLockIsExclusive(t *testing.T) {
+	srv := redistest.Start(t)
+	var in, max, total atomic.Int32
+	var wg sync.WaitGroup
+	for range 4 {
+		r := open(t, srv.URL(), 0)
+		wg.Go(func() {
+			for range 5 {
+				ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+				if err := r.Lock(ctx, "issue_cert_a.example"); err != nil {
+					cancel()
+					t.Error(err)
+					return
+				}
+				n := in.Add(1)
+				if n > max.Load() {
+					max.Store(n)
+				}
+				time.Sleep(time.Millisecond) // hold it across a scheduling point
+				in.Add(-1)
+				total.Add(1)
+				if err := r.Unlock(ctx, "issue_cert_a.example"); err != nil {
+					t.Error(err)
+				}
+				cancel()
+			}
+		})
+	}
+	wg.Wait()
+	if max.Load() != 1 || total.Load() != 20 {
+		t.Errorf("holders at once: %d (want 1); locks taken: %d (want 20)", max.Load(), total.Load())
+	}
+}
+
+// TestLockOfDeadHolderExpires has a gateway take a lock and die (its
+// client closed, so nothing renews or releases it): another gets the lock
+// once the TTL passes, and the dead one's late Unlock does not free the
+// new holder's lock.
+func TestLockOfDeadHolderExpires(t *testing.T) {
+	srv := redistest.Start(t)
+	const ttl = 300 * time.Millisecond
+	dead := open(t, srv.URL(), ttl)
+	live := open(t, srv.URL(), ttl)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := dead.Lock(ctx, "l"); err != nil {
+		t.Fatal(err)
+	}
+	// A holder alive renews past its TTL: the other waits.
+	short, cancelShort := context.WithTimeout(ctx, 3*ttl)
+	err := live.Lock(short, "l")
+	cancelShort()
+	if !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("Lock while a live holder renews it: %v, want a timeout", err)
+	}
+	_ = dead.c.Close() // dies: no renewal, no unlock
+	if err := live.Lock(ctx, "l"); err != nil {
+		t.Fatalf("Lock after the holder died: %v", err)
+	}
+	c := redis.NewClient(&redis.Options{Addr: srv.Addr})
+	defer c.Close()
+	token := c.Get(ctx, lockKey("l")).Val()
+	if err := dead.Unlock(ctx, "l"); err == nil {
+		t.Error("the dead holder's Unlock succeeded")
+	}
+	// What the dead holder's release would send, had its connection
+	// lived: compare-and-delete with its old token deletes nothing.
+	if n, err := unlockScript.Run(ctx, c, []string{lockKey("l")}, "dead-token").Int(); err != nil || n != 0 {
+		t.Errorf("release with a stale token = %d, %v; want 0", n, err)
+	}
+	if got := c.Get(ctx, lockKey("l")).Val(); got != token || got == "" {
+		t.Errorf("lock token after the dead holder's Unlock = %q, want the new holder's %q", got, token)
+	}
+	if err := live.Unlock(ctx, "l"); err != nil {
+		t.Fatal(err)
+	}
+	if n := c.Exists(ctx, lockKey("l")).Val(); n != 0 {
+		t.Error("lock still set after its holder's Unlock")
+	}
+}
