@@ -10,6 +10,7 @@ import (
 	"sync"
 
 	"github.com/wsgate/wsgate/conf"
+	"github.com/wsgate/wsgate/gateway/internal/acmecert"
 	"github.com/wsgate/wsgate/gateway/internal/edge"
 	"github.com/wsgate/wsgate/gateway/internal/pluginhost"
 	"github.com/wsgate/wsgate/gateway/internal/upstream"
@@ -69,6 +70,14 @@ func pluginKey(i int, field string) string {
 func CheckTLS(cfg *conf.Config) error {
 	if _, err := edge.LoadTLS(cfg); err != nil {
 		return err
+	}
+	if a := cfg.Gateway.TLS.ACME; a != nil {
+		// ca_file is read as a start would; nothing is ordered, and the
+		// storage is not touched.
+		if _, err := acmecert.LoadCAs(a.CAFile); err != nil {
+			key := "gateway.tls.acme.ca_file"
+			return &conf.Error{File: cfg.File, Line: cfg.Line(key), Key: key, Msg: err.Error()}
+		}
 	}
 	_, err := upstream.LoadTLS(cfg)
 	return err

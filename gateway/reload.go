@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"net"
+	"reflect"
 	"runtime"
 	"slices"
 	"sync"
@@ -451,6 +452,9 @@ func needsRestart(old, cfg *conf.Config) []string {
 	}
 	if old.Gateway.TLS.Listen != cfg.Gateway.TLS.Listen {
 		out = append(out, "gateway.tls.listen")
+	}
+	if !reflect.DeepEqual(old.Gateway.TLS.ACME, cfg.Gateway.TLS.ACME) {
+		out = append(out, "gateway.tls.acme")
 	}
 	if old.Gateway.ProxyProtocol != cfg.Gateway.ProxyProtocol {
 		out = append(out, "gateway.proxy_protocol")

@@ -87,6 +87,7 @@ type Server struct {
 	plugins  *pluginhost.Host // auth plugins; started by Start
 	access   *telemetry.AccessLog
 	tls      *edge.Certificates // the TLS listener's certificates and their watcher
+	acme     acmeState          // [gateway.tls.acme]: the ACME manager, if any, and its counters
 
 	disc *discover.Set // [pools.discovery] watchers and the nodes they found
 
@@ -127,16 +128,22 @@ func New(cfg *conf.Config, log *slog.Logger) (*Server, error) {
 		failed: make(chan error, 1),
 		tls:    edge.NewCertificates(log),
 	}
+	if err := s.newACME(cfg); err != nil {
+		return nil, err
+	}
 	set, err := s.tls.Load(cfg)
 	if err != nil {
+		s.stopACME()
 		return nil, err
 	}
 	nodeTLS, err := upstream.LoadTLS(cfg)
 	if err != nil {
+		s.stopACME()
 		return nil, err
 	}
 	g, _, err := s.build(cfg, nil, set, nodeTLS)
 	if err != nil {
+		s.stopACME()
 		return nil, err
 	}
 	s.tls.Swap(g.tls) // not watched before Start
@@ -147,15 +154,17 @@ func New(cfg *conf.Config, log *slog.Logger) (*Server, error) {
 	s.switches.Host = switchHost{s}
 	s.tunnels.OnIdle(s.requestSweep)
 	s.metrics = telemetry.NewMetrics(liveSource{s})
+	s.registerTLSMetrics()
 	s.revocations = revoke.New(log, &s.tunnels, s.metrics.Revocations)
 	api, err := admin.New(adminView{s}, s.metrics.Reg)
 	if err != nil {
+		s.stopACME()
 		return nil, err
 	}
 	s.disc = newDiscovery(s)
 	s.shared = newSharedCounts(s)
 	s.http = &fasthttp.Server{
-		Handler:               s.handle,
+		Handler:               s.withACMEChallenges(s.handle),
 		ConnState:             s.connState,
 		Name:                  "wsgate",
 		ReadTimeout:           g.handshakeTimeout,
@@ -277,6 +286,9 @@ func (s *Server) Start() error {
 		s.log.Info("listening", "listener", kind, "addr", ln.Addr().String(), "proxy_protocol", g.cfg.Gateway.ProxyProtocol)
 	}
 	s.startTLSWatch()
+	if err := s.startACME(); err != nil {
+		s.log.Error("ACME: certificates not managed", "err", err)
+	}
 	s.disc.Sync(s.current().cfg)
 	s.logLimits()
 	s.rebal = rebalance.Start(rebalanceView{s}, &s.tunnels, s.log)
@@ -389,6 +401,7 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	s.ready.Store(false)
 	s.rebal.Stop() // before the drain: it moves nobody the drain is closing
 	s.stopTLSWatch()
+	s.stopACME()
 	s.disc.Stop()
 	g := s.current()
 	window := g.cfg.Gateway.DrainWindow.Duration

@@ -178,6 +178,8 @@ func (a *API) Handle(ctx *fasthttp.RequestCtx) {
 		writeJSON(ctx, fasthttp.StatusOK, RedactedConfig(a.gw.Config()))
 	case path == "/api/reload":
 		a.reload(ctx)
+	case path == "/api/tls":
+		a.tls(ctx)
 	case path == "/api/revoke":
 		a.revoke(ctx)
 	case strings.HasPrefix(path, "/api/pools/"):

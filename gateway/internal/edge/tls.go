@@ -31,9 +31,28 @@ type CertSet struct {
 	exact    map[string]*tls.Certificate // lowercase DNS name
 	wildcard map[string]*tls.Certificate // "example.com" for "*.example.com"
 	files    []string                    // every file read, for the watcher
+	pairs    []filePair                  // every certificate, in file order
+	// managed is the ACME source (Certificates.SetManaged) asked for a
+	// name no file covers; nil without [gateway.tls.acme].
+	managed Managed
 	// seq orders the loadings of one Certificates (see Load): a set read
 	// later has a higher seq.
 	seq uint64
+}
+
+// filePair is one [[gateway.tls.certificates]] entry as loaded.
+type filePair struct {
+	cert *tls.Certificate
+	file string
+}
+
+// Managed is a source of certificates the gateway obtains itself (ACME),
+// asked for a server name no certificate file covers, and for an ACME
+// tls-alpn-01 validation handshake. It must be safe for concurrent use.
+type Managed interface {
+	// Certificate returns the certificate for hello, or an error when it
+	// has none (the default file, if any, is served then).
+	Certificate(hello *tls.ClientHelloInfo) (*tls.Certificate, error)
 }
 
 // LoadTLS reads the certificate, key and CA files cfg's [gateway.tls]
@@ -74,6 +93,7 @@ func LoadTLS(cfg *conf.Config) (*CertSet, error) {
 			}
 		}
 		set.files = append(set.files, c.CertFile, c.KeyFile)
+		set.pairs = append(set.pairs, filePair{&pair, c.CertFile})
 	}
 	set.config = &tls.Config{
 		MinVersion:     tls.VersionTLS12,
@@ -98,18 +118,58 @@ func LoadTLS(cfg *conf.Config) (*CertSet, error) {
 
 // certificate picks the certificate for a client's server name (SNI): one
 // that names it exactly, else one whose wildcard covers its first label,
-// else the default.
+// else ACME's (see Managed), else the default.
 func (set *CertSet) certificate(hello *tls.ClientHelloInfo) (*tls.Certificate, error) {
-	name := strings.ToLower(strings.TrimSuffix(hello.ServerName, "."))
-	if c := set.exact[name]; c != nil {
+	if c := set.file(hello.ServerName); c != nil {
 		return c, nil
 	}
-	if _, rest, ok := strings.Cut(name, "."); ok {
-		if c := set.wildcard[rest]; c != nil {
+	if set.managed != nil {
+		c, err := set.managed.Certificate(hello)
+		if err == nil && c != nil {
 			return c, nil
+		}
+		if set.def == nil {
+			return nil, err
 		}
 	}
 	return set.def, nil
+}
+
+// file is the certificate file that covers name, exactly or by a
+// wildcard; nil when none does.
+func (set *CertSet) file(name string) *tls.Certificate {
+	name = strings.ToLower(strings.TrimSuffix(name, "."))
+	if c := set.exact[name]; c != nil {
+		return c
+	}
+	if _, rest, ok := strings.Cut(name, "."); ok {
+		if c := set.wildcard[rest]; c != nil {
+			return c
+		}
+	}
+	return nil
+}
+
+// Covers reports whether a certificate file covers name, exactly or by a
+// wildcard: such a name is served from the file, never from ACME.
+func (set *CertSet) Covers(name string) bool { return set != nil && set.file(name) != nil }
+
+// FileCertificate is one certificate file as loaded.
+type FileCertificate struct {
+	File string            // the cert_file
+	Leaf *x509.Certificate // its certificate
+}
+
+// Files lists the certificate files, in config order.
+func (set *CertSet) Files() []FileCertificate {
+	if set == nil {
+		return nil
+	}
+	out := make([]FileCertificate, len(set.pairs))
+	for i, p := range set.pairs {
+		out[i] = FileCertificate{File: p.file, Leaf: p.cert.Leaf}
+	}
+	return out
 }
 
 // ReloadMetrics counts the loadings of the TLS files after one of them
@@ -129,6 +189,11 @@ type Certificates struct {
 	loads  atomic.Uint64 // the seq of the last Load begun
 	offer  sync.Mutex    // serialises Offer's compare and store
 
+	// managed is the ACME source, set once before the first Load
+	// (SetManaged); nil without [gateway.tls.acme].
+	managed   Managed
+	challenge *tls.Config // a tls-alpn-01 validation's: ALPN "acme-tls/1"
+
 	mu      sync.Mutex // guards the fields below
 	changed func()     // what a change of a watched file calls; set by Start
 	files   []string   // watched now
@@ -144,7 +209,10 @@ func NewCertificates(log *slog.Logger) *Certificates {
 	st.config = &tls.Config{
 		MinVersion: tls.VersionTLS12,
 		NextProtos: alpnHTTP11,
-		GetConfigForClient: func(*tls.ClientHelloInfo) (*tls.Config, error) {
+		GetConfigForClient: func(hello *tls.ClientHelloInfo) (*tls.Config, error) {
+			if st.challenge != nil && isACMEChallenge(hello) {
+				return st.challenge, nil
+			}
 			set := st.set.Load()
 			if set == nil {
 				return nil, errors.New("no TLS certificates loaded")
@@ -154,6 +222,32 @@ func NewCertificates(log *slog.Logger) *Certificates {
 	}
 	return st
 }
+
+// alpnACMETLS is the application protocol of an ACME tls-alpn-01
+// validation (RFC 8737).
+const alpnACMETLS = "acme-tls/1"
+
+// isACMEChallenge reports whether hello is a tls-alpn-01 validation: it
+// offers "acme-tls/1" and nothing else.
+func isACMEChallenge(hello *tls.ClientHelloInfo) bool {
+	return len(hello.SupportedProtos) == 1 && hello.SupportedProtos[0] == alpnACMETLS
+}
+
+// SetManaged makes m the source of the certificates no file covers, and
+// of the tls-alpn-01 validations' (ALPN "acme-tls/1", which only those
+// are offered). It is called once, before the first Load: ACME changes
+// need a restart.
+func (st *Certificates) SetManaged(m Managed) {
+	st.managed = m
+	st.challenge = &tls.Config{
+		MinVersion:     tls.VersionTLS12,
+		NextProtos:     []string{alpnACMETLS},
+		GetCertificate: m.Certificate,
+	}
+}
+
+// Set is the set in force (nil without a TLS listener).
+func (st *Certificates) Set() *CertSet { return st.set.Load() }
 
 // Config is the TLS listener's *tls.Config: it hands each handshake the
 // set in force.
@@ -175,6 +269,7 @@ func (st *Certificates) Load(cfg *conf.Config) (*CertSet, error) {
 	set, err := LoadTLS(cfg)
 	if set != nil {
 		set.seq = seq
+		set.managed = st.managed
 	}
 	return set, err
 }

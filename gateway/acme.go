@@ -1,0 +1,193 @@
+package gateway
+
+import (
+	"bytes"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/valyala/fasthttp"
+	"github.com/valyala/fasthttp/fasthttpadaptor"
+	"github.com/wsgate/wsgate/conf"
+	"github.com/wsgate/wsgate/gateway/internal/acmecert"
+	"github.com/wsgate/wsgate/gateway/internal/admin"
+)
+
+// acmeRenewCheck is how often ACME certificates are checked for renewal;
+// tests shorten it.
+var acmeRenewCheck = 10 * time.Minute
+
+// acmeState is the gateway's [gateway.tls.acme]: the manager (nil
+// without the table) and its counters, registered on the gateway's
+// registry with the certificates' expiry.
+type acmeState struct {
+	m        *acmecert.Manager
+	renewals *prometheus.CounterVec
+	orders   *prometheus.CounterVec
+	onDemand *prometheus.CounterVec
+}
+
+// newACME builds the ACME manager of cfg, if it has [gateway.tls.acme],
+// and makes it the TLS listener's source for the names no file covers.
+// It must run before the first loading of the TLS files; it orders
+// nothing (startACME does).
+func (s *Server) newACME(cfg *conf.Config) error {
+	s.acme.renewals = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "wsgate_tls_renewals_total",
+		Help: "ACME certificate renewals this gateway ordered, by result (ok, error); on an error the certificate in force keeps serving and the renewal is retried (1, 2, 2, 5, 10... minutes apart, up to 6 hours).",
+	}, []string{"result"})
+	s.acme.orders = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "wsgate_tls_orders_total",
+		Help: "ACME orders this gateway made for certificates it had none of (renewals are wsgate_tls_renewals_total), by result (ok, error). A gateway that found the certificate in the shared storage ordered nothing.",
+	}, []string{"result"})
+	s.acme.onDemand = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "wsgate_tls_on_demand_total",
+		Help: "Server names unknown to the gateway that a handshake asked a certificate for on demand, by decision: ok (the ask URL approved it), refused (the ask URL refused it, failed or timed out), rate (over on_demand_rate: not asked).",
+	}, []string{"result"})
+	for _, r := range []string{"ok", "error"} {
+		s.acme.renewals.WithLabelValues(r)
+		s.acme.orders.WithLabelValues(r)
+	}
+	a := cfg.Gateway.TLS.ACME
+	if a == nil || cfg.Gateway.TLS.Listen == "" {
+		return nil
+	}
+	m, err := acmecert.New(a, acmecert.Options{Log: s.log, Metrics: acmeMetrics{&s.acme}, RenewCheck: acmeRenewCheck})
+	if err != nil {
+		return &conf.Error{File: cfg.File, Line: cfg.Line("gateway.tls.acme"), Key: "gateway.tls.acme", Msg: err.Error()}
+	}
+	s.acme.m = m
+	s.tls.SetManaged(m)
+	return nil
+}
+
+// registerTLSMetrics registers the ACME counters and the certificates'
+// expiry on the gateway's registry.
+func (s *Server) registerTLSMetrics() {
+	s.metrics.Reg.MustRegister(s.acme.renewals, s.acme.orders, s.acme.onDemand, expiryCollector{s})
+}
+
+// startACME begins managing the ACME domains once the listeners are open
+// (the CA connects to them): loaded from storage, or ordered in the
+// background.
+func (s *Server) startACME() error {
+	if s.acme.m == nil {
+		return nil
+	}
+	return s.acme.m.Start(s.Addr(), s.TLSAddr())
+}
+
+// stopACME ends renewals and closes the ACME storage (Shutdown).
+func (s *Server) stopACME() {
+	if s.acme.m != nil {
+		s.acme.m.Stop()
+	}
+}
+
+// acmeChallengePath starts the path of every http-01 validation request.
+var acmeChallengePath = []byte("/.well-known/acme-challenge/")
+
+// withACMEChallenges answers http-01 validation requests before any route
+// sees them: a token this gateway or another of the fleet presented is
+// answered, any other gets 404. Nothing under the path is ever proxied.
+func (s *Server) withACMEChallenges(next fasthttp.RequestHandler) fasthttp.RequestHandler {
+	if s.acme.m == nil {
+		return next
+	}
+	answer := fasthttpadaptor.NewFastHTTPHandler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if !s.acme.m.HTTPChallenge(w, r) {
+			http.Error(w, "no such ACME challenge", http.StatusNotFound)
+		}
+	}))
+	return func(ctx *fasthttp.RequestCtx) {
+		if !bytes.HasPrefix(ctx.Path(), acmeChallengePath) {
+			next(ctx)
+			return
+		}
+		answer(ctx)
+	}
+}
+
+// acmeMetrics counts the ACME manager's work.
+type acmeMetrics struct{ st *acmeState }
+
+func result(ok bool) string {
+	if ok {
+		return "ok"
+	}
+	return "error"
+}
+
+// Ordered counts a first order for a certificate.
+func (m acmeMetrics) Ordered(ok bool) { m.st.orders.WithLabelValues(result(ok)).Inc() }
+
+// Renewed counts a renewal.
+func (m acmeMetrics) Renewed(ok bool) { m.st.renewals.WithLabelValues(result(ok)).Inc() }
+
+// OnDemand counts an on-demand decision.
+func (m acmeMetrics) OnDemand(r string) { m.st.onDemand.WithLabelValues(r).Inc() }
+
+var _ acmecert.Metrics = acmeMetrics{}
+
+// tlsCertificates lists the TLS listener's certificates: the files in
+// force, then ACME's.
+func (s *Server) tlsCertificates() []admin.Certificate {
+	now := time.Now()
+	var out []admin.Certificate
+	set := s.tls.Set()
+	for _, f := range set.Files() {
+		out = append(out, admin.Certificate{Names: f.Leaf.DNSNames, Issuer: f.Leaf.Issuer.String(), NotAfter: f.Leaf.NotAfter,
+			ExpiresIn: int64(f.Leaf.NotAfter.Sub(now).Seconds()), Source: "file", File: f.File})
+	}
+	if s.acme.m != nil {
+		for _, c := range s.acme.m.Certificates() {
+			out = append(out, admin.Certificate{Names: c.Names, Issuer: c.Issuer, NotAfter: c.NotAfter,
+				ExpiresIn: int64(c.NotAfter.Sub(now).Seconds()), Source: "acme"})
+		}
+	}
+	return out
+}
+
+// TLSCertificates lists the TLS listener's certificates (GET /api/tls).
+func (v adminView) TLSCertificates() []admin.Certificate { return v.s.tlsCertificates() }
+
+var _ admin.TLSLister = adminView{}
+
+var descCertExpiry = prometheus.NewDesc("wsgate_tls_certificate_expiry_seconds",
+	"Seconds until the certificate the TLS listener serves for a name expires (negative once expired), by name as in the certificate (\"*.example.com\" for a wildcard): a file's, or ACME's for a name no file covers.",
+	[]string{"name"}, nil)
+
+// expiryCollector reads the certificates' expiry at scrape time.
+type expiryCollector struct{ s *Server }
+
+func (c expiryCollector) Describe(ch chan<- *prometheus.Desc) { ch <- descCertExpiry }
+
+func (c expiryCollector) Collect(ch chan<- prometheus.Metric) {
+	now := time.Now()
+	seen := map[string]bool{}
+	emit := func(name string, notAfter time.Time) {
+		name = strings.ToLower(name)
+		if seen[name] {
+			return // a name the first certificate naming it serves
+		}
+		seen[name] = true
+		ch <- prometheus.MustNewConstMetric(descCertExpiry, prometheus.GaugeValue, notAfter.Sub(now).Seconds(), name)
+	}
+	set := c.s.tls.Set()
+	for _, f := range set.Files() {
+		for _, n := range f.Leaf.DNSNames {
+			emit(n, f.Leaf.NotAfter)
+		}
+	}
+	if c.s.acme.m == nil {
+		return
+	}
+	for _, a := range c.s.acme.m.Certificates() {
+		for _, n := range a.Names {
+			if !set.Covers(n) {
+				emit(n, a.NotAfter)
+			}
+		}
+	}
+}
