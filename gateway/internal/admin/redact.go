@@ -7,12 +7,18 @@ import (
 
 // RedactedConfig is the effective config as the admin API shows it: the
 // credentials in gateway.revoke_redis, pools' discovery.redis and
-// shared_counts.redis, the values of plugin config keys
+// shared_counts.redis, the ACME storage, ask and directory URLs, the values of plugin config keys
 // that hold secrets, and the credentials of any URL in a plugin's config
 // are replaced with "REDACTED".
 func RedactedConfig(c *conf.Config) conf.Config {
 	out := *c
 	out.Gateway.RevokeRedis = redact.URL(c.Gateway.RevokeRedis)
+	if a := c.Gateway.TLS.ACME; a != nil {
+		// A redis:// storage or an ask URL may carry a password.
+		ca := *a
+		ca.Storage, ca.Ask, ca.Directory = redact.URL(a.Storage), redact.URL(a.Ask), redact.URL(a.Directory)
+		out.Gateway.TLS.ACME = &ca
+	}
 	out.Pools = make([]conf.Pool, len(c.Pools))
 	for i, p := range c.Pools {
 		p.Discovery.Redis = redact.URL(p.Discovery.Redis)

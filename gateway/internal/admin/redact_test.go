@@ -3,6 +3,8 @@ package admin
 import (
 	"fmt"
 	"testing"
+
+	"github.com/wsgate/wsgate/conf"
 )
 
 // TestRedactedConfig pins secrets shown by GET /api/config: plugin config
@@ -27,5 +29,20 @@ func TestRedactedConfig(t *testing.T) {
 	}
 	if fmt.Sprint(m) != fmt.Sprint(want) {
 		t.Fatalf("got %v\nwant %v", m, want)
+	}
+}
+
+// TestRedactedACME pins that GET /api/config hides the password of a
+// redis:// ACME storage and of an ask URL, and leaves the config in force
+// untouched.
+func TestRedactedACME(t *testing.T) {
+	c := &conf.Config{}
+	c.Gateway.TLS.ACME = &conf.ACME{Storage: "redis://:hunter2@10.0.0.1:6379/2", Ask: "https://u:pw@ask.internal/ask", Directory: "https://acme.example/dir"}
+	got := RedactedConfig(c).Gateway.TLS.ACME
+	if got.Storage != "redis://:REDACTED@10.0.0.1:6379/2" || got.Ask != "https://u:REDACTED@ask.internal/ask" || got.Directory != "https://acme.example/dir" {
+		t.Errorf("redacted ACME %+v", got)
+	}
+	if c.Gateway.TLS.ACME.Storage != "redis://:hunter2@10.0.0.1:6379/2" {
+		t.Error("redaction changed the config in force")
 	}
 }
