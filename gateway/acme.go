@@ -12,6 +12,7 @@ import (
 	"github.com/wsgate/wsgate/conf"
 	"github.com/wsgate/wsgate/gateway/internal/acmecert"
 	"github.com/wsgate/wsgate/gateway/internal/admin"
+	"github.com/wsgate/wsgate/gateway/internal/upgrade"
 )
 
 // acmeRenewCheck is how often ACME certificates are checked for renewal;
@@ -89,8 +90,9 @@ func (s *Server) stopACME() {
 var acmeChallengePath = []byte("/.well-known/acme-challenge/")
 
 // withACMEChallenges answers http-01 validation requests before any route
-// sees them: a token this gateway or another of the fleet presented is
-// answered, any other gets 404. Nothing under the path is ever proxied.
+// sees them, under handshake_rate_per_ip: a token this gateway or another
+// of the fleet presented is answered, any other gets 404. Nothing under
+// the path is ever proxied.
 func (s *Server) withACMEChallenges(next fasthttp.RequestHandler) fasthttp.RequestHandler {
 	if s.acme.m == nil {
 		return next
@@ -103,6 +105,13 @@ func (s *Server) withACMEChallenges(next fasthttp.RequestHandler) fasthttp.Reque
 	return func(ctx *fasthttp.RequestCtx) {
 		if !bytes.HasPrefix(ctx.Path(), acmeChallengePath) {
 			next(ctx)
+			return
+		}
+		// An answer not in memory is looked up in the storage: a flood
+		// of made-up tokens from one address is held to
+		// handshake_rate_per_ip like any request.
+		if r := s.ipRate.Check(upgrade.ClientIP(ctx), s.current().retryAfter); r.Refused() {
+			s.refuse(ctx, r)
 			return
 		}
 		answer(ctx)

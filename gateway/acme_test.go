@@ -23,6 +23,7 @@ import (
 	"github.com/wsgate/wsgate/conf"
 	"github.com/wsgate/wsgate/internal/pebbletest"
 	"github.com/wsgate/wsgate/internal/redistest"
+	"github.com/wsgate/wsgate/internal/testproc"
 )
 
 // acmePorts are the gateway's listener ports an ACME test fixes, since
@@ -455,4 +456,29 @@ pool = "relay"
 	if _, err := os.Stat(storage); !errors.Is(err, os.ErrNotExist) {
 		t.Errorf("the check touched the storage: %v", err)
 	}
+}
+
+// TestACMERedisDownAtStart starts a gateway whose Redis storage is down:
+// it says so and keeps trying, and once Redis is back it obtains the
+// certificate without a restart (certmagic alone gives a name up for good
+// when its storage cannot be read at start).
+func TestACMERedisDownAtStart(t *testing.T) {
+	ports := newACMEPorts(t)
+	_, table := startACMEEnv(t, ports, 0)
+	rs := redistest.Start(t)
+	if err := rs.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	table += fmt.Sprintf("  domains = [\"late.acme.test\"]\n  storage = %q\n", rs.URL())
+	var buf testproc.Buffer
+	e := newEnvLog(t, 1, acmeGatewayConfig(ports, table, ""), jsonLog(&buf))
+	// Two tries failed: the gateway keeps trying rather than give up.
+	waitUntilWithin(t, 10*time.Second, func() bool { return strings.Count(buf.String(), "ACME storage unreachable") >= 2 })
+	if _, err := handshakeLeaf(e.srv.TLSAddr().String(), "late.acme.test"); err == nil {
+		t.Error("a certificate was served while its storage was down")
+	}
+	if err := rs.Restart(); err != nil {
+		t.Fatal(err)
+	}
+	waitACMELeaf(t, e.srv.TLSAddr().String(), "late.acme.test")
 }

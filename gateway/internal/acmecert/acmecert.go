@@ -17,6 +17,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"log/slog"
 	"math/rand/v2"
 	"net"
@@ -188,9 +189,9 @@ func (m *Manager) configFor(c certmagic.Certificate) (*certmagic.Config, error) 
 
 // Start begins managing the domains, once the listeners are open on the
 // ports the CA will connect to: httpAddr is a plain listener's address
-// (http-01), tlsAddr the TLS listener's (tls-alpn-01). Certificates in
-// storage are loaded; the others are ordered in the background, retried
-// on failure.
+// (http-01), tlsAddr the TLS listener's (tls-alpn-01). In the
+// background, once the storage answers, certificates in it are loaded and
+// the others ordered, retried on failure.
 func (m *Manager) Start(httpAddr, tlsAddr net.Addr) error {
 	for _, iss := range m.issuers {
 		// certmagic starts a challenge server of its own on the challenge
@@ -203,10 +204,40 @@ func (m *Manager) Start(httpAddr, tlsAddr net.Addr) error {
 			iss.AltTLSALPNPort = port
 		}
 	}
-	if len(m.acme.Domains) == 0 {
-		return nil
+	if len(m.acme.Domains) > 0 {
+		go m.manageDomains()
 	}
-	return m.static.ManageAsync(m.ctx, m.acme.Domains)
+	return nil
+}
+
+// storageProbe is a key read to see whether the storage answers.
+const storageProbe = "wsgate/storage-probe"
+
+// manageDomains hands the domains to certmagic once the storage answers:
+// certmagic gives up on a name for good when it cannot read the storage
+// (as opposed to finding nothing there), so a Redis that is down while
+// the gateway starts must not cost the gateway its certificates until a
+// restart. It waits 1s, 2s, 4s... up to a minute between tries.
+func (m *Manager) manageDomains() {
+	wait := time.Second
+	for {
+		_, err := m.storage.Load(m.ctx, storageProbe)
+		if err == nil || errors.Is(err, fs.ErrNotExist) {
+			break
+		}
+		m.log.Warn("ACME storage unreachable; the certificates are loaded or ordered once it answers", "retry_in", wait, "err", err)
+		t := time.NewTimer(wait)
+		select {
+		case <-m.ctx.Done():
+			t.Stop()
+			return
+		case <-t.C:
+		}
+		wait = min(2*wait, time.Minute)
+	}
+	if err := m.static.ManageAsync(m.ctx, m.acme.Domains); err != nil {
+		m.log.Error("ACME: certificates not managed", "err", err)
+	}
 }
 
 // hostPort splits a listener's address; an unspecified host is "".
