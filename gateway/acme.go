@@ -63,6 +63,19 @@ func (s *Server) newACME(cfg *conf.Config) error {
 	return nil
 }
 
+// checkACMEReload refuses a reload that would leave the TLS listener
+// without certificates: [gateway.tls.acme] applies at start only, so a
+// config that adds it, with no certificate file, would take effect as no
+// certificate at all until a restart.
+func (s *Server) checkACMEReload(cfg *conf.Config) error {
+	t := &cfg.Gateway.TLS
+	if t.ACME == nil || s.acme.m != nil || len(t.Certificates) > 0 || t.Listen == "" {
+		return nil
+	}
+	return &conf.Error{File: cfg.File, Line: cfg.Line("gateway.tls.acme"), Key: "gateway.tls.acme",
+		Msg: "is new, and applies at a restart only: until then the TLS listener would have no certificate (restart the gateway, or keep a [[gateway.tls.certificates]] entry)"}
+}
+
 // registerTLSMetrics registers the ACME counters and the certificates'
 // expiry on the gateway's registry.
 func (s *Server) registerTLSMetrics() {

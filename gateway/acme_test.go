@@ -482,3 +482,36 @@ func TestACMERedisDownAtStart(t *testing.T) {
 	}
 	waitACMELeaf(t, e.srv.TLSAddr().String(), "late.acme.test")
 }
+
+// TestACMEAddedByReload pins that a reload adding [gateway.tls.acme]
+// (which applies at a restart) is refused when it would leave the TLS
+// listener without a certificate file, and otherwise goes through with
+// the change listed as needing a restart, the files still served.
+func TestACMEAddedByReload(t *testing.T) {
+	files := newTLSFiles(t)
+	tlsAddr := testproc.FreeAddr(t)
+	e := newEnv(t, 1, tlsGatewayConfig("", files.table(tlsAddr, ""), catchAll))
+	acme := "  [gateway.tls.acme]\n  directory = \"https://127.0.0.1:1/dir\"\n  domains = [\"new.acme.test\"]\n  storage = \"" + t.TempDir() + "\"\n"
+	load := func(tlsTable string) *conf.Config {
+		t.Helper()
+		cfg, err := conf.Parse("reload.toml", []byte(fmt.Sprintf(tlsGatewayConfig("", tlsTable, catchAll), e.gw, e.addrs[0])))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return cfg
+	}
+	err := e.srv.Apply(load(fmt.Sprintf("  [gateway.tls]\n  listen = %q\n", tlsAddr) + acme))
+	var ce *conf.Error
+	if !errors.As(err, &ce) || ce.Key != "gateway.tls.acme" {
+		t.Fatalf("reload adding ACME without files: %v, want refused at gateway.tls.acme", err)
+	}
+	if err := e.srv.Apply(load(files.table(tlsAddr, "") + acme)); err != nil {
+		t.Fatalf("reload adding ACME beside the files: %v", err)
+	}
+	if st := e.srv.LastReload(); !strings.Contains(fmt.Sprint(st), "gateway.tls.acme") {
+		t.Errorf("last reload %+v does not say gateway.tls.acme needs a restart", st)
+	}
+	if leaf, err := handshakeLeaf(tlsAddr, "a.example.test"); err != nil || !leaf.Equal(files.leafs[2].Cert) {
+		t.Errorf("after the reload a.example.test gets %v, %v; want its file", leaf, err)
+	}
+}

@@ -153,6 +153,9 @@ type prepared struct {
 // pluginhost.Host.Stage). A TLS file that cannot be used is reported
 // before any plugin starts.
 func (s *Server) prepare(cfg *conf.Config) (*prepared, error) {
+	if err := s.checkACMEReload(cfg); err != nil {
+		return nil, err
+	}
 	set, err := s.tls.Load(cfg)
 	if err != nil {
 		return nil, err
