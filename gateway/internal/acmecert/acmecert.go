@@ -150,6 +150,7 @@ func New(a *conf.ACME, opt Options) (*Manager, error) {
 			Logger:             zl,
 			OnDemand:           onDemand,
 			OnEvent:            m.event,
+			ShouldEmitFunc:     wantEvent,
 		})
 		iss := certmagic.NewACMEIssuer(cfg, certmagic.ACMEIssuer{
 			CA:           a.Directory,
@@ -281,7 +282,14 @@ var errNoCertificate = errors.New("acme: no certificate for this server name")
 func (m *Manager) Certificate(hello *tls.ClientHelloInfo) (*tls.Certificate, error) {
 	name := strings.ToLower(strings.TrimSuffix(hello.ServerName, "."))
 	switch {
-	case IsChallenge(hello), m.domains[name]:
+	case IsChallenge(hello):
+		// Without on_demand the CA validates the domains only: any other
+		// name is a stranger's, not worth a storage lookup.
+		if m.onDemand == nil && !m.domains[name] {
+			return nil, errNoCertificate
+		}
+		return m.static.GetCertificate(hello)
+	case m.domains[name]:
 		return m.static.GetCertificate(hello)
 	case name == "" && len(m.domains) > 0:
 		return m.static.GetCertificate(hello) // the first domain's (DefaultServerName)
@@ -339,6 +347,16 @@ func (m *Manager) decide(ctx context.Context, name string) error {
 	}
 	m.opt.Metrics.OnDemand("ok")
 	return nil
+}
+
+// wantEvent is certmagic's ShouldEmitFunc: the events event reads, so
+// that no other (tls_get_certificate, at every handshake) is built.
+func wantEvent(event string) bool {
+	switch event {
+	case "cached_managed_cert", "cert_obtained", "cert_failed":
+		return true
+	}
+	return false
 }
 
 // event is certmagic's OnEvent: orders and renewals counted and logged,
