@@ -12,6 +12,7 @@ import (
 	"github.com/wsgate/wsgate/conf"
 	"github.com/wsgate/wsgate/gateway/internal/acmecert"
 	"github.com/wsgate/wsgate/gateway/internal/admin"
+	"github.com/wsgate/wsgate/gateway/internal/edge"
 	"github.com/wsgate/wsgate/gateway/internal/upgrade"
 )
 
@@ -150,7 +151,10 @@ func (m acmeMetrics) Renewed(ok bool) { m.st.renewals.WithLabelValues(result(ok)
 // OnDemand counts an on-demand decision.
 func (m acmeMetrics) OnDemand(r string) { m.st.onDemand.WithLabelValues(r).Inc() }
 
-var _ acmecert.Metrics = acmeMetrics{}
+var (
+	_ acmecert.Metrics = acmeMetrics{}
+	_ edge.Managed     = (*acmecert.Manager)(nil)
+)
 
 // tlsCertificates lists the TLS listener's certificates: the files in
 // force, then ACME's.
