@@ -51,6 +51,9 @@ func (s *Server) newACME(cfg *conf.Config) error {
 		s.acme.renewals.WithLabelValues(r)
 		s.acme.orders.WithLabelValues(r)
 	}
+	for _, r := range []string{"ok", "refused", "rate"} {
+		s.acme.onDemand.WithLabelValues(r)
+	}
 	a := cfg.Gateway.TLS.ACME
 	if a == nil || cfg.Gateway.TLS.Listen == "" {
 		return nil
