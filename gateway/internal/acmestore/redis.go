@@ -191,7 +191,7 @@ func (r *Redis) below(ctx context.Context, dir string) ([]string, error) {
 	if dir != "" {
 		min, max = "["+dir+"/", "["+dir+"/\xff"
 	}
-	return r.c.ZRangeByLex(ctx, indexKey, &redis.ZRangeBy{Min: min, Max: max}).Result()
+	return r.c.ZRangeArgs(ctx, redis.ZRangeArgs{Key: indexKey, Start: min, Stop: max, ByLex: true}).Result()
 }
 
 // List returns the keys directly in dir (the values and the directories),
@@ -242,7 +242,7 @@ func (r *Redis) Stat(ctx context.Context, key string) (certmagic.KeyInfo, error)
 		ns, _ := strconv.ParseInt(m, 10, 64)
 		return certmagic.KeyInfo{Key: key, Modified: time.Unix(0, ns), Size: n, IsTerminal: true}, nil
 	}
-	keys, err := r.c.ZRangeByLex(ctx, indexKey, &redis.ZRangeBy{Min: "[" + key + "/", Max: "[" + key + "/\xff", Count: 1}).Result()
+	keys, err := r.c.ZRangeArgs(ctx, redis.ZRangeArgs{Key: indexKey, Start: "[" + key + "/", Stop: "[" + key + "/\xff", ByLex: true, Count: 1}).Result()
 	if err != nil {
 		return certmagic.KeyInfo{}, fmt.Errorf("stat %s: %w", key, err)
 	}
