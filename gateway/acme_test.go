@@ -521,3 +521,58 @@ func TestACMEAddedByReload(t *testing.T) {
 		t.Errorf("after the reload a.example.test gets %v, %v; want its file", leaf, err)
 	}
 }
+
+// TestACMETLSALPNWithClientCerts has pebble validate on the TLS listener
+// only (its http-01 port has no listener, so that challenge fails and
+// the order goes on with tls-alpn-01) while the listener requires client
+// certificates: the validation's handshake is not asked for one, and the
+// certificate is obtained.
+func TestACMETLSALPNWithClientCerts(t *testing.T) {
+	ports := newACMEPorts(t)
+	_, table := startACMEEnv(t, acmePorts{plain: pebbletest.FreePort(t), tls: ports.tls}, 0)
+	files := newTLSFiles(t)
+	caFile := files.dir + "/clients.pem"
+	if err := os.WriteFile(caFile, files.ca.PEM(), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	table += fmt.Sprintf("  domains = [\"alpn.acme.test\"]\n  storage = %q\n", t.TempDir())
+	var buf testproc.Buffer
+	e := newEnvLog(t, 1, acmeGatewayConfig(ports, table, fmt.Sprintf("  client_ca_file = %q\n", caFile)), jsonLog(&buf))
+	waitUntilWithin(t, 30*time.Second, func() bool { return counterSum(t, e.srv.acme.orders, "ok") == 1 })
+	if !strings.Contains(buf.String(), `"msg":"served key authentication certificate"`) || !strings.Contains(buf.String(), `"challenge":"tls-alpn-01"`) {
+		t.Error("the log does not show a tls-alpn-01 validation answered")
+	}
+	certs := e.srv.acme.m.Certificates()
+	if len(certs) != 1 || !strings.Contains(certs[0].Issuer, "Pebble") {
+		t.Fatalf("ACME certificates %+v", certs)
+	}
+	// A client with a certificate of the clients' CA gets it by SNI.
+	client, err := files.ca.Client("client", "", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := tls.Dial("tcp", e.srv.TLSAddr().String(), &tls.Config{ServerName: "alpn.acme.test", InsecureSkipVerify: true,
+		Certificates: []tls.Certificate{client.TLS()}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if got := c.ConnectionState().PeerCertificates[0]; !got.Equal(certs[0].Leaf) {
+		t.Errorf("served %v, want the ACME certificate", got.Subject)
+	}
+}
+
+// TestACMEHTTP01Alone has pebble validate on the plain listener only (its
+// tls-alpn-01 port has no listener): the certificate is obtained through
+// http-01, answered before any route.
+func TestACMEHTTP01Alone(t *testing.T) {
+	ports := newACMEPorts(t)
+	_, table := startACMEEnv(t, acmePorts{plain: ports.plain, tls: pebbletest.FreePort(t)}, 0)
+	table += fmt.Sprintf("  domains = [\"http01.acme.test\"]\n  storage = %q\n", t.TempDir())
+	var buf testproc.Buffer
+	e := newEnvLog(t, 1, acmeGatewayConfig(ports, table, ""), jsonLog(&buf))
+	waitACMELeaf(t, e.srv.TLSAddr().String(), "http01.acme.test")
+	if !strings.Contains(buf.String(), `"msg":"served key authentication"`) || !strings.Contains(buf.String(), `"challenge":"http-01"`) {
+		t.Error("the log does not show an http-01 validation answered")
+	}
+}
