@@ -538,7 +538,12 @@ func TestACMETLSALPNWithClientCerts(t *testing.T) {
 	table += fmt.Sprintf("  domains = [\"alpn.acme.test\"]\n  storage = %q\n", t.TempDir())
 	var buf testproc.Buffer
 	e := newEnvLog(t, 1, acmeGatewayConfig(ports, table, fmt.Sprintf("  client_ca_file = %q\n", caFile)), jsonLog(&buf))
-	waitUntilWithin(t, 30*time.Second, func() bool { return counterSum(t, e.srv.acme.orders, "ok") == 1 })
+	// The order is counted as it completes; the certificate is cached
+	// just after.
+	waitUntilWithin(t, 30*time.Second, func() bool { return len(e.srv.acme.m.Certificates()) == 1 })
+	if n := counterSum(t, e.srv.acme.orders, "ok"); n != 1 {
+		t.Errorf("orders = %v, want 1", n)
+	}
 	if !strings.Contains(buf.String(), `"msg":"served key authentication certificate"`) || !strings.Contains(buf.String(), `"challenge":"tls-alpn-01"`) {
 		t.Error("the log does not show a tls-alpn-01 validation answered")
 	}
