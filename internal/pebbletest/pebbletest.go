@@ -16,6 +16,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -105,7 +106,15 @@ func Start(tb testing.TB, o Options) *Pebble {
 	p.cmd = exec.Command(Binary, "-config", cfgFile, "-dnsserver", dnsAddr)
 	// Real validation, without pebble's random sleeps, every authorization
 	// validated anew (none reused), no nonce refused at random.
-	p.cmd.Env = append(os.Environ(), "PEBBLE_VA_NOSLEEP=1", "PEBBLE_AUTHZREUSE=0", "PEBBLE_WFE_NONCEREJECT=0")
+	// PEBBLE_VA_ALWAYS_VALID, which would skip validation, is dropped
+	// should the environment carry it.
+	env := []string{"PEBBLE_VA_NOSLEEP=1", "PEBBLE_AUTHZREUSE=0", "PEBBLE_WFE_NONCEREJECT=0"}
+	for _, kv := range os.Environ() {
+		if !strings.HasPrefix(kv, "PEBBLE_") {
+			env = append(env, kv)
+		}
+	}
+	p.cmd.Env = env
 	p.cmd.Stdout, p.cmd.Stderr = out, out
 	if err := p.cmd.Start(); err != nil {
 		tb.Fatal(err)
