@@ -141,13 +141,18 @@ func TestDetachUnwrapsHijackedConn(t *testing.T) {
 			// fasthttp's wrapper.
 			sock := r.raw
 			if secure {
-				tc, ok := r.raw.(*tls.Conn)
+				// The listener's TLS connection: a *tls.Conn, or the
+				// edge's wrapper of one.
+				tc, ok := r.raw.(interface {
+					ConnectionState() tls.ConnectionState
+					NetConn() net.Conn
+				})
 				if !ok {
-					t.Fatalf("TLS: Detach returned %T, want the *tls.Conn", r.raw)
+					t.Fatalf("TLS: Detach returned %T, want the listener's TLS connection", r.raw)
 				}
 				ts, ok := tc.NetConn().(*tunnel.TLSSocket)
 				if !ok {
-					t.Fatalf("TLS: the *tls.Conn is over %T, want the listener's *tunnel.TLSSocket", tc.NetConn())
+					t.Fatalf("TLS: the TLS connection is over %T, want the listener's *tunnel.TLSSocket", tc.NetConn())
 				}
 				sock = ts.Conn
 			}

@@ -275,17 +275,23 @@ func (m *Manager) Stop() {
 var errNoCertificate = errors.New("acme: no certificate for this server name")
 
 // Certificate is the TLS listener's certificate for hello from ACME: a
-// tls-alpn-01 challenge's (ALPN "acme-tls/1" alone), a domain's, or on
-// demand an approved name's, which the handshake waits for. It returns an
-// error when it has none; the listener then serves its default file, if
-// any.
+// pending tls-alpn-01 challenge's for a validation (ALPN "acme-tls/1"
+// alone, and a server name), a domain's, or on demand an approved name's,
+// which the handshake waits for. It returns an error when it has none;
+// the listener then serves its default file, if any, except to a
+// validation, whose handshake fails.
 func (m *Manager) Certificate(hello *tls.ClientHelloInfo) (*tls.Certificate, error) {
 	name := strings.ToLower(strings.TrimSuffix(hello.ServerName, "."))
 	switch {
 	case IsChallenge(hello):
-		// Without on_demand the CA validates the domains only: any other
-		// name is a stranger's, not worth a storage lookup.
-		if m.onDemand == nil && !m.domains[name] {
+		// A validation names the domain it validates (RFC 8737 section
+		// 3): without a name certmagic would hand out the first domain's
+		// certificate, not a challenge's. Without on_demand the CA
+		// validates the domains only: any other name is a stranger's, not
+		// worth a storage lookup. Otherwise certmagic answers with the
+		// pending challenge's certificate, or an error: never a
+		// certificate of the site's.
+		if name == "" || (m.onDemand == nil && !m.domains[name]) {
 			return nil, errNoCertificate
 		}
 		return m.static.GetCertificate(hello)

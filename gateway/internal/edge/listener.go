@@ -118,8 +118,11 @@ func NewListener(ln net.Listener, limits *Limiter, m Metrics, log *slog.Logger, 
 }
 
 // Accept waits for the next connection within the limits. On a TLS
-// listener it is returned as a *tls.Conn on top of the counted socket (and
-// after the PROXY header, if the listener reads one).
+// listener it is returned as a TLS connection (a *tls.Conn inside) on top
+// of the counted socket (and after the PROXY header, if the listener reads
+// one), which ends right
+// after the handshake if that was an ACME tls-alpn-01 validation (see
+// serverConn).
 func (l *Listener) Accept() (net.Conn, error) {
 	c, err := l.accept()
 	if err != nil || l.tls == nil {
@@ -133,7 +136,7 @@ func (l *Listener) Accept() (net.Conn, error) {
 	// timed-out write is not final (see tunnel.TLSSocket).
 	s := tunnel.NewTLSSocket(c)
 	_ = s.SetDeadline(time.Now().Add(l.handshakeTimeout()))
-	return tls.Server(s, l.tls), nil
+	return &serverConn{Conn: tls.Server(s, l.tls)}, nil
 }
 
 // accept waits for the next connection within the limits, as a counted
