@@ -118,12 +118,13 @@ func LoadTLS(cfg *conf.Config) (*CertSet, error) {
 
 // certificate picks the certificate for a client's server name (SNI): one
 // that names it exactly, else one whose wildcard covers its first label,
-// else ACME's (see Managed), else the default.
+// else ACME's (see Managed), else the default. A client sending no name
+// gets the default file, if there is one, ACME's only without.
 func (set *CertSet) certificate(hello *tls.ClientHelloInfo) (*tls.Certificate, error) {
 	if c := set.file(hello.ServerName); c != nil {
 		return c, nil
 	}
-	if set.managed != nil {
+	if set.managed != nil && (hello.ServerName != "" || set.def == nil) {
 		c, err := set.managed.Certificate(hello)
 		if err == nil && c != nil {
 			return c, nil
