@@ -7,16 +7,19 @@ import (
 	"encoding/asn1"
 	"encoding/json"
 	"fmt"
+	"log/slog"
 	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/caddyserver/certmagic"
 	"github.com/fasthttp/websocket"
 	"github.com/mholt/acmez/v3/acme"
+	"github.com/wsgate/wsgate/internal/testproc"
 )
 
 // dialValidation opens a TLS connection to addr as an ACME CA's
@@ -126,4 +129,62 @@ func TestACMEValidationHandshakeNeverReachesHTTP(t *testing.T) {
 		}
 		t.Logf("refused: %v", err)
 	})
+}
+
+// TestACMENoServerNameGetsDefaultFile pins "the first file stays the
+// default for a client sending no name" (docs/config.md) with ACME
+// domains beside the files: such a client once got the first domain's
+// ACME certificate.
+func TestACMENoServerNameGetsDefaultFile(t *testing.T) {
+	ports := newACMEPorts(t)
+	_, table := startACMEEnv(t, ports, 0)
+	files := newTLSFiles(t)
+	table += fmt.Sprintf("  domains = [\"nosni.acme.test\"]\n  storage = %q\n", t.TempDir())
+	fileTable := fmt.Sprintf("  [[gateway.tls.certificates]]\n  cert_file = %q\n  key_file = %q\n", files.certs[2][0], files.certs[2][1])
+	e := newEnv(t, 1, acmeGatewayConfig(ports, table, fileTable))
+	addr := e.srv.TLSAddr().String()
+	waitACMELeaf(t, addr, "nosni.acme.test")
+	leaf, err := handshakeLeaf(addr, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !leaf.Equal(files.leafs[2].Cert) {
+		t.Errorf("no server name: served %v (issuer %q), want the first file's certificate", leaf.DNSNames, leaf.Issuer.CommonName)
+	}
+}
+
+// TestACMEValidationStrangersLogNoErrors pins the log of handshakes
+// offering ALPN "acme-tls/1" alone for a domain with no challenge
+// pending: certmagic wrote an ERROR line for each, so anyone could fill
+// the log. Now each is a Debug line.
+func TestACMEValidationStrangersLogNoErrors(t *testing.T) {
+	ports := newACMEPorts(t)
+	_, table := startACMEEnv(t, ports, 0)
+	table += fmt.Sprintf("  domains = [\"flood.acme.test\"]\n  storage = %q\n", t.TempDir())
+	var buf testproc.Buffer
+	log := slog.New(slog.NewJSONHandler(&buf, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	e := newEnvLog(t, 1, acmeGatewayConfig(ports, table, ""), log)
+	addr := e.srv.TLSAddr().String()
+	waitACMELeaf(t, addr, "flood.acme.test")
+	before := len(buf.String())
+	const n = 20
+	for range n {
+		if c, err := dialValidation(addr, "flood.acme.test"); err == nil {
+			c.Close()
+			t.Fatal("a validation handshake with no challenge pending succeeded")
+		}
+	}
+	debug := 0
+	for _, l := range strings.Split(buf.String()[before:], "\n") {
+		if !strings.Contains(l, `"msg":"tls-alpn challenge"`) {
+			continue
+		}
+		if !strings.Contains(l, `"level":"DEBUG"`) {
+			t.Fatalf("a stranger's validation handshake logged above Debug: %s", l)
+		}
+		debug++
+	}
+	if debug != n {
+		t.Errorf("%d Debug lines for %d stranger handshakes, want one each", debug, n)
+	}
 }

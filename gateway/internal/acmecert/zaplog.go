@@ -8,7 +8,8 @@ import (
 )
 
 // slogCore writes certmagic's zap lines to the gateway's slog logger, at
-// Info and above (its Debug lines are per handshake).
+// Info and above (its Debug lines are per handshake), but for the
+// strangerLines.
 type slogCore struct {
 	log    *slog.Logger
 	fields []zapcore.Field
@@ -20,7 +21,22 @@ func (c slogCore) With(fs []zapcore.Field) zapcore.Core {
 	return slogCore{log: c.log, fields: append(append([]zapcore.Field(nil), c.fields...), fs...)}
 }
 
+// strangerLines are the messages of certmagic's Error lines that anyone
+// can have written once per handshake: "tls-alpn challenge" is a
+// handshake offering ALPN "acme-tls/1" alone for a name with no challenge
+// pending (a CA's validation that comes too late, or a stranger's). They
+// are written at Debug, if the gateway logs Debug lines; a validation
+// that fails shows as the order's failure anyway.
+var strangerLines = map[string]bool{"tls-alpn challenge": true}
+
 func (c slogCore) Check(e zapcore.Entry, ce *zapcore.CheckedEntry) *zapcore.CheckedEntry {
+	if strangerLines[e.Message] {
+		if !c.log.Enabled(context.Background(), slog.LevelDebug) {
+			return ce
+		}
+		e.Level = zapcore.DebugLevel
+		return ce.AddCore(e, c)
+	}
 	if c.Enabled(e.Level) {
 		return ce.AddCore(e, c)
 	}
@@ -44,6 +60,8 @@ func (c slogCore) Write(e zapcore.Entry, fs []zapcore.Field) error {
 	}
 	level := slog.LevelInfo
 	switch {
+	case e.Level < zapcore.InfoLevel:
+		level = slog.LevelDebug // a stranger's line (see strangerLines)
 	case e.Level >= zapcore.ErrorLevel:
 		level = slog.LevelError
 	case e.Level == zapcore.WarnLevel:
