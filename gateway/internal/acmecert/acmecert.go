@@ -86,8 +86,10 @@ type Manager struct {
 	issuers  []*certmagic.ACMEIssuer
 	domains  map[string]bool
 	bucket   *bucket
-	ctx      context.Context
-	cancel   context.CancelFunc
+	// approvals remembers the ask URL's answers (see decide).
+	approvals *approvals
+	ctx       context.Context
+	cancel    context.CancelFunc
 
 	mu    sync.Mutex
 	names map[string]bool // every name a managed certificate was cached for
@@ -123,7 +125,7 @@ func New(a *conf.ACME, opt Options) (*Manager, error) {
 		opt.AskClient = &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
 	}
 	m := &Manager{acme: a, opt: opt, log: opt.Log, domains: map[string]bool{}, names: map[string]bool{},
-		bucket: newBucket(a.OnDemandRate, a.OnDemandBurst)}
+		bucket: newBucket(a.OnDemandRate, a.OnDemandBurst), approvals: newApprovals(approvalsMax)}
 	for _, d := range a.Domains {
 		m.domains[strings.ToLower(d)] = true
 	}
@@ -324,13 +326,52 @@ func (m *Manager) HTTPChallenge(w http.ResponseWriter, r *http.Request) bool {
 	return false
 }
 
-// decide is the on-demand DecisionFunc: a token of the on_demand_rate
-// bucket, then the ask URL's approval within ask_timeout.
+// decide is the on-demand DecisionFunc, which certmagic calls before it
+// loads a name's certificate from the storage, orders it, or renews it:
+// the ask URL's approval within ask_timeout, remembered (see approvals).
+// An ask call takes a token of the on_demand_rate bucket, but for a name
+// whose certificate is in the storage: approved before, by this gateway
+// or another of the fleet, it is asked about again whatever strangers'
+// names took the tokens (the ask URL's refusal of it is remembered for a
+// while). Over the rate, a name is looked up in the storage, and refused
+// without an ask call unless found.
 func (m *Manager) decide(ctx context.Context, name string) error {
-	if !m.bucket.take(time.Now()) {
-		m.opt.Metrics.OnDemand("rate")
-		return fmt.Errorf("on_demand_rate exceeded: %s not asked about", name)
+	now := time.Now()
+	if ok, known := m.approvals.answer(name, now); known {
+		if ok {
+			return nil
+		}
+		m.opt.Metrics.OnDemand("refused")
+		return fmt.Errorf("ask refused %s (remembered)", name)
 	}
+	stored := false
+	if !m.bucket.take(now) {
+		if stored = m.stored(ctx, name); !stored {
+			m.opt.Metrics.OnDemand("rate")
+			return fmt.Errorf("on_demand_rate exceeded: %s not asked about", name)
+		}
+	}
+	err := m.ask(ctx, name)
+	if err == nil || stored {
+		m.approvals.note(name, err == nil, time.Now())
+	}
+	return err
+}
+
+// stored reports whether the storage holds a certificate for name from
+// the on-demand issuer.
+func (m *Manager) stored(ctx context.Context, name string) bool {
+	for _, iss := range m.onDemand.Issuers {
+		if m.storage.Exists(ctx, certmagic.StorageKeys.SiteCert(iss.IssuerKey(), name)) {
+			return true
+		}
+	}
+	return false
+}
+
+// ask asks the ask URL about name within ask_timeout, and counts its
+// answer.
+func (m *Manager) ask(ctx context.Context, name string) error {
 	ctx, cancel := context.WithTimeout(ctx, m.acme.AskTimeout.Duration)
 	defer cancel()
 	u := m.acme.Ask + "?domain=" + url.QueryEscape(name)

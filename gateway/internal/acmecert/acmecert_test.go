@@ -50,3 +50,41 @@ func TestIsChallenge(t *testing.T) {
 		}
 	}
 }
+
+// TestApprovals pins the memory of the ask URL's answers: an approval
+// holds for approvedFor, a refusal for refusedFor, and the least recently
+// answered name goes first once max are remembered, so strangers' names
+// cannot grow it.
+func TestApprovals(t *testing.T) {
+	t0 := time.Unix(1000, 0)
+	a := newApprovals(2)
+	a.note("a.test", true, t0)
+	a.note("b.test", false, t0)
+	if ok, known := a.answer("a.test", t0.Add(approvedFor-time.Second)); !ok || !known {
+		t.Errorf("a.test within approvedFor: ok %v known %v, want approved", ok, known)
+	}
+	if ok, known := a.answer("b.test", t0.Add(refusedFor-time.Second)); ok || !known {
+		t.Errorf("b.test within refusedFor: ok %v known %v, want refused", ok, known)
+	}
+	if _, known := a.answer("b.test", t0.Add(refusedFor)); known {
+		t.Error("b.test's refusal outlived refusedFor")
+	}
+	if _, known := a.answer("a.test", t0.Add(approvedFor)); known {
+		t.Error("a.test's approval outlived approvedFor")
+	}
+	a.note("a.test", true, t0)
+	a.note("b.test", true, t0)
+	a.note("a.test", true, t0) // a.test answered last: b.test goes first
+	a.note("c.test", true, t0)
+	if _, known := a.answer("b.test", t0); known {
+		t.Error("b.test, the least recently answered, was kept over max")
+	}
+	for _, n := range []string{"a.test", "c.test"} {
+		if ok, _ := a.answer(n, t0); !ok {
+			t.Errorf("%s forgotten", n)
+		}
+	}
+	if len(a.byName) != 2 || a.order.Len() != 2 {
+		t.Errorf("%d names, %d in order; want max (2)", len(a.byName), a.order.Len())
+	}
+}
