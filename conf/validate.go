@@ -167,8 +167,10 @@ func (a *ACME) validate(e *errorList, path string) {
 	switch u, err := url.Parse(a.Directory); {
 	case a.Directory == "":
 		e.add(path, "directory (the https:// URL of the CA's ACME directory) is required")
-	case err != nil || u.Scheme != "https" || u.Host == "":
-		e.add(joinKey(path, "directory"), fmt.Sprintf("must be an https:// URL (RFC 8555 speaks HTTPS only), such as \"https://acme-v02.api.letsencrypt.org/directory\", got %q", a.Directory))
+	case err != nil:
+		e.add(joinKey(path, "directory"), "must be an https:// URL: "+urlError(err))
+	case u.Scheme != "https" || u.Host == "":
+		e.add(joinKey(path, "directory"), fmt.Sprintf("must be an https:// URL (RFC 8555 speaks HTTPS only), such as \"https://acme-v02.api.letsencrypt.org/directory\", got %q", shownURL(u)))
 	}
 	if m := a.Email; m != "" {
 		local, domain, ok := strings.Cut(m, "@")
@@ -207,8 +209,10 @@ func (a *ACME) validate(e *errorList, path string) {
 		if a.OnDemand {
 			e.add(joinKey(path, "on_demand"), "needs ask: the URL that approves each name, or any stranger's server name would make the gateway order certificates")
 		}
-	case err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || u.RawQuery != "" || u.Fragment != "":
-		e.add(joinKey(path, "ask"), fmt.Sprintf("must be an http:// or https:// URL without a query (\"?domain=NAME\" is added), got %q", a.Ask))
+	case err != nil:
+		e.add(joinKey(path, "ask"), "must be an http:// or https:// URL: "+urlError(err))
+	case (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || u.RawQuery != "" || u.ForceQuery || u.Fragment != "":
+		e.add(joinKey(path, "ask"), fmt.Sprintf("must be an http:// or https:// URL without a query (\"?domain=NAME\" is added), got %q", shownURL(u)))
 	case !a.OnDemand:
 		e.add(joinKey(path, "ask"), "is set but on_demand is not: set on_demand = true, or remove ask")
 	}
@@ -220,6 +224,33 @@ func (a *ACME) validate(e *errorList, path string) {
 	if len(a.Domains) == 0 && !a.OnDemand {
 		e.add(path, "domains is empty and on_demand is off: the table would obtain no certificate")
 	}
+}
+
+// shownURL is u as an error quotes it (-check's output, the log of a
+// refused reload, /api/reload's answer): its userinfo, query and fragment,
+// which may hold credentials, are shown as "...".
+func shownURL(u *url.URL) string {
+	c := *u
+	if c.User != nil {
+		c.User = url.User("...")
+	}
+	if c.RawQuery != "" || c.ForceQuery {
+		c.RawQuery, c.ForceQuery = "...", false
+	}
+	if c.Fragment != "" {
+		c.Fragment, c.RawFragment = "...", ""
+	}
+	return c.String()
+}
+
+// urlError is url.Parse's error without the URL it quotes, which may hold
+// credentials.
+func urlError(err error) string {
+	var ue *url.Error
+	if errors.As(err, &ue) {
+		err = ue.Err
+	}
+	return err.Error()
 }
 
 // IsRedisStorage reports whether an ACME storage names a Redis
