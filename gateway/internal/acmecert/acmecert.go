@@ -130,7 +130,7 @@ func New(a *conf.ACME, opt Options) (*Manager, error) {
 		m.domains[strings.ToLower(d)] = true
 	}
 	if conf.IsRedisStorage(a.Storage) {
-		r, err := acmestore.Open(a.Storage, opt.LockTTL)
+		r, err := acmestore.Open(a.Storage, opt.LockTTL, opt.Log.With("component", "acme"))
 		if err != nil {
 			return nil, err
 		}

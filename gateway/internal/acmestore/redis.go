@@ -11,6 +11,8 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"log/slog"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -50,9 +52,14 @@ type Redis struct {
 	c       *redis.Client
 	lockTTL time.Duration
 	owner   string // this process's lock-token prefix, for the log
+	log     *slog.Logger
 
-	mu    sync.Mutex
-	held  map[string]*heldLock // by lock name
+	mu sync.Mutex
+	// held are the locks this process holds, by name, each with its
+	// token: more than one for a name when a holder's lock expired (Redis
+	// unreachable past the TTL) and another caller of this process took
+	// it (see Unlock).
+	held  map[string][]*heldLock
 	close sync.Once
 }
 
@@ -65,9 +72,9 @@ type heldLock struct {
 }
 
 // Open connects to the Redis at url (redis:// or rediss://). lockTTL is
-// the TTL of a lock (0: DefaultLockTTL). Nothing is sent before the first
-// call.
-func Open(url string, lockTTL time.Duration) (*Redis, error) {
+// the TTL of a lock (0: DefaultLockTTL); log gets a line for a lock lost.
+// Nothing is sent before the first call.
+func Open(url string, lockTTL time.Duration, log *slog.Logger) (*Redis, error) {
 	opt, err := redis.ParseURL(url)
 	if err != nil {
 		return nil, fmt.Errorf("acme storage: %w", err)
@@ -75,7 +82,10 @@ func Open(url string, lockTTL time.Duration) (*Redis, error) {
 	if lockTTL <= 0 {
 		lockTTL = DefaultLockTTL
 	}
-	return &Redis{c: redis.NewClient(opt), lockTTL: lockTTL, owner: randomToken()[:8], held: map[string]*heldLock{}}, nil
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	return &Redis{c: redis.NewClient(opt), lockTTL: lockTTL, owner: randomToken()[:8], log: log, held: map[string][]*heldLock{}}, nil
 }
 
 // Close releases the locks still held and closes the connections.
@@ -83,9 +93,11 @@ func (r *Redis) Close() error {
 	var err error
 	r.close.Do(func() {
 		r.mu.Lock()
-		names := make([]string, 0, len(r.held))
-		for n := range r.held {
-			names = append(names, n)
+		var names []string
+		for n, hs := range r.held {
+			for range hs {
+				names = append(names, n)
+			}
 		}
 		r.mu.Unlock()
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
@@ -165,15 +177,12 @@ for _, k in ipairs(below) do
 end
 return n`)
 
-// Delete removes key, and every key below it when it is a directory;
-// fs.ErrNotExist when there was nothing.
+// Delete removes key, and every key below it when it is a directory. A
+// key that is not there is no error (certmagic.Storage: "return nil in
+// that case").
 func (r *Redis) Delete(ctx context.Context, key string) error {
-	n, err := deleteScript.Run(ctx, r.c, []string{indexKey}, key, Prefix+"v:").Int()
-	if err != nil {
+	if err := deleteScript.Run(ctx, r.c, []string{indexKey}, key, Prefix+"v:").Err(); err != nil {
 		return fmt.Errorf("delete %s: %w", key, err)
-	}
-	if n == 0 {
-		return fmt.Errorf("delete %s: %w", key, fs.ErrNotExist)
 	}
 	return nil
 }
@@ -285,7 +294,7 @@ func (r *Redis) hold(name, token string) {
 	ctx, stop := context.WithCancel(context.Background())
 	h := &heldLock{token: token, stop: stop, done: make(chan struct{})}
 	r.mu.Lock()
-	r.held[name] = h
+	r.held[name] = append(r.held[name], h)
 	r.mu.Unlock()
 	go r.keepLock(ctx, name, h)
 }
@@ -307,8 +316,9 @@ return 0`)
 
 // keepLock renews a held lock every third of its TTL until it is
 // released. A renewal that finds the lock gone (it expired while Redis was
-// unreachable, and another took it) stops: the work under it goes on, and
-// certmagic checks the storage again before it saves.
+// unreachable, and another took it) stops, and says so in the log: the
+// work under it goes on, and certmagic checks the storage again before it
+// saves.
 func (r *Redis) keepLock(ctx context.Context, name string, h *heldLock) {
 	defer close(h.done)
 	tick := time.NewTicker(r.lockTTL / 3)
@@ -321,19 +331,24 @@ func (r *Redis) keepLock(ctx context.Context, name string, h *heldLock) {
 		}
 		n, err := renewScript.Run(ctx, r.c, []string{lockKey(name)}, h.token, r.lockTTL.Milliseconds()).Int()
 		if err == nil && n == 0 {
+			r.log.Warn("ACME storage lock lost: it expired (Redis unreachable past its TTL?) and may have been taken by another holder; the work under it goes on",
+				"lock", name, "owner", r.owner, "ttl", r.lockTTL)
 			return
 		}
 	}
 }
 
-// Unlock releases the lock name if this process holds it.
+// Unlock releases the lock name if this process holds it. certmagic
+// names the lock only, so when this process has two holders of name (the
+// first one's lock expired and the second took it), the first's is
+// released: the one whose token no longer holds the lock in Redis, so
+// that a holder finishing late never frees the lock another holds now.
+// Should the second finish first, its lock is kept until the first's
+// Unlock: held too long, never by two.
 func (r *Redis) Unlock(ctx context.Context, name string) error {
-	r.mu.Lock()
-	h := r.held[name]
-	delete(r.held, name)
-	r.mu.Unlock()
-	if h == nil {
-		return fmt.Errorf("unlock %s: not held by this gateway", name)
+	h, err := r.release(ctx, name)
+	if err != nil {
+		return err
 	}
 	h.stop()
 	<-h.done
@@ -343,23 +358,65 @@ func (r *Redis) Unlock(ctx context.Context, name string) error {
 	return nil
 }
 
+// release takes out of held the holder of name that Unlock releases.
+func (r *Redis) release(ctx context.Context, name string) (*heldLock, error) {
+	r.mu.Lock()
+	n := len(r.held[name])
+	r.mu.Unlock()
+	if n == 0 {
+		return nil, fmt.Errorf("unlock %s: not held by this gateway", name)
+	}
+	current := ""
+	if n > 1 {
+		// Which token holds the lock now; on an error none is taken
+		// for current, and the first holder goes.
+		current, _ = r.c.Get(ctx, lockKey(name)).Result()
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	hs := r.held[name]
+	if len(hs) == 0 { // released meanwhile by another Unlock
+		return nil, fmt.Errorf("unlock %s: not held by this gateway", name)
+	}
+	i := 0
+	for j, h := range hs {
+		if h.token != current {
+			i = j
+			break
+		}
+	}
+	h := hs[i]
+	if hs = slices.Delete(hs, i, i+1); len(hs) == 0 {
+		delete(r.held, name)
+	} else {
+		r.held[name] = hs
+	}
+	return h, nil
+}
+
 // RenewLockLease extends a held lock to lease (certmagic asks before each
-// retry of a long order).
+// retry of a long order). With two holders of name in this process it
+// extends the one that holds the lock now, whichever asks.
 func (r *Redis) RenewLockLease(ctx context.Context, name string, lease time.Duration) error {
 	r.mu.Lock()
-	h := r.held[name]
+	var tokens []string
+	for _, h := range r.held[name] {
+		tokens = append(tokens, h.token)
+	}
 	r.mu.Unlock()
-	if h == nil {
+	if len(tokens) == 0 {
 		return fmt.Errorf("renew lock %s: not held by this gateway", name)
 	}
-	n, err := renewScript.Run(ctx, r.c, []string{lockKey(name)}, h.token, lease.Milliseconds()).Int()
-	if err != nil {
-		return fmt.Errorf("renew lock %s: %w", name, err)
+	for _, token := range tokens { // the one that holds it, if any
+		n, err := renewScript.Run(ctx, r.c, []string{lockKey(name)}, token, lease.Milliseconds()).Int()
+		if err != nil {
+			return fmt.Errorf("renew lock %s: %w", name, err)
+		}
+		if n == 1 {
+			return nil
+		}
 	}
-	if n == 0 {
-		return fmt.Errorf("renew lock %s: lost (it expired and another gateway took it)", name)
-	}
-	return nil
+	return fmt.Errorf("renew lock %s: lost (it expired and another gateway took it)", name)
 }
 
 // String names the storage in certmagic's logs, without the URL (it may

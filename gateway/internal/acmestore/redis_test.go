@@ -5,7 +5,9 @@ import (
 	"context"
 	"errors"
 	"io/fs"
+	"log/slog"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -13,11 +15,12 @@ import (
 
 	"github.com/redis/go-redis/v9"
 	"github.com/wsgate/wsgate/internal/redistest"
+	"github.com/wsgate/wsgate/internal/testproc"
 )
 
 func open(t *testing.T, url string, ttl time.Duration) *Redis {
 	t.Helper()
-	r, err := Open(url, ttl)
+	r, err := Open(url, ttl, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -80,8 +83,12 @@ func TestStoreLoadListStatDelete(t *testing.T) {
 	if r.Exists(ctx, "certificates/ca/a.example/a.example.key") || !r.Exists(ctx, "certificates/ca/b.example/b.example.crt") {
 		t.Error("Delete of a directory removed too little or too much")
 	}
-	if err := r.Delete(ctx, "certificates/ca/a.example"); !errors.Is(err, fs.ErrNotExist) {
-		t.Errorf("second Delete: %v", err)
+	// certmagic.Storage: deleting a key that is not there is no error.
+	if err := r.Delete(ctx, "certificates/ca/a.example"); err != nil {
+		t.Errorf("second Delete: %v, want nil", err)
+	}
+	if err := r.Delete(ctx, "certificates/ca/never"); err != nil {
+		t.Errorf("Delete of a key never stored: %v, want nil", err)
 	}
 }
 
@@ -189,5 +196,75 @@ func TestLockOfDeadHolderExpires(t *testing.T) {
 	}
 	if n := c.Exists(ctx, lockKey("l")).Val(); n != 0 {
 		t.Error("lock still set after its holder's Unlock")
+	}
+}
+
+// TestStaleUnlockInProcessKeepsNewHolder pins Unlock with two holders of
+// one lock in one process: the first's lock expired (Redis unreachable
+// past the TTL, here its key deleted) and a second caller took it. The
+// locks were held by name only, so the first's late Unlock released the
+// second's lock, with the second's token. Now it releases its own, and the
+// second's lock stays until the second's Unlock.
+func TestStaleUnlockInProcessKeepsNewHolder(t *testing.T) {
+	srv := redistest.Start(t)
+	r := open(t, srv.URL(), 5*time.Second)
+	ctx := context.Background()
+	c := redis.NewClient(&redis.Options{Addr: srv.Addr})
+	defer c.Close()
+	if err := r.Lock(ctx, "issue_cert_x"); err != nil { // the first holder
+		t.Fatal(err)
+	}
+	c.Del(ctx, lockKey("issue_cert_x"))                 // its lock expires
+	if err := r.Lock(ctx, "issue_cert_x"); err != nil { // the second, same process
+		t.Fatal(err)
+	}
+	second := c.Get(ctx, lockKey("issue_cert_x")).Val()
+	if err := r.Unlock(ctx, "issue_cert_x"); err != nil { // the first finishes late
+		t.Fatal(err)
+	}
+	if got := c.Get(ctx, lockKey("issue_cert_x")).Val(); got != second {
+		t.Fatalf("after the first holder's Unlock the lock is %q, want the second's %q still held", got, second)
+	}
+	if err := r.RenewLockLease(ctx, "issue_cert_x", time.Minute); err != nil {
+		t.Errorf("the second holder's lease renewal: %v", err)
+	}
+	if err := r.Unlock(ctx, "issue_cert_x"); err != nil {
+		t.Fatal(err)
+	}
+	if n := c.Exists(ctx, lockKey("issue_cert_x")).Val(); n != 0 {
+		t.Error("lock still set after the second holder's Unlock")
+	}
+	if err := r.Unlock(ctx, "issue_cert_x"); err == nil {
+		t.Error("a third Unlock of a lock taken twice succeeded")
+	}
+}
+
+// TestLostLockLogged pins the renewal of a lock that another holder took
+// meanwhile (it expired while Redis was unreachable): the renewal stops,
+// and it once stopped without a word. Now a Warn line says so.
+func TestLostLockLogged(t *testing.T) {
+	srv := redistest.Start(t)
+	var buf testproc.Buffer
+	r, err := Open(srv.URL(), 300*time.Millisecond, slog.New(slog.NewJSONHandler(&buf, nil)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	ctx := context.Background()
+	c := redis.NewClient(&redis.Options{Addr: srv.Addr})
+	defer c.Close()
+	if err := r.Lock(ctx, "l"); err != nil {
+		t.Fatal(err)
+	}
+	c.Set(ctx, lockKey("l"), "another-holder", time.Minute) // expired and taken
+	deadline := time.Now().Add(10 * time.Second)
+	for !strings.Contains(buf.String(), "ACME storage lock lost") {
+		if time.Now().After(deadline) {
+			t.Fatalf("no log line for the lock lost within 10s; log:\n%s", buf.String())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if l := buf.String(); !strings.Contains(l, `"level":"WARN"`) || !strings.Contains(l, `"lock":"l"`) {
+		t.Errorf("lock lost line: %s, want WARN naming the lock", l)
 	}
 }
