@@ -109,3 +109,41 @@ func TestACMEValidationConnEndsAfterHandshake(t *testing.T) {
 		})
 	}
 }
+
+// anyName is a Managed with a certificate for every hello, as ACME with
+// domains has for a client sending no name (its first domain's).
+type anyName struct{ cert *tls.Certificate }
+
+func (m anyName) Certificate(*tls.ClientHelloInfo) (*tls.Certificate, error) { return m.cert, nil }
+
+// TestNoServerNameGetsDefaultFile pins "the first file stays the default
+// for a client sending no name" (docs/config.md) beside ACME: such a
+// client got ACME's certificate. A name no file covers still goes to
+// ACME, and without a file a client sending no name does too.
+func TestNoServerNameGetsDefaultFile(t *testing.T) {
+	file, acme := &tls.Certificate{}, &tls.Certificate{}
+	set := &CertSet{def: file, exact: map[string]*tls.Certificate{}, wildcard: map[string]*tls.Certificate{}, managed: anyName{acme}}
+	for _, tc := range []struct {
+		name string
+		def  *tls.Certificate
+		want *tls.Certificate
+	}{
+		{"", file, file},
+		{"ws.example.com", file, acme},
+		{"", nil, acme},
+	} {
+		set.def = tc.def
+		got, err := set.certificate(&tls.ClientHelloInfo{ServerName: tc.name})
+		if err != nil || got != tc.want {
+			t.Errorf("server name %q, default file %t: got the %s certificate (%v), want the %s certificate",
+				tc.name, tc.def != nil, which(got, file), err, which(tc.want, file))
+		}
+	}
+}
+
+func which(c, file *tls.Certificate) string {
+	if c == file {
+		return "file"
+	}
+	return "ACME"
+}
