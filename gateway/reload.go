@@ -459,6 +459,9 @@ func needsRestart(old, cfg *conf.Config) []string {
 	if !reflect.DeepEqual(old.Gateway.TLS.ACME, cfg.Gateway.TLS.ACME) {
 		out = append(out, "gateway.tls.acme")
 	}
+	if old.Gateway.TLS.H2MaxStreams != cfg.Gateway.TLS.H2MaxStreams {
+		out = append(out, "gateway.tls.h2_max_streams")
+	}
 	if old.Gateway.ProxyProtocol != cfg.Gateway.ProxyProtocol {
 		out = append(out, "gateway.proxy_protocol")
 	}
