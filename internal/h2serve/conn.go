@@ -101,6 +101,12 @@ type conn struct {
 	err         error  // set once the connection is ending
 	gone        chan struct{}
 	handlerDone sync.WaitGroup
+	// handlers counts the streams whose Handler (or refusal) still runs,
+	// reset ones included: new streams are refused while it is at
+	// MaxConcurrentStreams, so a client that opens streams and resets
+	// them at once (CVE-2023-44487, "rapid reset") gets no more work
+	// done at a time than one that keeps them open.
+	handlers uint32
 }
 
 func newConn(s *Server, nc net.Conn) *conn {
@@ -370,7 +376,7 @@ func (c *conn) onHeaders(f *http2.MetaHeadersFrame) error {
 	switch {
 	case c.goAwaySent || c.err != nil:
 		refuse = http2.ErrCodeRefusedStream // above GOAWAY's last stream: not processed
-	case uint32(len(c.streams)) >= c.cfg.maxStreams:
+	case uint32(len(c.streams)) >= c.cfg.maxStreams || c.handlers >= c.cfg.maxStreams:
 		refuse = http2.ErrCodeRefusedStream // section 5.1.2
 	case f.Truncated:
 		req = &Request{Header: http.Header{}}
@@ -382,6 +388,9 @@ func (c *conn) onHeaders(f *http2.MetaHeadersFrame) error {
 	}
 	if refuse != 0 {
 		c.mu.Unlock()
+		if refuse == http2.ErrCodeRefusedStream {
+			c.srv.refused.Add(1)
+		}
 		c.resetStream(id, refuse, nil)
 		return nil
 	}
@@ -395,6 +404,8 @@ func (c *conn) onHeaders(f *http2.MetaHeadersFrame) error {
 	}
 	c.streams[id] = s
 	c.srv.streamsUp.Add(1)
+	c.srv.opened.Add(1)
+	c.handlers++
 	c.handlerDone.Add(1)
 	c.mu.Unlock()
 	if f.Truncated {
@@ -631,6 +642,14 @@ type connLostError struct{ err error }
 func (e *connLostError) Error() string { return "h2serve: connection lost: " + e.err.Error() }
 func (e *connLostError) Unwrap() []error {
 	return []error{ErrConnLost, e.err}
+}
+
+// handlerReturned counts a stream's Handler (or refusal) as done.
+func (c *conn) handlerReturned() {
+	c.mu.Lock()
+	c.handlers--
+	c.mu.Unlock()
+	c.handlerDone.Done()
 }
 
 // fail ends the connection once: every stream fails, nothing more is

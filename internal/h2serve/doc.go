@@ -1,7 +1,8 @@
-// Package h2serve is the server side of cleartext HTTP/2 with prior
-// knowledge (RFC 9113 section 3.3) for WebSockets carried as extended
-// CONNECT streams (RFC 8441): what relay-backend speaks to a gateway that
-// multiplexes many clients over a few connections.
+// Package h2serve is the server side of HTTP/2 for WebSockets carried as
+// extended CONNECT streams (RFC 8441): cleartext with prior knowledge
+// (RFC 9113 section 3.3), what relay-backend speaks to a gateway that
+// multiplexes many clients over a few connections, and over TLS once ALPN
+// chose h2 (ServeNegotiated), what the gateway speaks to browsers.
 //
 // The wire format is golang.org/x/net/http2's Framer and its hpack codec;
 // this package is the glue: the preface and SETTINGS exchange (RFC 9113
@@ -13,6 +14,13 @@
 // it returns from Accept for another server (fasthttp) with their first
 // bytes replayed, and HTTP/2, which it recognises by the client preface and
 // hands to a Server.
+//
+// A new stream is refused (REFUSED_STREAM) while MaxConcurrentStreams
+// streams are open or still in their Handler, reset ones included, so
+// streams opened and reset at once (CVE-2023-44487) get no more work done
+// at a time than streams kept open; answers to control frames a client
+// does not read are bounded (PING, SETTINGS, resets), and so are header
+// blocks (MaxHeaderListSize, CONTINUATION included, by the Framer).
 //
 // Per HTTP/2 connection a Server runs one reader goroutine, which
 // demultiplexes frames to streams, and one writer goroutine, which takes

@@ -75,6 +75,8 @@ type Server struct {
 	frames    atomic.Uint64
 	writes    atomic.Uint64
 	streamsUp atomic.Int64
+	opened    atomic.Uint64
+	refused   atomic.Uint64
 }
 
 // ErrServerClosed is returned by ServeConn after Close.
@@ -137,6 +139,20 @@ func (s *Server) ServeConn(nc net.Conn) error {
 	return err
 }
 
+// ServeNegotiated serves one connection on which HTTP/2 was negotiated
+// (TLS with ALPN "h2", RFC 9113 section 3.2), so the client preface comes
+// next: it reads that within prefaceTimeout, then serves as ServeConn. A
+// connection that does not start with the preface is closed without a
+// frame (a client that chose h2 and then speaks something else is not
+// one to argue with) and its error returned.
+func (s *Server) ServeNegotiated(nc net.Conn, prefaceTimeout time.Duration) error {
+	if err := readPreface(nc, prefaceTimeout); err != nil {
+		_ = nc.Close()
+		return err
+	}
+	return s.ServeConn(nc)
+}
+
 // GoAway sends GOAWAY(NO_ERROR) on every connection (RFC 9113 section
 // 6.8): the streams already opened go on, new ones are refused, and each
 // connection closes once its last stream has ended. Connections accepted
@@ -179,6 +195,13 @@ type Stats struct {
 	Writes uint64
 	// Frames is the number of frames those writes carried.
 	Frames uint64
+	// Opened is the number of streams opened (their Handler called, or
+	// their request refused with a status).
+	Opened uint64
+	// Refused is the number of streams refused with
+	// RST_STREAM(REFUSED_STREAM): over MaxConcurrentStreams, or after
+	// GOAWAY.
+	Refused uint64
 }
 
 // Stats returns the server's counters.
@@ -186,5 +209,6 @@ func (s *Server) Stats() Stats {
 	s.mu.Lock()
 	n := len(s.conns)
 	s.mu.Unlock()
-	return Stats{Conns: n, Streams: s.streamsUp.Load(), Writes: s.writes.Load(), Frames: s.frames.Load()}
+	return Stats{Conns: n, Streams: s.streamsUp.Load(), Writes: s.writes.Load(), Frames: s.frames.Load(),
+		Opened: s.opened.Load(), Refused: s.refused.Load()}
 }

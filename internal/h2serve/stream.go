@@ -71,7 +71,7 @@ func (s *Stream) Request() *Request { return s.req }
 // runHandler runs the server's Handler for s, then closes s unless the
 // Handler detached it.
 func (s *Stream) runHandler() {
-	defer s.c.handlerDone.Done()
+	defer s.c.handlerReturned()
 	s.c.srv.Handler(s)
 	if !s.detached {
 		_ = s.Close()
@@ -110,7 +110,7 @@ func (s *Stream) readableLocked() {
 // runRefusal answers s with status and a text body instead of calling
 // the Handler.
 func (s *Stream) runRefusal(status int, body string) {
-	defer s.c.handlerDone.Done()
+	defer s.c.handlerReturned()
 	defer s.Close()
 	h := http.Header{"Content-Type": {"text/plain; charset=utf-8"}}
 	_ = s.Respond(status, h, []byte(body))
@@ -505,6 +505,12 @@ func (s *Stream) abort() {
 		c.resetStream(s.id, http2.ErrCodeCancel, net.ErrClosed)
 	}
 }
+
+// Conn returns the connection the stream is one of (a *tls.Conn for a
+// connection whose ALPN chose h2), for what it says of itself (its TLS
+// state, its addresses). Reading or writing it would break the
+// connection.
+func (s *Stream) Conn() net.Conn { return s.c.nc }
 
 // LocalAddr returns the connection's local address.
 func (s *Stream) LocalAddr() net.Addr { return s.c.nc.LocalAddr() }
