@@ -107,6 +107,8 @@ type conn struct {
 	// them at once (CVE-2023-44487, "rapid reset") gets no more work
 	// done at a time than one that keeps them open.
 	handlers uint32
+	// idle, with IdleTimeout, runs while the connection has no stream.
+	idle *time.Timer
 }
 
 func newConn(s *Server, nc net.Conn) *conn {
@@ -138,6 +140,11 @@ func newConn(s *Server, nc net.Conn) *conn {
 // preface, RFC 9113 section 3.4), starts the writer and reads frames until
 // the connection ends.
 func (c *conn) serve() error {
+	if c.cfg.idleTimeout > 0 {
+		c.mu.Lock()
+		c.idle = time.AfterFunc(c.cfg.idleTimeout, c.onIdle)
+		c.mu.Unlock()
+	}
 	go c.pumpWrites()
 	err := c.queue(false, func(fr *http2.Framer) error {
 		err := fr.WriteSettings(
@@ -159,6 +166,11 @@ func (c *conn) serve() error {
 	c.fail(err)
 	<-c.written
 	c.handlerDone.Wait()
+	c.mu.Lock()
+	if c.idle != nil {
+		c.idle.Stop()
+	}
+	c.mu.Unlock()
 	c.mu.Lock()
 	err = c.err // the first cause
 	c.mu.Unlock()
@@ -403,6 +415,9 @@ func (c *conn) onHeaders(f *http2.MetaHeadersFrame) error {
 		remoteEnded: f.StreamEnded(),
 	}
 	c.streams[id] = s
+	if c.idle != nil {
+		c.idle.Stop()
+	}
 	c.srv.streamsUp.Add(1)
 	c.srv.opened.Add(1)
 	c.handlers++
@@ -644,10 +659,29 @@ func (e *connLostError) Unwrap() []error {
 	return []error{ErrConnLost, e.err}
 }
 
+// onIdle sends GOAWAY on a connection that has had no stream for
+// IdleTimeout; it closes at once, having none.
+func (c *conn) onIdle() {
+	c.mu.Lock()
+	idle := len(c.streams) == 0 && c.handlers == 0
+	c.mu.Unlock()
+	if idle {
+		c.goAway()
+	}
+}
+
+// idleLocked starts the idle timer once the last stream has ended.
+func (c *conn) idleLocked() {
+	if c.idle != nil && len(c.streams) == 0 && c.err == nil {
+		c.idle.Reset(c.cfg.idleTimeout)
+	}
+}
+
 // handlerReturned counts a stream's Handler (or refusal) as done.
 func (c *conn) handlerReturned() {
 	c.mu.Lock()
 	c.handlers--
+	c.idleLocked()
 	c.mu.Unlock()
 	c.handlerDone.Done()
 }

@@ -130,3 +130,33 @@ func TestRapidReset(t *testing.T) {
 		time.Sleep(5 * time.Millisecond)
 	}
 }
+
+// TestIdleTimeout closes a connection left without a stream, after
+// GOAWAY(NO_ERROR), and not one whose stream is open.
+func TestIdleTimeout(t *testing.T) {
+	release := make(chan struct{})
+	srv := &h2serve.Server{IdleTimeout: 50 * time.Millisecond, Handler: func(s *h2serve.Stream) {
+		_ = s.WriteHeader(200, nil)
+		<-release
+	}}
+	addr := serveNegotiated(t, srv)
+	c := dialRaw(t, addr, true)
+	if err := c.fr.WriteHeaders(http2.HeadersFrameParam{StreamID: 1, BlockFragment: connectBlock, EndHeaders: true}); err != nil {
+		t.Fatal(err)
+	}
+	c.until(t, "the stream's HEADERS", func(f http2.Frame) bool { _, ok := f.(*http2.MetaHeadersFrame); return ok })
+	// Held past several idle timeouts: a PING answered shows the
+	// connection open (the timeouts are not asserted, only outlived).
+	for range 5 {
+		time.Sleep(50 * time.Millisecond)
+		if err := c.fr.WritePing(false, [8]byte{1}); err != nil {
+			t.Fatal(err)
+		}
+		c.until(t, "the PING's answer", func(f http2.Frame) bool { p, ok := f.(*http2.PingFrame); return ok && p.IsAck() })
+	}
+	close(release)
+	if err := c.fr.WriteData(1, true, nil); err != nil { // the stream ends both ways
+		t.Fatal(err)
+	}
+	c.goAwayThenEOF(t, http2.ErrCodeNo)
+}

@@ -68,6 +68,10 @@ type Server struct {
 	// stream waits for the client to end its side before it is reset
 	// (default 10s).
 	WriteTimeout time.Duration
+	// IdleTimeout closes a connection, after GOAWAY(NO_ERROR), once it
+	// has had no stream for this long, so an idle client does not hold
+	// its connection for good (default 0: never).
+	IdleTimeout time.Duration
 
 	mu        sync.Mutex
 	conns     map[*conn]struct{}
@@ -89,6 +93,7 @@ type settings struct {
 	streamWindow uint32
 	connWindow   uint32
 	writeTimeout time.Duration
+	idleTimeout  time.Duration
 }
 
 func (s *Server) settings() settings {
@@ -98,6 +103,7 @@ func (s *Server) settings() settings {
 		streamWindow: min(max(s.StreamWindow, defaultWindow), maxWindow),
 		connWindow:   s.ConnWindow,
 		writeTimeout: s.WriteTimeout,
+		idleTimeout:  s.IdleTimeout,
 	}
 	if c.maxStreams == 0 {
 		c.maxStreams = 1000

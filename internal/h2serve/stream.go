@@ -266,6 +266,7 @@ func (s *Stream) finishLocked(err error) {
 		s.linger.Stop()
 	}
 	delete(c.streams, s.id)
+	c.idleLocked()
 	c.srv.streamsUp.Add(-1)
 	wake.Signal(c.gone)
 }
