@@ -1,0 +1,373 @@
+package gateway
+
+import (
+	"bytes"
+	"context"
+	"crypto/tls"
+	"encoding/json"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/fasthttp/websocket"
+	"github.com/wsgate/wsgate/internal/h2client"
+	"github.com/wsgate/wsgate/internal/testproc"
+	"golang.org/x/net/http2"
+	"golang.org/x/net/http2/hpack"
+)
+
+// h2Dial opens a TLS connection to the gateway's TLS listener offering
+// h2 and http/1.1, checks that h2 was chosen, and starts HTTP/2 on it.
+func h2Dial(t *testing.T, srv *Server, f *tlsFiles) *h2client.Conn {
+	t.Helper()
+	cfg := f.clientConfig("gw.test")
+	cfg.NextProtos = []string{"h2", "http/1.1"}
+	tc, err := tls.Dial("tcp", srv.TLSAddr().String(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p := tc.ConnectionState().NegotiatedProtocol; p != "h2" {
+		tc.Close()
+		t.Fatalf("ALPN chose %q, want h2", p)
+	}
+	hc, err := h2client.Handshake(tc, 10*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { hc.Close() })
+	return hc
+}
+
+// h2Streams is the gateway's count of open client HTTP/2 streams.
+func h2Streams(srv *Server) int64 { return srv.h2.Stats().Streams }
+
+// waitH2Zero waits until the gateway's HTTP/2 server holds no connection
+// and no stream.
+func waitH2Zero(t *testing.T, srv *Server) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for st := srv.h2.Stats(); st.Conns != 0 || st.Streams != 0; st = srv.h2.Stats() {
+		if time.Now().After(deadline) {
+			t.Fatalf("HTTP/2 still holds %d connections, %d streams", st.Conns, st.Streams)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// lockedBuffer is a log sink safe for the gateway's goroutines.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
+
+// TestH2WebSocketsShareOneConnection opens WebSockets as extended CONNECT
+// streams of one TLS connection whose ALPN chose h2, through the gateway
+// to relays: each is admitted and counted as a tunnel (least connections
+// spreads them over both relays), the connection takes one max_conns slot,
+// the access log says HTTP/2.0, an HTTP/1.1 client still gets http/1.1 on
+// the same listener, and every count returns to zero.
+func TestH2WebSocketsShareOneConnection(t *testing.T) {
+	f := newTLSFiles(t)
+	var logs lockedBuffer
+	log := slog.New(slog.NewJSONHandler(&logs, nil))
+	cfg := tlsGatewayConfig("", f.table(testproc.FreeAddr(t), "  h2 = true\n  h2_max_streams = 8"), catchAll)
+	cfg = strings.Replace(cfg, "  [[pools.nodes]]\n  addr = %[2]q\n", "  [[pools.nodes]]\n  addr = %[2]q\n  [[pools.nodes]]\n  addr = %[3]q\n", 1)
+	cfg = strings.Replace(cfg, "[admin]", "[log]\naccess = true\n[admin]", 1)
+	e := newEnvLog(t, 2, cfg, log)
+	hc := h2Dial(t, e.srv, f)
+	if s := hc.Settings(); s[http2.SettingMaxConcurrentStreams] != 8 || s[http2.SettingEnableConnectProtocol] != 1 {
+		t.Fatalf("settings %v: want MAX_CONCURRENT_STREAMS 8 and ENABLE_CONNECT_PROTOCOL 1", s)
+	}
+	d := hc.Dialer(10 * time.Second)
+	var conns []*websocket.Conn
+	for range 4 {
+		c, resp, err := d.Dial("ws://gw.test/room/h2?hello=1", nil)
+		if err != nil {
+			t.Fatalf("dial over h2: %v (%v)", err, resp)
+		}
+		conns = append(conns, c)
+		_ = c.SetReadDeadline(time.Now().Add(10 * time.Second))
+		if _, _, err := c.ReadMessage(); err != nil { // hello
+			t.Fatal(err)
+		}
+	}
+	if n := e.srv.Tunnels(); n != 4 {
+		t.Fatalf("%d tunnels, want 4", n)
+	}
+	if n := h2Streams(e.srv); n != 4 {
+		t.Fatalf("%d h2 streams, want 4", n)
+	}
+	if n := e.srv.limits.Open(); n != 1 {
+		t.Fatalf("%d connection slots held, want 1 (one TCP connection)", n)
+	}
+	for _, p := range e.srv.current().pools {
+		for _, n := range p.Balancer.Nodes() {
+			if n.Live() != 2 {
+				t.Errorf("node %s has %d tunnels, want 2 (least connections)", n.Addr(), n.Live())
+			}
+		}
+	}
+	// Frames both ways through a relay's room: a large one (many DATA
+	// frames, more than a stream's window) and small ones.
+	msg := strings.Repeat("h2-", 100000)
+	if err := conns[0].WriteMessage(websocket.BinaryMessage, []byte(msg)); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range conns[1:] {
+		if _, got, err := c.ReadMessage(); err != nil || string(got) != msg {
+			t.Fatalf("got %d bytes, %v", len(got), err)
+		}
+	}
+	// An HTTP/1.1 client on the same listener.
+	w, _, err := wssDial(e.srv.TLSAddr().String(), "/room/h2", f.clientConfig("gw.test"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = w.Close()
+	for _, c := range conns {
+		_ = c.WriteMessage(websocket.CloseMessage, websocket.FormatCloseMessage(1000, ""))
+		_ = c.SetReadDeadline(time.Now().Add(10 * time.Second))
+		if _, _, err := c.ReadMessage(); !websocket.IsCloseError(err, 1000) {
+			t.Errorf("close: %v", err)
+		}
+		_ = c.Close()
+	}
+	hc.Close()
+	e.waitZero()
+	waitH2Zero(t, e.srv)
+	lines := 0
+	for _, l := range strings.Split(logs.String(), "\n") {
+		var m map[string]any
+		if json.Unmarshal([]byte(l), &m) != nil || m["kind"] != "tunnel" || m["proto"] != "HTTP/2.0" {
+			continue
+		}
+		lines++
+		if m["status"] != float64(200) || m["path"] != "/room/h2" {
+			t.Errorf("access line %v: want status 200, path /room/h2", m)
+		}
+	}
+	if lines != 4 {
+		t.Errorf("%d tunnel lines with proto HTTP/2.0, want 4:\n%s", lines, logs.String())
+	}
+}
+
+// TestH2Admission sends requests as HTTP/2 streams through the admission
+// path HTTP/1.1 takes: no route, origin refused, a bad
+// Sec-WebSocket-Version, a Sec-WebSocket-Key (RFC 8441 has none), another
+// :protocol, a plain CONNECT and a plain request on a route that takes
+// handshakes only are each answered on their stream, with the
+// connection kept; a plain request on a route that takes it is proxied,
+// and the node saw X-Forwarded-Proto https and the gateway's own key.
+func TestH2Admission(t *testing.T) {
+	f := newTLSFiles(t)
+	back := newRecorder(t)
+	cfg := fmt.Sprintf(tlsGatewayConfig("", f.table(testproc.FreeAddr(t), "  h2 = true"), `
+[[routes]]
+path_prefix = "/api/"
+pool = "relay"
+[[routes]]
+path_prefix = "/ws/"
+pool = "relay"
+plain_http = "refuse"
+origins = ["https://gw.test"]
+`), "127.0.0.1:0", back.addr())
+	srv := startGateway(t, cfg)
+	hc := h2Dial(t, srv, f)
+	connect := func(path, protocol string) []hpack.HeaderField {
+		return []hpack.HeaderField{
+			{Name: ":method", Value: "CONNECT"}, {Name: ":protocol", Value: protocol},
+			{Name: ":scheme", Value: "https"}, {Name: ":authority", Value: "gw.test"}, {Name: ":path", Value: path},
+		}
+	}
+	get := func(path string) []hpack.HeaderField {
+		return []hpack.HeaderField{
+			{Name: ":method", Value: "GET"}, {Name: ":scheme", Value: "https"},
+			{Name: ":authority", Value: "gw.test"}, {Name: ":path", Value: path},
+		}
+	}
+	// The recording node's upgrader checks Origin against Host too.
+	ws := http.Header{"Sec-Websocket-Version": {"13"}, "Origin": {"https://gw.test"}}
+	with := func(k, v string) http.Header { h := ws.Clone(); h.Set(k, v); return h }
+	for _, c := range []struct {
+		name   string
+		pseudo []hpack.HeaderField
+		h      http.Header
+		end    bool
+		status int
+	}{
+		{"no route", connect("/none", "websocket"), ws, false, 404},
+		{"origin refused", connect("/ws/x", "websocket"), with("Origin", "https://evil.test"), false, 403},
+		{"version 8", connect("/ws/x", "websocket"), with("Sec-Websocket-Version", "8"), false, 400},
+		// (h2client leaves a key out of the fields; it goes in by hand.)
+		{"a key", append(connect("/ws/x", "websocket"), hpack.HeaderField{Name: "sec-websocket-key", Value: "dGhlIHNhbXBsZSBub25jZQ=="}), ws, false, 400},
+		{"another protocol", connect("/ws/x", "other"), ws, false, 400},
+		{"plain CONNECT", []hpack.HeaderField{{Name: ":method", Value: "CONNECT"}, {Name: ":authority", Value: "gw.test:443"}}, nil, false, 405},
+		{"plain GET on a handshake route", get("/ws/x"), nil, true, 426},
+		{"plain GET proxied", get("/api/x"), nil, true, 400}, // the recorder's upgrader refuses a GET
+		{"accepted", connect("/ws/x", "websocket"), ws, false, 200},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			s, err := hc.OpenRequest(c.pseudo, c.h, c.end)
+			if err != nil {
+				t.Fatal(err)
+			}
+			status, h, body, err := s.Response(10 * time.Second)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if status != c.status {
+				t.Fatalf("status %d (%s), want %d", status, body, c.status)
+			}
+			if status == 200 && h.Get("Sec-Websocket-Accept") != "" {
+				t.Errorf("200 with Sec-WebSocket-Accept %q", h.Get("Sec-Websocket-Accept"))
+			}
+			_ = s.Close()
+		})
+	}
+	hs := back.headers()
+	last := hs[len(hs)-1]
+	if last.Get("X-Forwarded-Proto") != "https" || len(last.Get("Sec-Websocket-Key")) != 24 || last.Get("Upgrade") != "websocket" {
+		t.Errorf("the node's upgrade request: %v", last)
+	}
+	select {
+	case <-hc.Done():
+		t.Fatalf("the connection ended: %v", hc.Err())
+	default:
+	}
+}
+
+// TestH2DrainSends1001PerStream drains a gateway with WebSockets on two
+// HTTP/2 connections: every stream gets 1001, each connection GOAWAY
+// first (no stream opens behind the drain), and then closes; the
+// gateway's goroutines return to where they were.
+func TestH2DrainSends1001PerStream(t *testing.T) {
+	f := newTLSFiles(t)
+	e := newEnv(t, 1, tlsGatewayConfig("", f.table(testproc.FreeAddr(t), "  h2 = true"), catchAll))
+	var conns []*websocket.Conn
+	var hcs []*h2client.Conn
+	for range 2 {
+		hc := h2Dial(t, e.srv, f)
+		hcs = append(hcs, hc)
+		d := hc.Dialer(10 * time.Second)
+		for range 3 {
+			c, _, err := d.Dial("ws://gw.test/room/d", nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			conns = append(conns, c)
+		}
+	}
+	done := make(chan error, 1)
+	go func() { done <- e.srv.Shutdown(context.Background()) }()
+	for _, c := range conns {
+		_ = c.SetReadDeadline(time.Now().Add(10 * time.Second))
+		if _, _, err := c.ReadMessage(); !websocket.IsCloseError(err, 1001) {
+			t.Errorf("want 1001, got %v", err)
+		}
+		_ = c.Close()
+	}
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	for _, hc := range hcs {
+		select {
+		case <-hc.Done():
+		case <-time.After(10 * time.Second):
+			t.Fatal("an HTTP/2 connection outlived the drain")
+		}
+		if g := hc.GoAways(); len(g) == 0 || g[0].Code != http2.ErrCodeNo {
+			t.Errorf("GOAWAYs %v, want one with NO_ERROR", g)
+		}
+	}
+	waitH2Zero(t, e.srv)
+	e.waitZero()
+}
+
+// TestH2NodeClientErrors runs the error cases with Node.js's http2 client
+// (testdata/h2errors.js) against a gateway with h2_max_streams = 2: a
+// CONNECT without :protocol is answered 405; an extended CONNECT whose
+// :path is not a path is reset (PROTOCOL_ERROR) before admission; a third
+// stream while two are open is refused (REFUSED_STREAM); a WebSocket
+// reset with half a frame written ends its tunnel, the relay loses its
+// member, and every count (tunnels, streams, connections, slots, node
+// leases) returns to zero.
+func TestH2NodeClientErrors(t *testing.T) {
+	node, err := exec.LookPath("node")
+	if err != nil {
+		t.Skip("node (Node.js) is not installed: .ci/run installs Debian's nodejs")
+	}
+	f := newTLSFiles(t)
+	caFile := filepath.Join(f.dir, "ca.pem")
+	if err := os.WriteFile(caFile, f.ca.PEM(), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	e := newEnv(t, 1, tlsGatewayConfig("", f.table(testproc.FreeAddr(t), "  h2 = true\n  h2_max_streams = 2"), catchAll))
+	_, port, _ := net.SplitHostPort(e.srv.TLSAddr().String())
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	out, err := exec.CommandContext(ctx, node, "testdata/h2errors.js", port, caFile).CombinedOutput()
+	if err != nil {
+		t.Fatalf("node: %v\n%s", err, out)
+	}
+	t.Logf("node: %s", bytes.TrimSpace(out))
+	type outcome struct {
+		Status  int
+		RstCode *int
+	}
+	var got struct {
+		Settings struct {
+			EnableConnectProtocol bool
+			MaxConcurrentStreams  int
+		}
+		NoProtocol, BadPath outcome
+		Reset               outcome
+		TooMany             struct{ Third outcome }
+	}
+	if err := json.Unmarshal(out, &got); err != nil {
+		t.Fatalf("node printed %s: %v", out, err)
+	}
+	code := func(o outcome) int {
+		if o.RstCode == nil {
+			return -1
+		}
+		return *o.RstCode
+	}
+	switch {
+	case !got.Settings.EnableConnectProtocol || got.Settings.MaxConcurrentStreams != 2:
+		t.Errorf("settings %+v", got.Settings)
+	case got.NoProtocol.Status != 405:
+		t.Errorf("CONNECT without :protocol: %+v, want 405", got.NoProtocol)
+	case got.BadPath.Status != 0 || code(got.BadPath) != int(http2.ErrCodeProtocol):
+		t.Errorf("a bad :path: %+v, want RST_STREAM(PROTOCOL_ERROR)", got.BadPath)
+	case got.Reset.Status != 200:
+		t.Errorf("the WebSocket to reset: %+v, want 200", got.Reset)
+	case got.TooMany.Third.Status != 0 || code(got.TooMany.Third) != int(http2.ErrCodeRefusedStream):
+		t.Errorf("a third stream: %+v, want RST_STREAM(REFUSED_STREAM)", got.TooMany.Third)
+	}
+	waitH2Zero(t, e.srv)
+	// The reset stream's tunnel ends too, and the relay loses its
+	// member: the node's connection is closed once the close timeout
+	// passes, since a close frame cannot follow half a frame (as when an
+	// HTTP/1.1 client's connection breaks mid-frame).
+	e.waitZero()
+}
