@@ -12,6 +12,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"sync"
 	"testing"
@@ -57,6 +58,40 @@ func waitH2Zero(t *testing.T, srv *Server) {
 	for st := srv.h2.Stats(); st.Conns != 0 || st.Streams != 0; st = srv.h2.Stats() {
 		if time.Now().After(deadline) {
 			t.Fatalf("HTTP/2 still holds %d connections, %d streams", st.Conns, st.Streams)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// h2Frames are the frames of the goroutines client HTTP/2 and its
+// tunnels run: a connection's reader and writer, a stream's handler, a
+// tunnel's pumps (a TLS client's tunnel runs on goroutines).
+var h2Frames = []string{"h2serve.(*conn).", "h2serve.(*Stream).run", "gateway.(*Server).serveStream", "tunnel.(*Tunnel).pump"}
+
+// waitNoH2Goroutines waits until no goroutine runs client HTTP/2 or a
+// tunnel. (The process's totals move with the relays' and the health
+// checks' keep-alive connections; the connection slots, back to zero in
+// waitZero, show the client sockets closed.)
+func waitNoH2Goroutines(t *testing.T) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	buf := make([]byte, 4<<20)
+	for {
+		dump := string(buf[:runtime.Stack(buf, true)])
+		left := ""
+		for _, g := range strings.Split(dump, "\n\n") {
+			for _, f := range h2Frames {
+				if strings.Contains(g, f) {
+					left += g + "\n\n"
+					break
+				}
+			}
+		}
+		if left == "" {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("goroutines of client HTTP/2 or tunnels left:\n%s", left)
 		}
 		time.Sleep(5 * time.Millisecond)
 	}
@@ -155,6 +190,7 @@ func TestH2WebSocketsShareOneConnection(t *testing.T) {
 	hc.Close()
 	e.waitZero()
 	waitH2Zero(t, e.srv)
+	waitNoH2Goroutines(t)
 	lines := 0
 	for _, l := range strings.Split(logs.String(), "\n") {
 		var m map[string]any
@@ -258,8 +294,8 @@ origins = ["https://gw.test"]
 
 // TestH2DrainSends1001PerStream drains a gateway with WebSockets on two
 // HTTP/2 connections: every stream gets 1001, each connection GOAWAY
-// first (no stream opens behind the drain), and then closes; the
-// gateway's goroutines return to where they were.
+// first (no stream opens behind the drain), and then closes; no
+// goroutine of theirs is left.
 func TestH2DrainSends1001PerStream(t *testing.T) {
 	f := newTLSFiles(t)
 	e := newEnv(t, 1, tlsGatewayConfig("", f.table(testproc.FreeAddr(t), "  h2 = true"), catchAll))
@@ -301,6 +337,7 @@ func TestH2DrainSends1001PerStream(t *testing.T) {
 	}
 	waitH2Zero(t, e.srv)
 	e.waitZero()
+	waitNoH2Goroutines(t)
 }
 
 // TestH2NodeClientErrors runs the error cases with Node.js's http2 client
@@ -370,4 +407,5 @@ func TestH2NodeClientErrors(t *testing.T) {
 	// passes, since a close frame cannot follow half a frame (as when an
 	// HTTP/1.1 client's connection breaks mid-frame).
 	e.waitZero()
+	waitNoH2Goroutines(t)
 }
