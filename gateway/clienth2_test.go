@@ -409,3 +409,67 @@ func TestH2NodeClientErrors(t *testing.T) {
 	e.waitZero()
 	waitNoH2Goroutines(t)
 }
+
+// TestH2SlowStreamDoesNotStallOthers pins flow control per stream on the
+// client side: of four WebSockets on one HTTP/2 connection, one stops
+// reading (it gives no window back) while a peer floods their room; the
+// other three get every message, and the stalled one's tunnel is ended
+// at write_timeout, its stream and node slot given back.
+func TestH2SlowStreamDoesNotStallOthers(t *testing.T) {
+	f := newTLSFiles(t)
+	e := newEnv(t, 1, tlsGatewayConfig(`write_timeout = "1s"`, f.table(testproc.FreeAddr(t), "  h2 = true\n  h2_max_streams = 4"), catchAll))
+	hc := h2Dial(t, e.srv, f)
+	d := hc.Dialer(10 * time.Second)
+	var conns []*websocket.Conn
+	for range 4 {
+		c, _, err := d.Dial("ws://gw.test/room/slow", nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		conns = append(conns, c)
+	}
+	h2client.StreamOf(conns[0]).Freeze(true)
+	peer, _, err := wssDial(e.srv.TLSAddr().String(), "/room/slow", f.clientConfig("gw.test"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer peer.Close()
+	const n = 300
+	msg := bytes.Repeat([]byte("s"), 1024) // 300 KiB: over four times a stream's window
+	errs := make(chan error, 4)
+	go func() {
+		for range n {
+			if err := peer.WriteMessage(websocket.BinaryMessage, msg); err != nil {
+				errs <- err
+				return
+			}
+		}
+		errs <- nil
+	}()
+	for i, c := range conns[1:] {
+		_ = c.SetReadDeadline(time.Now().Add(20 * time.Second))
+		for k := range n {
+			if _, got, err := c.ReadMessage(); err != nil || len(got) != len(msg) {
+				t.Fatalf("reader %d: message %d: %d bytes, %v", i+1, k, len(got), err)
+			}
+		}
+	}
+	if err := <-errs; err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for e.srv.Tunnels() != 4 || h2Streams(e.srv) != 3 { // three h2 tunnels and the peer's
+		if time.Now().After(deadline) {
+			t.Fatalf("%d tunnels, %d h2 streams: want the stalled one ended at write_timeout", e.srv.Tunnels(), h2Streams(e.srv))
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	for _, c := range conns {
+		_ = c.Close()
+	}
+	_ = peer.Close()
+	hc.Close()
+	waitH2Zero(t, e.srv)
+	e.waitZero()
+	waitNoH2Goroutines(t)
+}
