@@ -210,8 +210,9 @@ func TestH2WebSocketsShareOneConnection(t *testing.T) {
 // TestH2Admission sends requests as HTTP/2 streams through the admission
 // path HTTP/1.1 takes: no route, origin refused, a bad
 // Sec-WebSocket-Version, a Sec-WebSocket-Key (RFC 8441 has none), another
-// :protocol, a plain CONNECT and a plain request on a route that takes
-// handshakes only are each answered on their stream, with the
+// :protocol, a plain CONNECT, a plain request on a route that takes
+// handshakes only and a header block over the limit are each answered on
+// their stream, with the
 // connection kept; a plain request on a route that takes it is proxied,
 // and the node saw X-Forwarded-Proto https and the gateway's own key.
 func TestH2Admission(t *testing.T) {
@@ -260,6 +261,9 @@ origins = ["https://gw.test"]
 		{"plain CONNECT", []hpack.HeaderField{{Name: ":method", Value: "CONNECT"}, {Name: ":authority", Value: "gw.test:443"}}, nil, false, 405},
 		{"plain GET on a handshake route", get("/ws/x"), nil, true, 426},
 		{"plain GET proxied", get("/api/x"), nil, true, 400}, // the recorder's upgrader refuses a GET
+		// (One field over the limit would end the connection: see
+		// h2serve's TestStreamErrors.)
+		{"header block over 8 KiB", connect("/ws/x", "websocket"), http.Header{"X-1": {strings.Repeat("b", 3000)}, "X-2": {strings.Repeat("b", 3000)}, "X-3": {strings.Repeat("b", 3000)}}, false, 431},
 		{"accepted", connect("/ws/x", "websocket"), ws, false, 200},
 	} {
 		t.Run(c.name, func(t *testing.T) {
