@@ -13,6 +13,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -476,4 +477,71 @@ func TestH2SlowStreamDoesNotStallOthers(t *testing.T) {
 	waitH2Zero(t, e.srv)
 	e.waitZero()
 	waitNoH2Goroutines(t)
+}
+
+// TestH2TurnedOnByReload pins that gateway.tls.h2 applies at a reload:
+// off, a client offering h2 gets http/1.1; after a reload that turns it
+// on, a new connection gets h2 and its WebSocket streams, while a wss
+// tunnel from before goes on; turned off again, new connections get
+// http/1.1 and the HTTP/2 connection already up keeps working. A changed
+// h2_max_streams is reported as needing a restart.
+func TestH2TurnedOnByReload(t *testing.T) {
+	f := newTLSFiles(t)
+	tlsAddr := testproc.FreeAddr(t)
+	cfgFmt := tlsGatewayConfig("", f.table(tlsAddr, "%[3]s"), catchAll)
+	e := newEnv(t, 1, strings.Replace(cfgFmt, "%[3]s", "", 1))
+	alpn := func() string {
+		t.Helper()
+		cfg := f.clientConfig("gw.test")
+		cfg.NextProtos = []string{"h2", "http/1.1"}
+		c, err := tls.Dial("tcp", tlsAddr, cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		return c.ConnectionState().NegotiatedProtocol
+	}
+	reload := func(extra string) {
+		t.Helper()
+		path := filepath.Join(t.TempDir(), "wsgate.toml")
+		if err := os.WriteFile(path, []byte(fmt.Sprintf(cfgFmt, e.gw, e.addrs[0], extra)), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		if err := e.srv.ReloadFrom(path); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if p := alpn(); p != "http/1.1" {
+		t.Fatalf("h2 off: ALPN chose %q", p)
+	}
+	live, _, err := wssDial(tlsAddr, "/room/reload", f.clientConfig("gw.test"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer live.Close()
+	reload("  h2 = true")
+	hc := h2Dial(t, e.srv, f)
+	ws, _, err := hc.Dialer(10*time.Second).Dial("ws://gw.test/room/reload", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	reload("  h2 = false\n  h2_max_streams = 50")
+	if st := e.srv.LastReload(); !slices.Contains(st.Restart, "gateway.tls.h2_max_streams") {
+		t.Errorf("reload status %+v: want h2_max_streams to need a restart", st)
+	}
+	if p := alpn(); p != "http/1.1" {
+		t.Fatalf("h2 off again: ALPN chose %q", p)
+	}
+	if err := live.WriteMessage(websocket.TextMessage, []byte("across")); err != nil {
+		t.Fatal(err)
+	}
+	_ = ws.SetReadDeadline(time.Now().Add(10 * time.Second))
+	if _, got, err := ws.ReadMessage(); err != nil || string(got) != "across" {
+		t.Fatalf("the h2 WebSocket after the reloads got %q, %v", got, err)
+	}
+	_ = ws.Close()
+	_ = live.Close()
+	hc.Close()
+	waitH2Zero(t, e.srv)
+	e.waitZero()
 }
