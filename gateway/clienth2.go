@@ -70,7 +70,11 @@ func (s *Server) serveStream(st *h2serve.Stream) {
 	cs := &clientStream{Stream: st}
 	ctx := new(fasthttp.RequestCtx)
 	ctx.Init2(cs, fastlog.Logger{Log: s.log}, true)
-	if status, msg := streamRequest(ctx, st, s.current().handshakeTimeout); status != 0 {
+	extended, status, msg := streamRequest(ctx, st.Request())
+	if status == 0 && !extended {
+		status, msg = readStreamBody(ctx, st, ctx.Time().Add(s.current().handshakeTimeout))
+	}
+	if status != 0 {
 		s.refuseStream(ctx, cs, status, msg)
 		return
 	}
@@ -84,18 +88,17 @@ func (s *Server) serveStream(st *h2serve.Stream) {
 // request it stands for: :authority as Host, :path as the target, an
 // extended CONNECT (RFC 8441) as a GET with Upgrade: its :protocol and
 // Connection: Upgrade, cookies joined into one field (RFC 9113 section
-// 8.2.3), and a plain request's body read whole. The protocol is
-// HTTP/2.0. It returns a status and reason to refuse the stream with
-// instead.
-func streamRequest(ctx *fasthttp.RequestCtx, st *h2serve.Stream, timeout time.Duration) (int, string) {
-	req := st.Request()
+// 8.2.3). The protocol is HTTP/2.0. It reports whether the request is
+// an extended CONNECT (a plain one's body is for readStreamBody), or the
+// status and reason to refuse the stream with instead.
+func streamRequest(ctx *fasthttp.RequestCtx, req *h2serve.Request) (extended bool, status int, msg string) {
 	r := &ctx.Request
-	extended := req.Method == http.MethodConnect && req.Protocol != ""
+	extended = req.Method == http.MethodConnect && req.Protocol != ""
 	switch {
 	case extended:
 		r.Header.SetMethod(http.MethodGet)
 	case req.Method == http.MethodConnect:
-		return fasthttp.StatusMethodNotAllowed, "CONNECT without :protocol: the gateway is not a forward proxy"
+		return false, fasthttp.StatusMethodNotAllowed, "CONNECT without :protocol: the gateway is not a forward proxy"
 	default:
 		r.Header.SetMethod(req.Method)
 	}
@@ -105,12 +108,23 @@ func streamRequest(ctx *fasthttp.RequestCtx, st *h2serve.Stream, timeout time.Du
 	if host == "" {
 		host = req.Header.Get("Host") // allowed in place of :authority (RFC 9113 section 8.3.1)
 	}
+	if strings.ContainsAny(host, "@ \t") {
+		// Malformed (RFC 9113 sections 8.2.1 and 8.3.1): fasthttp
+		// would route by what follows an @, and a host has no
+		// whitespace (an HTTP/1.1 Host has it trimmed).
+		return extended, fasthttp.StatusBadRequest, "user info or whitespace in :authority (RFC 9113 section 8.3.1)"
+	}
 	r.Header.SetHost(host)
 	for k, vs := range req.Header {
-		switch k {
-		case "Host":
+		switch {
+		case k == "Host":
 			continue
-		case "Cookie":
+		case k == "Connection", k == "Upgrade", k == "Keep-Alive", k == "Proxy-Connection", k == "Transfer-Encoding":
+			// Connection-specific: h2serve resets a stream that
+			// carries one (RFC 9113 section 8.2.2), and Upgrade and
+			// Connection are the extended CONNECT's alone, below.
+			continue
+		case k == "Cookie":
 			r.Header.Set(k, strings.Join(vs, "; "))
 			continue
 		}
@@ -121,9 +135,8 @@ func streamRequest(ctx *fasthttp.RequestCtx, st *h2serve.Stream, timeout time.Du
 	if extended {
 		r.Header.Set("Upgrade", req.Protocol)
 		r.Header.Set("Connection", "Upgrade")
-		return 0, ""
 	}
-	return readStreamBody(ctx, st, ctx.Time().Add(timeout))
+	return extended, 0, ""
 }
 
 // readStreamBody reads a plain request's body off the stream, within

@@ -159,6 +159,8 @@ func Shape(ctx *fasthttp.RequestCtx, rt *route.Route) (handshake bool, r Refusal
 func streamShape(h *fasthttp.RequestHeader, sh *reqShape) (bool, Refusal) {
 	msg := ""
 	switch {
+	case !h.IsGet():
+		msg = "websocket handshake must be an extended CONNECT"
 	case !bytes.EqualFold(h.Peek("Upgrade"), []byte("websocket")):
 		msg = "only an extended CONNECT with :protocol websocket is served"
 	case sh.keys > 0:
