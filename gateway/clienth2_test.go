@@ -545,3 +545,44 @@ func TestH2TurnedOnByReload(t *testing.T) {
 	waitH2Zero(t, e.srv)
 	e.waitZero()
 }
+
+// TestH2ClientSubprotocol opens WebSockets over HTTP/2 asking for the
+// relay.v1 subprotocol, through a pool that reaches the relay over
+// HTTP/1.1 and one that reaches it over HTTP/2: the client's 200 carries
+// the subprotocol the relay chose, on both, and frames go through.
+func TestH2ClientSubprotocol(t *testing.T) {
+	for _, proto := range []string{"http1", "h2"} {
+		t.Run(proto, func(t *testing.T) {
+			f := newTLSFiles(t)
+			cfg := tlsGatewayConfig("", f.table(testproc.FreeAddr(t), "  h2 = true"), catchAll)
+			cfg = strings.Replace(cfg, "name = \"relay\"\n", fmt.Sprintf("name = \"relay\"\nprotocol = %q\n", proto), 1)
+			e := newEnv(t, 1, cfg)
+			hc := h2Dial(t, e.srv, f)
+			d := hc.Dialer(10 * time.Second)
+			d.Subprotocols = []string{"relay.v1"}
+			a, resp, err := d.Dial("ws://gw.test/room/sub", nil)
+			if err != nil {
+				t.Fatalf("dial: %v (%v)", err, resp)
+			}
+			if a.Subprotocol() != "relay.v1" {
+				t.Fatalf("subprotocol %q, want relay.v1", a.Subprotocol())
+			}
+			b, _, err := hc.Dialer(10*time.Second).Dial("ws://gw.test/room/sub", nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := b.WriteMessage(websocket.TextMessage, []byte("plain to v1")); err != nil {
+				t.Fatal(err)
+			}
+			_ = a.SetReadDeadline(time.Now().Add(10 * time.Second))
+			if _, got, err := a.ReadMessage(); err != nil || len(got) == 0 {
+				t.Fatalf("the relay.v1 member got %q, %v", got, err)
+			}
+			_ = a.Close()
+			_ = b.Close()
+			hc.Close()
+			waitH2Zero(t, e.srv)
+			e.waitZero()
+		})
+	}
+}
