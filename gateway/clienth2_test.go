@@ -586,3 +586,64 @@ func TestH2ClientSubprotocol(t *testing.T) {
 		})
 	}
 }
+
+// TestH2NodeCapAndOverflow pins that each stream takes a node slot as an
+// HTTP/1.1 WebSocket does: with max_conns_per_node = 2, a third stream
+// on the same connection is answered 503 with Retry-After on its stream,
+// or, on a close-1013 route, accepted with 200 and closed at once with
+// 1013; once a stream ends, its slot takes a new one.
+func TestH2NodeCapAndOverflow(t *testing.T) {
+	f := newTLSFiles(t)
+	cfg := tlsGatewayConfig("", f.table(testproc.FreeAddr(t), "  h2 = true"), `
+[[routes]]
+path_prefix = "/room/soft-"
+pool = "relay"
+overflow = "close-1013"
+[[routes]]
+path_prefix = "/"
+pool = "relay"
+`)
+	cfg = strings.Replace(cfg, "name = \"relay\"\n", "name = \"relay\"\nmax_conns_per_node = 2\n", 1)
+	e := newEnv(t, 1, cfg)
+	hc := h2Dial(t, e.srv, f)
+	d := hc.Dialer(10 * time.Second)
+	a, _, err := d.Dial("ws://gw.test/room/x", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _, err := d.Dial("ws://gw.test/room/x", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, resp, err := d.Dial("ws://gw.test/room/x", nil)
+	if err == nil || resp == nil || resp.StatusCode != http.StatusServiceUnavailable || resp.Header.Get("Retry-After") == "" {
+		t.Fatalf("over the cap: %v %+v", err, resp)
+	}
+	c, _, err := d.Dial("ws://gw.test/room/soft-1", nil)
+	if err != nil {
+		t.Fatalf("a close-1013 route accepts the stream: %v", err)
+	}
+	_ = c.SetReadDeadline(time.Now().Add(10 * time.Second))
+	if _, _, err := c.ReadMessage(); !websocket.IsCloseError(err, 1013) {
+		t.Fatalf("want close 1013, got %v", err)
+	}
+	_ = c.Close()
+	_ = a.Close()
+	waitFor := time.Now().Add(10 * time.Second)
+	for e.srv.Tunnels() != 1 {
+		if time.Now().After(waitFor) {
+			t.Fatalf("%d tunnels after one closed, want 1", e.srv.Tunnels())
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	n, _, err := d.Dial("ws://gw.test/room/x", nil)
+	if err != nil {
+		t.Fatalf("the freed slot: %v", err)
+	}
+	_ = n.Close()
+	_ = b.Close()
+	hc.Close()
+	waitH2Zero(t, e.srv)
+	e.waitZero()
+	waitNoH2Goroutines(t)
+}
