@@ -2,6 +2,7 @@ package h2serve_test
 
 import (
 	"bytes"
+	"net"
 	"testing"
 	"time"
 
@@ -25,9 +26,12 @@ func writesFail(c *rawConn, n int, write func(i int) error) bool {
 // TestContinuationFlood pins that a header block that never ends
 // (CONTINUATION frames without END_HEADERS, CVE-2024-27316) ends the
 // connection, whatever the fragments hold: fields past
-// MaxHeaderListSize, hpack table size updates that decode to no field,
-// or one string longer than the limit whose bytes never end. 4,000
-// frames of 16 KiB (64 MiB) are far beyond what any of them may buffer.
+// MaxHeaderListSize, hpack table size updates (after a field, where they
+// are an hpack error, or from the block's start, where they are allowed
+// and decode to nothing: the Framer read those on for good, 64 MiB in
+// under a second, until frameBudget), or one string longer than the
+// limit whose bytes never end. 4,000 frames of 16 KiB (64 MiB) are far
+// beyond what any of them may read.
 func TestContinuationFlood(t *testing.T) {
 	addr := serve(t, &h2serve.Server{MaxHeaderListSize: 8 << 10, Handler: echo})
 	literal := headerBlock("x-junk", string(bytes.Repeat([]byte("j"), 1000)))
@@ -38,11 +42,15 @@ func TestContinuationFlood(t *testing.T) {
 	}{
 		{"fields", fill(literal)},
 		{"table size updates", fill([]byte{0x20})},
+		{"table size updates from the start", fill([]byte{0x20})},
 		{"one endless string", append([]byte{0x40, 0x7f, 0xff, 0xff, 0xff, 0x0f}, fill([]byte("s"))...)},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			rc := dialRaw(t, addr, true)
 			first := append(headerBlock(":method", "GET", ":scheme", "https", ":authority", "a", ":path", "/"), c.frag[:100]...)
+			if c.name == "table size updates from the start" {
+				first = c.frag[:100] // where RFC 7541 section 4.2 allows them
+			}
 			if err := rc.fr.WriteHeaders(http2.HeadersFrameParam{StreamID: 1, BlockFragment: first}); err != nil {
 				t.Fatal(err)
 			}
@@ -52,6 +60,17 @@ func TestContinuationFlood(t *testing.T) {
 			}
 			if !writesFail(rc, 4000, func(int) error { return rc.fr.WriteContinuation(1, false, frag) }) {
 				t.Fatal("the server read 64 MiB of one header block without closing the connection")
+			}
+			// Closed by the server, not a write that timed out while
+			// it read slowly.
+			_ = rc.nc.SetReadDeadline(time.Now().Add(ioTimeout))
+			for range 100 {
+				if _, err := rc.fr.ReadFrame(); err != nil {
+					if ne, ok := err.(net.Error); ok && ne.Timeout() {
+						t.Fatalf("the connection is still open: %v", err)
+					}
+					break
+				}
 			}
 		})
 	}

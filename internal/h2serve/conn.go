@@ -73,6 +73,7 @@ type conn struct {
 	nc  net.Conn
 	cfg settings
 	fr  *http2.Framer // reads belong to the reader, writes to wmu
+	in  frameBudget   // what fr reads from; the reader's
 
 	// wmu guards the queue of frames to write: the Framer's write side,
 	// the hpack encoder (whose state follows the order of header blocks
@@ -127,7 +128,8 @@ func newConn(s *Server, nc net.Conn) *conn {
 		recvWindow: int64(cfg.connWindow),
 		gone:       wake.New(),
 	}
-	c.fr = http2.NewFramer(&c.out, bufio.NewReaderSize(nc, 16<<10))
+	c.in = frameBudget{r: bufio.NewReaderSize(nc, 16<<10), limit: readBudget(cfg.maxHeader)}
+	c.fr = http2.NewFramer(&c.out, &c.in)
 	c.fr.SetMaxReadFrameSize(defaultMaxFrameSize)
 	c.fr.SetReuseFrames() // no frame is kept past the next read; DATA is copied
 	c.fr.ReadMetaHeaders = hpack.NewDecoder(headerTableSize, nil)
@@ -189,7 +191,11 @@ var errGoneAway = errors.New("h2serve: closed after GOAWAY")
 func (c *conn) readFrames() error {
 	first := true
 	for {
+		c.in.n = 0
 		f, err := c.fr.ReadFrame()
+		if errors.Is(err, errHeaderFlood) {
+			return c.goAwayWith(connError{http2.ErrCodeEnhanceYourCalm, "a header block far over SETTINGS_MAX_HEADER_LIST_SIZE"})
+		}
 		if err != nil {
 			var se http2.StreamError
 			if errors.As(err, &se) {
@@ -223,6 +229,45 @@ func (c *conn) readFrames() error {
 			return c.goAwayWith(err)
 		}
 	}
+}
+
+// errHeaderFlood is what frameBudget returns once one ReadFrame has read
+// more than its budget.
+var errHeaderFlood = errors.New("h2serve: one header block read past its budget")
+
+// readBudget is the most one ReadFrame may read: a header block's HEADERS
+// and CONTINUATION frames at four times maxHeader (hpack encodes a field
+// in little more than its size, and the Framer reads on to about twice the
+// limit before it answers a block over it), plus two frames of
+// SETTINGS_MAX_FRAME_SIZE with their headers; any other frame is one
+// frame.
+func readBudget(maxHeader uint32) int {
+	return 4*int(maxHeader) + 2*(defaultMaxFrameSize+9)
+}
+
+// frameBudget is the connection's reader as the Framer reads it: it fails
+// once the bytes read since n was last zeroed (before each ReadFrame) pass
+// limit. The Framer reads a header block's CONTINUATION frames within one
+// ReadFrame and bounds the fields they decode to, not the frames: a block
+// of hpack table size updates, which decode to nothing, would otherwise
+// be read for as long as the client sends it (a CONTINUATION flood,
+// CVE-2024-27316's kind).
+type frameBudget struct {
+	r     io.Reader
+	n     int
+	limit int
+}
+
+func (b *frameBudget) Read(p []byte) (int, error) {
+	if b.n >= b.limit {
+		return 0, errHeaderFlood
+	}
+	if len(p) > b.limit-b.n {
+		p = p[:b.limit-b.n]
+	}
+	n, err := b.r.Read(p)
+	b.n += n
+	return n, err
 }
 
 // goAwayWith queues GOAWAY for a connection error and returns err.

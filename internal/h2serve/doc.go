@@ -20,7 +20,9 @@
 // streams opened and reset at once (CVE-2023-44487) get no more work done
 // at a time than streams kept open; answers to control frames a client
 // does not read are bounded (PING, SETTINGS, resets), and so are header
-// blocks (MaxHeaderListSize, CONTINUATION included, by the Framer).
+// blocks: their fields by MaxHeaderListSize (the Framer's check), their
+// bytes, CONTINUATION frames included, to four times that (frameBudget:
+// the Framer reads on through fragments that decode to no field).
 //
 // Per HTTP/2 connection a Server runs one reader goroutine, which
 // demultiplexes frames to streams, and one writer goroutine, which takes
