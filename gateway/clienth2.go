@@ -251,7 +251,7 @@ func (s *Server) registerH2Metrics() {
 	s.metrics.Reg.MustRegister(
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: "wsgate_client_h2_connections",
-			Help: "Client connections served HTTP/2 (TLS with ALPN h2), open now; each also counts in wsgate_open_connections.",
+			Help: "Client connections served HTTP/2 (TLS with ALPN h2), open now; each also counts once in wsgate_client_connections.",
 		}, func() float64 { return float64(stats().Conns) }),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: "wsgate_client_h2_streams",
