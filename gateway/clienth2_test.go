@@ -6,6 +6,7 @@ import (
 	"crypto/tls"
 	"encoding/json"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
 	"net/http"
@@ -646,4 +647,81 @@ pool = "relay"
 	waitH2Zero(t, e.srv)
 	e.waitZero()
 	waitNoH2Goroutines(t)
+}
+
+// TestH2RapidResetBoundsAdmission pins the rapid reset bound through the
+// auth chain (CVE-2023-44487): a client opens 100 streams whose auth
+// plugin call takes 1 s (under the plugin timeout, 2 s) and resets each at once; with h2_max_streams = 4
+// at most 4 are admitted at a time, so the plugin is called 4 times, not
+// 100, the rest refused with REFUSED_STREAM. The next WebSocket gets in,
+// and its plugin call, the fifth, saw the request with ALPN h2.
+func TestH2RapidResetBoundsAdmission(t *testing.T) {
+	f := newTLSFiles(t)
+	back := newRecorder(t)
+	plugin := testproc.Build(t, "./plugins/internal/testplugin")
+	cfg := fmt.Sprintf(tlsGatewayConfig("", f.table(testproc.FreeAddr(t), "  h2 = true\n  h2_max_streams = 4"), `
+[[routes]]
+pool = "relay"
+auth = ["t"]
+[[plugins]]
+name = "t"
+path = %[3]q
+  [plugins.config]
+  tag = "h2"
+  slow_for = "1s"
+`), "127.0.0.1:0", back.addr(), plugin)
+	var logs lockedBuffer
+	srv := startGatewayLog(t, cfg, slog.New(slog.NewTextHandler(&logs, nil)))
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("gateway log:\n%s", logs.String())
+		}
+	})
+	hc := h2Dial(t, srv, f)
+	pseudo := []hpack.HeaderField{{Name: ":method", Value: "CONNECT"}, {Name: ":protocol", Value: "websocket"},
+		{Name: ":scheme", Value: "https"}, {Name: ":authority", Value: "gw.test"}, {Name: ":path", Value: "/slow"}}
+	const burst = 100
+	for range burst {
+		s, err := hc.OpenRequest(pseudo, http.Header{"Sec-Websocket-Version": {"13"}}, false)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := s.Abort(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	deadline := time.Now().Add(20 * time.Second)
+	for st := srv.h2.Stats(); st.Opened+st.Refused < burst || st.Streams != 0; st = srv.h2.Stats() {
+		if time.Now().After(deadline) {
+			t.Fatalf("HTTP/2 %+v after the burst", st)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	if st := srv.h2.Stats(); st.Opened != 4 || st.Refused != burst-4 {
+		t.Fatalf("HTTP/2 %+v: want 4 streams admitted, %d refused", st, burst-4)
+	}
+	// The four admissions finish (their plugin calls return); then a
+	// WebSocket on the same connection gets in.
+	var ws *websocket.Conn
+	for try := 0; ws == nil; try++ {
+		c, resp, err := hc.Dialer(10*time.Second).Dial("ws://gw.test/room/x", nil)
+		switch {
+		case err == nil:
+			ws = c
+		case try == 200 || !strings.Contains(err.Error(), "REFUSED_STREAM"):
+			if resp != nil {
+				body, _ := io.ReadAll(resp.Body)
+				t.Fatalf("no WebSocket after the burst: %v: %d %s", err, resp.StatusCode, body)
+			}
+			t.Fatalf("no WebSocket after the burst: %v", err)
+		default:
+			time.Sleep(50 * time.Millisecond) // refused while the four run
+		}
+	}
+	defer ws.Close()
+	hs := back.headers()
+	h := hs[len(hs)-1]
+	if h.Get("X-Calls") != "5" || h.Get("X-Tls-Alpn") != "h2" {
+		t.Fatalf("the plugin's call count %q (want 5: the burst's 4, then this one), ALPN %q (want h2)", h.Get("X-Calls"), h.Get("X-Tls-Alpn"))
+	}
 }
