@@ -651,10 +651,11 @@ pool = "relay"
 
 // TestH2RapidResetBoundsAdmission pins the rapid reset bound through the
 // auth chain (CVE-2023-44487): a client opens 100 streams whose auth
-// plugin call takes 1 s (under the plugin timeout, 2 s) and resets each at once; with h2_max_streams = 4
-// at most 4 are admitted at a time, so the plugin is called 4 times, not
-// 100, the rest refused with REFUSED_STREAM. The next WebSocket gets in,
-// and its plugin call, the fifth, saw the request with ALPN h2.
+// plugin call takes 1 s (under the plugin timeout, 2 s) and resets each
+// at once; with h2_max_streams = 4 at most 4 are admitted at a time, so
+// the plugin is called 4 times, not 100, the rest refused with
+// REFUSED_STREAM. The next WebSocket gets in, and its plugin call, the
+// fifth, saw the request with ALPN h2.
 func TestH2RapidResetBoundsAdmission(t *testing.T) {
 	f := newTLSFiles(t)
 	back := newRecorder(t)
