@@ -440,8 +440,11 @@ func TestH2SlowStreamDoesNotStallOthers(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer peer.Close()
-	const n = 300
-	msg := bytes.Repeat([]byte("s"), 1024) // 300 KiB: over four times a stream's window
+	// 200 messages: fewer than the relay queues for a member before it
+	// cuts it as a slow consumer (256), so only the gateway decides; 400
+	// KiB, six times a stream's window.
+	const n = 200
+	msg := bytes.Repeat([]byte("s"), 2048)
 	errs := make(chan error, 4)
 	go func() {
 		for range n {
@@ -452,16 +455,24 @@ func TestH2SlowStreamDoesNotStallOthers(t *testing.T) {
 		}
 		errs <- nil
 	}()
+	// The three read at once: one read after another, the later ones
+	// would lag the relay's own slow-consumer limit.
 	for i, c := range conns[1:] {
-		_ = c.SetReadDeadline(time.Now().Add(20 * time.Second))
-		for k := range n {
-			if _, got, err := c.ReadMessage(); err != nil || len(got) != len(msg) {
-				t.Fatalf("reader %d: message %d: %d bytes, %v", i+1, k, len(got), err)
+		go func() {
+			_ = c.SetReadDeadline(time.Now().Add(20 * time.Second))
+			for k := range n {
+				if _, got, err := c.ReadMessage(); err != nil || len(got) != len(msg) {
+					errs <- fmt.Errorf("reader %d: message %d: %d bytes, %w", i+1, k, len(got), err)
+					return
+				}
 			}
-		}
+			errs <- nil
+		}()
 	}
-	if err := <-errs; err != nil {
-		t.Fatal(err)
+	for range 4 { // the peer and the three readers
+		if err := <-errs; err != nil {
+			t.Fatal(err)
+		}
 	}
 	deadline := time.Now().Add(10 * time.Second)
 	for e.srv.Tunnels() != 4 || h2Streams(e.srv) != 3 { // three h2 tunnels and the peer's
