@@ -85,6 +85,10 @@ type conn struct {
 	hbuf     bytes.Buffer
 	werr     error // once set, nothing more is queued
 	answered int   // bytes queued in answer to the peer since the last write
+	// roomWaiters are the streams whose Write waits for the queue to
+	// drop below WriteQueue; the writer wakes them each time it takes
+	// the queue.
+	roomWaiters []*Stream
 
 	wake    chan struct{} // capacity 1: frames are queued
 	closing chan struct{} // closed by fail: write what is queued, then close
@@ -644,8 +648,9 @@ func (c *conn) queueLocked(answer bool, write func(fr *http2.Framer) error) erro
 }
 
 // pumpWrites is the connection's one writer: each time frames are queued
-// it takes all of them and writes them at once, within WriteTimeout. When
-// the connection ends it writes what is left (a GOAWAY) and closes it.
+// it takes all of them and writes them, each writeChunk within
+// WriteTimeout. When the connection ends it writes what is left (a
+// GOAWAY) and closes it.
 func (c *conn) pumpWrites() {
 	defer close(c.written)
 	defer c.nc.Close()
@@ -672,7 +677,9 @@ func (c *conn) pumpWrites() {
 	}
 }
 
-// flush writes what is queued.
+// flush writes what is queued. Taking the queue makes room in it: the
+// Writes waiting for some are woken, and queue what follows while this
+// is written.
 func (c *conn) flush() error {
 	// Streams woken at the same moment as this writer (one message fanned
 	// out to many members) queue their frames now, and go in this write.
@@ -680,13 +687,30 @@ func (c *conn) flush() error {
 	c.wmu.Lock()
 	buf, frames := c.out.b, c.out.frames
 	c.out.b, c.out.frames, c.spare, c.answered = c.spare[:0], 0, nil, 0
+	if len(c.roomWaiters) > 0 {
+		c.mu.Lock()
+		for _, s := range c.roomWaiters {
+			s.roomWait = false
+			wake.Signal(s.wwake)
+		}
+		c.mu.Unlock()
+		clear(c.roomWaiters)
+		c.roomWaiters = c.roomWaiters[:0]
+	}
 	c.wmu.Unlock()
 	if len(buf) == 0 {
 		return nil
 	}
-	_ = c.nc.SetWriteDeadline(time.Now().Add(c.cfg.writeTimeout))
-	_, err := c.nc.Write(buf)
-	c.srv.writes.Add(1)
+	var err error
+	for off := 0; off < len(buf) && err == nil; {
+		// The deadline is for progress: each chunk has WriteTimeout.
+		end := min(off+writeChunk, len(buf))
+		_ = c.nc.SetWriteDeadline(time.Now().Add(c.cfg.writeTimeout))
+		var n int
+		n, err = c.nc.Write(buf[off:end])
+		off += n
+		c.srv.writes.Add(1)
+	}
 	c.srv.frames.Add(uint64(frames))
 	if cap(buf) <= keepOutCap {
 		c.wmu.Lock()

@@ -31,6 +31,10 @@ const (
 	// that sends them faster than it reads is flooding, and is cut off
 	// with ENHANCE_YOUR_CALM.
 	maxAnswerBytes = 1 << 20
+	// writeChunk is the most of the queue one network write takes: each
+	// write gets WriteTimeout of its own, so a client that reads slowly
+	// but steadily is not cut for the size of what was queued for it.
+	writeChunk = 64 << 10
 )
 
 // Server serves HTTP/2 connections whose preface has been read (see
@@ -63,11 +67,19 @@ type Server struct {
 	// buffered it, since StreamWindow bounds each stream's buffer, so a
 	// stream whose reader stopped does not hold up the others.
 	ConnWindow uint32
-	// WriteTimeout bounds every write to the network (a connection that
-	// cannot take its frames within it is closed), and how long a closed
+	// WriteTimeout bounds every write to the network, of at most 64 KiB
+	// (a connection that cannot take one within it is closed), and how long a closed
 	// stream waits for the client to end its side before it is reset
 	// (default 10s).
 	WriteTimeout time.Duration
+	// WriteQueue bounds the DATA a connection queues for its writer: a
+	// Write waits, within its write deadline, while the queue holds this
+	// many bytes or more, as a write to a TCP socket whose buffer is full
+	// waits, so a client that reads slowly (or never) holds back the
+	// streams that write to it rather than having the server hold what
+	// they write. The queue holds at most this plus one frame from each
+	// stream writing (default 256 KiB).
+	WriteQueue int
 	// IdleTimeout closes a connection, after GOAWAY(NO_ERROR), once it
 	// has had no stream for this long, so an idle client does not hold
 	// its connection for good (default 0: never).
@@ -93,6 +105,7 @@ type settings struct {
 	streamWindow uint32
 	connWindow   uint32
 	writeTimeout time.Duration
+	writeQueue   int
 	idleTimeout  time.Duration
 }
 
@@ -103,7 +116,11 @@ func (s *Server) settings() settings {
 		streamWindow: min(max(s.StreamWindow, defaultWindow), maxWindow),
 		connWindow:   s.ConnWindow,
 		writeTimeout: s.WriteTimeout,
+		writeQueue:   s.WriteQueue,
 		idleTimeout:  s.IdleTimeout,
+	}
+	if c.writeQueue <= 0 {
+		c.writeQueue = 256 << 10
 	}
 	if c.maxStreams == 0 {
 		c.maxStreams = 1000

@@ -31,6 +31,9 @@ type Stream struct {
 	// detached is set by Detach, on the Handler's goroutine before it
 	// returns.
 	detached bool
+	// roomWait is set, under c.wmu, while the stream is one of the
+	// connection's roomWaiters.
+	roomWait bool
 
 	// Under c.mu:
 	// rwake and wwake are signalled when a Read or a Write may proceed.
@@ -346,11 +349,15 @@ func (s *Stream) tryRead(p []byte, wait bool) (int, chan struct{}, time.Time, er
 
 // Write sends p as DATA frames, each within the client's
 // SETTINGS_MAX_FRAME_SIZE, waiting for send window on the stream and the
-// connection (RFC 9113 section 6.9) until the write deadline. It returns
-// once the frames are queued for the connection's writer.
+// connection (RFC 9113 section 6.9), and for room in the connection's
+// queue (Server.WriteQueue), until the write deadline. It returns once
+// the frames are queued for the connection's writer.
 func (s *Stream) Write(p []byte) (int, error) {
 	written := 0
 	for len(p) > 0 {
+		if err := s.waitRoom(); err != nil {
+			return written, err
+		}
 		n, err := s.reserve(len(p))
 		if err != nil {
 			return written, err
@@ -374,6 +381,40 @@ func (s *Stream) Write(p []byte) (int, error) {
 		p = p[n:]
 	}
 	return written, nil
+}
+
+// waitRoom waits, until the write deadline, while the connection's queue
+// holds WriteQueue bytes or more. It returns nil at once when the stream
+// or the connection can take no more DATA: reserve or queue says why. It
+// holds no lock while it waits.
+func (s *Stream) waitRoom() error {
+	c := s.c
+	for {
+		c.wmu.Lock()
+		if c.werr != nil || len(c.out.b) < c.cfg.writeQueue {
+			c.wmu.Unlock()
+			return nil
+		}
+		c.mu.Lock()
+		if s.err != nil || s.localEnded || s.ended {
+			c.mu.Unlock()
+			c.wmu.Unlock()
+			return nil
+		}
+		if s.wwake == nil {
+			s.wwake = wake.New()
+		}
+		ch, dl := s.wwake, s.wdeadline
+		c.mu.Unlock()
+		if !s.roomWait {
+			s.roomWait = true
+			c.roomWaiters = append(c.roomWaiters, s)
+		}
+		c.wmu.Unlock()
+		if err := wake.Wait(ch, dl); err != nil {
+			return err
+		}
+	}
 }
 
 // reserve takes up to want bytes of send window from the stream and the
