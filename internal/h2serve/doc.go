@@ -28,10 +28,14 @@
 // demultiplexes frames to streams, and one writer goroutine, which takes
 // every frame queued for the connection since its last write and writes
 // them all at once: the frames of one room fan-out, queued by many streams
-// at about the same moment, leave in one write. Every network write is
-// bounded by Server.WriteTimeout. A Stream is a net.Conn; its receive
-// window bounds what is buffered for it, and a stream whose send window is
-// spent blocks its own writer only, until that writer's deadline. Each
+// at about the same moment, leave in one write. Every network write, of
+// at most 64 KiB, is bounded by Server.WriteTimeout. The queue is bounded
+// too (Server.WriteQueue): while it is full, Writes wait, as on a TCP
+// socket whose buffer is full, so a client that does not read holds its
+// streams' writers back, not the server's memory. A Stream is a net.Conn;
+// its receive window bounds what is buffered for it, and a stream whose
+// send window is spent blocks its own writer only, until that writer's
+// deadline. Each
 // stream's Handler runs on a goroutine of its own; a Handler that Detaches
 // its stream returns while the stream stays open, and whoever holds it is
 // called back when it becomes readable, so a long-lived, mostly idle
