@@ -430,7 +430,7 @@ func (s *Server) Shutdown(ctx context.Context) error {
 		// connection, so no stream opens behind the drain; the streams
 		// open go on (each tunnel gets its 1001 below) and a connection
 		// closes once its last stream has ended.
-		s.h2.GoAway()
+		s.h2.Drain() // and to a connection whose preface is still on its way
 	}
 
 	s.metrics.Drains.WithLabelValues("gateway").Inc()

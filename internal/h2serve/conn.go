@@ -114,6 +114,12 @@ type conn struct {
 	handlers uint32
 	// idle, with IdleTimeout, runs while the connection has no stream.
 	idle *time.Timer
+	// goAwayFirst (under wmu) sends GOAWAY right after this side's
+	// SETTINGS: Drain, or GoAway, came before they were queued (settingsQueued,
+	// under wmu), and a GOAWAY must not go before them (RFC 9113
+	// section 3.4).
+	goAwayFirst    bool
+	settingsQueued bool
 }
 
 func newConn(s *Server, nc net.Conn) *conn {
@@ -164,8 +170,15 @@ func (c *conn) serve() error {
 			// setting (section 6.9.2).
 			err = fr.WriteWindowUpdate(0, c.cfg.connWindow-defaultWindow)
 		}
+		c.settingsQueued = true
 		return err
 	})
+	c.wmu.Lock()
+	first := c.goAwayFirst
+	c.wmu.Unlock()
+	if err == nil && first {
+		c.goAway()
+	}
 	if err == nil {
 		err = c.readFrames()
 	}
@@ -790,6 +803,11 @@ func (c *conn) fail(err error) {
 // once no stream is left.
 func (c *conn) goAway() {
 	c.wmu.Lock()
+	if !c.settingsQueued {
+		c.goAwayFirst = true // serve sends it after SETTINGS
+		c.wmu.Unlock()
+		return
+	}
 	c.mu.Lock()
 	if c.goAwaySent || c.err != nil {
 		c.mu.Unlock()

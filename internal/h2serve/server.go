@@ -88,6 +88,7 @@ type Server struct {
 	mu        sync.Mutex
 	conns     map[*conn]struct{}
 	closed    bool
+	goingAway bool // Drain was called: every connection gets GOAWAY
 	frames    atomic.Uint64
 	writes    atomic.Uint64
 	streamsUp atomic.Int64
@@ -153,6 +154,7 @@ func (s *Server) ServeConn(nc net.Conn) error {
 	if s.conns == nil {
 		s.conns = make(map[*conn]struct{})
 	}
+	c.goAwayFirst = s.goingAway
 	s.conns[c] = struct{}{}
 	s.mu.Unlock()
 	err := c.serve()
@@ -184,6 +186,18 @@ func (s *Server) GoAway() {
 	for _, c := range s.snapshot() {
 		c.goAway()
 	}
+}
+
+// Drain is GoAway for a server that takes no more work: every connection
+// served from now on gets GOAWAY(NO_ERROR) too, right after the server's
+// SETTINGS, and none of its streams is served. Those are connections
+// accepted before the listener stopped whose client preface was still
+// on its way, which GoAway alone would serve as usual.
+func (s *Server) Drain() {
+	s.mu.Lock()
+	s.goingAway = true
+	s.mu.Unlock()
+	s.GoAway()
 }
 
 // Close closes every connection now, after a GOAWAY(NO_ERROR) that gets
