@@ -8,15 +8,18 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/netip"
 	"net/textproto"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/valyala/fasthttp"
 	"github.com/wsgate/wsgate/conf"
 	"github.com/wsgate/wsgate/gateway/internal/admit"
+	"github.com/wsgate/wsgate/gateway/internal/edge"
 	"github.com/wsgate/wsgate/gateway/internal/upgrade"
 	"github.com/wsgate/wsgate/internal/fastlog"
 	"github.com/wsgate/wsgate/internal/h2serve"
@@ -36,7 +39,7 @@ import (
 
 // maxStreamBody bounds the body of a plain request over HTTP/2, as
 // fasthttp's default MaxRequestBodySize bounds it over HTTP/1.1 on the
-// same listener; a larger one is answered 413.
+// same listener (see streamBody).
 const maxStreamBody = fasthttp.DefaultMaxRequestBodySize
 
 // newClientH2 returns the HTTP/2 server of the TLS listener for cfg.
@@ -57,6 +60,8 @@ func (s *Server) newClientH2(cfg *conf.Config) *h2serve.Server {
 // connection that broke the protocol, or went away) and are not logged
 // by fasthttp.
 func (s *Server) serveH2(c net.Conn) error {
+	s.h2conns.Store(c, &h2Conn{ip: edge.PlaceOf(c)})
+	defer s.h2conns.Delete(c)
 	err := s.h2.ServeNegotiated(c, s.current().handshakeTimeout)
 	if err != nil && !errors.Is(err, h2serve.ErrServerClosed) {
 		s.log.Debug("HTTP/2 connection ended", "client", c.RemoteAddr().String(), "err", err)
@@ -72,15 +77,73 @@ func (s *Server) serveStream(st *h2serve.Stream) {
 	ctx.Init2(cs, fastlog.Logger{Log: s.log}, true)
 	extended, status, msg := streamRequest(ctx, st.Request())
 	if status == 0 && !extended {
-		status, msg = readStreamBody(ctx, st, ctx.Time().Add(s.current().handshakeTimeout))
+		status, msg = streamBody(ctx, st, ctx.Time().Add(s.current().handshakeTimeout))
 	}
 	if status != 0 {
 		s.refuseStream(ctx, cs, status, msg)
 		return
 	}
+	if extended {
+		hc, _ := s.h2conns.Load(st.Conn())
+		if c, ok := hc.(*h2Conn); ok {
+			if cs.place = c.take(s.limits); cs.place == nil {
+				s.refuse(ctx, s.retryLater(fasthttp.StatusTooManyRequests, "ip_conns", "too many connections from your address"))
+				respond(st, &ctx.Response, false)
+				return
+			}
+		}
+	}
 	s.handle(ctx)
 	if !cs.accepted {
+		cs.givePlace()
 		respond(st, &ctx.Response, ctx.IsHead())
+	}
+}
+
+// h2Conn is a client HTTP/2 connection as max_conns_per_ip counts it: its
+// place taken at accept covers one WebSocket stream (admitted or being
+// admitted), as an HTTP/1.1 connection carries one tunnel, and each
+// further one takes a place of its own (edge.Limiter.Place), so that one
+// connection does not multiply the limit by h2_max_streams.
+type h2Conn struct {
+	ip      netip.Addr
+	mu      sync.Mutex
+	tunnels int      // WebSocket streams admitted or being admitted
+	places  []func() // give back the places beyond the first: tunnels-1 of them
+}
+
+// take counts one more WebSocket stream of the connection and returns
+// the function that uncounts it (calls after the first do nothing), or
+// nil when the stream would take the address past max_conns_per_ip.
+func (hc *h2Conn) take(l *edge.Limiter) func() {
+	hc.mu.Lock()
+	defer hc.mu.Unlock()
+	if hc.tunnels > 0 {
+		give := l.Place(hc.ip)
+		if give == nil {
+			return nil
+		}
+		hc.places = append(hc.places, give)
+	}
+	hc.tunnels++
+	var once sync.Once
+	return func() { once.Do(hc.drop) }
+}
+
+// drop uncounts a WebSocket stream: a place beyond the first goes back,
+// whichever stream took it.
+func (hc *h2Conn) drop() {
+	hc.mu.Lock()
+	hc.tunnels--
+	var give func()
+	if n := len(hc.places); n > 0 {
+		give = hc.places[n-1]
+		hc.places[n-1] = nil
+		hc.places = hc.places[:n-1]
+	}
+	hc.mu.Unlock()
+	if give != nil {
+		give()
 	}
 }
 
@@ -89,7 +152,7 @@ func (s *Server) serveStream(st *h2serve.Stream) {
 // extended CONNECT (RFC 8441) as a GET with Upgrade: its :protocol and
 // Connection: Upgrade, cookies joined into one field (RFC 9113 section
 // 8.2.3). The protocol is HTTP/2.0. It reports whether the request is
-// an extended CONNECT (a plain one's body is for readStreamBody), or the
+// an extended CONNECT (a plain one's body is for streamBody), or the
 // status and reason to refuse the stream with instead.
 func streamRequest(ctx *fasthttp.RequestCtx, req *h2serve.Request) (extended bool, status int, msg string) {
 	r := &ctx.Request
@@ -139,27 +202,63 @@ func streamRequest(ctx *fasthttp.RequestCtx, req *h2serve.Request) (extended boo
 	return extended, 0, ""
 }
 
-// readStreamBody reads a plain request's body off the stream, within
-// maxStreamBody and before deadline (handshake_timeout from the
-// request's start, as fasthttp's ReadTimeout bounds an HTTP/1.1 one).
-func readStreamBody(ctx *fasthttp.RequestCtx, st *h2serve.Stream, deadline time.Time) (int, string) {
+// streamBody makes the stream a plain request's body stream, read only
+// when the request is forwarded (after admission) and as the node takes
+// it: a request refused on its route, rate, plain_http or authorization
+// leaves its body unread, and one forwarded holds little more than its
+// stream's receive window. So one connection's streams hold no more of
+// their bodies than one HTTP/1.1 request would, however many there are.
+// A body announced larger than maxStreamBody is answered 413 at once; one
+// that grows past it, or ends off its content-length (RFC 9113 section
+// 8.1.1), or not before deadline (handshake_timeout from the request's
+// start, as fasthttp's ReadTimeout bounds an HTTP/1.1 one), fails its
+// forward, which answers 502. A request whose stream ended with its
+// header block has no body stream, so a GET can be retried on another
+// node.
+func streamBody(ctx *fasthttp.RequestCtx, st *h2serve.Stream, deadline time.Time) (int, string) {
+	want := int64(-1)
+	if len(ctx.Request.Header.Peek("Content-Length")) > 0 {
+		want = int64(ctx.Request.Header.ContentLength())
+		if want > maxStreamBody {
+			return fasthttp.StatusRequestEntityTooLarge, "request body too large"
+		}
+	}
+	if _, err := st.TryRead(nil); errors.Is(err, io.EOF) {
+		if want > 0 {
+			return fasthttp.StatusBadRequest, "content-length differs from the body's length (RFC 9113 section 8.1.1)"
+		}
+		return 0, "" // no body
+	}
 	_ = st.SetReadDeadline(deadline)
-	defer st.SetReadDeadline(time.Time{})
-	var body bytes.Buffer
-	n, err := body.ReadFrom(io.LimitReader(st, maxStreamBody+1))
-	switch {
-	case err != nil:
-		return fasthttp.StatusBadRequest, "the request's body did not arrive"
-	case n > maxStreamBody:
-		return fasthttp.StatusRequestEntityTooLarge, "request body too large"
-	}
-	if cl := ctx.Request.Header.ContentLength(); cl >= 0 && int64(cl) != n && len(ctx.Request.Header.Peek("Content-Length")) > 0 {
-		return fasthttp.StatusBadRequest, "content-length differs from the body's length (RFC 9113 section 8.1.1)"
-	}
-	if n > 0 {
-		ctx.Request.SetBody(body.Bytes())
-	}
+	ctx.Request.SetBodyStream(&streamedBody{st: st, want: want}, int(want))
 	return 0, ""
+}
+
+// streamedBody is a request body read off its stream, within
+// maxStreamBody and its content-length. It has no Close, so fasthttp's
+// reset of the request leaves the stream to its handler.
+type streamedBody struct {
+	st   *h2serve.Stream
+	want int64 // the content-length, -1 when none was given
+	n    int64
+}
+
+// errBodyTooLarge and errBodyLength end a streamedBody's reads.
+var (
+	errBodyTooLarge = errors.New("gateway: an HTTP/2 request body larger than the gateway takes")
+	errBodyLength   = errors.New("gateway: an HTTP/2 request body off its content-length (RFC 9113 section 8.1.1)")
+)
+
+func (b *streamedBody) Read(p []byte) (int, error) {
+	n, err := b.st.Read(p)
+	b.n += int64(n)
+	switch {
+	case b.n > maxStreamBody:
+		return n, errBodyTooLarge
+	case b.want >= 0 && b.n > b.want, errors.Is(err, io.EOF) && b.want >= 0 && b.n != b.want:
+		return n, errBodyLength
+	}
+	return n, err
 }
 
 // refuseStream answers a stream whose request could not be read, counted
@@ -201,6 +300,23 @@ func respond(st *h2serve.Stream, resp *fasthttp.Response, head bool) {
 type clientStream struct {
 	*h2serve.Stream
 	accepted bool // Accept ran: the stream is the tunnel's
+	// place uncounts the stream's WebSocket from its connection's
+	// max_conns_per_ip places (h2Conn.take); nil for a plain request.
+	place func()
+}
+
+// givePlace gives back the stream's max_conns_per_ip place, if it holds
+// one; calls after the first do nothing.
+func (c *clientStream) givePlace() {
+	if c.place != nil {
+		c.place()
+	}
+}
+
+// Close ends the stream, and its tunnel's max_conns_per_ip place.
+func (c *clientStream) Close() error {
+	c.givePlace()
+	return c.Stream.Close()
 }
 
 // Handshake does nothing: the connection's TLS handshake is done.

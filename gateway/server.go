@@ -99,6 +99,7 @@ type Server struct {
 
 	http      *fasthttp.Server
 	h2        *h2serve.Server // the TLS listener's HTTP/2 (clienth2.go); nil without a TLS listener
+	h2conns   sync.Map        // net.Conn -> *h2Conn: the client HTTP/2 connections served
 	admin     *fasthttp.Server
 	listen    ListenFunc
 	inherited bool // listen hands out inherited sockets
