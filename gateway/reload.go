@@ -265,6 +265,11 @@ func (s *Server) swap(cfg *conf.Config, by string, prep *prepared) (restart []st
 	s.limits.Set(cfg.Gateway.MaxConns, cfg.Gateway.MaxConnsPerIP)
 	s.ipRate.Set(cfg.Gateway.HandshakeRatePerIP, cfg.Gateway.HandshakeBurstPerIP)
 	s.gen.Store(g)
+	if s.h2 != nil {
+		// For the client HTTP/2 connections served from now on, as new
+		// tunnels take it from g.
+		s.h2.SetWriteTimeout(cfg.Gateway.WriteTimeout.Duration)
+	}
 	s.shared.Sync(g.cfg) // starts and stops sharers; no Redis I/O here
 	if prep != nil && (g.tls != nil || s.tlsLn == nil) {
 		// The next TLS handshakes; tunnels keep theirs. A reading of the

@@ -94,6 +94,10 @@ type Server struct {
 	streamsUp atomic.Int64
 	opened    atomic.Uint64
 	refused   atomic.Uint64
+
+	// writeTimeout, when above 0, is WriteTimeout as SetWriteTimeout set
+	// it.
+	writeTimeout atomic.Int64
 }
 
 // ErrServerClosed is returned by ServeConn after Close.
@@ -133,10 +137,21 @@ func (s *Server) settings() settings {
 		c.connWindow = 1 << 20
 	}
 	c.connWindow = min(c.connWindow, maxWindow)
+	if d := time.Duration(s.writeTimeout.Load()); d > 0 {
+		c.writeTimeout = d
+	}
 	if c.writeTimeout <= 0 {
 		c.writeTimeout = 10 * time.Second
 	}
 	return c
+}
+
+// SetWriteTimeout replaces WriteTimeout for the connections served from
+// now on (those being served keep theirs). Unlike an assignment to the
+// field, it may be called while the server serves: for a configuration
+// reload.
+func (s *Server) SetWriteTimeout(d time.Duration) {
+	s.writeTimeout.Store(int64(d))
 }
 
 // ServeConn serves one connection whose client preface has been read,
