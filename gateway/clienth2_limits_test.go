@@ -249,6 +249,9 @@ func TestH2MaxConnsPerIPCountsTunnels(t *testing.T) {
 	if resp == nil || resp.StatusCode != http.StatusTooManyRequests {
 		t.Fatalf("third WebSocket: %v %v, want 429", resp, err)
 	}
+	if got := e.srv.metrics.HandshakeCounts()["ip_conns"]; got != 1 {
+		t.Fatalf("wsgate_handshakes_total{result=\"ip_conns\"} = %d, want 1", got)
+	}
 	open[0].Close()
 	waitUntil(t, func() bool {
 		c, _, err := d.Dial("ws://gw.test/room/ip", nil)
