@@ -126,3 +126,30 @@ func (p *pacedReader) Read(b []byte) (int, error) {
 	time.Sleep(p.pause)
 	return p.r.Read(b)
 }
+
+// TestSetWriteTimeoutAppliesToNewConnections pins SetWriteTimeout (a
+// reload's write_timeout): a connection served after it whose client
+// stops reading is closed once a write has not moved for the new
+// timeout, not the WriteTimeout the server started with (a minute, past
+// this test's wait).
+func TestSetWriteTimeoutAppliesToNewConnections(t *testing.T) {
+	srv := &h2serve.Server{WriteTimeout: time.Minute, Handler: func(s *h2serve.Stream) {
+		if s.WriteHeader(200, nil) != nil {
+			return
+		}
+		chunk := bytes.Repeat([]byte("w"), 1<<20)
+		for range 64 {
+			if _, err := s.Write(chunk); err != nil {
+				return
+			}
+		}
+	}}
+	srv.SetWriteTimeout(300 * time.Millisecond)
+	c := dialRaw(t, serve(t, srv), false)
+	if err := openHugeWindows(c); err != nil {
+		t.Fatal(err)
+	}
+	c.until(t, "the 200", func(f http2.Frame) bool { _, ok := f.(*http2.MetaHeadersFrame); return ok })
+	// From here on the client reads nothing.
+	waitFor(t, "the connection to be closed", func() bool { return srv.Stats().Conns == 0 })
+}
