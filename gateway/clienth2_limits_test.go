@@ -330,9 +330,6 @@ func TestH2WriteTimeoutFollowsReload(t *testing.T) {
 	if err := e.srv.ReloadFrom(path); err != nil {
 		t.Fatal(err)
 	}
-	if r := e.srv.LastReload().Restart; len(r) > 0 {
-		t.Logf("restart needed for %v", r)
-	}
 	neverReader(t, e.srv, f, "/room/wt")
 	flood(t, e, "/room/wt", 64, 512<<10)
 	waitUntil(t, func() bool { return e.srv.h2.Stats().Conns == 0 })
