@@ -115,9 +115,9 @@ type conn struct {
 	// idle, with IdleTimeout, runs while the connection has no stream.
 	idle *time.Timer
 	// goAwayFirst (under wmu) sends GOAWAY right after this side's
-	// SETTINGS: Drain, or GoAway, came before they were queued (settingsQueued,
-	// under wmu), and a GOAWAY must not go before them (RFC 9113
-	// section 3.4).
+	// SETTINGS: Drain, or GoAway, came before they were queued
+	// (settingsQueued, under wmu), and a GOAWAY must not go before them
+	// (RFC 9113 section 3.4).
 	goAwayFirst    bool
 	settingsQueued bool
 }

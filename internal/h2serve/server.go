@@ -68,9 +68,9 @@ type Server struct {
 	// stream whose reader stopped does not hold up the others.
 	ConnWindow uint32
 	// WriteTimeout bounds every write to the network, of at most 64 KiB
-	// (a connection that cannot take one within it is closed), and how long a closed
-	// stream waits for the client to end its side before it is reset
-	// (default 10s).
+	// (a connection that cannot take one within it is closed), and how
+	// long a closed stream waits for the client to end its side before it
+	// is reset (default 10s).
 	WriteTimeout time.Duration
 	// WriteQueue bounds the DATA a connection queues for its writer: a
 	// Write waits, within its write deadline, while the queue holds this
