@@ -3,7 +3,9 @@ package h2serve_test
 import (
 	"bufio"
 	"bytes"
+	"errors"
 	"net"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -152,4 +154,60 @@ func TestSetWriteTimeoutAppliesToNewConnections(t *testing.T) {
 	c.until(t, "the 200", func(f http2.Frame) bool { _, ok := f.(*http2.MetaHeadersFrame); return ok })
 	// From here on the client reads nothing.
 	waitFor(t, "the connection to be closed", func() bool { return srv.Stats().Conns == 0 })
+}
+
+// TestResetWakesWriteWaitingForRoom pins that a Write waiting for room in
+// the connection's queue holds no lock the connection's reader needs: on
+// a net.Pipe, which buffers nothing, a client that stops reading after
+// the 200 fills the queue, and its RST_STREAM, read while the Write
+// waits, ends that Write with the stream's error.
+func TestResetWakesWriteWaitingForRoom(t *testing.T) {
+	var written atomic.Int64
+	done := make(chan error, 1)
+	srv := &h2serve.Server{WriteTimeout: time.Minute, Handler: func(s *h2serve.Stream) {
+		if s.WriteHeader(200, nil) != nil {
+			return
+		}
+		chunk := bytes.Repeat([]byte("r"), 16<<10)
+		_ = s.SetWriteDeadline(time.Now().Add(2 * ioTimeout)) // so that a failing test ends
+		for range 1024 {
+			n, err := s.Write(chunk)
+			written.Add(int64(n))
+			if err != nil {
+				done <- err
+				return
+			}
+		}
+		done <- nil
+	}}
+	sc, cc := net.Pipe()
+	served := make(chan error, 1)
+	go func() { served <- srv.ServeConn(sc) }()
+	t.Cleanup(func() {
+		cc.Close()
+		<-served
+	})
+	_ = cc.SetDeadline(time.Now().Add(ioTimeout))
+	c := &rawConn{nc: cc, fr: http2.NewFramer(cc, cc)}
+	c.fr.ReadMetaHeaders = hpack.NewDecoder(4096, nil)
+	opened := make(chan error, 1)
+	go func() { opened <- openHugeWindows(c) }() // net.Pipe writes wait for the server's reads
+	c.until(t, "the 200", func(f http2.Frame) bool { _, ok := f.(*http2.MetaHeadersFrame); return ok })
+	if err := <-opened; err != nil {
+		t.Fatal(err)
+	}
+	// From here on the client reads nothing: the queue fills.
+	waitFor(t, "the queue to fill", func() bool { return written.Load() >= 256<<10 })
+	if err := c.fr.WriteRSTStream(1, http2.ErrCodeCancel); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-done:
+		var se *h2serve.StreamError
+		if !errors.As(err, &se) || !se.Remote {
+			t.Fatalf("Write ended with %v, want the client's reset", err)
+		}
+	case <-time.After(ioTimeout):
+		t.Fatal("a Write waiting for room was not woken by its stream's reset")
+	}
 }
