@@ -47,9 +47,12 @@ bench:
 # bench-tls compares wsgate's TLS termination with nginx's (ssl listener),
 # each on one core in front of one relay: RSS per idle TLS tunnel (2,000
 # wss connections) and full TLS 1.3 handshakes per second with the proxy's
-# CPU per handshake (docs/benchmarks.md). About a minute; needs nginx
-# (nginx-light) for its row. TLSBENCH_FLAGS passes flags (-idle, -workers,
-# -duration, -reps).
+# CPU per handshake; then WebSockets over HTTP/2 (wsgate with h2, HAProxy
+# with alpn h2,http/1.1) against a TLS connection each (wsgate, nginx):
+# RSS per idle WebSocket and WebSocket opens per second (docs/benchmarks.md).
+# About four minutes; needs nginx (nginx-light) and haproxy for their rows.
+# TLSBENCH_FLAGS passes flags (-idle, -workers, -duration, -reps, -h2-conns,
+# -h2-streams, -h2-workers).
 bench-tls:
 	$(GO) run ./bench/cmd/tlsbench $(TLSBENCH_FLAGS)
 

@@ -146,6 +146,18 @@ type TLS struct {
 	// chosen by the DNS names in their certificates, exact names before
 	// wildcards (at least one when Listen is set, unless ACME is).
 	Certificates []Certificate `toml:"certificates" json:"certificates"`
+	// H2 offers HTTP/2 by ALPN ("h2" before "http/1.1"): a client's
+	// WebSockets are then extended CONNECT streams (RFC 8441) of one
+	// connection, admitted and counted one by one as HTTP/1.1 handshakes
+	// are, and its plain requests are proxied as over HTTP/1.1. Applies
+	// to connections accepted after a reload (default false: HTTP/1.1
+	// only).
+	H2 bool `toml:"h2" json:"h2"`
+	// H2MaxStreams is the most streams one HTTP/2 connection may have
+	// open at once, advertised as SETTINGS_MAX_CONCURRENT_STREAMS; a
+	// stream beyond it is refused with RST_STREAM(REFUSED_STREAM).
+	// Read at start only (default 100, as nginx and HAProxy; 1-10000).
+	H2MaxStreams int `toml:"h2_max_streams" json:"h2_max_streams"`
 	// ACME obtains and renews the listener's certificates from an ACME
 	// CA (RFC 8555) such as Let's Encrypt (default nil: the table is
 	// absent, and the certificates are the files only). Read at start

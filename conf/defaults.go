@@ -25,6 +25,10 @@ func (g *Gateway) setDefaults() {
 	g.DrainWindow = Duration{10 * time.Second}      // spread reconnects so the remaining nodes are not stampeded
 	g.DrainTimeout = Duration{30 * time.Second}     // window plus time for clients to finish closing
 	g.RetryAfter = Duration{1 * time.Second}        // clients add jitter; a short hint gets them back soon
+	// As nginx's http2_max_concurrent_streams and HAProxy's
+	// tune.h2.max-concurrent-streams: ample for a page's WebSockets and
+	// requests, small enough that one connection holds few node slots.
+	g.TLS.H2MaxStreams = 100
 	// HandshakeRatePerIP stays 0 (unlimited): many users share one NAT
 	// address, and a fair rate depends on the application. ProxyProtocol
 	// stays false and TrustedProxies empty: no address is trusted unless

@@ -132,6 +132,9 @@ func (g *Gateway) validate(e *errorList) {
 // validate checks the TLS listener; seen holds the plain listeners'
 // addresses, which it must not repeat.
 func (t *TLS) validate(e *errorList, seen map[string]string) {
+	if t.H2MaxStreams < 1 || t.H2MaxStreams > 10000 {
+		e.add("gateway.tls.h2_max_streams", fmt.Sprintf("must be 1-10000, got %d", t.H2MaxStreams))
+	}
 	if t.Listen == "" {
 		if len(t.Certificates) > 0 || t.ClientCAFile != "" || t.ACME != nil {
 			e.add("gateway.tls.listen", "is empty (no TLS listener) but certificates, client_ca_file or [gateway.tls.acme] are set: set the TLS listener's host:port")

@@ -67,6 +67,10 @@ func prepareForward(ctx *fasthttp.RequestCtx, g *generation, rt *route.Route, se
 	// Nodes are spoken plain HTTP to: a request read on the TLS listener
 	// parses as https, which the node's client refuses.
 	ctx.Request.URI().SetScheme("http")
+	// And HTTP/1.1, whatever the client spoke (an HTTP/2 stream's request
+	// says HTTP/2.0, which fasthttp's client would write in its request
+	// line).
+	h.SetProtocol("HTTP/1.1")
 }
 
 // serveHTTP proxies an admitted plain HTTP request to a node of the route's

@@ -29,6 +29,11 @@ const maxTries = 8
 // tried, the node's health, the registry entry, and the refusals a failed
 // upgrade ends in (written by admit's Responder).
 func (s *Server) serveUpgrade(ctx *fasthttp.RequestCtx, g *generation, rt *route.Route, authz pluginhost.Result) {
+	if upgrade.StreamOf(ctx) != nil {
+		// An extended CONNECT carries no key (RFC 8441 section 5); the
+		// node's HTTP/1.1 upgrade gets one of the gateway's.
+		ctx.Request.Header.SetBytesV("Sec-WebSocket-Key", upgrade.NewKey())
+	}
 	var acc [upgrade.AcceptLen]byte // on the stack: it is only compared
 	accept := upgrade.AppendAccept(acc[:0], ctx.Request.Header.Peek("Sec-WebSocket-Key"))
 
@@ -120,6 +125,7 @@ func (s *Server) serveUpgrade(ctx *fasthttp.RequestCtx, g *generation, rt *route
 			if s.access.On() { // what only the access log reads: no copies when it is off
 				info.Client, info.Path = ctx.RemoteAddr().String(), string(ctx.Path())
 				info.Route, info.Start = rt.Name, ctx.Time()
+				info.H2 = upgrade.StreamOf(ctx) != nil
 			}
 		}
 		sw.Entry = registry.NewEntry(lease, info)
@@ -205,7 +211,7 @@ func (s *Server) tunnelEnded(t *tunnel.Tunnel) {
 		e := hd.Info()
 		s.access.Tunnel(telemetry.TunnelLine{
 			Client: e.Client, Path: e.Path, Route: e.Route,
-			Node: hd.Node().Addr(), Subject: e.Subject, Start: e.Start,
+			Node: hd.Node().Addr(), Subject: e.Subject, Start: e.Start, H2: e.H2,
 		}, st)
 	}
 }

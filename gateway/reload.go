@@ -265,6 +265,11 @@ func (s *Server) swap(cfg *conf.Config, by string, prep *prepared) (restart []st
 	s.limits.Set(cfg.Gateway.MaxConns, cfg.Gateway.MaxConnsPerIP)
 	s.ipRate.Set(cfg.Gateway.HandshakeRatePerIP, cfg.Gateway.HandshakeBurstPerIP)
 	s.gen.Store(g)
+	if s.h2 != nil {
+		// For the client HTTP/2 connections served from now on, as new
+		// tunnels take it from g.
+		s.h2.SetWriteTimeout(cfg.Gateway.WriteTimeout.Duration)
+	}
 	s.shared.Sync(g.cfg) // starts and stops sharers; no Redis I/O here
 	if prep != nil && (g.tls != nil || s.tlsLn == nil) {
 		// The next TLS handshakes; tunnels keep theirs. A reading of the
@@ -458,6 +463,9 @@ func needsRestart(old, cfg *conf.Config) []string {
 	}
 	if !reflect.DeepEqual(old.Gateway.TLS.ACME, cfg.Gateway.TLS.ACME) {
 		out = append(out, "gateway.tls.acme")
+	}
+	if old.Gateway.TLS.H2MaxStreams != cfg.Gateway.TLS.H2MaxStreams {
+		out = append(out, "gateway.tls.h2_max_streams")
 	}
 	if old.Gateway.ProxyProtocol != cfg.Gateway.ProxyProtocol {
 		out = append(out, "gateway.proxy_protocol")

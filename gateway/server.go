@@ -38,6 +38,7 @@ import (
 	"github.com/wsgate/wsgate/gateway/internal/upgrade"
 	"github.com/wsgate/wsgate/gateway/internal/upstream"
 	"github.com/wsgate/wsgate/internal/fastlog"
+	"github.com/wsgate/wsgate/internal/h2serve"
 	"github.com/wsgate/wsgate/internal/rlimit"
 )
 
@@ -97,6 +98,8 @@ type Server struct {
 	shared *sharedcount.Set      // [pools.shared_counts] sharers
 
 	http      *fasthttp.Server
+	h2        *h2serve.Server // the TLS listener's HTTP/2 (clienth2.go); nil without a TLS listener
+	h2conns   sync.Map        // net.Conn -> *h2Conn: the client HTTP/2 connections served
 	admin     *fasthttp.Server
 	listen    ListenFunc
 	inherited bool // listen hands out inherited sockets
@@ -177,6 +180,14 @@ func New(cfg *conf.Config, log *slog.Logger) (*Server, error) {
 		CloseOnShutdown:       true,
 		SecureErrorLogMessage: true, // no request bytes (tokens) in the log
 		Logger:                fastlog.Logger{Log: log},
+	}
+	if cfg.Gateway.TLS.Listen != "" {
+		// Registered whatever gateway.tls.h2 says: the certificate set
+		// in force decides whether ALPN offers h2, so a reload can turn
+		// it on.
+		s.h2 = s.newClientH2(cfg)
+		s.http.NextProto("h2", s.serveH2)
+		s.registerH2Metrics()
 	}
 	s.admin = &fasthttp.Server{
 		Handler:               api.Handle,
@@ -415,6 +426,13 @@ func (s *Server) Shutdown(ctx context.Context) error {
 		_ = s.http.ShutdownWithContext(ctx)
 		close(stopped)
 	}()
+	if s.h2 != nil {
+		// HTTP/2's own "stop accepting": GOAWAY on every client
+		// connection, so no stream opens behind the drain; the streams
+		// open go on (each tunnel gets its 1001 below) and a connection
+		// closes once its last stream has ended.
+		s.h2.Drain() // and to a connection whose preface is still on its way
+	}
 
 	s.metrics.Drains.WithLabelValues("gateway").Inc()
 	// Said as the window opens, not once it has passed.
@@ -428,6 +446,9 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	}
 	s.log.Info("tunnels drained", "told", n, "cut", left)
 	<-stopped
+	if s.h2 != nil {
+		s.h2.Close() // what the drain timeout left: streams whose client never ended them
+	}
 	if left == 0 && ctx.Err() != nil {
 		// The drain timeout passed with handshakes still in flight:
 		// their tunnels are cut as they come, not told to go away.

@@ -16,8 +16,8 @@ import (
 	"github.com/fasthttp/websocket"
 	"golang.org/x/net/http2"
 
+	"github.com/wsgate/wsgate/internal/h2client"
 	"github.com/wsgate/wsgate/internal/redistest"
-	"github.com/wsgate/wsgate/relay-backend/internal/h2client"
 )
 
 const ioTimeout = 10 * time.Second

@@ -13,8 +13,8 @@ import (
 
 	"github.com/fasthttp/websocket"
 
+	"github.com/wsgate/wsgate/internal/h2client"
 	"github.com/wsgate/wsgate/internal/rlimit"
-	"github.com/wsgate/wsgate/relay-backend/internal/h2client"
 )
 
 // Measurements, not checks: they run only when asked, as

@@ -1,5 +1,6 @@
 // Package wake is the one-slot wake-up the HTTP/2 streams of the gateway
-// (gateway/internal/upstream/h2) and of relay-backend (h2serve), and the
+// (gateway/internal/upstream/h2), those served to relay-backend's
+// gateways and to the gateway's clients (internal/h2serve), and the
 // gateway's NodeSockets (gateway/internal/tunnel), wait on:
 // a channel of capacity one, signalled without blocking and waited on
 // until a deadline. A signal sent while nobody waits is kept for the next

@@ -6,7 +6,7 @@ import (
 
 	"github.com/valyala/fasthttp"
 
-	"github.com/wsgate/wsgate/relay-backend/h2serve"
+	"github.com/wsgate/wsgate/internal/h2serve"
 	"github.com/wsgate/wsgate/relay-backend/relayclient"
 )
 

@@ -18,8 +18,8 @@ import (
 	"golang.org/x/net/http2"
 	"golang.org/x/net/http2/hpack"
 
+	"github.com/wsgate/wsgate/internal/h2client"
 	"github.com/wsgate/wsgate/internal/redistest"
-	"github.com/wsgate/wsgate/relay-backend/internal/h2client"
 	"github.com/wsgate/wsgate/relay-backend/relay"
 	"github.com/wsgate/wsgate/relay-backend/relayclient"
 	"github.com/wsgate/wsgate/relay-backend/roomlog"

@@ -13,8 +13,8 @@ import (
 	"github.com/fasthttp/websocket"
 	"golang.org/x/net/http2"
 
+	"github.com/wsgate/wsgate/internal/h2client"
 	"github.com/wsgate/wsgate/internal/wsframe"
-	"github.com/wsgate/wsgate/relay-backend/internal/h2client"
 	"github.com/wsgate/wsgate/relay-backend/relay"
 	"github.com/wsgate/wsgate/relay-backend/relayclient"
 )

@@ -7,9 +7,9 @@ import (
 
 	"github.com/fasthttp/websocket"
 
+	"github.com/wsgate/wsgate/internal/h2serve"
 	"github.com/wsgate/wsgate/internal/wake"
 	"github.com/wsgate/wsgate/internal/wsframe"
-	"github.com/wsgate/wsgate/relay-backend/h2serve"
 	"github.com/wsgate/wsgate/relay-backend/relayclient"
 )
 

@@ -18,8 +18,8 @@ import (
 	"github.com/valyala/fasthttp"
 
 	"github.com/wsgate/wsgate/internal/fastlog"
+	"github.com/wsgate/wsgate/internal/h2serve"
 	"github.com/wsgate/wsgate/relay-backend/bus"
-	"github.com/wsgate/wsgate/relay-backend/h2serve"
 	"github.com/wsgate/wsgate/relay-backend/relayclient"
 	"github.com/wsgate/wsgate/relay-backend/roomlog"
 )

@@ -1,5 +1,6 @@
-// Command tlsbench measures wsgate's TLS termination against nginx's, run
-// by `make bench-tls`. It makes a throwaway CA and an ECDSA P-256 server
+// Command tlsbench measures wsgate's TLS termination against nginx's, and
+// its WebSockets over HTTP/2 against HAProxy's (h2.go), run by
+// `make bench-tls`. It makes a throwaway CA and an ECDSA P-256 server
 // certificate, starts redis-server and one relay-backend (bench's stack),
 // then wsgate with a TLS listener and nginx with an ssl listener in front
 // of that relay, both on one core (GOMAXPROCS=1, worker_processes 1), and
@@ -19,6 +20,7 @@
 // Usage:
 //
 //	tlsbench [-idle 2000] [-workers 32] [-duration 5s] [-reps 3] [-dir DIR]
+//	         [-h2-conns 20] [-h2-streams 100] [-h2-workers 16]
 package main
 
 import (
@@ -55,8 +57,12 @@ func main() {
 	dur := fs.Duration("duration", 5*time.Second, "one handshake run")
 	reps := fs.Int("reps", 3, "handshake runs per proxy, in rotation; the table has their medians")
 	dir := fs.String("dir", "", "directory for logs and configs (default: a new one in $TMPDIR)")
+	var h h2Flags
+	fs.IntVar(&h.conns, "h2-conns", 20, "HTTP/2 connections for idle memory per WebSocket stream")
+	fs.IntVar(&h.streams, "h2-streams", 100, "WebSocket streams per HTTP/2 connection (at most wsgate's h2_max_streams, 100)")
+	fs.IntVar(&h.workers, "h2-workers", 16, "clients opening WebSockets at once, over one HTTP/2 connection or a TLS connection each")
 	_ = fs.Parse(os.Args[1:])
-	if err := run(ctx, *dir, *idle, *workers, *reps, *dur, os.Stdout); err != nil {
+	if err := run(ctx, *dir, *idle, *workers, *reps, *dur, h, os.Stdout); err != nil {
 		fmt.Fprintln(os.Stderr, "tlsbench:", err)
 		os.Exit(1)
 	}
@@ -70,7 +76,10 @@ type proxy struct {
 	pids func() ([]int, error)
 }
 
-func run(ctx context.Context, dir string, idleN, workers, reps int, dur time.Duration, out io.Writer) error {
+// h2Flags are the HTTP/2 rows' settings (see h2.go).
+type h2Flags struct{ conns, streams, workers int }
+
+func run(ctx context.Context, dir string, idleN, workers, reps int, dur time.Duration, h h2Flags, out io.Writer) error {
 	if dir == "" {
 		d, err := os.MkdirTemp("", "wsgate-tlsbench-")
 		if err != nil {
@@ -153,6 +162,63 @@ func run(ctx context.Context, dir string, idleN, workers, reps int, dur time.Dur
 		fmt.Fprintf(out, "%s %.0f  ", p.name, rates[i])
 	}
 	fmt.Fprintln(out)
+
+	// The HTTP/2 rows, beside the HTTP/1.1 ones.
+	h2s := []*proxy{gw}
+	if bin, err := stack.FindPeer(stack.HAProxy); err == nil {
+		hp, err := startHAProxy(bin, dir, relay.Addr, certFile, keyFile)
+		if err != nil {
+			return err
+		}
+		defer hp.proc.Stop(10 * time.Second)
+		h2s = append(h2s, hp)
+	} else {
+		fmt.Fprintln(out, "haproxy not installed: its HTTP/2 row is left out (apt-get install -y haproxy)")
+	}
+	type row struct {
+		name, proto string
+		perWS       float64
+		opens, cpu  []float64
+	}
+	var rows []*row
+	for _, p := range h2s {
+		per, err := idleStreams(ctx, p, relay, h.conns, h.streams)
+		if err != nil {
+			return fmt.Errorf("%s idle streams: %w", p.name, err)
+		}
+		rows = append(rows, &row{name: p.name, proto: "h2"})
+		rows[len(rows)-1].perWS = per
+	}
+	for i, p := range proxies {
+		rows = append(rows, &row{name: p.name, proto: "http/1.1", perWS: perConn[i]})
+	}
+	for r := range reps {
+		for k := range rows {
+			i := (k + r) % len(rows)
+			var rate float64
+			var cpu time.Duration
+			var err error
+			if i < len(h2s) {
+				rate, cpu, err = streamOpens(ctx, h2s[i], h.workers, dur)
+			} else {
+				rate, cpu, err = wssOpens(ctx, proxies[i-len(h2s)], h.workers, dur)
+			}
+			if err != nil {
+				return fmt.Errorf("%s %s opens: %w", rows[i].name, rows[i].proto, err)
+			}
+			rows[i].opens = append(rows[i].opens, rate)
+			rows[i].cpu = append(rows[i].cpu, float64(cpu.Microseconds()))
+		}
+	}
+	fmt.Fprintf(out, "\n| proxy | client protocol | idle RSS per WebSocket | WebSocket opens/s (median of %d, %d clients) | proxy CPU per open (median) |\n", reps, h.workers)
+	fmt.Fprintln(out, "| --- | --- | ---: | ---: | ---: |")
+	for _, r := range rows {
+		how := fmt.Sprintf("h2, %d streams a connection", h.streams)
+		if r.proto != "h2" {
+			how = "http/1.1, a TLS connection each"
+		}
+		fmt.Fprintf(out, "| %s | %s | %.1f KiB | %.0f | %.0f µs |\n", r.name, how, r.perWS/1024, median(r.opens), median(r.cpu))
+	}
 	return nil
 }
 
@@ -167,8 +233,10 @@ func startWSGate(st *stack.Stack, bin, dir, certFile, keyFile string) (*proxy, e
 		}
 		addrs[i] = a
 	}
+	// h2 on: the HTTP/2 rows use it; the HTTP/1.1 clients offer
+	// http/1.1 only and get it.
 	cfg := st.GatewayConfig(addrs[0], addrs[1]) + fmt.Sprintf(
-		"\n[gateway.tls]\nlisten = %q\n[[gateway.tls.certificates]]\ncert_file = %q\nkey_file = %q\n", addrs[2], certFile, keyFile)
+		"\n[gateway.tls]\nlisten = %q\nh2 = true\n[[gateway.tls.certificates]]\ncert_file = %q\nkey_file = %q\n", addrs[2], certFile, keyFile)
 	path := filepath.Join(dir, "wsgate-tls.toml")
 	if err := os.WriteFile(path, []byte(cfg), 0o644); err != nil {
 		return nil, err

@@ -121,6 +121,16 @@ func (w Responder) Refuse(ctx *fasthttp.RequestCtx, r Refusal) {
 // with 1013 and msg (see Overflow).
 func (w Responder) close1013(ctx *fasthttp.RequestCtx, result, msg string, timeout time.Duration) {
 	w.Metrics.Handshake(result, ctx.Time())
+	if st := upgrade.StreamOf(ctx); st != nil {
+		// An HTTP/2 stream: accepted with 200, then the close frame.
+		w.Access.Handshake(ctx, fasthttp.StatusOK, result)
+		defer st.Close() // after the close frame: END_STREAM
+		if st.Accept(nil) == nil {
+			_ = st.SetWriteDeadline(time.Now().Add(timeout))
+			_, _ = st.Write(wsframe.AppendClose(nil, 1013, msg, nil))
+		}
+		return
+	}
 	w.Access.Handshake(ctx, fasthttp.StatusSwitchingProtocols, result)
 	accept := upgrade.AcceptKey(ctx.Request.Header.Peek("Sec-WebSocket-Key"))
 	ctx.HijackSetNoResponse(true)

@@ -117,6 +117,8 @@ func Shape(ctx *fasthttp.RequestCtx, rt *route.Route) (handshake bool, r Refusal
 			return false, r
 		}
 		return false, Refusal{}
+	case upgrade.StreamOf(ctx) != nil:
+		return streamShape(h, &sh)
 	case !h.IsHTTP11():
 		msg = "websocket handshake needs HTTP/1.1"
 	case !ctx.IsGet():
@@ -137,6 +139,39 @@ func Shape(ctx *fasthttp.RequestCtx, rt *route.Route) (handshake bool, r Refusal
 		msg = "more than one Sec-WebSocket-Version header"
 	case string(h.Peek("Sec-WebSocket-Version")) != "13":
 		r = Reject(fasthttp.StatusUpgradeRequired, "bad_request", "unsupported Sec-WebSocket-Version (want 13)")
+		r.Header, r.Value = "Sec-WebSocket-Version", "13"
+		return false, r
+	default:
+		return true, Refusal{}
+	}
+	return false, Reject(fasthttp.StatusBadRequest, "bad_request", msg)
+}
+
+// streamShape is Shape's handshake check for an extended CONNECT on an
+// HTTP/2 stream (RFC 8441), which comes as the HTTP/1.1 handshake it
+// stands for: a GET whose Upgrade is the :protocol and whose Host is the
+// :authority, with Connection: Upgrade (the stream's glue writes these;
+// HTTP/2 itself forbids Upgrade and Connection fields, RFC 9113 section
+// 8.2.2, and the stream is reset before admission if a client sends
+// them). There is no Sec-WebSocket-Key to check (RFC 8441 section 5: the
+// gateway makes one for the node), but Sec-WebSocket-Version must still
+// be 13.
+func streamShape(h *fasthttp.RequestHeader, sh *reqShape) (bool, Refusal) {
+	msg := ""
+	switch {
+	case !h.IsGet():
+		msg = "websocket handshake must be an extended CONNECT"
+	case !bytes.EqualFold(h.Peek("Upgrade"), []byte("websocket")):
+		msg = "only an extended CONNECT with :protocol websocket is served"
+	case sh.keys > 0:
+		msg = "Sec-WebSocket-Key in an extended CONNECT (RFC 8441 section 5)"
+	case sh.transferEncoding || h.ContentLength() > 0:
+		msg = "websocket handshake with a body"
+	case sh.versions > 1:
+		msg = "more than one Sec-WebSocket-Version header"
+	case string(h.Peek("Sec-WebSocket-Version")) != "13":
+		// 400, not 426: HTTP/2 has no upgrade to require.
+		r := Reject(fasthttp.StatusBadRequest, "bad_request", "unsupported Sec-WebSocket-Version (want 13)")
 		r.Header, r.Value = "Sec-WebSocket-Version", "13"
 		return false, r
 	default:

@@ -2,6 +2,7 @@ package edge
 
 import (
 	"maps"
+	"net"
 	"net/netip"
 	"sync"
 	"sync/atomic"
@@ -58,12 +59,13 @@ func (l *Limiter) Limits() (configured, effective, perIP int64) {
 // to; 0 = no ceiling.
 func (l *Limiter) Ceiling() int64 { return l.ceiling }
 
-// slot is one admitted connection, or one refused socket that lingers
-// (see hold); release frees it once.
+// slot is one admitted connection, one refused socket that lingers
+// (see hold), or one more tunnel of a connection (see Place); release
+// frees it once.
 type slot struct {
 	l        *Limiter
 	ip       netip.Addr
-	refused  bool // a place of ip's only: no gateway-wide slot to free
+	refused  bool // a place of ip's only (hold, Place): no gateway-wide slot to free
 	noIP     bool // a gateway-wide slot only, until charge (under l.mu)
 	released atomic.Bool
 }
@@ -128,6 +130,25 @@ func (l *Limiter) hold(ip netip.Addr) *slot {
 	return &slot{l: l, ip: ip, refused: true}
 }
 
+// Place takes one more place of ip's under max_conns_per_ip for a
+// connection that carries more than one tunnel at once (an HTTP/2
+// connection's WebSocket streams beyond its first), so that the limit
+// bounds an address's tunnels as it does over HTTP/1.1, where each is a
+// connection. It returns the function that gives the place back (calls
+// after the first do nothing), or nil when ip is at max_conns_per_ip. It
+// takes no gateway-wide slot: max_conns counts sockets.
+func (l *Limiter) Place(ip netip.Addr) func() {
+	s := l.hold(ip)
+	if s == nil {
+		return nil
+	}
+	return s.release
+}
+
+// PlaceOf is the address under which Place counts c's tunnels: the one
+// its place at accept was taken under (a PROXY header's, if it had one).
+func PlaceOf(c net.Conn) netip.Addr { return remoteIP(c) }
+
 // release frees the slot; calls after the first do nothing.
 func (s *slot) release() {
 	if s.released.Swap(true) {
@@ -152,7 +173,7 @@ func (s *slot) release() {
 func (l *Limiter) Open() int64 { return l.total.Load() }
 
 // FromIP is the number of admitted connections from ip, with its refused
-// sockets that linger.
+// sockets that linger and its connections' further tunnels (Place).
 func (l *Limiter) FromIP(ip netip.Addr) int64 {
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -160,8 +181,8 @@ func (l *Limiter) FromIP(ip netip.Addr) int64 {
 }
 
 // ByIP returns a copy of the places held by each address: its admitted
-// connections and its refused sockets that linger. An address holding
-// none is not in it.
+// connections, its refused sockets that linger and its connections'
+// further tunnels (Place). An address holding none is not in it.
 func (l *Limiter) ByIP() map[netip.Addr]int64 {
 	l.mu.Lock()
 	defer l.mu.Unlock()

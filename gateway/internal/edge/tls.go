@@ -17,9 +17,15 @@ import (
 	"github.com/wsgate/wsgate/conf"
 )
 
-// alpnHTTP11 is the one application protocol the TLS listener offers: the
-// WebSocket handshake is HTTP/1.1.
-var alpnHTTP11 = []string{"http/1.1"}
+// alpnHTTP11 is the application protocol the TLS listener offers by
+// default: the WebSocket handshake is HTTP/1.1. alpnH2 is what it offers
+// with gateway.tls.h2, HTTP/2 first (crypto/tls picks the server's first
+// protocol the client offers): a WebSocket is then an extended CONNECT
+// stream (RFC 8441).
+var (
+	alpnHTTP11 = []string{"http/1.1"}
+	alpnH2     = []string{"h2", "http/1.1"}
+)
 
 // CertSet is one loading of the TLS listener's files: the server
 // certificates by the names in them, the client CAs, and the *tls.Config
@@ -95,9 +101,13 @@ func LoadTLS(cfg *conf.Config) (*CertSet, error) {
 		set.files = append(set.files, c.CertFile, c.KeyFile)
 		set.pairs = append(set.pairs, filePair{&pair, c.CertFile})
 	}
+	alpn := alpnHTTP11
+	if t.H2 {
+		alpn = alpnH2
+	}
 	set.config = &tls.Config{
 		MinVersion:     tls.VersionTLS12,
-		NextProtos:     alpnHTTP11,
+		NextProtos:     alpn,
 		GetCertificate: set.certificate,
 	}
 	if f := t.ClientCAFile; f != "" {

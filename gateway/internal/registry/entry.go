@@ -42,6 +42,7 @@ type Info struct {
 	Path   string    // the request's path, without query string
 	Route  string    // the route's name
 	Start  time.Time // when the handshake arrived
+	H2     bool      // the client's WebSocket is an HTTP/2 stream
 
 	// The links of the tunnels of one subject and of one key, under the
 	// registry's lock.

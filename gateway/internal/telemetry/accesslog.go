@@ -52,6 +52,10 @@ type TunnelLine struct {
 	Node    string    // the address of the node the tunnel ran to
 	Subject string    // the credential's subject (empty: none)
 	Start   time.Time // when the handshake arrived (zero: not recorded)
+	// H2 says the client's WebSocket was a stream of an HTTP/2
+	// connection (RFC 8441), answered 200: the line's proto is HTTP/2.0
+	// rather than HTTP/1.1, its status 200 rather than 101.
+	H2 bool
 }
 
 // Tunnel writes the line of a tunnel that ended, from what its handshake
@@ -71,13 +75,18 @@ func (a *AccessLog) Tunnel(e TunnelLine, st tunnel.Stats) {
 	case tunnel.ByGateway:
 		code = max(st.GatewayToClientCode, st.GatewayToNodeCode)
 	}
+	proto, status := "HTTP/1.1", fasthttp.StatusSwitchingProtocols
+	if e.H2 {
+		proto, status = "HTTP/2.0", fasthttp.StatusOK
+	}
 	args := []any{
 		"kind", "tunnel",
 		"client", e.Client,
 		"path", e.Path,
 		"route", e.Route,
 		"node", e.Node,
-		"status", fasthttp.StatusSwitchingProtocols,
+		"proto", proto,
+		"status", status,
 		"close_code", code,
 		"close_by", st.FirstClose.String(),
 		"end", st.End.String(),

@@ -329,7 +329,7 @@ func (o PluginObserver) Observe(plugin string, out pluginhost.Outcome, cached bo
 }
 
 // handshakeResults are the values of the result label.
-var handshakeResults = []string{"ok", "bad_request", "origin", "auth_denied", "auth_unavailable", "no_capacity", "upstream_error", "upstream_refused", "local_dial_error", "client_gone", "no_route", "ip_rate", "admission"}
+var handshakeResults = []string{"ok", "bad_request", "origin", "auth_denied", "auth_unavailable", "no_capacity", "upstream_error", "upstream_refused", "local_dial_error", "client_gone", "no_route", "ip_rate", "ip_conns", "admission"}
 
 // HandshakeCounts reads the handshake counters for the admin API.
 func (m *Metrics) HandshakeCounts() map[string]uint64 {

@@ -111,11 +111,25 @@ func (w *Switches) Waiting() int {
 // calls the hijack handler (the client vanished), a timer releases the
 // node connection and the entry, so they are released exactly once on
 // every path.
+//
+// On an HTTP/2 stream (see ClientStream) there is no hijack: the stream is
+// answered 200 and handed to the tunnel here, on the stream's goroutine.
 func (h *Switch) Run(ctx *fasthttp.RequestCtx) {
 	// From here until the tunnel is registered (or the handshake given
 	// up) a drain waits for it, so a client that gets its 101 during a
 	// drain still gets its 1001.
 	h.sw.Host.Reserve()
+	if st := StreamOf(ctx); st != nil {
+		h.claimed.Store(true) // no timer, no hijack
+		if err := st.Accept(h.Node.Header); err != nil {
+			h.clientGone()
+			_ = st.Close()
+			return
+		}
+		h.sw.Host.StartTunnel(st, h)
+		h.sw.Host.Unreserve()
+		return
+	}
 	ctx.HijackSetNoResponse(true)
 	if ctx.ConnRequestNum() > 1 {
 		h.late, h.conn = true, ctx.Conn()

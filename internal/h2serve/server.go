@@ -31,6 +31,10 @@ const (
 	// that sends them faster than it reads is flooding, and is cut off
 	// with ENHANCE_YOUR_CALM.
 	maxAnswerBytes = 1 << 20
+	// writeChunk is the most of the queue one network write takes: each
+	// write gets WriteTimeout of its own, so a client that reads slowly
+	// but steadily is not cut for the size of what was queued for it.
+	writeChunk = 64 << 10
 )
 
 // Server serves HTTP/2 connections whose preface has been read (see
@@ -63,18 +67,37 @@ type Server struct {
 	// buffered it, since StreamWindow bounds each stream's buffer, so a
 	// stream whose reader stopped does not hold up the others.
 	ConnWindow uint32
-	// WriteTimeout bounds every write to the network (a connection that
-	// cannot take its frames within it is closed), and how long a closed
-	// stream waits for the client to end its side before it is reset
-	// (default 10s).
+	// WriteTimeout bounds every write to the network, of at most 64 KiB
+	// (a connection that cannot take one within it is closed), and how
+	// long a closed stream waits for the client to end its side before it
+	// is reset (default 10s).
 	WriteTimeout time.Duration
+	// WriteQueue bounds the DATA a connection queues for its writer: a
+	// Write waits, within its write deadline, while the queue holds this
+	// many bytes or more, as a write to a TCP socket whose buffer is full
+	// waits, so a client that reads slowly (or never) holds back the
+	// streams that write to it rather than having the server hold what
+	// they write. The queue holds at most this plus one frame from each
+	// stream writing (default 256 KiB).
+	WriteQueue int
+	// IdleTimeout closes a connection, after GOAWAY(NO_ERROR), once it
+	// has had no stream for this long, so an idle client does not hold
+	// its connection for good (default 0: never).
+	IdleTimeout time.Duration
 
 	mu        sync.Mutex
 	conns     map[*conn]struct{}
 	closed    bool
+	goingAway bool // Drain was called: every connection gets GOAWAY
 	frames    atomic.Uint64
 	writes    atomic.Uint64
 	streamsUp atomic.Int64
+	opened    atomic.Uint64
+	refused   atomic.Uint64
+
+	// writeTimeout, when above 0, is WriteTimeout as SetWriteTimeout set
+	// it.
+	writeTimeout atomic.Int64
 }
 
 // ErrServerClosed is returned by ServeConn after Close.
@@ -87,6 +110,8 @@ type settings struct {
 	streamWindow uint32
 	connWindow   uint32
 	writeTimeout time.Duration
+	writeQueue   int
+	idleTimeout  time.Duration
 }
 
 func (s *Server) settings() settings {
@@ -96,6 +121,11 @@ func (s *Server) settings() settings {
 		streamWindow: min(max(s.StreamWindow, defaultWindow), maxWindow),
 		connWindow:   s.ConnWindow,
 		writeTimeout: s.WriteTimeout,
+		writeQueue:   s.WriteQueue,
+		idleTimeout:  s.IdleTimeout,
+	}
+	if c.writeQueue <= 0 {
+		c.writeQueue = 256 << 10
 	}
 	if c.maxStreams == 0 {
 		c.maxStreams = 1000
@@ -107,10 +137,21 @@ func (s *Server) settings() settings {
 		c.connWindow = 1 << 20
 	}
 	c.connWindow = min(c.connWindow, maxWindow)
+	if d := time.Duration(s.writeTimeout.Load()); d > 0 {
+		c.writeTimeout = d
+	}
 	if c.writeTimeout <= 0 {
 		c.writeTimeout = 10 * time.Second
 	}
 	return c
+}
+
+// SetWriteTimeout replaces WriteTimeout for the connections served from
+// now on (those being served keep theirs). Unlike an assignment to the
+// field, it may be called while the server serves: for a configuration
+// reload.
+func (s *Server) SetWriteTimeout(d time.Duration) {
+	s.writeTimeout.Store(int64(d))
 }
 
 // ServeConn serves one connection whose client preface has been read,
@@ -128,6 +169,7 @@ func (s *Server) ServeConn(nc net.Conn) error {
 	if s.conns == nil {
 		s.conns = make(map[*conn]struct{})
 	}
+	c.goAwayFirst = s.goingAway
 	s.conns[c] = struct{}{}
 	s.mu.Unlock()
 	err := c.serve()
@@ -135,6 +177,20 @@ func (s *Server) ServeConn(nc net.Conn) error {
 	delete(s.conns, c)
 	s.mu.Unlock()
 	return err
+}
+
+// ServeNegotiated serves one connection on which HTTP/2 was negotiated
+// (TLS with ALPN "h2", RFC 9113 section 3.2), so the client preface comes
+// next: it reads that within prefaceTimeout, then serves as ServeConn. A
+// connection that does not start with the preface is closed without a
+// frame (a client that chose h2 and then speaks something else is not
+// one to argue with) and its error returned.
+func (s *Server) ServeNegotiated(nc net.Conn, prefaceTimeout time.Duration) error {
+	if err := readPreface(nc, prefaceTimeout); err != nil {
+		_ = nc.Close()
+		return err
+	}
+	return s.ServeConn(nc)
 }
 
 // GoAway sends GOAWAY(NO_ERROR) on every connection (RFC 9113 section
@@ -145,6 +201,18 @@ func (s *Server) GoAway() {
 	for _, c := range s.snapshot() {
 		c.goAway()
 	}
+}
+
+// Drain is GoAway for a server that takes no more work: every connection
+// served from now on gets GOAWAY(NO_ERROR) too, right after the server's
+// SETTINGS, and none of its streams is served. Those are connections
+// accepted before the listener stopped whose client preface was still
+// on its way, which GoAway alone would serve as usual.
+func (s *Server) Drain() {
+	s.mu.Lock()
+	s.goingAway = true
+	s.mu.Unlock()
+	s.GoAway()
 }
 
 // Close closes every connection now, after a GOAWAY(NO_ERROR) that gets
@@ -179,6 +247,13 @@ type Stats struct {
 	Writes uint64
 	// Frames is the number of frames those writes carried.
 	Frames uint64
+	// Opened is the number of streams opened (their Handler called, or
+	// their request refused with a status).
+	Opened uint64
+	// Refused is the number of streams refused with
+	// RST_STREAM(REFUSED_STREAM): over MaxConcurrentStreams, or after
+	// GOAWAY.
+	Refused uint64
 }
 
 // Stats returns the server's counters.
@@ -186,5 +261,6 @@ func (s *Server) Stats() Stats {
 	s.mu.Lock()
 	n := len(s.conns)
 	s.mu.Unlock()
-	return Stats{Conns: n, Streams: s.streamsUp.Load(), Writes: s.writes.Load(), Frames: s.frames.Load()}
+	return Stats{Conns: n, Streams: s.streamsUp.Load(), Writes: s.writes.Load(), Frames: s.frames.Load(),
+		Opened: s.opened.Load(), Refused: s.refused.Load()}
 }

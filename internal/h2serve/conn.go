@@ -73,6 +73,7 @@ type conn struct {
 	nc  net.Conn
 	cfg settings
 	fr  *http2.Framer // reads belong to the reader, writes to wmu
+	in  frameBudget   // what fr reads from; the reader's
 
 	// wmu guards the queue of frames to write: the Framer's write side,
 	// the hpack encoder (whose state follows the order of header blocks
@@ -84,6 +85,10 @@ type conn struct {
 	hbuf     bytes.Buffer
 	werr     error // once set, nothing more is queued
 	answered int   // bytes queued in answer to the peer since the last write
+	// roomWaiters are the streams whose Write waits for the queue to
+	// drop below WriteQueue; the writer wakes them each time it takes
+	// the queue.
+	roomWaiters []*Stream
 
 	wake    chan struct{} // capacity 1: frames are queued
 	closing chan struct{} // closed by fail: write what is queued, then close
@@ -101,6 +106,20 @@ type conn struct {
 	err         error  // set once the connection is ending
 	gone        chan struct{}
 	handlerDone sync.WaitGroup
+	// handlers counts the streams whose Handler (or refusal) still runs,
+	// reset ones included: new streams are refused while it is at
+	// MaxConcurrentStreams, so a client that opens streams and resets
+	// them at once (CVE-2023-44487, "rapid reset") gets no more work
+	// done at a time than one that keeps them open.
+	handlers uint32
+	// idle, with IdleTimeout, runs while the connection has no stream.
+	idle *time.Timer
+	// goAwayFirst (under wmu) sends GOAWAY right after this side's
+	// SETTINGS: Drain, or GoAway, came before they were queued
+	// (settingsQueued, under wmu), and a GOAWAY must not go before them
+	// (RFC 9113 section 3.4).
+	goAwayFirst    bool
+	settingsQueued bool
 }
 
 func newConn(s *Server, nc net.Conn) *conn {
@@ -119,7 +138,8 @@ func newConn(s *Server, nc net.Conn) *conn {
 		recvWindow: int64(cfg.connWindow),
 		gone:       wake.New(),
 	}
-	c.fr = http2.NewFramer(&c.out, bufio.NewReaderSize(nc, 16<<10))
+	c.in = frameBudget{r: bufio.NewReaderSize(nc, 16<<10), limit: readBudget(cfg.maxHeader)}
+	c.fr = http2.NewFramer(&c.out, &c.in)
 	c.fr.SetMaxReadFrameSize(defaultMaxFrameSize)
 	c.fr.SetReuseFrames() // no frame is kept past the next read; DATA is copied
 	c.fr.ReadMetaHeaders = hpack.NewDecoder(headerTableSize, nil)
@@ -132,6 +152,11 @@ func newConn(s *Server, nc net.Conn) *conn {
 // preface, RFC 9113 section 3.4), starts the writer and reads frames until
 // the connection ends.
 func (c *conn) serve() error {
+	if c.cfg.idleTimeout > 0 {
+		c.mu.Lock()
+		c.idle = time.AfterFunc(c.cfg.idleTimeout, c.onIdle)
+		c.mu.Unlock()
+	}
 	go c.pumpWrites()
 	err := c.queue(false, func(fr *http2.Framer) error {
 		err := fr.WriteSettings(
@@ -145,14 +170,26 @@ func (c *conn) serve() error {
 			// setting (section 6.9.2).
 			err = fr.WriteWindowUpdate(0, c.cfg.connWindow-defaultWindow)
 		}
+		c.settingsQueued = true
 		return err
 	})
+	c.wmu.Lock()
+	first := c.goAwayFirst
+	c.wmu.Unlock()
+	if err == nil && first {
+		c.goAway()
+	}
 	if err == nil {
 		err = c.readFrames()
 	}
 	c.fail(err)
 	<-c.written
 	c.handlerDone.Wait()
+	c.mu.Lock()
+	if c.idle != nil {
+		c.idle.Stop()
+	}
+	c.mu.Unlock()
 	c.mu.Lock()
 	err = c.err // the first cause
 	c.mu.Unlock()
@@ -171,7 +208,11 @@ var errGoneAway = errors.New("h2serve: closed after GOAWAY")
 func (c *conn) readFrames() error {
 	first := true
 	for {
+		c.in.n = 0
 		f, err := c.fr.ReadFrame()
+		if errors.Is(err, errHeaderFlood) {
+			return c.goAwayWith(connError{http2.ErrCodeEnhanceYourCalm, "a header block far over SETTINGS_MAX_HEADER_LIST_SIZE"})
+		}
 		if err != nil {
 			var se http2.StreamError
 			if errors.As(err, &se) {
@@ -205,6 +246,45 @@ func (c *conn) readFrames() error {
 			return c.goAwayWith(err)
 		}
 	}
+}
+
+// errHeaderFlood is what frameBudget returns once one ReadFrame has read
+// more than its budget.
+var errHeaderFlood = errors.New("h2serve: one header block read past its budget")
+
+// readBudget is the most one ReadFrame may read: a header block's HEADERS
+// and CONTINUATION frames at four times maxHeader (hpack encodes a field
+// in little more than its size, and the Framer reads on to about twice the
+// limit before it answers a block over it), plus two frames of
+// SETTINGS_MAX_FRAME_SIZE with their headers; any other frame is one
+// frame.
+func readBudget(maxHeader uint32) int {
+	return 4*int(maxHeader) + 2*(defaultMaxFrameSize+9)
+}
+
+// frameBudget is the connection's reader as the Framer reads it: it fails
+// once the bytes read since n was last zeroed (before each ReadFrame) pass
+// limit. The Framer reads a header block's CONTINUATION frames within one
+// ReadFrame and bounds the fields they decode to, not the frames: a block
+// of hpack table size updates, which decode to nothing, would otherwise
+// be read for as long as the client sends it (a CONTINUATION flood,
+// CVE-2024-27316's kind).
+type frameBudget struct {
+	r     io.Reader
+	n     int
+	limit int
+}
+
+func (b *frameBudget) Read(p []byte) (int, error) {
+	if b.n >= b.limit {
+		return 0, errHeaderFlood
+	}
+	if len(p) > b.limit-b.n {
+		p = p[:b.limit-b.n]
+	}
+	n, err := b.r.Read(p)
+	b.n += n
+	return n, err
 }
 
 // goAwayWith queues GOAWAY for a connection error and returns err.
@@ -370,7 +450,7 @@ func (c *conn) onHeaders(f *http2.MetaHeadersFrame) error {
 	switch {
 	case c.goAwaySent || c.err != nil:
 		refuse = http2.ErrCodeRefusedStream // above GOAWAY's last stream: not processed
-	case uint32(len(c.streams)) >= c.cfg.maxStreams:
+	case uint32(len(c.streams)) >= c.cfg.maxStreams || c.handlers >= c.cfg.maxStreams:
 		refuse = http2.ErrCodeRefusedStream // section 5.1.2
 	case f.Truncated:
 		req = &Request{Header: http.Header{}}
@@ -382,6 +462,9 @@ func (c *conn) onHeaders(f *http2.MetaHeadersFrame) error {
 	}
 	if refuse != 0 {
 		c.mu.Unlock()
+		if refuse == http2.ErrCodeRefusedStream {
+			c.srv.refused.Add(1)
+		}
 		c.resetStream(id, refuse, nil)
 		return nil
 	}
@@ -394,7 +477,12 @@ func (c *conn) onHeaders(f *http2.MetaHeadersFrame) error {
 		remoteEnded: f.StreamEnded(),
 	}
 	c.streams[id] = s
+	if c.idle != nil {
+		c.idle.Stop()
+	}
 	c.srv.streamsUp.Add(1)
+	c.srv.opened.Add(1)
+	c.handlers++
 	c.handlerDone.Add(1)
 	c.mu.Unlock()
 	if f.Truncated {
@@ -573,8 +661,9 @@ func (c *conn) queueLocked(answer bool, write func(fr *http2.Framer) error) erro
 }
 
 // pumpWrites is the connection's one writer: each time frames are queued
-// it takes all of them and writes them at once, within WriteTimeout. When
-// the connection ends it writes what is left (a GOAWAY) and closes it.
+// it takes all of them and writes them, each writeChunk within
+// WriteTimeout. When the connection ends it writes what is left (a
+// GOAWAY) and closes it.
 func (c *conn) pumpWrites() {
 	defer close(c.written)
 	defer c.nc.Close()
@@ -601,7 +690,9 @@ func (c *conn) pumpWrites() {
 	}
 }
 
-// flush writes what is queued.
+// flush writes what is queued. Taking the queue makes room in it: the
+// Writes waiting for some are woken, and queue what follows while this
+// is written.
 func (c *conn) flush() error {
 	// Streams woken at the same moment as this writer (one message fanned
 	// out to many members) queue their frames now, and go in this write.
@@ -609,13 +700,30 @@ func (c *conn) flush() error {
 	c.wmu.Lock()
 	buf, frames := c.out.b, c.out.frames
 	c.out.b, c.out.frames, c.spare, c.answered = c.spare[:0], 0, nil, 0
+	if len(c.roomWaiters) > 0 {
+		c.mu.Lock()
+		for _, s := range c.roomWaiters {
+			s.roomWait = false
+			wake.Signal(s.wwake)
+		}
+		c.mu.Unlock()
+		clear(c.roomWaiters)
+		c.roomWaiters = c.roomWaiters[:0]
+	}
 	c.wmu.Unlock()
 	if len(buf) == 0 {
 		return nil
 	}
-	_ = c.nc.SetWriteDeadline(time.Now().Add(c.cfg.writeTimeout))
-	_, err := c.nc.Write(buf)
-	c.srv.writes.Add(1)
+	var err error
+	for off := 0; off < len(buf) && err == nil; {
+		// The deadline is for progress: each chunk has WriteTimeout.
+		end := min(off+writeChunk, len(buf))
+		_ = c.nc.SetWriteDeadline(time.Now().Add(c.cfg.writeTimeout))
+		var n int
+		n, err = c.nc.Write(buf[off:end])
+		off += n
+		c.srv.writes.Add(1)
+	}
 	c.srv.frames.Add(uint64(frames))
 	if cap(buf) <= keepOutCap {
 		c.wmu.Lock()
@@ -631,6 +739,33 @@ type connLostError struct{ err error }
 func (e *connLostError) Error() string { return "h2serve: connection lost: " + e.err.Error() }
 func (e *connLostError) Unwrap() []error {
 	return []error{ErrConnLost, e.err}
+}
+
+// onIdle sends GOAWAY on a connection that has had no stream for
+// IdleTimeout; it closes at once, having none.
+func (c *conn) onIdle() {
+	c.mu.Lock()
+	idle := len(c.streams) == 0 && c.handlers == 0
+	c.mu.Unlock()
+	if idle {
+		c.goAway()
+	}
+}
+
+// idleLocked starts the idle timer once the last stream has ended.
+func (c *conn) idleLocked() {
+	if c.idle != nil && len(c.streams) == 0 && c.err == nil {
+		c.idle.Reset(c.cfg.idleTimeout)
+	}
+}
+
+// handlerReturned counts a stream's Handler (or refusal) as done.
+func (c *conn) handlerReturned() {
+	c.mu.Lock()
+	c.handlers--
+	c.idleLocked()
+	c.mu.Unlock()
+	c.handlerDone.Done()
 }
 
 // fail ends the connection once: every stream fails, nothing more is
@@ -668,6 +803,11 @@ func (c *conn) fail(err error) {
 // once no stream is left.
 func (c *conn) goAway() {
 	c.wmu.Lock()
+	if !c.settingsQueued {
+		c.goAwayFirst = true // serve sends it after SETTINGS
+		c.wmu.Unlock()
+		return
+	}
 	c.mu.Lock()
 	if c.goAwaySent || c.err != nil {
 		c.mu.Unlock()

@@ -2,6 +2,8 @@ package h2serve
 
 import (
 	"errors"
+	"fmt"
+	"io"
 	"net"
 	"os"
 	"time"
@@ -83,4 +85,26 @@ func (c *replayConn) Read(p []byte) (int, error) {
 		return n, nil
 	}
 	return c.Conn.Read(p)
+}
+
+// errNoPreface is what ServeNegotiated returns for a connection whose
+// first bytes are not the client preface.
+var errNoPreface = errors.New("h2serve: the connection does not start with the HTTP/2 client preface")
+
+// readPreface reads the client preface off c, which a TLS handshake
+// whose ALPN chose h2 has just set up (RFC 9113 section 3.2: the preface
+// comes next), waiting at most timeout, and leaves c's read deadline
+// cleared.
+func readPreface(c net.Conn, timeout time.Duration) error {
+	if err := c.SetReadDeadline(time.Now().Add(timeout)); err != nil {
+		return err
+	}
+	var buf [len(Preface)]byte
+	if _, err := io.ReadFull(c, buf[:]); err != nil {
+		return fmt.Errorf("h2serve: read the client preface: %w", err)
+	}
+	if string(buf[:]) != Preface {
+		return errNoPreface
+	}
+	return c.SetReadDeadline(time.Time{})
 }

@@ -9,7 +9,7 @@ import (
 
 	"golang.org/x/net/http2"
 
-	"github.com/wsgate/wsgate/relay-backend/h2serve"
+	"github.com/wsgate/wsgate/internal/h2serve"
 )
 
 // frames encodes what write writes with a Framer.

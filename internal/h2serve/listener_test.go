@@ -8,8 +8,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/wsgate/wsgate/relay-backend/h2serve"
-	"github.com/wsgate/wsgate/relay-backend/internal/h2client"
+	"github.com/wsgate/wsgate/internal/h2client"
+	"github.com/wsgate/wsgate/internal/h2serve"
 )
 
 // TestListener pins the split of one port: an HTTP/1.1 connection is

@@ -31,6 +31,9 @@ type Stream struct {
 	// detached is set by Detach, on the Handler's goroutine before it
 	// returns.
 	detached bool
+	// roomWait is set, under c.wmu, while the stream is one of the
+	// connection's roomWaiters.
+	roomWait bool
 
 	// Under c.mu:
 	// rwake and wwake are signalled when a Read or a Write may proceed.
@@ -71,7 +74,7 @@ func (s *Stream) Request() *Request { return s.req }
 // runHandler runs the server's Handler for s, then closes s unless the
 // Handler detached it.
 func (s *Stream) runHandler() {
-	defer s.c.handlerDone.Done()
+	defer s.c.handlerReturned()
 	s.c.srv.Handler(s)
 	if !s.detached {
 		_ = s.Close()
@@ -110,7 +113,7 @@ func (s *Stream) readableLocked() {
 // runRefusal answers s with status and a text body instead of calling
 // the Handler.
 func (s *Stream) runRefusal(status int, body string) {
-	defer s.c.handlerDone.Done()
+	defer s.c.handlerReturned()
 	defer s.Close()
 	h := http.Header{"Content-Type": {"text/plain; charset=utf-8"}}
 	_ = s.Respond(status, h, []byte(body))
@@ -266,6 +269,7 @@ func (s *Stream) finishLocked(err error) {
 		s.linger.Stop()
 	}
 	delete(c.streams, s.id)
+	c.idleLocked()
 	c.srv.streamsUp.Add(-1)
 	wake.Signal(c.gone)
 }
@@ -345,11 +349,15 @@ func (s *Stream) tryRead(p []byte, wait bool) (int, chan struct{}, time.Time, er
 
 // Write sends p as DATA frames, each within the client's
 // SETTINGS_MAX_FRAME_SIZE, waiting for send window on the stream and the
-// connection (RFC 9113 section 6.9) until the write deadline. It returns
-// once the frames are queued for the connection's writer.
+// connection (RFC 9113 section 6.9), and for room in the connection's
+// queue (Server.WriteQueue), until the write deadline. It returns once
+// the frames are queued for the connection's writer.
 func (s *Stream) Write(p []byte) (int, error) {
 	written := 0
 	for len(p) > 0 {
+		if err := s.waitRoom(); err != nil {
+			return written, err
+		}
 		n, err := s.reserve(len(p))
 		if err != nil {
 			return written, err
@@ -373,6 +381,40 @@ func (s *Stream) Write(p []byte) (int, error) {
 		p = p[n:]
 	}
 	return written, nil
+}
+
+// waitRoom waits, until the write deadline, while the connection's queue
+// holds WriteQueue bytes or more. It returns nil at once when the stream
+// or the connection can take no more DATA: reserve or queue says why. It
+// holds no lock while it waits.
+func (s *Stream) waitRoom() error {
+	c := s.c
+	for {
+		c.wmu.Lock()
+		if c.werr != nil || len(c.out.b) < c.cfg.writeQueue {
+			c.wmu.Unlock()
+			return nil
+		}
+		c.mu.Lock()
+		if s.err != nil || s.localEnded || s.ended {
+			c.mu.Unlock()
+			c.wmu.Unlock()
+			return nil
+		}
+		if s.wwake == nil {
+			s.wwake = wake.New()
+		}
+		ch, dl := s.wwake, s.wdeadline
+		c.mu.Unlock()
+		if !s.roomWait {
+			s.roomWait = true
+			c.roomWaiters = append(c.roomWaiters, s)
+		}
+		c.wmu.Unlock()
+		if err := wake.Wait(ch, dl); err != nil {
+			return err
+		}
+	}
 }
 
 // reserve takes up to want bytes of send window from the stream and the
@@ -505,6 +547,12 @@ func (s *Stream) abort() {
 		c.resetStream(s.id, http2.ErrCodeCancel, net.ErrClosed)
 	}
 }
+
+// Conn returns the connection the stream is one of (a *tls.Conn for a
+// connection whose ALPN chose h2), for what it says of itself (its TLS
+// state, its addresses). Reading or writing it would break the
+// connection.
+func (s *Stream) Conn() net.Conn { return s.c.nc }
 
 // LocalAddr returns the connection's local address.
 func (s *Stream) LocalAddr() net.Addr { return s.c.nc.LocalAddr() }

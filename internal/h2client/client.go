@@ -1,8 +1,10 @@
-// Package h2client is a small HTTP/2 client for relay-backend's tests:
-// WebSockets as extended CONNECT streams (RFC 8441) over one cleartext
-// connection with prior knowledge, written with golang.org/x/net/http2's
-// Framer and hpack, so that tests speak to the relay the way a gateway
-// does without importing the gateway. Dialer returns a websocket.Dialer
+// Package h2client is a small HTTP/2 client for tests: WebSockets as
+// extended CONNECT streams (RFC 8441) over one connection, cleartext with
+// prior knowledge (Dial) or any connection whose ALPN chose h2
+// (Handshake), written with golang.org/x/net/http2's Framer and hpack, so
+// that relay-backend's tests speak to the relay the way a gateway does
+// without importing the gateway, and the gateway's speak to it the way a
+// browser does. Dialer returns a websocket.Dialer
 // whose connections are streams of one Conn, so tests drive members over
 // HTTP/2 with the same *websocket.Conn as over HTTP/1.1.
 //

@@ -15,8 +15,8 @@ import (
 	"golang.org/x/net/http2"
 	"golang.org/x/net/http2/hpack"
 
-	"github.com/wsgate/wsgate/relay-backend/h2serve"
-	"github.com/wsgate/wsgate/relay-backend/internal/h2client"
+	"github.com/wsgate/wsgate/internal/h2client"
+	"github.com/wsgate/wsgate/internal/h2serve"
 )
 
 const ioTimeout = 10 * time.Second
