@@ -324,7 +324,8 @@ func (c *clientStream) Handshake() error { return nil }
 
 // ConnectionState is the TLS state of the stream's connection.
 func (c *clientStream) ConnectionState() tls.ConnectionState {
-	if tc, ok := c.Conn().(*tls.Conn); ok {
+	// The edge listener's TLS connection, or a *tls.Conn.
+	if tc, ok := c.Conn().(interface{ ConnectionState() tls.ConnectionState }); ok {
 		return tc.ConnectionState()
 	}
 	return tls.ConnectionState{}
