@@ -9,8 +9,9 @@ PKGS ?= ./...
 # The tunnel package runs twice more: on its goroutine engine, and with its
 # clients over TLS (which run on that engine: its use in production); the
 # gateway's HTTP/2 node tests run again on the goroutine engine, which
-# carries a TLS client's tunnel to an HTTP/2 node, and the HTTP/2 client's
-# with its connections read the way a poller reads them.
+# carries a TLS client's tunnel to an HTTP/2 node (TestClientH2*, a client's
+# streams over HTTP/2, run on that engine in every run), and the HTTP/2
+# client's with its connections read the way a poller reads them.
 test: deps
 	$(GO) test -race -shuffle=on -count=1 -timeout 12m $(PKGS)
 	WSGATE_TUNNEL_ENGINE=goroutines $(GO) test -race -shuffle=on -count=1 ./gateway/internal/tunnel

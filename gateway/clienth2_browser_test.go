@@ -39,7 +39,7 @@ const browserWaitJS = `new Promise((resolve) => {
   check();
 })`
 
-// TestH2Browser has headless Chromium load a page over HTTPS from the
+// TestClientH2Browser has headless Chromium load a page over HTTPS from the
 // gateway (h2 on; Chromium accepts the test certificate's key), then open
 // a WebSocket from it: the page came over h2, the WebSocket is an
 // extended CONNECT stream of the same connection (the gateway serves one
@@ -47,7 +47,7 @@ const browserWaitJS = `new Promise((resolve) => {
 // tunnel), frames go both ways through a relay with a Go client over
 // HTTP/1.1 in the same room, and a drain closes the page's WebSocket
 // with 1001.
-func TestH2Browser(t *testing.T) {
+func TestClientH2Browser(t *testing.T) {
 	f := newTLSFiles(t)
 	ctx := browsertest.Start(t, chromedp.Flag("ignore-certificate-errors-spki-list", f.leafs[0].SPKIHash()))
 	e := newEnv(t, 1, tlsGatewayConfig("", f.table(testproc.FreeAddr(t), "  h2 = true"), catchAll))

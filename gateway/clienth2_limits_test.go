@@ -98,7 +98,7 @@ func flood(t *testing.T, e *env, room string, n, size int) {
 	}
 }
 
-// TestH2ClientThatNeverReadsHoldsItsTunnelBack pins the bound on what the
+// TestClientH2ThatNeverReadsHoldsItsTunnelBack pins the bound on what the
 // gateway takes from a node for an HTTP/2 client that does not read: as
 // over HTTP/1.1, where the tunnel's write blocks once the socket buffers
 // are full, the tunnel stops reading the node once the connection's write
@@ -107,7 +107,7 @@ func flood(t *testing.T, e *env, room string, n, size int) {
 // gateway held it until write_timeout. The measure is the tunnel's bytes
 // read from the node (the relays run in the test's process, so its heap
 // says nothing of the gateway's).
-func TestH2ClientThatNeverReadsHoldsItsTunnelBack(t *testing.T) {
+func TestClientH2ThatNeverReadsHoldsItsTunnelBack(t *testing.T) {
 	f := newTLSFiles(t)
 	e := newEnv(t, 1, tlsGatewayConfig(`write_timeout = "60s"`, f.table(testproc.FreeAddr(t), "  h2 = true"), catchAll))
 	neverReader(t, e.srv, f, "/room/never")
@@ -128,14 +128,14 @@ func TestH2ClientThatNeverReadsHoldsItsTunnelBack(t *testing.T) {
 	}
 }
 
-// TestH2BodiesNotReadBeforeAdmission pins that a plain request's body is
+// TestClientH2BodiesNotReadBeforeAdmission pins that a plain request's body is
 // read only when the request is forwarded, as the node takes it: sixteen
 // streams of one connection each send 4 MiB less 100 KiB to a route that
 // refuses plain HTTP, and the gateway's heap grows by far less than the
 // 62 MiB it took when each stream's body was read whole before admission
 // (one TCP connection, one max_conns_per_ip place, held h2_max_streams
 // times 4 MiB). Only the gateway and an idle recorder run in the process.
-func TestH2BodiesNotReadBeforeAdmission(t *testing.T) {
+func TestClientH2BodiesNotReadBeforeAdmission(t *testing.T) {
 	f := newTLSFiles(t)
 	back := newRecorder(t)
 	cfg := fmt.Sprintf(tlsGatewayConfig(`handshake_timeout = "60s"`, f.table(testproc.FreeAddr(t), "  h2 = true\n  h2_max_streams = 16"), `
@@ -172,10 +172,10 @@ plain_http = "refuse"
 	}
 }
 
-// TestH2RequestBodyForwarded pins the plain request's body streamed to
+// TestClientH2RequestBodyForwarded pins the plain request's body streamed to
 // the node: a POST's 200 KiB arrive whole, and a content-length over 4
 // MiB (fasthttp's bound over HTTP/1.1) is answered 413 without a read.
-func TestH2RequestBodyForwarded(t *testing.T) {
+func TestClientH2RequestBodyForwarded(t *testing.T) {
 	f := newTLSFiles(t)
 	node := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		b, err := io.ReadAll(r.Body)
@@ -222,13 +222,13 @@ func TestH2RequestBodyForwarded(t *testing.T) {
 	}
 }
 
-// TestH2MaxConnsPerIPCountsTunnels pins max_conns_per_ip over HTTP/2: a
+// TestClientH2MaxConnsPerIPCountsTunnels pins max_conns_per_ip over HTTP/2: a
 // connection's place covers one WebSocket, and each further one takes a
 // place of its own, so one client address holds as many tunnels as over
 // HTTP/1.1 (there, one a connection). With max_conns_per_ip = 2, a
 // connection opens two WebSockets, a third is answered 429, and once one
 // closes another opens. Before, one connection held h2_max_streams.
-func TestH2MaxConnsPerIPCountsTunnels(t *testing.T) {
+func TestClientH2MaxConnsPerIPCountsTunnels(t *testing.T) {
 	f := newTLSFiles(t)
 	e := newEnv(t, 1, tlsGatewayConfig("max_conns_per_ip = 2", f.table(testproc.FreeAddr(t), "  h2 = true\n  h2_max_streams = 10"), catchAll))
 	hc := h2Dial(t, e.srv, f)
@@ -266,12 +266,12 @@ func TestH2MaxConnsPerIPCountsTunnels(t *testing.T) {
 	waitUntil(t, func() bool { return len(e.srv.limits.ByIP()) <= 1 && e.srv.tunnels.Len() == 0 })
 }
 
-// TestH2DrainReachesConnectionBeforeItsPreface pins the drain's GOAWAY on
+// TestClientH2DrainReachesConnectionBeforeItsPreface pins the drain's GOAWAY on
 // a connection whose ALPN chose h2 but whose client preface had not come
 // when Shutdown began: it gets GOAWAY and its WebSocket is not admitted.
 // Before, h2serve's GoAway reached only connections being served, and
 // this one was served as usual behind the drain.
-func TestH2DrainReachesConnectionBeforeItsPreface(t *testing.T) {
+func TestClientH2DrainReachesConnectionBeforeItsPreface(t *testing.T) {
 	f := newTLSFiles(t)
 	var logs lockedBuffer
 	e := newEnvLog(t, 1, tlsGatewayConfig("", f.table(testproc.FreeAddr(t), "  h2 = true"), catchAll), slog.New(slog.NewJSONHandler(&logs, nil)))
@@ -313,12 +313,12 @@ func TestH2DrainReachesConnectionBeforeItsPreface(t *testing.T) {
 	}
 }
 
-// TestH2WriteTimeoutFollowsReload pins that a reload's write_timeout
+// TestClientH2WriteTimeoutFollowsReload pins that a reload's write_timeout
 // reaches client HTTP/2 connections served after it, as it reaches new
 // tunnels: after a reload from 60s to 1s, a connection whose client
 // stops reading is closed soon after its writes stop moving (the wait
 // below is ten times the new timeout; with the old one it was sixty).
-func TestH2WriteTimeoutFollowsReload(t *testing.T) {
+func TestClientH2WriteTimeoutFollowsReload(t *testing.T) {
 	f := newTLSFiles(t)
 	tlsAddr := testproc.FreeAddr(t)
 	cfgFmt := tlsGatewayConfig("%[3]s", f.table(tlsAddr, "  h2 = true"), catchAll)

@@ -117,13 +117,13 @@ func (l *lockedBuffer) String() string {
 	return l.b.String()
 }
 
-// TestH2WebSocketsShareOneConnection opens WebSockets as extended CONNECT
+// TestClientH2WebSocketsShareOneConnection opens WebSockets as extended CONNECT
 // streams of one TLS connection whose ALPN chose h2, through the gateway
 // to relays: each is admitted and counted as a tunnel (least connections
 // spreads them over both relays), the connection takes one max_conns slot,
 // the access log says HTTP/2.0, an HTTP/1.1 client still gets http/1.1 on
 // the same listener, and every count returns to zero.
-func TestH2WebSocketsShareOneConnection(t *testing.T) {
+func TestClientH2WebSocketsShareOneConnection(t *testing.T) {
 	f := newTLSFiles(t)
 	var logs lockedBuffer
 	log := slog.New(slog.NewJSONHandler(&logs, nil))
@@ -209,7 +209,7 @@ func TestH2WebSocketsShareOneConnection(t *testing.T) {
 	}
 }
 
-// TestH2Admission sends requests as HTTP/2 streams through the admission
+// TestClientH2Admission sends requests as HTTP/2 streams through the admission
 // path HTTP/1.1 takes: no route, origin refused, a bad
 // Sec-WebSocket-Version, a Sec-WebSocket-Key (RFC 8441 has none), another
 // :protocol, a plain CONNECT, a plain request on a route that takes
@@ -217,7 +217,7 @@ func TestH2WebSocketsShareOneConnection(t *testing.T) {
 // their stream, with the
 // connection kept; a plain request on a route that takes it is proxied,
 // and the node saw X-Forwarded-Proto https and the gateway's own key.
-func TestH2Admission(t *testing.T) {
+func TestClientH2Admission(t *testing.T) {
 	f := newTLSFiles(t)
 	back := newRecorder(t)
 	cfg := fmt.Sprintf(tlsGatewayConfig("", f.table(testproc.FreeAddr(t), "  h2 = true"), `
@@ -298,11 +298,11 @@ origins = ["https://gw.test"]
 	}
 }
 
-// TestH2DrainSends1001PerStream drains a gateway with WebSockets on two
+// TestClientH2DrainSends1001PerStream drains a gateway with WebSockets on two
 // HTTP/2 connections: every stream gets 1001, each connection GOAWAY
 // first (no stream opens behind the drain), and then closes; no
 // goroutine of theirs is left.
-func TestH2DrainSends1001PerStream(t *testing.T) {
+func TestClientH2DrainSends1001PerStream(t *testing.T) {
 	f := newTLSFiles(t)
 	e := newEnv(t, 1, tlsGatewayConfig("", f.table(testproc.FreeAddr(t), "  h2 = true"), catchAll))
 	var conns []*websocket.Conn
@@ -346,7 +346,7 @@ func TestH2DrainSends1001PerStream(t *testing.T) {
 	waitNoH2Goroutines(t)
 }
 
-// TestH2NodeClientErrors runs the error cases with Node.js's http2 client
+// TestClientH2NodeJSErrors runs the error cases with Node.js's http2 client
 // (testdata/h2errors.js) against a gateway with h2_max_streams = 2: a
 // CONNECT without :protocol is answered 405; an extended CONNECT whose
 // :path is not a path is reset (PROTOCOL_ERROR) before admission; a third
@@ -354,7 +354,7 @@ func TestH2DrainSends1001PerStream(t *testing.T) {
 // reset with half a frame written ends its tunnel, the relay loses its
 // member, and every count (tunnels, streams, connections, slots, node
 // leases) returns to zero.
-func TestH2NodeClientErrors(t *testing.T) {
+func TestClientH2NodeJSErrors(t *testing.T) {
 	node, err := exec.LookPath("node")
 	if err != nil {
 		t.Skip("node (Node.js) is not installed: .ci/run installs Debian's nodejs")
@@ -416,12 +416,12 @@ func TestH2NodeClientErrors(t *testing.T) {
 	waitNoH2Goroutines(t)
 }
 
-// TestH2SlowStreamDoesNotStallOthers pins flow control per stream on the
+// TestClientH2SlowStreamDoesNotStallOthers pins flow control per stream on the
 // client side: of four WebSockets on one HTTP/2 connection, one stops
 // reading (it gives no window back) while a peer floods their room; the
 // other three get every message, and the stalled one's tunnel is ended
 // at write_timeout, its stream and node slot given back.
-func TestH2SlowStreamDoesNotStallOthers(t *testing.T) {
+func TestClientH2SlowStreamDoesNotStallOthers(t *testing.T) {
 	f := newTLSFiles(t)
 	e := newEnv(t, 1, tlsGatewayConfig(`write_timeout = "1s"`, f.table(testproc.FreeAddr(t), "  h2 = true\n  h2_max_streams = 4"), catchAll))
 	hc := h2Dial(t, e.srv, f)
@@ -491,13 +491,13 @@ func TestH2SlowStreamDoesNotStallOthers(t *testing.T) {
 	waitNoH2Goroutines(t)
 }
 
-// TestH2TurnedOnByReload pins that gateway.tls.h2 applies at a reload:
+// TestClientH2TurnedOnByReload pins that gateway.tls.h2 applies at a reload:
 // off, a client offering h2 gets http/1.1; after a reload that turns it
 // on, a new connection gets h2 and its WebSocket streams, while a wss
 // tunnel from before goes on; turned off again, new connections get
 // http/1.1 and the HTTP/2 connection already up keeps working. A changed
 // h2_max_streams is reported as needing a restart.
-func TestH2TurnedOnByReload(t *testing.T) {
+func TestClientH2TurnedOnByReload(t *testing.T) {
 	f := newTLSFiles(t)
 	tlsAddr := testproc.FreeAddr(t)
 	cfgFmt := tlsGatewayConfig("", f.table(tlsAddr, "%[3]s"), catchAll)
@@ -558,11 +558,11 @@ func TestH2TurnedOnByReload(t *testing.T) {
 	e.waitZero()
 }
 
-// TestH2ClientSubprotocol opens WebSockets over HTTP/2 asking for the
+// TestClientH2Subprotocol opens WebSockets over HTTP/2 asking for the
 // relay.v1 subprotocol, through a pool that reaches the relay over
 // HTTP/1.1 and one that reaches it over HTTP/2: the client's 200 carries
 // the subprotocol the relay chose, on both, and frames go through.
-func TestH2ClientSubprotocol(t *testing.T) {
+func TestClientH2Subprotocol(t *testing.T) {
 	for _, proto := range []string{"http1", "h2"} {
 		t.Run(proto, func(t *testing.T) {
 			f := newTLSFiles(t)
@@ -599,12 +599,12 @@ func TestH2ClientSubprotocol(t *testing.T) {
 	}
 }
 
-// TestH2NodeCapAndOverflow pins that each stream takes a node slot as an
+// TestClientH2NodeCapAndOverflow pins that each stream takes a node slot as an
 // HTTP/1.1 WebSocket does: with max_conns_per_node = 2, a third stream
 // on the same connection is answered 503 with Retry-After on its stream,
 // or, on a close-1013 route, accepted with 200 and closed at once with
 // 1013; once a stream ends, its slot takes a new one.
-func TestH2NodeCapAndOverflow(t *testing.T) {
+func TestClientH2NodeCapAndOverflow(t *testing.T) {
 	f := newTLSFiles(t)
 	cfg := tlsGatewayConfig("", f.table(testproc.FreeAddr(t), "  h2 = true"), `
 [[routes]]
@@ -660,14 +660,14 @@ pool = "relay"
 	waitNoH2Goroutines(t)
 }
 
-// TestH2RapidResetBoundsAdmission pins the rapid reset bound through the
+// TestClientH2RapidResetBoundsAdmission pins the rapid reset bound through the
 // auth chain (CVE-2023-44487): a client opens 100 streams whose auth
 // plugin call takes 1 s (under the plugin timeout, 2 s) and resets each
 // at once; with h2_max_streams = 4 at most 4 are admitted at a time, so
 // the plugin is called 4 times, not 100, the rest refused with
 // REFUSED_STREAM. The next WebSocket gets in, and its plugin call, the
 // fifth, saw the request with ALPN h2.
-func TestH2RapidResetBoundsAdmission(t *testing.T) {
+func TestClientH2RapidResetBoundsAdmission(t *testing.T) {
 	f := newTLSFiles(t)
 	back := newRecorder(t)
 	plugin := testproc.Build(t, "./plugins/internal/testplugin")

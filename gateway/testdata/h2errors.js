@@ -1,7 +1,7 @@
 // h2errors.js: the error cases of WebSockets over HTTP/2 (RFC 8441), with
 // an HTTP/2 client we did not write: Node.js's built-in http2 module,
 // against the gateway's TLS listener with gateway.tls.h2 on and
-// h2_max_streams = 2 (TestH2NodeClientErrors). On one session it sends a
+// h2_max_streams = 2 (TestClientH2NodeJSErrors). On one session it sends a
 // CONNECT without :protocol, an extended CONNECT whose :path is not a
 // path, then opens a WebSocket, reads its hello, writes half a frame and
 // resets the stream. On a second session it opens three requests at once,
