@@ -11,7 +11,6 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/wsgate/wsgate/bench/internal/probe"
@@ -182,92 +181,34 @@ func idleStreams(ctx context.Context, p *proxy, relay *stack.Relay, conns, strea
 // connection to p for dur, each reading its 200 and ending its stream,
 // and returns the opens per second and p's CPU time per open.
 func streamOpens(ctx context.Context, p *proxy, workers int, dur time.Duration) (float64, time.Duration, error) {
-	pids, err := p.pids()
-	if err != nil {
-		return 0, 0, err
-	}
 	hc, err := h2Dial(p.addr)
 	if err != nil {
 		return 0, 0, err
 	}
 	defer hc.Close()
-	cpu0, err := probe.CPUSum(pids)
-	if err != nil {
-		return 0, 0, err
-	}
-	var done, failed atomic.Int64
-	var firstErr atomic.Value
-	start := time.Now()
-	stop := start.Add(dur)
-	var wg sync.WaitGroup
-	for w := range workers {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for time.Now().Before(stop) && ctx.Err() == nil {
-				s, err := h2Open(hc, fmt.Sprintf("/room/h2open-%s-%d", p.name, w))
-				if err != nil {
-					failed.Add(1)
-					firstErr.CompareAndSwap(nil, err)
-					continue
-				}
-				done.Add(1)
-				_ = s.Abort() // RST_STREAM: the tunnel ends at once
+	return rate(ctx, p, workers, dur, "opens", func(w int) func() error {
+		return func() error {
+			s, err := h2Open(hc, fmt.Sprintf("/room/h2open-%s-%d", p.name, w))
+			if err != nil {
+				return err
 			}
-		}()
-	}
-	wg.Wait()
-	elapsed := time.Since(start)
-	cpu1, err := probe.CPUSum(pids)
-	if err != nil {
-		return 0, 0, err
-	}
-	n := done.Load()
-	if n == 0 || failed.Load() > n/100 {
-		return 0, 0, fmt.Errorf("%d opens, %d failed (first: %v)", n, failed.Load(), firstErr.Load())
-	}
-	return float64(n) / elapsed.Seconds(), (cpu1 - cpu0) / time.Duration(n), nil
+			_ = s.Abort() // RST_STREAM: the tunnel ends at once
+			return nil
+		}
+	})
 }
 
 // wssOpens is streamOpens over HTTP/1.1: each WebSocket on a TLS
 // connection of its own, a full handshake, then closed.
 func wssOpens(ctx context.Context, p *proxy, workers int, dur time.Duration) (float64, time.Duration, error) {
-	pids, err := p.pids()
-	if err != nil {
-		return 0, 0, err
-	}
-	cpu0, err := probe.CPUSum(pids)
-	if err != nil {
-		return 0, 0, err
-	}
-	var done, failed atomic.Int64
-	start := time.Now()
-	stop := start.Add(dur)
-	var wg sync.WaitGroup
-	for w := range workers {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for time.Now().Before(stop) && ctx.Err() == nil {
-				c, err := wssOpen(p.addr, fmt.Sprintf("/room/h1open-%s-%d", p.name, w))
-				if err != nil {
-					failed.Add(1)
-					continue
-				}
-				done.Add(1)
-				_ = c.Close()
+	return rate(ctx, p, workers, dur, "opens", func(w int) func() error {
+		return func() error {
+			c, err := wssOpen(p.addr, fmt.Sprintf("/room/h1open-%s-%d", p.name, w))
+			if err != nil {
+				return err
 			}
-		}()
-	}
-	wg.Wait()
-	elapsed := time.Since(start)
-	cpu1, err := probe.CPUSum(pids)
-	if err != nil {
-		return 0, 0, err
-	}
-	n := done.Load()
-	if n == 0 || failed.Load() > n/100 {
-		return 0, 0, fmt.Errorf("%d opens, %d failed", n, failed.Load())
-	}
-	return float64(n) / elapsed.Seconds(), (cpu1 - cpu0) / time.Duration(n), nil
+			_ = c.Close()
+			return nil
+		}
+	})
 }
