@@ -287,3 +287,40 @@ func waitLingering(t *testing.T, n int32) {
 		time.Sleep(10 * time.Millisecond)
 	}
 }
+
+// TestLingerEndsAfterLingerBytes pins the linger's byte bound: a cut
+// client that goes on sending, and neither closes nor reaches a close
+// deadline an hour away, has its socket closed once lingerBytes came.
+func TestLingerEndsAfterLingerBytes(t *testing.T) {
+	waitLingering(t, 0) // the sockets of earlier tests
+	client, gwClient := clientPair(t)
+	gwNode, node := nodePair(t)
+	tun := New(Params{Client: gwClient, Node: gwNode, MaxFrame: 1024, CloseTimeout: time.Hour})
+	tun.Start()
+	cr, nr := bufio.NewReader(client), bufio.NewReader(node)
+	if _, err := client.Write(frame(wsframe.OpBinary, true, true, make([]byte, 2048))); err != nil {
+		t.Fatal(err)
+	}
+	expectClose(t, node, nr, CodeGoingAway, true)
+	if _, err := node.Write(wsframe.AppendClose(nil, CodeGoingAway, "", nil)); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-tun.Done():
+	case <-time.After(20 * time.Second):
+		t.Fatal("tunnel did not end")
+	}
+	expectClose(t, client, cr, CodeTooBig, false)
+	if n := lingering.Load(); n != 1 {
+		t.Fatalf("lingering %d, want 1", n)
+	}
+	// Twice the bound, in pieces; writes fail once the socket is gone.
+	_ = client.SetWriteDeadline(time.Now().Add(20 * time.Second))
+	chunk := make([]byte, 4096)
+	for range 2 * lingerBytes / len(chunk) {
+		if _, err := client.Write(chunk); err != nil {
+			break
+		}
+	}
+	waitLingering(t, 0)
+}
