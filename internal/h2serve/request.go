@@ -2,6 +2,7 @@ package h2serve
 
 import (
 	"net/http"
+	"strconv"
 	"strings"
 
 	"golang.org/x/net/http2/hpack"
@@ -23,6 +24,11 @@ type Request struct {
 	Path string
 	// Header holds the regular fields with canonical names.
 	Header http.Header
+	// ContentLength is the content-length field's value, -1 when there
+	// is none. The DATA of the stream add up to it, or the stream is
+	// reset (RFC 9113 section 8.1.1); Header holds it once, however
+	// many times the client repeated it.
+	ContentLength int64
 }
 
 // parseRequest checks a request header block against RFC 9113 section 8.3
@@ -31,7 +37,7 @@ type Request struct {
 // Framer has already checked field names (lowercase, valid), values,
 // duplicated pseudo-header fields and their place before the regular ones.
 func parseRequest(fields []hpack.HeaderField) (*Request, string) {
-	req := &Request{Header: make(http.Header)}
+	req := &Request{Header: make(http.Header), ContentLength: -1}
 	for _, f := range fields {
 		if strings.HasPrefix(f.Name, ":") {
 			switch f.Name {
@@ -57,6 +63,19 @@ func parseRequest(fields []hpack.HeaderField) (*Request, string) {
 			if f.Value != "trailers" {
 				return nil, `te other than "trailers" (RFC 9113 section 8.2.2)`
 			}
+		}
+		if f.Name == "content-length" {
+			// Repeated (or a list), it must say one length (RFC 9110
+			// section 8.6).
+			for _, v := range strings.Split(f.Value, ",") {
+				n, ok := parseLength(strings.TrimSpace(v))
+				if !ok || req.ContentLength >= 0 && n != req.ContentLength {
+					return nil, "content-length that is not one length (RFC 9110 section 8.6)"
+				}
+				req.ContentLength = n
+			}
+			req.Header["Content-Length"] = []string{strconv.FormatInt(req.ContentLength, 10)}
+			continue
 		}
 		k := http.CanonicalHeaderKey(f.Name)
 		req.Header[k] = append(req.Header[k], f.Value)
@@ -87,4 +106,20 @@ func parseRequest(fields []hpack.HeaderField) (*Request, string) {
 		return nil, ":path is not an absolute path (RFC 9113 section 8.3.1)"
 	}
 	return req, ""
+}
+
+// parseLength parses a content-length value: decimal digits (RFC 9110
+// section 8.6), within int64.
+func parseLength(v string) (int64, bool) {
+	if v == "" || len(v) > 18 {
+		return 0, false
+	}
+	var n int64
+	for i := 0; i < len(v); i++ {
+		if v[i] < '0' || v[i] > '9' {
+			return 0, false
+		}
+		n = n*10 + int64(v[i]-'0')
+	}
+	return n, true
 }
