@@ -548,8 +548,8 @@ func (c *conn) onHeaders(f *http2.MetaHeadersFrame) error {
 		switch {
 		case s.remoteEnded:
 			code = http2.ErrCodeStreamClosed
-		case !f.StreamEnded(), selfDep:
-			code = http2.ErrCodeProtocol
+		case !f.StreamEnded(), selfDep, len(f.PseudoFields()) > 0:
+			code = http2.ErrCodeProtocol // trailers end the stream and hold no pseudo-header field (section 8.1)
 		case s.bodyLeft > 0:
 			code = http2.ErrCodeProtocol // short of its content-length (section 8.1.1)
 		default:
@@ -684,9 +684,14 @@ func (c *conn) onData(f *http2.DataFrame) error {
 			s.recvWindow -= int32(n)
 			s.recvCredit += n - uint32(len(data)) // padding is consumed on arrival
 			if s.readClosed {
-				// Nobody reads any more: discard, and give the window
-				// back so that the client can finish.
-				s.recvCredit += uint32(len(data))
+				// Nobody reads any more: discard. While this side has not
+				// ended, the window goes back so that the client can
+				// finish; once it has (a response sent in full), the
+				// client may end its side, which needs no window, and is
+				// given none to send more (RFC 9113 section 8.1).
+				if !s.localEnded {
+					s.recvCredit += uint32(len(data))
+				}
 			} else if len(data) > 0 {
 				if s.roff > 0 && len(s.rbuf)+len(data) > cap(s.rbuf) {
 					// Move the unread part to the front rather than grow:
