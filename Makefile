@@ -104,9 +104,13 @@ proto:
 
 # deps installs what the tests run from Debian's packages when it is missing
 # (as root): redis-server for the integration tests, chromium for the
-# dashboard test.
+# dashboard test; and h2spec, the HTTP/2 conformance suite the gateway's
+# TLS listener and relay-backend are held to (internal/h2spectest), at its
+# pinned version into bin/ with go install (not a dependency of the module).
 DEPS = redis-server chromium
+H2SPEC = github.com/summerwind/h2spec/cmd/h2spec@v2.2.1+incompatible
 deps:
+	@[ -x bin/h2spec ] || GOBIN="$(CURDIR)/bin" $(GO) install $(H2SPEC)
 	@missing=""; for p in $(DEPS); do command -v $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
 	if [ -n "$$missing" ]; then \
 		if [ "$$(id -u)" = 0 ]; then apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing >/dev/null; \
