@@ -11,6 +11,7 @@ import (
 	"github.com/wsgate/wsgate/gateway/internal/admit"
 	"github.com/wsgate/wsgate/gateway/internal/route"
 	"github.com/wsgate/wsgate/gateway/internal/upgrade"
+	"github.com/wsgate/wsgate/internal/h2serve"
 	"github.com/wsgate/wsgate/internal/httpheader"
 )
 
@@ -109,6 +110,13 @@ func (s *Server) serveHTTP(ctx *fasthttp.RequestCtx, g *generation, rt *route.Ro
 		if err == nil {
 			return
 		}
+		if clientBodyFailed(err) {
+			// The request failed, not the node: the client's body broke
+			// off or did not add up to its content-length.
+			ctx.Response.Reset()
+			s.refuse(ctx, admit.Reject(fasthttp.StatusBadRequest, "bad_request", "the request body did not arrive as announced"))
+			return
+		}
 		s.log.Warn("proxy request failed", "pool", p.Name, "node", lease.Node().Addr(), "err", err)
 		var nerr net.Error
 		if !errors.As(err, &nerr) && !errors.Is(err, fasthttp.ErrConnectionClosed) {
@@ -118,4 +126,13 @@ func (s *Server) serveHTTP(ctx *fasthttp.RequestCtx, g *generation, rt *route.Ro
 	}
 	ctx.Response.Reset()
 	s.refuse(ctx, admit.Reject(fasthttp.StatusBadGateway, "upstream_error", "no node answered"))
+}
+
+// clientBodyFailed reports whether a forward failed on the client's
+// HTTP/2 request body: its stream was reset (h2serve resets one whose DATA
+// do not add up to its content-length, RFC 9113 section 8.1.1), or it
+// went past its content-length or maxStreamBody.
+func clientBodyFailed(err error) bool {
+	var se *h2serve.StreamError
+	return errors.As(err, &se) || errors.Is(err, errBodyLength) || errors.Is(err, errBodyTooLarge)
 }
