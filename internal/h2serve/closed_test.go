@@ -39,7 +39,8 @@ func pingRoundTrip(t *testing.T, c *rawConn, data [8]byte) {
 // the reset. DATA on a stream that ended otherwise was ignored: it is
 // answered RST_STREAM(STREAM_CLOSED). A stream that depends on itself, and
 // DATA off the request's content-length, reset the stream
-// (PROTOCOL_ERROR). The connection goes on through all of them.
+// (PROTOCOL_ERROR), even once an early answer reset it (NO_ERROR). The
+// connection goes on through all of them.
 func TestFramesOnClosedStreams(t *testing.T) {
 	srv := &h2serve.Server{Handler: func(s *h2serve.Stream) {
 		switch s.Request().Path {
@@ -101,5 +102,16 @@ func TestFramesOnClosedStreams(t *testing.T) {
 	reset(11, http2.ErrCodeProtocol)
 	_ = c.fr.WriteHeaders(http2.HeadersFrameParam{StreamID: 13, BlockFragment: append(post("/x", "2"), headerBlock("content-length", "3")...), EndHeaders: true})
 	reset(13, http2.ErrCodeProtocol)
+	// Streams 15 and 17: answered in full at once, so reset with
+	// NO_ERROR before the client's body came; the body is still checked
+	// against its content-length, and valid trailers are ignored.
+	_ = c.fr.WriteHeaders(http2.HeadersFrameParam{StreamID: 15, BlockFragment: post("/", "4"), EndHeaders: true})
+	reset(15, http2.ErrCodeNo)
+	_ = c.fr.WriteData(15, true, []byte("abc"))
+	reset(15, http2.ErrCodeProtocol)
+	_ = c.fr.WriteHeaders(http2.HeadersFrameParam{StreamID: 17, BlockFragment: post("/", "4"), EndHeaders: true})
+	reset(17, http2.ErrCodeNo)
+	_ = c.fr.WriteData(17, false, []byte("abcd"))
+	_ = c.fr.WriteHeaders(http2.HeadersFrameParam{StreamID: 17, BlockFragment: headerBlock("x-trailer", "1"), EndHeaders: true, EndStream: true})
 	pingRoundTrip(t, c, [8]byte{2})
 }

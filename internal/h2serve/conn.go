@@ -124,8 +124,12 @@ type conn struct {
 	// resets are the streams this side reset lately (a ring of
 	// recentResets): frames the client sent before it saw the reset are
 	// ignored (RFC 9113 section 5.1, "closed"), trailers included, where
-	// a frame on another closed stream is an error.
-	resets    []uint32
+	// a frame on another closed stream is an error; but DATA off the
+	// request's content-length, and trailers that are malformed, still
+	// reset it (PROTOCOL_ERROR), as they would have an open stream. A
+	// RST_STREAM from the client takes its stream off: what it sends
+	// after its own reset is an error.
+	resets    []resetRecord
 	resetNext int
 	// ctrlTokens is what the client may still spend on frames that do
 	// no work (controlBurst at most): each costs one, DATA and HEADERS
@@ -443,24 +447,45 @@ func (c *conn) earnLocked(n int) {
 	c.ctrlTokens = min(c.ctrlTokens+n, c.ctrlBurst)
 }
 
-// recordResetLocked remembers that this side reset stream id.
-func (c *conn) recordResetLocked(id uint32) {
-	if len(c.resets) < recentResets {
-		c.resets = append(c.resets, id)
+// resetRecord is a stream this side reset: its id, and what its
+// content-length still announced (-1: none, or no longer checked).
+type resetRecord struct {
+	id   uint32
+	left int64
+}
+
+// recordResetLocked remembers that this side reset stream id, whose
+// request body still had left bytes to come.
+func (c *conn) recordResetLocked(id uint32, left int64) {
+	if r := c.resetOfLocked(id); r != nil {
+		r.left = -1
 		return
 	}
-	c.resets[c.resetNext] = id
+	if len(c.resets) < recentResets {
+		c.resets = append(c.resets, resetRecord{id, left})
+		return
+	}
+	c.resets[c.resetNext] = resetRecord{id, left}
 	c.resetNext = (c.resetNext + 1) % recentResets
 }
 
-// wasResetLocked reports whether this side reset stream id lately.
-func (c *conn) wasResetLocked(id uint32) bool {
-	for _, r := range c.resets {
-		if r == id {
-			return true
+// resetOfLocked returns the record of stream id if this side reset it
+// lately, else nil.
+func (c *conn) resetOfLocked(id uint32) *resetRecord {
+	for i := range c.resets {
+		if c.resets[i].id == id {
+			return &c.resets[i]
 		}
 	}
-	return false
+	return nil
+}
+
+// forgetResetLocked takes stream id off the records: the client reset it
+// too.
+func (c *conn) forgetResetLocked(id uint32) {
+	if r := c.resetOfLocked(id); r != nil {
+		r.id = 0 // no client stream has id 0
+	}
 }
 
 // lookup finds the stream a frame is for. A stream the client has not
@@ -573,12 +598,18 @@ func (c *conn) onHeaders(f *http2.MetaHeadersFrame) error {
 		return connError{http2.ErrCodeProtocol, fmt.Sprintf("HEADERS on stream %d, not a client stream", id)}
 	}
 	if id <= c.lastID {
-		if c.wasResetLocked(id) {
+		if r := c.resetOfLocked(id); r != nil {
 			// Sent before the client saw this side's reset: ignored
 			// (section 5.1), though its block was decoded, as the
-			// connection's hpack state requires.
+			// connection's hpack state requires; unless it is not
+			// trailers, or ends a body short of its content-length.
+			malformed := !f.StreamEnded() || selfDep || len(f.PseudoFields()) > 0 || r.left > 0
+			r.left = -1
 			err := c.spendLocked()
 			c.mu.Unlock()
+			if err == nil && malformed {
+				c.resetStream(id, http2.ErrCodeProtocol, nil)
+			}
 			return err
 		}
 		c.mu.Unlock()
@@ -662,10 +693,20 @@ func (c *conn) onData(f *http2.DataFrame) error {
 	data := f.Data()
 	useful := false
 	switch {
-	case s == nil && err == nil && !c.wasResetLocked(f.StreamID):
-		// A stream that ended, not by this side's reset (section 5.1,
-		// "closed").
-		resetCode = http2.ErrCodeStreamClosed
+	case s == nil && err == nil:
+		r := c.resetOfLocked(f.StreamID)
+		switch {
+		case r == nil:
+			// A stream that ended, not by this side's reset (section
+			// 5.1, "closed").
+			resetCode = http2.ErrCodeStreamClosed
+		case r.left >= 0 && (int64(len(data)) > r.left || f.StreamEnded() && int64(len(data)) != r.left):
+			// Ignored, but off its content-length all the same.
+			r.left = -1
+			resetCode = http2.ErrCodeProtocol
+		case r.left >= 0:
+			r.left -= int64(len(data))
+		}
 	case s != nil:
 		switch {
 		case int64(n) > int64(s.recvWindow):
@@ -684,14 +725,9 @@ func (c *conn) onData(f *http2.DataFrame) error {
 			s.recvWindow -= int32(n)
 			s.recvCredit += n - uint32(len(data)) // padding is consumed on arrival
 			if s.readClosed {
-				// Nobody reads any more: discard. While this side has not
-				// ended, the window goes back so that the client can
-				// finish; once it has (a response sent in full), the
-				// client may end its side, which needs no window, and is
-				// given none to send more (RFC 9113 section 8.1).
-				if !s.localEnded {
-					s.recvCredit += uint32(len(data))
-				}
+				// Nobody reads any more: discard, and give the window
+				// back so that the client can finish.
+				s.recvCredit += uint32(len(data))
 			} else if len(data) > 0 {
 				if s.roff > 0 && len(s.rbuf)+len(data) > cap(s.rbuf) {
 					// Move the unread part to the front rather than grow:
@@ -755,6 +791,7 @@ func (c *conn) onReset(f *http2.RSTStreamFrame) error {
 	if s != nil {
 		s.finishLocked(&StreamError{StreamID: s.id, Code: f.ErrCode, Remote: true})
 	}
+	c.forgetResetLocked(f.StreamID)
 	return err
 }
 
@@ -889,10 +926,15 @@ func (c *conn) resetStream(id uint32, code http2.ErrCode, err error) {
 	}
 	c.wmu.Lock()
 	c.mu.Lock()
+	left := int64(-1)
 	if s := c.streams[id]; s != nil {
+		if code == http2.ErrCodeNo {
+			// An answered request: its body is still checked.
+			left = s.bodyLeft
+		}
 		s.finishLocked(err)
 	}
-	c.recordResetLocked(id)
+	c.recordResetLocked(id, left)
 	c.mu.Unlock()
 	c.queueLocked(true, func(fr *http2.Framer) error { return fr.WriteRSTStream(id, code) })
 	c.wmu.Unlock()

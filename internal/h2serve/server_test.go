@@ -323,7 +323,7 @@ func TestGoAway(t *testing.T) {
 }
 
 // TestRespond pins a complete answer: status, fields, body, then the
-// stream ends when the client, which had not ended its side, ends it.
+// stream ends (RST_STREAM(NO_ERROR) as the client had not ended it).
 func TestRespond(t *testing.T) {
 	srv := &h2serve.Server{Handler: func(s *h2serve.Stream) {
 		_ = s.Respond(503, http.Header{"Retry-After": {"1"}, "Connection": {"close"}}, []byte("draining"))
@@ -338,9 +338,7 @@ func TestRespond(t *testing.T) {
 	if err != nil || status != 503 || string(body) != "draining" || h.Get("Retry-After") != "1" || h.Get("Content-Length") != "8" || h.Get("Connection") != "" {
 		t.Fatalf("answer %d %v %q %v", status, h, body, err)
 	}
-	if err := st.CloseWrite(); err != nil {
-		t.Fatal(err)
-	}
+	waitFor(t, "the reset", func() bool { code, ok := st.Reset(); return ok && code == http2.ErrCodeNo })
 	waitFor(t, "streams to end", func() bool { return srv.Stats().Streams == 0 })
 }
 

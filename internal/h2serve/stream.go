@@ -141,11 +141,11 @@ func (s *Stream) WriteHeader(status int, h http.Header) error {
 
 // Respond sends a complete response: status, the fields of h, a
 // content-length and body, ending this side of the stream with
-// END_STREAM. The stream ends when the client ends its side, as Close
-// says; what it still sends of its request is discarded and gets no
-// more stream window, and is still checked (its content-length, its
-// trailers): no RST_STREAM(NO_ERROR) makes the client's frames in
-// flight ones to ignore. Without a
+// END_STREAM, then RST_STREAM(NO_ERROR) if the client has not ended its
+// side (RFC 9113 section 8.1 lets a server stop a request it has
+// answered); what the client sent before it saw the reset is ignored,
+// though still checked against its content-length and the form of
+// trailers (see conn.resets). Without a
 // write deadline set, the body gets WriteTimeout to find send window; a
 // body that cannot go resets the stream (CANCEL).
 func (s *Stream) Respond(status int, h http.Header, body []byte) error {
@@ -172,6 +172,12 @@ func (s *Stream) Respond(status int, h http.Header, body []byte) error {
 			c.resetStream(s.id, http2.ErrCodeCancel, net.ErrClosed)
 			return err
 		}
+	}
+	c.mu.Lock()
+	stop := !s.ended && !s.remoteEnded
+	c.mu.Unlock()
+	if stop {
+		c.resetStream(s.id, http2.ErrCodeNo, net.ErrClosed)
 	}
 	return nil
 }
