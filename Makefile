@@ -12,12 +12,23 @@ PKGS ?= ./...
 # carries a TLS client's tunnel to an HTTP/2 node (TestClientH2*, a client's
 # streams over HTTP/2, run on that engine in every run), and the HTTP/2
 # client's with its connections read the way a poller reads them.
+# Every run goes ahead whatever the ones before it gave, so each
+# package's result is reported; then the runs that failed are listed
+# and make fails.
+TESTFLAGS = -race -shuffle=on -count=1
+TEST_RUNS = \
+	"$(GO) test $(TESTFLAGS) -timeout 12m $(PKGS)" \
+	"WSGATE_TUNNEL_ENGINE=goroutines $(GO) test $(TESTFLAGS) ./gateway/internal/tunnel" \
+	"WSGATE_TUNNEL_ENGINE=goroutines $(GO) test $(TESTFLAGS) -run '^TestH2' ./gateway" \
+	"WSGATE_H2_POLL=1 $(GO) test $(TESTFLAGS) ./gateway/internal/upstream/h2" \
+	"WSGATE_TUNNEL_TLS=1 $(GO) test $(TESTFLAGS) ./gateway/internal/tunnel"
 test: deps
-	$(GO) test -race -shuffle=on -count=1 -timeout 12m $(PKGS)
-	WSGATE_TUNNEL_ENGINE=goroutines $(GO) test -race -shuffle=on -count=1 ./gateway/internal/tunnel
-	WSGATE_TUNNEL_ENGINE=goroutines $(GO) test -race -shuffle=on -count=1 -run '^TestH2' ./gateway
-	WSGATE_H2_POLL=1 $(GO) test -race -shuffle=on -count=1 ./gateway/internal/upstream/h2
-	WSGATE_TUNNEL_TLS=1 $(GO) test -race -shuffle=on -count=1 ./gateway/internal/tunnel
+	@failed=""; \
+	for run in $(TEST_RUNS); do \
+		echo "$$run"; \
+		eval "$$run" || failed="$$failed	$$run\n"; \
+	done; \
+	if [ -n "$$failed" ]; then printf 'make test: these runs failed:\n%b' "$$failed" >&2; exit 1; fi
 
 # demo runs the gateway in front of two in-process relay replicas.
 demo:
