@@ -108,6 +108,7 @@ func (s *Set) pick(ctx context.Context) (*Conn, error) {
 			s.mu.Unlock()
 			return nil, ErrSetClosed
 		}
+		s.retireSpentLocked()
 		best, bestN := (*Conn)(nil), 0
 		for _, c := range s.conns {
 			if n, ok := c.room(); ok && (best == nil || n < bestN) {
@@ -194,7 +195,41 @@ func (c *Conn) room() (int, bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	n := len(c.streams)
-	return n, c.err == nil && !c.goAway && c.nextID <= maxWindow && uint32(n) < c.maxStreams
+	return n, c.err == nil && !c.goAway && c.nextID <= retireIDAt && uint32(n) < c.maxStreams
+}
+
+// retireIDAt is the last stream identifier a connection of a Set is
+// given a stream with. Stream identifiers are not reused (RFC 9113
+// section 5.1.1), so a connection that has opened about 2^30 streams
+// can open no more: short of that (by 1,024 streams, so that streams
+// placed on it at that moment still get theirs), the set retires it as
+// a node's GOAWAY does (no new stream; it closes, with a GOAWAY, once
+// its streams have ended) and dials a replacement.
+const retireIDAt = maxWindow - 2*1024
+
+// idsSpent reports whether c has given out its stream identifiers up to
+// retireIDAt.
+func (c *Conn) idsSpent() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.nextID > retireIDAt
+}
+
+// retireSpentLocked takes the connections that used up their stream
+// identifiers out of the set and retires them: a connection that takes no
+// stream must not hold a place, and a PING, for good. Called with s.mu
+// held.
+func (s *Set) retireSpentLocked() {
+	kept := s.conns[:0]
+	for _, c := range s.conns {
+		if c.idsSpent() {
+			s.retire(c)
+			continue
+		}
+		kept = append(kept, c)
+	}
+	clear(s.conns[len(kept):])
+	s.conns = kept
 }
 
 // drop takes c out of the set: it takes no new stream (GOAWAY, lost).
