@@ -28,11 +28,8 @@ func (p *Pool) OpenH2(old *Pool, size int, cfg h2.Config, poll h2.Poller) {
 				continue
 			}
 		}
-		addr := n.Addr()
 		p.H2[n] = &h2.Set{
-			Dial: func(ctx context.Context) (net.Conn, error) {
-				return p.dialNode(ctx, addr, nil, ALPNH2, nil)
-			},
+			Dial:         p.h2Dial(n.Addr()),
 			Config:       cfg,
 			Size:         size,
 			PingInterval: ping,
@@ -41,14 +38,26 @@ func (p *Pool) OpenH2(old *Pool, size int, cfg h2.Config, poll h2.Poller) {
 	}
 }
 
+// h2Dial is how p's HTTP/2 sets open a connection to the node at addr.
+func (p *Pool) h2Dial(addr string) func(ctx context.Context) (net.Conn, error) {
+	return func(ctx context.Context) (net.Conn, error) {
+		return p.dialNode(ctx, addr, nil, ALPNH2, nil)
+	}
+}
+
 // RetireH2 closes the HTTP/2 sets p has and next does not (a node removed,
 // the protocol or its settings changed, or next is nil): they take no new
 // stream, and each connection closes once the streams it carries have
-// ended.
+// ended. The sets next kept from p dial through next from now on (its
+// source_addrs, connect_timeout and node policy): it is called once next
+// is the pool in force.
 func (p *Pool) RetireH2(next *Pool) {
 	for n, s := range p.H2 {
-		if next == nil || next.H2[n] != s {
+		switch {
+		case next == nil || next.H2[n] != s:
 			s.Close()
+		case next != p:
+			s.SetDial(next.h2Dial(n.Addr()))
 		}
 	}
 }

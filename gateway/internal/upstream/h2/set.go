@@ -23,7 +23,8 @@ import (
 // and Size, or use NewSet.
 type Set struct {
 	// Dial opens a connection to the node, bounded by ctx: TCP, or TLS
-	// whose handshake selected "h2" by ALPN.
+	// whose handshake selected "h2" by ALPN. Set it before the first
+	// Open; SetDial replaces it after.
 	Dial func(ctx context.Context) (net.Conn, error)
 	// Config is each connection's.
 	Config Config
@@ -171,9 +172,23 @@ func (s *Set) pick(ctx context.Context) (*Conn, error) {
 	}
 }
 
+// SetDial has the set's later dials (a connection lost, beyond Size, or
+// replacing a spent one) open their connection with dial: a set kept
+// across a reload dials as the pool it now belongs to does (its source
+// addresses, connect_timeout, node policy), not as the one it was made
+// for. Connections open stay as they are.
+func (s *Set) SetDial(dial func(ctx context.Context) (net.Conn, error)) {
+	s.mu.Lock()
+	s.Dial = dial
+	s.mu.Unlock()
+}
+
 // dial opens one connection and starts HTTP/2 on it.
 func (s *Set) dial(ctx context.Context) (*Conn, error) {
-	nc, err := s.Dial(ctx)
+	s.mu.Lock()
+	dialNode := s.Dial
+	s.mu.Unlock()
+	nc, err := dialNode(ctx)
 	if err != nil {
 		return nil, err
 	}
