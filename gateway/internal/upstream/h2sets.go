@@ -17,7 +17,7 @@ import (
 // is; RetireH2 closes the sets old has and p does not. Sets are dialed on
 // first use: one p never uses (a reload that fails) costs nothing. poll,
 // when not nil, runs the new sets' connections' reads (h2.Set.Poller).
-func (p *Pool) OpenH2(old *Pool, size int, cfg h2.Config, poll h2.Poller) {
+func (p *Pool) OpenH2(old *Pool, size int, cfg h2.Config, poll h2.SpreadPoller) {
 	p.H2 = make(map[*balancer.Node]*h2.Set, len(p.Balancer.Nodes()))
 	ping := p.Conf.H2PingInterval.Duration
 	for _, n := range p.Balancer.Nodes() {

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -34,8 +35,8 @@ type Set struct {
 	// answered within it ends the connection. 0: no pings.
 	PingInterval time.Duration
 	// Poller, when set, is offered each connection's reads (see
-	// Poller); nil: each connection reads on a goroutine of its own.
-	Poller Poller
+	// SpreadPoller); nil: each connection reads on a goroutine of its own.
+	Poller SpreadPoller
 
 	mu      sync.Mutex
 	conns   []*Conn
@@ -44,7 +45,59 @@ type Set struct {
 	dialErr error         // the last dial's error, for those that waited on it
 	closed  bool
 	closing atomic.Int32 // connections out of the set, waiting for their streams to end
+	// placing holds the pollers (tokens) of connections placed on one
+	// and not yet in conns; placeMu serializes placements, so that two
+	// dials at once see each other's (see SpreadPoller).
+	placing map[*Conn]any
+	placeMu sync.Mutex
 }
+
+// A SpreadPoller is a Poller told which pollers (their tokens) read the
+// set's other connections, busy, so that it places a node's connections
+// on distinct pollers while there are more pollers than connections
+// (tunnel.AttachConnBeside): the node's clients, whose tunnels run on
+// their connection's poller, then spread over every poller rather than
+// sharing one while another has none.
+type SpreadPoller func(nc net.Conn, c *Conn, busy []any) (owner any, detach func())
+
+// poller returns the Poller for the connection a dial is about to make,
+// nil when the set has none.
+func (s *Set) poller() Poller {
+	if s.Poller == nil {
+		return nil
+	}
+	return func(nc net.Conn, c *Conn) (any, func()) {
+		s.placeMu.Lock()
+		defer s.placeMu.Unlock()
+		s.mu.Lock()
+		busy := make([]any, 0, len(s.conns)+len(s.placing))
+		for _, o := range s.conns {
+			o.mu.Lock()
+			if o.owner != nil {
+				busy = append(busy, o.owner)
+			}
+			o.mu.Unlock()
+		}
+		for _, owner := range s.placing {
+			busy = append(busy, owner)
+		}
+		s.mu.Unlock()
+		owner, detach := s.Poller(nc, c, busy)
+		if owner != nil {
+			s.mu.Lock()
+			if s.placing == nil {
+				s.placing = make(map[*Conn]any)
+			}
+			s.placing[c] = owner
+			s.mu.Unlock()
+		}
+		return owner, detach
+	}
+}
+
+// placedLocked forgets c's placement once c is in conns or will not be.
+// Called with s.mu held.
+func (s *Set) placedLocked(c *Conn) { delete(s.placing, c) }
 
 // ErrSetClosed is returned by Set.Open once the set is closed: the node
 // left the pool, or the gateway is stopping.
@@ -152,6 +205,9 @@ func (s *Set) pick(ctx context.Context) (*Conn, error) {
 		if s.pending > 0 {
 			s.dialed = make(chan struct{})
 		}
+		if c != nil {
+			s.placedLocked(c)
+		}
 		if err == nil && s.closed {
 			s.mu.Unlock()
 			_ = c.Close()
@@ -192,13 +248,16 @@ func (s *Set) dial(ctx context.Context) (*Conn, error) {
 	if err != nil {
 		return nil, err
 	}
-	c, err := HandshakePolled(ctx, nc, s.Config, s.Poller)
+	c, err := HandshakePolled(ctx, nc, s.Config, s.poller())
 	if err != nil {
 		return nil, err
 	}
 	if _, ok := c.room(); !ok {
 		// SETTINGS_MAX_CONCURRENT_STREAMS = 0: a connection that takes
 		// no stream is not kept, nor is another dialed for each try.
+		s.mu.Lock()
+		s.placedLocked(c)
+		s.mu.Unlock()
 		_ = c.Close()
 		return nil, ErrNoStreams
 	}
@@ -317,8 +376,9 @@ type SetStats struct {
 	// Closing counts the connections out of the set (the node sent
 	// GOAWAY, or the set was closed) that wait for their streams to end.
 	Closing int
-	// Polled counts the connections of Conns a Poller reads.
-	Polled int
+	// Polled counts the connections of Conns a Poller reads, and
+	// Pollers the distinct pollers that read them.
+	Polled, Pollers int
 }
 
 // Stats returns the set's counts.
@@ -327,12 +387,20 @@ func (s *Set) Stats() SetStats {
 	conns := append([]*Conn(nil), s.conns...)
 	s.mu.Unlock()
 	st := SetStats{Conns: len(conns), Closing: int(s.closing.Load())}
+	var owners []any
 	for _, c := range conns {
 		st.Streams += c.Stats().Streams
-		if c.Polled() {
+		c.mu.Lock()
+		owner := c.owner
+		c.mu.Unlock()
+		if owner != nil {
 			st.Polled++
+			if !slices.Contains(owners, owner) {
+				owners = append(owners, owner)
+			}
 		}
 	}
+	st.Pollers = len(owners)
 	return st
 }
 
