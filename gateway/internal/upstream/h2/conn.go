@@ -926,15 +926,16 @@ func (c *Conn) OpenWebSocket(ctx context.Context, req *Request) (*Stream, *Respo
 	return s, resp, nil
 }
 
-// startStream sends the request's HEADERS on a new stream.
+// startStream queues the request's HEADERS on a new stream for the
+// flusher. It does not write them itself: a write under way (a stalled
+// node's, up to Config.WriteTimeout) would hold it past the context that
+// bounds OpenWebSocket's wait; that wait covers the write.
 func (c *Conn) startStream(req *Request) (*Stream, error) {
 	s, err := c.queueStream(req)
 	if err != nil {
 		return nil, err
 	}
-	if err := c.flush(); err != nil {
-		return nil, err
-	}
+	c.Kick()
 	return s, nil
 }
 

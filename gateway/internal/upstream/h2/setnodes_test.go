@@ -1,9 +1,13 @@
 package h2
 
 import (
+	"context"
+	"errors"
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"golang.org/x/net/http2"
 )
 
 // waitFor polls cond every 10 ms until it holds, failing the test after
@@ -64,4 +68,48 @@ func TestSetRetiresSpentConn(t *testing.T) {
 	}
 	next.Close()
 	waitFor(t, "no stream left", func() bool { return s.Stats().Streams == 0 })
+}
+
+// TestOpenBoundedBehindStalledWrite pins that opening a stream waits no
+// longer than its context (connect_timeout, in the gateway) behind a
+// write to a node that stopped reading: the request's HEADERS are queued
+// behind the stalled write, and the open gives up at its deadline. Before,
+// it waited for the write lock, up to Config.WriteTimeout (an hour here).
+func TestOpenBoundedBehindStalledWrite(t *testing.T) {
+	const big = 8 << 20
+	c, n, err := newFakeNode(t, Config{WriteTimeout: time.Hour}, xconnect,
+		http2.Setting{ID: http2.SettingInitialWindowSize, Val: big},
+		http2.Setting{ID: http2.SettingMaxFrameSize, Val: 1<<24 - 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := n.fr.WriteWindowUpdate(0, big); err != nil {
+		t.Fatal(err)
+	}
+	st, _ := n.openOK(c)
+	// The node reads no more: one DATA frame of 8 MiB fills the sockets'
+	// buffers and its write waits, holding the connection's writer.
+	go st.Write(make([]byte, big))
+	waitFor(t, "the write to stall", func() bool {
+		if c.wmu.TryLock() {
+			c.wmu.Unlock()
+			return false
+		}
+		return true
+	})
+	done := make(chan error, 1)
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+		defer cancel()
+		_, _, err := c.OpenWebSocket(ctx, &Request{Authority: "n", Path: "/"})
+		done <- err
+	}()
+	select {
+	case err := <-done:
+		if !errors.Is(err, context.DeadlineExceeded) {
+			t.Fatalf("open: %v, want its deadline", err)
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("the open waited behind the stalled write past its deadline")
+	}
 }
