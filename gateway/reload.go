@@ -425,7 +425,7 @@ func (s *Server) build(cfg *conf.Config, old *generation, certs *edge.CertSet, n
 			if g.engine != tunnel.EngineGoroutines {
 				poll = pollH2
 			}
-			p.OpenH2(op, h2Connections(cfg, p.Conf), h2.Config{WriteTimeout: cfg.Gateway.WriteTimeout.Duration}, poll)
+			p.OpenH2(op, h2Connections(cfg, p.Conf), h2.Config{WriteTimeout: cfg.Gateway.WriteTimeout.Duration}, poll, cfg.Gateway.DrainWindow.Duration)
 		}
 		g.pools[p.Name] = p
 		for _, n := range removed {

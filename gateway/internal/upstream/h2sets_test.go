@@ -33,7 +33,7 @@ func TestKeptH2SetDialsThroughNewPool(t *testing.T) {
 			t.Fatal(err)
 		}
 		t.Cleanup(p.Health.Stop)
-		p.OpenH2(old, 1, h2.Config{}, nil)
+		p.OpenH2(old, 1, h2.Config{}, nil, 0)
 		return p
 	}
 	var mu sync.Mutex

@@ -181,6 +181,11 @@ type Conn struct {
 	// pollEnds counts fail and PollDetached: readDone closes at the
 	// second, once the connection has failed and the poller let go.
 	pollEnds atomic.Int32
+
+	// set is the Set that dialed the connection, which spreads the end
+	// of its streams when it is lost (see herd.go); nil for a Conn of
+	// its own.
+	set *Set
 }
 
 // Handshake starts HTTP/2 with prior knowledge on nc (RFC 9113 section
@@ -864,8 +869,11 @@ func (c *Conn) fail(err error) {
 		return
 	}
 	c.err = err
+	held := c.holdLostLocked(err) // see herd.go
 	for _, s := range c.streams {
-		s.finishLocked(err)
+		if s.held == nil {
+			s.finishLocked(err)
+		}
 	}
 	if c.stall != nil {
 		c.stall.Stop()
@@ -873,6 +881,9 @@ func (c *Conn) fail(err error) {
 	}
 	detach := c.detach
 	c.mu.Unlock()
+	if len(held) > 0 {
+		c.set.lost(held)
+	}
 	if detach != nil {
 		detach() // the poller closes its descriptor (see PollDetached)
 		c.pollEnded()

@@ -50,6 +50,11 @@ type Set struct {
 	// dials at once see each other's (see SpreadPoller).
 	placing map[*Conn]any
 	placeMu sync.Mutex
+	// lostPol is how the streams of a lost connection end, held counts
+	// those waiting for their end (see herd.go).
+	lostPol lostPolicy
+	lostWin atomic.Int64 // lostPol.window, read under a connection's lock
+	held    atomic.Int64
 }
 
 // A SpreadPoller is a Poller told which pollers (their tokens) read the
@@ -252,6 +257,9 @@ func (s *Set) dial(ctx context.Context) (*Conn, error) {
 	if err != nil {
 		return nil, err
 	}
+	c.mu.Lock()
+	c.set = s // its streams' ends are spread if it is lost (herd.go)
+	c.mu.Unlock()
 	if _, ok := c.room(); !ok {
 		// SETTINGS_MAX_CONCURRENT_STREAMS = 0: a connection that takes
 		// no stream is not kept, nor is another dialed for each try.
@@ -376,6 +384,9 @@ type SetStats struct {
 	// Closing counts the connections out of the set (the node sent
 	// GOAWAY, or the set was closed) that wait for their streams to end.
 	Closing int
+	// Held counts the streams of lost connections whose end waits for
+	// its turn (see SetLost).
+	Held int
 	// Polled counts the connections of Conns a Poller reads, and
 	// Pollers the distinct pollers that read them.
 	Polled, Pollers int
@@ -386,7 +397,7 @@ func (s *Set) Stats() SetStats {
 	s.mu.Lock()
 	conns := append([]*Conn(nil), s.conns...)
 	s.mu.Unlock()
-	st := SetStats{Conns: len(conns), Closing: int(s.closing.Load())}
+	st := SetStats{Conns: len(conns), Closing: int(s.closing.Load()), Held: int(s.held.Load())}
 	var owners []any
 	for _, c := range conns {
 		st.Streams += c.Stats().Streams
