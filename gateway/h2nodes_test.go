@@ -5,6 +5,8 @@ import (
 	"io"
 	"net"
 	"os"
+	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -68,9 +70,12 @@ func TestH2ConnsOnDistinctPollers(t *testing.T) {
 // count (tunnels, node leases, streams held) returns to zero. Before, all
 // got it in the same instant.
 func TestH2LostConnSpreads1012(t *testing.T) {
-	_, node := startStdNode(t, "-max-streams", "1000")
+	n, window := 200, 2*time.Second
+	if v, err := strconv.Atoi(os.Getenv("WSGATE_H2_HERD_CLIENTS")); err == nil && v > 0 {
+		n = v // the issue's 5,000: see docs/operations.md
+	}
+	_, node := startStdNode(t, "-max-streams", strconv.Itoa(max(n, 1000)))
 	proxy := newCutProxyGW(t, node)
-	const n, window = 200, 2 * time.Second
 	cfg := strings.Replace(h2Pool("h2_connections = 1", proxy.addr()), `drain_window = "100ms"`, fmt.Sprintf("drain_window = %q", window), 1)
 	e := newEnv(t, 0, cfg)
 	conns := make([]*websocket.Conn, n)
@@ -95,15 +100,20 @@ func TestH2LostConnSpreads1012(t *testing.T) {
 	cutAt := time.Now()
 	proxy.cut()
 	var last time.Time
+	after := make([]time.Duration, 0, n)
 	for range n {
 		if err := <-codes; !websocket.IsCloseError(err, 1012) {
 			t.Errorf("want close 1012, got %v", err)
 		}
-		if at := <-ends; at.After(last) {
+		at := <-ends
+		if at.After(last) {
 			last = at
 		}
+		after = append(after, at.Sub(cutAt))
 	}
-	if min := window * (n - 1) / n; last.Sub(cutAt) < min {
+	slices.Sort(after)
+	t.Logf("%d clients: 1012 after the cut: first %v, median %v, last %v (drain_window %v)", n, after[0], after[n/2], after[n-1], window)
+	if min := window * time.Duration(n-1) / time.Duration(n); last.Sub(cutAt) < min {
 		t.Errorf("the last 1012 came %v after the cut, want spread over %v", last.Sub(cutAt), window)
 	}
 	for _, c := range conns {
