@@ -72,7 +72,7 @@ func TestH2ConnsOnDistinctPollers(t *testing.T) {
 func TestH2LostConnSpreads1012(t *testing.T) {
 	n, window := 200, 2*time.Second
 	if v, err := strconv.Atoi(os.Getenv("WSGATE_H2_HERD_CLIENTS")); err == nil && v > 0 {
-		n = v // the 5,000: see docs/operations.md
+		n = v // 5,000 for the figure in docs/operations.md
 	}
 	_, node := startStdNode(t, "-max-streams", strconv.Itoa(max(n, 1000)))
 	proxy := newCutProxyGW(t, node)

@@ -115,7 +115,7 @@ func TestSetSpreadsLostStreams(t *testing.T) {
 	t.Cleanup(s.Close)
 	n, window := 300, 3*time.Second
 	if v, err := strconv.Atoi(os.Getenv("WSGATE_H2_HERD_STREAMS")); err == nil && v > 0 {
-		n = v // the 5,000: see docs/protocol.md
+		n = v // 5,000 for the figure in docs/operations.md
 	}
 	s.SetLost(window, 2*time.Second)
 	streams, ends := lostEnds(t, s, n)
