@@ -19,9 +19,11 @@ import (
 // while every one is at the node's SETTINGS_MAX_CONCURRENT_STREAMS, and
 // those close once idle), and each is pinged every PingInterval, so a
 // silent node connection ends rather than holding its clients. A connection the node sent GOAWAY on,
-// or that was lost, leaves the set; its open streams continue (or have
-// ended). It is safe for concurrent use; the zero value is not: set Dial
-// and Size, or use NewSet.
+// or that is near its last stream identifier, leaves the set and its open
+// streams continue; one that was lost leaves it too, and its streams end,
+// spread over the lost window (see SetLost). A node's connections are
+// read by distinct pollers (see SpreadPoller). It is safe for concurrent
+// use; the zero value is not: set Dial and Size, or use NewSet.
 type Set struct {
 	// Dial opens a connection to the node, bounded by ctx: TCP, or TLS
 	// whose handshake selected "h2" by ALPN. Set it before the first
