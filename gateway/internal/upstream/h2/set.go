@@ -23,7 +23,7 @@ import (
 // streams continue; one that was lost leaves it too, and its streams end,
 // spread over the lost window (see SetLost). A node's connections are
 // read by distinct pollers (see SpreadPoller). It is safe for concurrent
-// use; the zero value is not: set Dial and Size, or use NewSet.
+// use; the zero value is not: set Dial and Size first.
 type Set struct {
 	// Dial opens a connection to the node, bounded by ctx: TCP, or TLS
 	// whose handshake selected "h2" by ALPN. Set it before the first
