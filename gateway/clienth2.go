@@ -195,6 +195,10 @@ func streamRequest(ctx *fasthttp.RequestCtx, req *h2serve.Request) (extended boo
 			r.Header.Add(k, v)
 		}
 	}
+	if req.NeverIndexed != nil {
+		// Kept toward a node over HTTP/2 (see upgrade.NodeStreamRequest).
+		ctx.SetUserValue(upgrade.NeverIndexedKey, req.NeverIndexed)
+	}
 	if extended {
 		r.Header.Set("Upgrade", req.Protocol)
 		r.Header.Set("Connection", "Upgrade")

@@ -421,11 +421,11 @@ func (s *Server) build(cfg *conf.Config, old *generation, certs *edge.CertSet, n
 			return nil, nil, err
 		}
 		if p.Conf.Protocol == "h2" {
-			var poll h2.Poller
+			var poll h2.SpreadPoller
 			if g.engine != tunnel.EngineGoroutines {
 				poll = pollH2
 			}
-			p.OpenH2(op, h2Connections(cfg, p.Conf), h2.Config{WriteTimeout: cfg.Gateway.WriteTimeout.Duration}, poll)
+			p.OpenH2(op, h2Connections(cfg, p.Conf), h2.Config{WriteTimeout: cfg.Gateway.WriteTimeout.Duration}, poll, cfg.Gateway.DrainWindow.Duration)
 		}
 		g.pools[p.Name] = p
 		for _, n := range removed {
@@ -521,8 +521,12 @@ func (s *Server) LastReload() ReloadStatus {
 func newPoolRate(rate, burst int) upstream.Admission { return admit.NewPoolRate(rate, burst) }
 
 // pollH2 has a tunnel poller read an HTTP/2 connection to a node, so that
-// the tunnels carried on it run on that poller (see tunnel.AttachConn).
-func pollH2(nc net.Conn, c *h2.Conn) (any, func()) { return tunnel.AttachConn(nc, c) }
+// the tunnels carried on it run on that poller, one the node's other
+// connections are not read by while there is one (see
+// tunnel.AttachConnBeside).
+func pollH2(nc net.Conn, c *h2.Conn, busy []any) (any, func()) {
+	return tunnel.AttachConnBeside(nc, c, busy)
+}
 
 // h2Connections is how many HTTP/2 connections an "h2" pool spreads each
 // node's streams over: pools.h2_connections, or one per poller (those

@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/valyala/fasthttp"
+	"github.com/wsgate/wsgate/gateway/internal/route"
 )
 
 // TestAcceptKey checks Sec-WebSocket-Accept against RFC 6455 section
@@ -52,5 +53,23 @@ func TestClientResponse(t *testing.T) {
 		"Sec-Websocket-Accept: s3pPLMBiTxaQ9kYGzzhZRbK+xOo=\r\nSec-Websocket-Protocol: chat\r\n\r\n"
 	if got != want {
 		t.Fatalf("clientResponse:\n%q\nwant\n%q", got, want)
+	}
+}
+
+// TestNodeStreamRequestNeverIndexed pins that the fields a client over
+// HTTP/2 sent never-indexed (NeverIndexedKey, set by the gateway's HTTP/2
+// front) stay named on the extended CONNECT to the node, which sends them
+// never-indexed (RFC 7541 section 7.1.3).
+func TestNodeStreamRequestNeverIndexed(t *testing.T) {
+	var ctx fasthttp.RequestCtx
+	ctx.Request.SetRequestURI("/ws?t=1")
+	ctx.Request.Header.SetHost("gw.test")
+	ctx.Request.Header.Set("X-Token", "secret")
+	if req := NodeStreamRequest(&ctx, &route.Route{}, nil, nil); req.NeverIndexed != nil {
+		t.Fatalf("NeverIndexed %v for a client that named none", req.NeverIndexed)
+	}
+	ctx.SetUserValue(NeverIndexedKey, map[string]bool{"x-token": true})
+	if req := NodeStreamRequest(&ctx, &route.Route{}, nil, nil); !req.NeverIndexed["x-token"] {
+		t.Fatalf("NeverIndexed %v, want x-token", req.NeverIndexed)
 	}
 }

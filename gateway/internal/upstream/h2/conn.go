@@ -181,6 +181,11 @@ type Conn struct {
 	// pollEnds counts fail and PollDetached: readDone closes at the
 	// second, once the connection has failed and the poller let go.
 	pollEnds atomic.Int32
+
+	// set is the Set that dialed the connection, which spreads the end
+	// of its streams when it is lost (see herd.go); nil for a Conn of
+	// its own.
+	set *Set
 }
 
 // Handshake starts HTTP/2 with prior knowledge on nc (RFC 9113 section
@@ -864,8 +869,11 @@ func (c *Conn) fail(err error) {
 		return
 	}
 	c.err = err
+	held := c.holdLostLocked(err) // see herd.go
 	for _, s := range c.streams {
-		s.finishLocked(err)
+		if s.held == nil {
+			s.finishLocked(err)
+		}
 	}
 	if c.stall != nil {
 		c.stall.Stop()
@@ -873,6 +881,9 @@ func (c *Conn) fail(err error) {
 	}
 	detach := c.detach
 	c.mu.Unlock()
+	if len(held) > 0 {
+		c.set.lost(held)
+	}
 	if detach != nil {
 		detach() // the poller closes its descriptor (see PollDetached)
 		c.pollEnded()
@@ -926,15 +937,16 @@ func (c *Conn) OpenWebSocket(ctx context.Context, req *Request) (*Stream, *Respo
 	return s, resp, nil
 }
 
-// startStream sends the request's HEADERS on a new stream.
+// startStream queues the request's HEADERS on a new stream for the
+// flusher. It does not write them itself: a write under way (a stalled
+// node's, up to Config.WriteTimeout) would hold it past the context that
+// bounds OpenWebSocket's wait; that wait covers the write.
 func (c *Conn) startStream(req *Request) (*Stream, error) {
 	s, err := c.queueStream(req)
 	if err != nil {
 		return nil, err
 	}
-	if err := c.flush(); err != nil {
-		return nil, err
-	}
+	c.Kick()
 	return s, nil
 }
 

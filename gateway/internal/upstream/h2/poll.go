@@ -52,6 +52,9 @@ func (s *Stream) WriteNB(bufs [][]byte) (int, error) {
 	for _, b := range bufs {
 		want += len(b)
 	}
+	if s.heldNow() {
+		return want, nil // see herd.go
+	}
 	c.qmu.Lock()
 	defer c.qmu.Unlock()
 	if c.werr != nil {
@@ -65,6 +68,8 @@ func (s *Stream) WriteNB(bufs [][]byte) (int, error) {
 		return 0, s.err
 	case s.localEnded || s.ended:
 		return 0, net.ErrClosed
+	case s.held != nil:
+		return want, nil // lost meanwhile: see herd.go
 	}
 	taken, seg, off := 0, 0, 0 // bufs[seg][off:] is next
 	for taken < want {

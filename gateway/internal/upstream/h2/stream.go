@@ -36,6 +36,11 @@ type Stream struct {
 	notify    func()
 	wantWrite bool
 
+	// held, under c.mu, is the loss of the connection while the Set puts
+	// off the stream's end (see herd.go): what is buffered is read, what
+	// is written dropped, until the stream ends with it.
+	held error
+
 	// Under c.mu:
 	sendWindow int64 // what this side may still send (RFC 9113 section 6.9)
 	uncredited int64 // DATA sent that the node has not credited back to the stream (Config.StreamSendLimit)
@@ -235,6 +240,9 @@ func (s *Stream) Write(p []byte) (int, error) {
 	written := 0
 	for len(p) > 0 {
 		n, err := s.reserve(len(p))
+		if err == errHeld {
+			return written + len(p), nil // see herd.go
+		}
 		if err != nil {
 			return written, err
 		}
@@ -275,6 +283,9 @@ func (s *Stream) reserve(want int) (int, error) {
 		case s.localEnded || s.ended:
 			c.mu.Unlock()
 			return 0, net.ErrClosed
+		case s.held != nil:
+			c.mu.Unlock()
+			return 0, errHeld
 		}
 		if n := s.takeWindowLocked(want); n > 0 {
 			c.mu.Unlock()
@@ -398,6 +409,12 @@ func (s *Stream) CloseWrite() error {
 	c := s.c
 	c.mu.Lock()
 	if s.localEnded || s.ended || s.err != nil {
+		c.mu.Unlock()
+		return nil
+	}
+	if s.held != nil {
+		// Its connection is gone: nothing more to wait for.
+		s.finishLocked(s.held)
 		c.mu.Unlock()
 		return nil
 	}
