@@ -912,6 +912,12 @@ func (c *Conn) OpenWebSocket(ctx context.Context, req *Request) (*Stream, *Respo
 	}
 	c.mu.Lock()
 	err = s.err
+	if s.status != 0 && (s.ok() || s.remoteEnded) {
+		// A response came: what ended the stream after it is the
+		// stream's to report (an open WebSocket's Read returns what the
+		// node sent first, its close frame among them).
+		err = nil
+	}
 	resp := &Response{Status: s.status, Header: s.respHeader, Body: s.body}
 	// The response is the caller's now: an open stream keeps none of it.
 	s.body, s.respHeader, s.responded = nil, nil, nil

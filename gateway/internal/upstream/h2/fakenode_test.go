@@ -574,3 +574,65 @@ func TestStreamErrorOnIdleStream(t *testing.T) {
 	}
 	<-c.Done()
 }
+
+// waitStreams waits until c counts want streams.
+func waitStreams(t *testing.T, c *Conn, want int) {
+	t.Helper()
+	for i := 0; c.Stats().Streams != want; i++ {
+		if i == 10000 {
+			t.Fatalf("%d streams counted, want %d", c.Stats().Streams, want)
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+// TestResetKeepsWhatCameBefore pins the loss of a WebSocket's end behind
+// HAProxy, which sends a stream's last DATA (the server's close frame),
+// END_STREAM, and RST_STREAM(CANCEL) a few microseconds later: the reset
+// threw the unread data away, and the reader got the reset instead of the
+// node's last bytes. Everything received before a reset must be read, in
+// order; after END_STREAM the reset is no error (io.EOF), before it the
+// reader gets the reset once the bytes are read.
+func TestResetKeepsWhatCameBefore(t *testing.T) {
+	for _, tt := range []struct {
+		name  string
+		ended bool
+		code  http2.ErrCode
+	}{
+		{"after END_STREAM, CANCEL", true, http2.ErrCodeCancel},
+		{"after END_STREAM, INTERNAL_ERROR", true, http2.ErrCodeInternal},
+		{"after END_STREAM, NO_ERROR", true, http2.ErrCodeNo},
+		{"mid-stream, CANCEL", false, http2.ErrCodeCancel},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			c, n, err := newFakeNode(t, Config{}, xconnect)
+			if err != nil {
+				t.Fatal(err)
+			}
+			st, hf := n.openOK(c)
+			n.fr.WriteData(hf.StreamID, false, []byte("last message, "))
+			n.fr.WriteData(hf.StreamID, tt.ended, []byte("then the close frame"))
+			n.fr.WriteRSTStream(hf.StreamID, tt.code)
+			waitStreams(t, c, 0) // the reset is in: the stream is no longer counted
+			st.SetReadDeadline(time.Now().Add(5 * time.Second))
+			b, err := io.ReadAll(st)
+			if string(b) != "last message, then the close frame" {
+				t.Errorf("read %q before %v", b, err)
+			}
+			var se *StreamError
+			switch {
+			case tt.ended && err != nil:
+				t.Errorf("after the node's END_STREAM: %v, want io.EOF", err)
+			case !tt.ended && (!errors.As(err, &se) || se.Code != tt.code || !se.Remote):
+				t.Errorf("mid-stream: %v, want the node's reset", err)
+			}
+			if _, err := st.Write([]byte("x")); err == nil {
+				t.Error("a write after the node's reset succeeded")
+			}
+			st.Close()
+			if s := c.Stats(); s != (Stats{}) {
+				t.Errorf("holds %+v", s)
+			}
+		})
+	}
+}

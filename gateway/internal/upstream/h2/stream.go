@@ -93,14 +93,15 @@ func (s *Stream) maybeEndLocked() {
 	}
 }
 
-// finishLocked removes the stream from the connection. With an error it
-// also drops what is buffered: Read and Write return err from now on.
+// finishLocked removes the stream from the connection. With an error,
+// Write returns err from now on, and Read once it has returned what was
+// received before (see readLocked): a node's last bytes, its WebSocket
+// close frame among them, are read even when a reset follows them at
+// once (HAProxy resets a stream microseconds after its END_STREAM).
 func (s *Stream) finishLocked(err error) {
 	c := s.c
 	if err != nil && s.err == nil {
 		s.err = err
-		c.buffered -= len(s.rbuf) - s.roff
-		s.rbuf, s.roff = nil, 0
 	}
 	s.respond()
 	wake.Signal(s.rwake)
@@ -175,11 +176,13 @@ func (s *Stream) Read(p []byte) (int, error) {
 // Called with c.mu held.
 func (s *Stream) readLocked(p []byte) (n int, inc uint32, err error, ready bool) {
 	c := s.c
+	// What came before an error is read first, and after the node's
+	// END_STREAM the stream's end is io.EOF whatever ended it after: a
+	// reset of a stream whose response is complete loses nothing (RFC
+	// 9113 section 8.1 lets a server stop a request it has answered).
 	switch {
 	case s.readClosed:
 		return 0, 0, net.ErrClosed, true
-	case s.err != nil:
-		return 0, 0, s.err, true
 	case s.roff < len(s.rbuf):
 		n = copy(p, s.rbuf[s.roff:])
 		s.roff += n
@@ -202,6 +205,8 @@ func (s *Stream) readLocked(p []byte) (n int, inc uint32, err error, ready bool)
 		return n, inc, nil, true
 	case s.remoteEnded:
 		return 0, 0, io.EOF, true
+	case s.err != nil:
+		return 0, 0, s.err, true
 	}
 	return 0, 0, nil, false
 }
@@ -460,6 +465,8 @@ func (s *Stream) Abort() {
 	c := s.c
 	c.mu.Lock()
 	s.readClosed = true
+	c.buffered -= len(s.rbuf) - s.roff
+	s.rbuf, s.roff = nil, 0
 	wasOpen := !s.ended
 	c.mu.Unlock()
 	if wasOpen {
