@@ -265,22 +265,34 @@ func TestWriteSplitsFrames(t *testing.T) {
 	}
 }
 
-// TestDataBeyondWindow ends the connection with FLOW_CONTROL_ERROR when
-// the node sends more than the stream window allows.
+// TestDataBeyondWindow: DATA beyond a stream's window while the
+// connection's holds resets that stream alone with FLOW_CONTROL_ERROR (it
+// ended the connection, every other stream with it, where the gateway's
+// server side resets the stream), and its reader gets what came before.
 func TestDataBeyondWindow(t *testing.T) {
 	c, n, err := newFakeNode(t, Config{StreamWindow: 1000}, xconnect)
 	if err != nil {
 		t.Fatal(err)
 	}
+	other, _ := n.openOK(c)
 	st, hf := n.openOK(c)
-	n.fr.WriteData(hf.StreamID, false, make([]byte, 1001))
-	ga := n.next(func(f http2.Frame) bool { _, ok := f.(*http2.GoAwayFrame); return ok }).(*http2.GoAwayFrame)
-	if ga.ErrCode != http2.ErrCodeFlowControl {
-		t.Errorf("GOAWAY %v", ga.ErrCode)
+	n.fr.WriteData(hf.StreamID, false, make([]byte, 600))
+	n.fr.WriteData(hf.StreamID, false, make([]byte, 401))
+	rst := n.next(func(f http2.Frame) bool { _, ok := f.(*http2.RSTStreamFrame); return ok }).(*http2.RSTStreamFrame)
+	if rst.StreamID != hf.StreamID || rst.ErrCode != http2.ErrCodeFlowControl {
+		t.Errorf("RST_STREAM %d %v, want %d FLOW_CONTROL_ERROR", rst.StreamID, rst.ErrCode, hf.StreamID)
 	}
-	if _, err := st.Read(make([]byte, 1)); !errors.Is(err, ErrConnLost) {
-		t.Errorf("read: %v", err)
+	st.SetReadDeadline(time.Now().Add(5 * time.Second))
+	b, err := io.ReadAll(st)
+	var se *StreamError
+	if len(b) != 600 || !errors.As(err, &se) || se.Code != http2.ErrCodeFlowControl {
+		t.Errorf("the stream: read %d bytes then %v, want 600 then FLOW_CONTROL_ERROR", len(b), err)
 	}
+	pingAfter(t, c, n)
+	if c.Err() != nil || c.Stats().Streams != 1 {
+		t.Fatalf("after the stream error: connection %v, %+v", c.Err(), c.Stats())
+	}
+	other.Abort()
 }
 
 // TestResponseHeaderBlocks reads a response header block continued in

@@ -37,11 +37,16 @@ type Stream struct {
 	wantWrite bool
 
 	// Under c.mu:
-	sendWindow int64 // what this side may still send (RFC 9113 section 6.9)
+	// sendDelta is what this side may still send (RFC 9113 section 6.9)
+	// less the node's SETTINGS_INITIAL_WINDOW_SIZE (see sendWindowLocked).
+	sendDelta  int64
 	uncredited int64 // DATA sent that the node has not credited back to the stream (Config.StreamSendLimit)
 	// waitingWindow: a Write waits for the connection's send window
 	// (s is in Conn.windowWaiting).
 	waitingWindow bool
+	// waitingStream: a Write (or WriteNB) stopped on the stream's own
+	// send window (s is in Conn.streamWaiting).
+	waitingStream bool
 	recvWindow    int32  // what the node may still send
 	recvCredit    uint32 // consumed bytes not yet given back by WINDOW_UPDATE
 	rbuf          []byte // received, not yet read: rbuf[roff:]
@@ -116,6 +121,7 @@ func (s *Stream) finishLocked(err error) {
 	// It waits for nothing any more: a stream that ended waiting for the
 	// connection's window would hold every other at its StreamSendLimit.
 	s.waitWindowLocked(false)
+	s.waitStreamLocked(false)
 	s.wantWrite = false
 	if s.linger != nil {
 		s.linger.Stop()
@@ -272,6 +278,7 @@ func (s *Stream) reserve(want int) (int, error) {
 	for {
 		c.mu.Lock()
 		s.waitWindowLocked(false)
+		s.waitStreamLocked(false)
 		switch {
 		case s.err != nil:
 			err := s.err
@@ -285,10 +292,7 @@ func (s *Stream) reserve(want int) (int, error) {
 			c.mu.Unlock()
 			return n, nil
 		}
-		if c.sendWindow <= 0 {
-			s.waitWindowLocked(true)
-			c.armStallLocked()
-		}
+		s.waitLocked()
 		dl := s.wdeadline
 		if s.wwake == nil {
 			s.wwake = wake.New()
@@ -317,14 +321,48 @@ func (s *Stream) takeWindowLocked(want int) int {
 	if share <= 0 && len(c.windowWaiting) == 0 {
 		share = maxWindow
 	}
-	n := min(int64(want), s.sendWindow, c.sendWindow, int64(c.peerFrame), share)
+	n := min(int64(want), s.sendWindowLocked(), c.sendWindow, int64(c.peerFrame), share)
 	if n <= 0 {
 		return 0
 	}
-	s.sendWindow -= n
+	s.sendDelta -= n
 	c.sendWindow -= n
 	s.uncredited += n
 	return int(n)
+}
+
+// sendWindowLocked is what the stream may still send: a change of the
+// node's SETTINGS_INITIAL_WINDOW_SIZE applies to it without touching it.
+// Called with c.mu held.
+func (s *Stream) sendWindowLocked() int64 { return s.sendDelta + int64(s.c.peerWindow) }
+
+// waitLocked marks the stream as waiting for the window that stopped it
+// (takeWindowLocked found none): the connection's, which arms the stall
+// timer, or its own. Called with c.mu held.
+func (s *Stream) waitLocked() {
+	c := s.c
+	switch {
+	case c.sendWindow <= 0:
+		s.waitWindowLocked(true)
+		c.armStallLocked()
+	case s.sendWindowLocked() <= 0:
+		s.waitStreamLocked(true)
+	}
+}
+
+// waitStreamLocked marks the stream as waiting for its own send window,
+// which a SETTINGS_INITIAL_WINDOW_SIZE may grow, or no longer. Called
+// with c.mu held.
+func (s *Stream) waitStreamLocked(waiting bool) {
+	if s.waitingStream == waiting {
+		return
+	}
+	s.waitingStream = waiting
+	if waiting {
+		s.c.streamWaiting[s] = struct{}{}
+	} else {
+		delete(s.c.streamWaiting, s)
+	}
 }
 
 // waitWindowLocked marks the stream as waiting for the connection's send
@@ -367,7 +405,7 @@ func (s *Stream) writable(n int) error {
 	default:
 		return nil
 	}
-	s.sendWindow += int64(n)
+	s.sendDelta += int64(n)
 	c.sendWindow += int64(n)
 	s.uncredited -= int64(n)
 	c.wakeWindowWaitersLocked() // the connection's window is back for the others
