@@ -72,8 +72,9 @@ type Config struct {
 	// MaxBody bounds what OpenWebSocket keeps of a non-2xx response body
 	// (default 64 KiB); the rest is discarded and the stream reset.
 	MaxBody int
-	// WriteTimeout bounds every write to the network: a connection that
-	// cannot take a frame within it is lost (default 10s).
+	// WriteTimeout bounds every write to the network, each 64 KiB of a
+	// longer one on its own: a connection that takes none within it is
+	// lost (default 10s).
 	WriteTimeout time.Duration
 	// StreamSendLimit bounds what one stream may have sent that the node
 	// has not yet credited back to it while another stream waits for the

@@ -13,10 +13,12 @@ import (
 // net.Conn: Read returns what the node sent, Write sends DATA, both honour
 // their deadlines. One goroutine may read while another writes; Close,
 // CloseWrite, Abort and the deadline setters may be called from any
-// goroutine. Errors: io.EOF once the node ended the stream,
-// os.ErrDeadlineExceeded for a passed deadline, a *StreamError (matching
-// ErrStreamReset) for a reset stream, ErrConnLost (wrapped) for a lost
-// connection, net.ErrClosed after Close or Abort.
+// goroutine. Errors: io.EOF once the node ended the stream (whatever
+// came after its END_STREAM), os.ErrDeadlineExceeded for a passed
+// deadline, a *StreamError (matching ErrStreamReset) for a reset stream,
+// ErrConnLost (wrapped) for a lost connection, net.ErrClosed after Close
+// or Abort; Read returns what the node sent before a reset or a lost
+// connection first.
 type Stream struct {
 	c  *Conn
 	id uint32
