@@ -467,7 +467,12 @@ func (c *Conn) endRead(err error) {
 		return
 	}
 	goAway := func() {
+		// The GOAWAY follows what is queued, whose writes get a
+		// WriteTimeout per chunk: the connection ends within one
+		// WriteTimeout all the same.
+		cut := time.AfterFunc(c.cfg.WriteTimeout, func() { c.fail(err) })
 		c.writeFrames(func(fr *http2.Framer) error { return fr.WriteGoAway(0, ce.Code, nil) })
+		cut.Stop()
 		c.fail(err)
 	}
 	if c.pfd >= 0 {
@@ -919,13 +924,15 @@ func (c *Conn) flush() error {
 		defer c.qmu.Unlock()
 		return c.werr
 	}
-	return c.flushLocked()
+	return c.flushLocked(0)
 }
 
 // keepQueueCap is the largest queue buffer kept for reuse after a flush.
 const keepQueueCap = 64 << 10
 
-func (c *Conn) flushLocked() error {
+// flushLocked writes what is queued, each writeChunk within
+// Config.WriteTimeout, or all of it within total when total is not 0.
+func (c *Conn) flushLocked(total time.Duration) error {
 	c.qmu.Lock()
 	if c.werr != nil || len(c.queue) == 0 {
 		err := c.werr
@@ -936,10 +943,15 @@ func (c *Conn) flushLocked() error {
 	c.queue, c.spare = c.spare[:0], nil
 	c.qmu.Unlock()
 	var err error
+	if total > 0 {
+		c.nc.SetWriteDeadline(time.Now().Add(total))
+	}
 	for off := 0; off < len(b) && err == nil; {
 		// The deadline is for progress: each chunk has WriteTimeout.
 		end := min(off+writeChunk, len(b))
-		c.nc.SetWriteDeadline(time.Now().Add(c.cfg.WriteTimeout))
+		if total == 0 {
+			c.nc.SetWriteDeadline(time.Now().Add(c.cfg.WriteTimeout))
+		}
 		var n int
 		n, err = c.nc.Write(b[off:end])
 		off += n
@@ -1232,7 +1244,9 @@ func (c *Conn) Close() error {
 	// one's own); closing the socket ends a stalled write at once.
 	if c.wmu.TryLock() {
 		if c.queueFrames(func(fr *http2.Framer) error { return fr.WriteGoAway(0, http2.ErrCodeNo, nil) }) == nil {
-			c.flushLocked()
+			// One WriteTimeout for all: Close does not wait for a
+			// slow node to take a backlog.
+			c.flushLocked(c.cfg.WriteTimeout)
 		}
 		c.wmu.Unlock()
 	}
