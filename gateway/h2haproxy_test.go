@@ -154,7 +154,7 @@ func TestH2HAProxyKeepsTheNodesEnd(t *testing.T) {
 				wg.Go(func() {
 					for {
 						i := int(next.Add(1)) - 1
-						if i >= n || failed.Load() >= 5 {
+						if i >= n {
 							return
 						}
 						if err := haproxyRound(e, i); err != nil {
@@ -166,6 +166,7 @@ func TestH2HAProxyKeepsTheNodesEnd(t *testing.T) {
 				})
 			}
 			wg.Wait()
+			t.Logf("%d of %d WebSockets lost their end", failed.Load(), n)
 			e.waitZero()
 		})
 	}
