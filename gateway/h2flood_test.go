@@ -17,9 +17,9 @@ import (
 )
 
 // pingFloodNode answers HTTP/1.1 probes 200 and, over HTTP/2 with
-// extended CONNECT, accepts a stream (200) and then stops reading and
-// sends PINGs as fast as its socket takes them, until the gateway cuts
-// it; sent counts them.
+// extended CONNECT, accepts a stream (200) and, once the client's first
+// message is in, stops reading and sends PINGs as fast as its socket
+// takes them, until the gateway cuts it; sent counts them.
 func pingFloodNode(t *testing.T, sent *atomic.Int64) string {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -66,6 +66,7 @@ func pingFloodNode(t *testing.T, sent *atomic.Int64) string {
 						hbuf.Reset()
 						enc.WriteField(hpack.HeaderField{Name: ":status", Value: "200"})
 						fr.WriteHeaders(http2.HeadersFrameParam{StreamID: f.StreamID, BlockFragment: hbuf.Bytes(), EndHeaders: true})
+					case *http2.DataFrame: // the client's first message: the tunnel is up
 						for i := range 10_000_000 {
 							if fr.WritePing(false, [8]byte{byte(i), byte(i >> 8), byte(i >> 16)}) != nil {
 								return
@@ -135,6 +136,9 @@ pool = "echo"
 
 	fc := e.mustDial("/flood")
 	defer fc.Close()
+	if err := fc.WriteMessage(websocket.TextMessage, []byte("go")); err != nil {
+		t.Fatal(err)
+	}
 	during := make(chan []time.Duration, 1)
 	go func() { during <- echoAll() }()
 	_ = fc.SetReadDeadline(time.Now().Add(20 * time.Second))

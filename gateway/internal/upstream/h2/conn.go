@@ -1035,10 +1035,11 @@ func (c *Conn) OpenWebSocket(ctx context.Context, req *Request) (*Stream, *Respo
 	}
 	c.mu.Lock()
 	err = s.err
-	if s.status != 0 && (s.ok() || s.remoteEnded) {
-		// A response came: what ended the stream after it is the
-		// stream's to report (an open WebSocket's Read returns what the
-		// node sent first, its close frame among them).
+	if s.status != 0 && (s.remoteEnded || s.ok() && s.roff < len(s.rbuf)) {
+		// A response came, and the node's first bytes or its end: what
+		// ended the stream after them is the stream's to report (an
+		// open WebSocket's Read returns what the node sent first, a
+		// close frame right after the upgrade included).
 		err = nil
 	}
 	resp := &Response{Status: s.status, Header: s.respHeader, Body: s.body}
