@@ -648,3 +648,33 @@ func TestResetKeepsWhatCameBefore(t *testing.T) {
 		})
 	}
 }
+
+// TestCloseRightAfterAccept: a node that accepts a WebSocket and ends it
+// at once (its close frame, END_STREAM, then RST_STREAM(CANCEL), as
+// HAProxy passes a server's immediate close) gives an open stream whose
+// reader gets the close frame, however soon after the response the rest
+// arrived: the reset must not turn the accepted WebSocket into a failed
+// handshake.
+func TestCloseRightAfterAccept(t *testing.T) {
+	c, n, err := newFakeNode(t, Config{}, xconnect)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for range 20 {
+		res := openAsync(c, &Request{Authority: "n", Path: "/"})
+		hf := n.nextHeaders()
+		n.respond(hf.StreamID, 1000, ":status", "200")
+		n.fr.WriteData(hf.StreamID, true, []byte("close frame"))
+		n.fr.WriteRSTStream(hf.StreamID, http2.ErrCodeCancel)
+		r := <-res
+		if r.err != nil {
+			t.Fatalf("open: %v", r.err)
+		}
+		r.s.SetReadDeadline(time.Now().Add(5 * time.Second))
+		if b, err := io.ReadAll(r.s); string(b) != "close frame" || err != nil {
+			t.Fatalf("read %q %v", b, err)
+		}
+		r.s.Close()
+	}
+	waitStreams(t, c, 0)
+}
