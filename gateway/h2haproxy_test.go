@@ -1,8 +1,10 @@
 package gateway
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -10,6 +12,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -146,7 +149,9 @@ func TestH2HAProxyKeepsTheNodesEnd(t *testing.T) {
 			if proto == "http1" {
 				n = rounds / 5 // the comparison: a few are enough
 			}
-			e := newEnv(t, 0, poolConf(fmt.Sprintf("protocol = %q\nh2_connections = 1", proto), front))
+			var logBuf syncBuffer
+			e := newEnvLog(t, 0, "[log]\naccess = true\n"+poolConf(fmt.Sprintf("protocol = %q\nh2_connections = 1", proto), front),
+				slog.New(slog.NewTextHandler(&logBuf, nil)))
 			var failed atomic.Int32
 			var wg sync.WaitGroup
 			next := atomic.Int32{}
@@ -168,6 +173,17 @@ func TestH2HAProxyKeepsTheNodesEnd(t *testing.T) {
 			wg.Wait()
 			t.Logf("%d of %d WebSockets lost their end", failed.Load(), n)
 			e.waitZero()
+			// The access log says how each ended: never as a node gone.
+			ends := map[string]int{}
+			for _, l := range strings.Split(logBuf.String(), "\n") {
+				if i := strings.Index(l, " end="); i >= 0 {
+					ends[strings.Fields(l[i+1:])[0]]++
+				}
+			}
+			t.Logf("access log: %v", ends)
+			if ends["end=node_gone"] > 0 {
+				t.Errorf("%d tunnels ended as node_gone", ends["end=node_gone"])
+			}
 		})
 	}
 }
@@ -235,4 +251,22 @@ func badFrameRound(e *env) error {
 		return fmt.Errorf("bad frame: %v, want 1002", err)
 	}
 	return nil
+}
+
+// syncBuffer is a bytes.Buffer safe for concurrent writes, for a logger.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
 }
