@@ -63,6 +63,7 @@ func (s *Stream) WriteNB(bufs [][]byte) (int, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	s.waitWindowLocked(false)
+	s.waitStreamLocked(false)
 	switch {
 	case s.err != nil:
 		return 0, s.err
@@ -75,10 +76,7 @@ func (s *Stream) WriteNB(bufs [][]byte) (int, error) {
 	for taken < want {
 		n := s.takeWindowLocked(want - taken)
 		if n == 0 {
-			if c.sendWindow <= 0 {
-				s.waitWindowLocked(true)
-				c.armStallLocked()
-			}
+			s.waitLocked()
 			s.wantWrite = s.notify != nil
 			break
 		}
