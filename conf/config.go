@@ -577,4 +577,8 @@ type Plugin struct {
 	Timeout Duration `toml:"timeout" json:"timeout"`
 	// Config is handed to the plugin as is; its keys are not checked here.
 	Config map[string]any `toml:"config" json:"config"`
+	// ConfigDir is the absolute directory of the config file, handed to
+	// the plugin with Config so that it takes a relative path of its
+	// table from there, as the gateway does (set by Load; not a key).
+	ConfigDir string `toml:"-" json:"-"`
 }
