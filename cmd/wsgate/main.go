@@ -164,7 +164,7 @@ func serve(cfg *conf.Config, o serveOptions, log *slog.Logger) error {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	if o.watch {
-		if err := conf.Watch(ctx, cfg.File, 0, func() { _ = srv.Reload() }); err != nil {
+		if err := conf.Watch(ctx, cfg.File, 0, func() { _ = srv.ReloadBy(gateway.ReloadFile) }); err != nil {
 			log.Warn("config file not watched", "err", err)
 		}
 	}
@@ -180,7 +180,7 @@ wait:
 		}
 		switch sig {
 		case syscall.SIGHUP:
-			_ = srv.Reload() // logged, counted and shown by the server
+			_ = srv.ReloadBy(gateway.ReloadSignal) // logged, counted and shown by the server
 			continue
 		case syscall.SIGUSR2:
 			if !upgrade(srv, log) {
