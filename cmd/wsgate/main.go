@@ -92,7 +92,9 @@ func run(args []string, stdout, stderr io.Writer) int {
 	if *check {
 		// A plugin's config table is the plugin's to judge: start each
 		// one and let it, as a start or reload would.
-		if err := errors.Join(gateway.CheckTLS(cfg), gateway.CheckPlugins(cfg, log)); err != nil {
+		// The ACME directory is fetched as a start would, so a CA that
+		// cannot be reached or trusted fails the check, not every order.
+		if err := errors.Join(gateway.CheckTLS(cfg), gateway.CheckACME(context.Background(), cfg), gateway.CheckPlugins(cfg, log)); err != nil {
 			fmt.Fprintln(stderr, err)
 			return 1
 		}

@@ -91,8 +91,9 @@ type Manager struct {
 	ctx       context.Context
 	cancel    context.CancelFunc
 
-	mu    sync.Mutex
-	names map[string]bool // every name a managed certificate was cached for
+	mu      sync.Mutex
+	names   map[string]bool // every name a managed certificate was cached for
+	lastErr [2]string       // the name and error of the last failed order or renewal; under mu
 }
 
 // LoadCAs reads a PEM file of CA certificates (ca_file); nil for "".
@@ -426,12 +427,26 @@ func (m *Manager) event(_ context.Context, event string, data map[string]any) er
 			m.opt.Metrics.Ordered(ok)
 		}
 		if !ok {
+			m.mu.Lock()
+			m.lastErr = [2]string{fmt.Sprint(data["identifier"]), fmt.Sprint(data["error"])}
+			m.mu.Unlock()
 			m.log.Error("ACME order failed; the certificate in force (if any) keeps serving, and the order is retried", "name", data["identifier"], "renewal", data["renewal"], "err", data["error"])
 		} else {
 			m.log.Info("ACME certificate obtained", "name", data["identifier"], "renewal", data["renewal"])
 		}
 	}
 	return nil
+}
+
+// Domains are the names of the table's domains, obtained at start.
+func (m *Manager) Domains() []string { return m.acme.Domains }
+
+// LastError is the name and the error of the last order or renewal that
+// failed; "" and "" when none has.
+func (m *Manager) LastError() (name, err string) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.lastErr[0], m.lastErr[1]
 }
 
 // Info describes one certificate the manager serves.
