@@ -85,8 +85,8 @@ func (s *Server) checkACMEReload(cfg *conf.Config) error {
 // clients, and why not. A gateway that has not finished starting, or
 // whose listener stopped accepting, is not ready; nor is one whose TLS
 // listener has no certificate to serve: no file, and ACME has obtained
-// none of its domains yet (or cannot: the reason says the last order's
-// error), so a balancer sends no client to a handshake that would fail.
+// none of its domains yet (the reason says when the last order failed),
+// so a balancer sends no client to a handshake that would fail.
 // A TLS listener whose ACME table has on_demand and no domains is ready:
 // its certificates come with the handshakes.
 func (s *Server) readiness() (bool, string) {
@@ -113,8 +113,11 @@ func (s *Server) tlsNotReady() string {
 		return ""
 	}
 	why := fmt.Sprintf("the TLS listener %s has no certificate to serve: ACME has not obtained one for %s yet", s.tlsLn.Addr(), strings.Join(domains, ", "))
-	if name, err := s.acme.m.LastError(); err != "" {
-		why += fmt.Sprintf("; the last order (%s) failed: %s", name, err)
+	// Not the error itself: /readyz answers anyone who reaches the admin
+	// listener, and an order's error may name hosts and paths. The log
+	// line "ACME order failed" has it.
+	if name, at := s.acme.m.LastFailure(); name != "" {
+		why += fmt.Sprintf("; the last order (%s) failed at %s: the log's \"ACME order failed\" line says why", name, at.UTC().Format(time.RFC3339))
 	}
 	return why
 }

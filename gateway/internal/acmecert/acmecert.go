@@ -91,9 +91,10 @@ type Manager struct {
 	ctx       context.Context
 	cancel    context.CancelFunc
 
-	mu      sync.Mutex
-	names   map[string]bool // every name a managed certificate was cached for
-	lastErr [2]string       // the name and error of the last failed order or renewal; under mu
+	mu       sync.Mutex
+	names    map[string]bool // every name a managed certificate was cached for
+	failName string          // the name of the last failed order or renewal; under mu
+	failAt   time.Time       // and when it failed
 }
 
 // LoadCAs reads a PEM file of CA certificates (ca_file); nil for "".
@@ -428,7 +429,7 @@ func (m *Manager) event(_ context.Context, event string, data map[string]any) er
 		}
 		if !ok {
 			m.mu.Lock()
-			m.lastErr = [2]string{fmt.Sprint(data["identifier"]), fmt.Sprint(data["error"])}
+			m.failName, m.failAt = fmt.Sprint(data["identifier"]), time.Now()
 			m.mu.Unlock()
 			m.log.Error("ACME order failed; the certificate in force (if any) keeps serving, and the order is retried", "name", data["identifier"], "renewal", data["renewal"], "err", data["error"])
 		} else {
@@ -441,12 +442,12 @@ func (m *Manager) event(_ context.Context, event string, data map[string]any) er
 // Domains are the names of the table's domains, obtained at start.
 func (m *Manager) Domains() []string { return m.acme.Domains }
 
-// LastError is the name and the error of the last order or renewal that
-// failed; "" and "" when none has.
-func (m *Manager) LastError() (name, err string) {
+// LastFailure is the name of the last order or renewal that failed, and
+// when it did; "" when none has. Its error is in the log.
+func (m *Manager) LastFailure() (name string, at time.Time) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	return m.lastErr[0], m.lastErr[1]
+	return m.failName, m.failAt
 }
 
 // Info describes one certificate the manager serves.
