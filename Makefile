@@ -115,8 +115,11 @@ proto:
 
 # deps installs what the tests run from Debian's packages when it is missing
 # (as root): redis-server for the integration tests, chromium for the
-# dashboard test.
-DEPS = redis-server chromium
+# dashboard test, pebble (Let's Encrypt's test CA, with
+# pebble-challtestsrv) for the ACME tests, and openssl and curl, which the
+# test of docs/operations.md's Pebble steps runs as the doc does. The ACME
+# tests skip without pebble unless WSGATE_REQUIRE_PEBBLE is set (CI).
+DEPS = redis-server chromium pebble openssl curl
 deps:
 	@missing=""; for p in $(DEPS); do command -v $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
 	if [ -n "$$missing" ]; then \

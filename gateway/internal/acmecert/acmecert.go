@@ -91,8 +91,10 @@ type Manager struct {
 	ctx       context.Context
 	cancel    context.CancelFunc
 
-	mu    sync.Mutex
-	names map[string]bool // every name a managed certificate was cached for
+	mu       sync.Mutex
+	names    map[string]bool // every name a managed certificate was cached for
+	failName string          // the name of the last failed order or renewal; under mu
+	failAt   time.Time       // and when it failed
 }
 
 // LoadCAs reads a PEM file of CA certificates (ca_file); nil for "".
@@ -426,12 +428,26 @@ func (m *Manager) event(_ context.Context, event string, data map[string]any) er
 			m.opt.Metrics.Ordered(ok)
 		}
 		if !ok {
+			m.mu.Lock()
+			m.failName, m.failAt = fmt.Sprint(data["identifier"]), time.Now()
+			m.mu.Unlock()
 			m.log.Error("ACME order failed; the certificate in force (if any) keeps serving, and the order is retried", "name", data["identifier"], "renewal", data["renewal"], "err", data["error"])
 		} else {
 			m.log.Info("ACME certificate obtained", "name", data["identifier"], "renewal", data["renewal"])
 		}
 	}
 	return nil
+}
+
+// Domains are the names of the table's domains, obtained at start.
+func (m *Manager) Domains() []string { return m.acme.Domains }
+
+// LastFailure is the name of the last order or renewal that failed, and
+// when it did; "" when none has. Its error is in the log.
+func (m *Manager) LastFailure() (name string, at time.Time) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.failName, m.failAt
 }
 
 // Info describes one certificate the manager serves.
