@@ -76,9 +76,16 @@ func prepareForward(ctx *fasthttp.RequestCtx, g *generation, rt *route.Route, se
 // serveHTTP proxies an admitted plain HTTP request to a node of the route's
 // pool, so a relay's /info or an app's REST API works through the gateway.
 // Idempotent requests move to the next node when one cannot be reached.
+// An HTTP/2 stream's body is read whole first (readStreamedBody), as an
+// HTTP/1.1 request's was before its handler ran, so a node connection is
+// never held waiting for a client's body.
 // It stays in the gateway rather than in upstream: it reads the route
 // (its hash key, its owned headers) and package route imports upstream.
 func (s *Server) serveHTTP(ctx *fasthttp.RequestCtx, g *generation, rt *route.Route, set map[string]string) {
+	if r := readStreamedBody(ctx); r.Refused() {
+		s.refuse(ctx, r)
+		return
+	}
 	p := rt.Pool
 	// The key is read from the request as the client sent it, as for a
 	// handshake; prepareForward rewrites the headers it points into.
@@ -92,6 +99,11 @@ func (s *Server) serveHTTP(ctx *fasthttp.RequestCtx, g *generation, rt *route.Ro
 		tries = 1
 	}
 	for try := 0; try < tries; try++ {
+		if upgrade.Gone(ctx) { // before each pick, and so before the request goes
+			ctx.Response.Reset()
+			s.refuse(ctx, clientGone)
+			return
+		}
 		lease, err := p.Balancer.AcquireKey(exclude, hkey)
 		if err != nil {
 			if try == 0 {

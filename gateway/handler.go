@@ -56,6 +56,10 @@ func (s *Server) handle(ctx *fasthttp.RequestCtx) {
 		s.refuse(ctx, r)
 		return
 	}
+	if upgrade.Gone(ctx) {
+		s.refuse(ctx, clientGone)
+		return
+	}
 	if r := admit.PoolAdmission(rt, handshake, g.retryAfter, g.handshakeTimeout); r.Refused() {
 		s.refuse(ctx, r)
 		return
@@ -66,6 +70,11 @@ func (s *Server) handle(ctx *fasthttp.RequestCtx) {
 	}
 	s.serveHTTP(ctx, g, rt, res.Headers)
 }
+
+// clientGone is the refusal of a request whose HTTP/2 stream failed while
+// it was being admitted (upgrade.Gone): nobody reads it, but it is
+// counted and logged as any refusal.
+var clientGone = admit.Reject(fasthttp.StatusBadRequest, "client_gone", "the request's stream was reset")
 
 // refuse answers ctx with r, counted and logged.
 func (s *Server) refuse(ctx *fasthttp.RequestCtx, r admit.Refusal) {

@@ -67,6 +67,10 @@ func (s *Server) serveUpgrade(ctx *fasthttp.RequestCtx, g *generation, rt *route
 	tries := min(p.Tries, maxTries)
 	local := false // a dial failed on the gateway's side
 	for try := 0; try < tries; try++ {
+		if upgrade.Gone(ctx) { // before each pick, and so each dial
+			s.refuse(ctx, clientGone)
+			return
+		}
 		lease, err := p.Balancer.AcquireKey(exclude, hkey)
 		if err != nil {
 			if try > 0 {

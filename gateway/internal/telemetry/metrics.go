@@ -99,7 +99,7 @@ func NewMetrics(live Live) *Metrics {
 		Reg: prometheus.NewRegistry(),
 		handshakes: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "wsgate_handshakes_total",
-			Help: "WebSocket handshakes by result: ok, bad_request, origin, auth_denied, auth_unavailable, no_capacity, upstream_error, upstream_refused, local_dial_error, client_gone, no_route, ip_rate (handshake_rate_per_ip, 429), admission (a pool's admission rate, 503 or 1013).",
+			Help: "WebSocket handshakes by result: ok, bad_request, origin, auth_denied, auth_unavailable, no_capacity, upstream_error, upstream_refused, local_dial_error, client_gone, no_route, ip_rate (handshake_rate_per_ip, 429), ip_conns and max_conns (an HTTP/2 stream beside its connection's first, over max_conns_per_ip, 429, or max_conns, 503), admission (a pool's admission rate, 503 or 1013).",
 		}, []string{"result"}),
 		handshakeSeconds: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name:    "wsgate_handshake_duration_seconds",
@@ -329,7 +329,7 @@ func (o PluginObserver) Observe(plugin string, out pluginhost.Outcome, cached bo
 }
 
 // handshakeResults are the values of the result label.
-var handshakeResults = []string{"ok", "bad_request", "origin", "auth_denied", "auth_unavailable", "no_capacity", "upstream_error", "upstream_refused", "local_dial_error", "client_gone", "no_route", "ip_rate", "ip_conns", "admission"}
+var handshakeResults = []string{"ok", "bad_request", "origin", "auth_denied", "auth_unavailable", "no_capacity", "upstream_error", "upstream_refused", "local_dial_error", "client_gone", "no_route", "ip_rate", "ip_conns", "max_conns", "admission"}
 
 // HandshakeCounts reads the handshake counters for the admin API.
 func (m *Metrics) HandshakeCounts() map[string]uint64 {
