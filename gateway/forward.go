@@ -22,7 +22,7 @@ const proxyTimeout = 30 * time.Second
 // and the chain's headers removed under any spelling (see
 // route.SameHeader), the chain's headers set (an empty value only removes
 // the client's), the Host and (normalized) path the request was routed
-// by, and X-Forwarded-For and X-Forwarded-Proto.
+// by, and X-Forwarded-For, Forwarded and X-Forwarded-Proto.
 func prepareForward(ctx *fasthttp.RequestCtx, g *generation, rt *route.Route, set map[string]string) {
 	h := &ctx.Request.Header
 	for _, v := range h.PeekAll(fasthttp.HeaderConnection) {
@@ -60,8 +60,11 @@ func prepareForward(ctx *fasthttp.RequestCtx, g *generation, rt *route.Route, se
 	}
 	// Set alone would leave the client's later copies in place.
 	xff := upgrade.AppendForwardedFor(nil, ctx, g.trusted)
+	fwd := upgrade.AppendForwarded(nil, ctx, g.trusted)
 	h.Del("X-Forwarded-For")
 	h.SetBytesV("X-Forwarded-For", xff)
+	h.Del("Forwarded")
+	h.SetBytesV("Forwarded", fwd)
 	h.Del("X-Forwarded-Proto")
 	h.Set("X-Forwarded-Proto", upgrade.Scheme(ctx))
 	// Nodes are spoken plain HTTP to: a request read on the TLS listener
