@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"net"
+	"sync"
 	"time"
 
 	"github.com/valyala/fasthttp"
@@ -12,6 +13,7 @@ import (
 	"github.com/wsgate/wsgate/gateway/internal/route"
 	"github.com/wsgate/wsgate/gateway/internal/upgrade"
 	"github.com/wsgate/wsgate/internal/httpheader"
+	"github.com/wsgate/wsgate/internal/throttle"
 )
 
 // proxyTimeout bounds one plain HTTP request to a node.
@@ -124,7 +126,7 @@ func (s *Server) serveHTTP(ctx *fasthttp.RequestCtx, g *generation, rt *route.Ro
 		if err == nil {
 			return
 		}
-		s.log.Warn("proxy request failed", "pool", p.Name, "node", lease.Node().Addr(), "err", err)
+		s.proxyFailed(p.Name, lease.Node().Addr(), err)
 		var nerr net.Error
 		if !errors.As(err, &nerr) && !errors.Is(err, fasthttp.ErrConnectionClosed) {
 			break
@@ -133,4 +135,30 @@ func (s *Server) serveHTTP(ctx *fasthttp.RequestCtx, g *generation, rt *route.Ro
 	}
 	ctx.Response.Reset()
 	s.refuse(ctx, admit.Reject(fasthttp.StatusBadGateway, "upstream_error", "no node answered"))
+}
+
+// proxyLogEvery spaces the log lines of plain requests that failed at a
+// node: a client can make them fail (a body that breaks off), and one
+// line each would let it fill the log.
+const proxyLogEvery = time.Second
+
+// proxyErrors throttles the lines of failed plain requests. It is safe
+// for concurrent use.
+type proxyErrors struct {
+	mu    sync.Mutex
+	lines throttle.Lines
+}
+
+// proxyFailed counts a plain request that failed at node of pool
+// (wsgate_proxy_errors_total) and logs it, at most one line a second,
+// the line carrying the failures since the one before (the last of a
+// burst ride on the next line; the metric has them all).
+func (s *Server) proxyFailed(pool, node string, err error) {
+	s.metrics.ProxyErrors.WithLabelValues(pool).Inc()
+	s.proxyErrs.mu.Lock()
+	n, ok := s.proxyErrs.lines.Note(time.Now(), proxyLogEvery)
+	s.proxyErrs.mu.Unlock()
+	if ok {
+		s.log.Warn("proxy request failed", "pool", pool, "node", node, "err", err, "failures", n)
+	}
 }

@@ -55,6 +55,8 @@ type Metrics struct {
 	// LocalDialErrors is wsgate_upstream_local_dial_errors_total, by pool,
 	// node and reason.
 	LocalDialErrors *prometheus.CounterVec
+	// ProxyErrors is wsgate_proxy_errors_total, by pool.
+	ProxyErrors *prometheus.CounterVec
 	// TLSReloads is wsgate_tls_reloads_total, by result.
 	TLSReloads *prometheus.CounterVec
 	// TunnelStarts is wsgate_tunnels_started_total, by engine.
@@ -169,6 +171,10 @@ func NewMetrics(live Live) *Metrics {
 		Name: "wsgate_upstream_local_dial_errors_total",
 		Help: "Dials to nodes that failed on the gateway's side, not the node's, by pool, node and reason: no_source_port (no ephemeral port left from a source address toward the node), no_source_addr (a source_addrs address not on this host), no_descriptors (EMFILE, ENFILE), no_memory (ENOBUFS, ENOMEM). They do not count against the node's health.",
 	}, []string{"pool", "node", "reason"})
+	m.ProxyErrors = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "wsgate_proxy_errors_total",
+		Help: "Plain HTTP requests a node of the pool failed to answer (a connection refused, reset or timed out, the request failing on its way), each try counted; logged at most once a second.",
+	}, []string{"pool"})
 	m.TLSReloads = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "wsgate_tls_reloads_total",
 		Help: "Loadings of the TLS listener's certificate, key and CA files after one of them changed, by result (ok, error); an error keeps the certificates in force. A config reload loads them too, counted in wsgate_reloads_total.",
@@ -185,7 +191,7 @@ func NewMetrics(live Live) *Metrics {
 		"epoll":      m.TunnelStarts.WithLabelValues("epoll"),
 		"goroutines": m.TunnelStarts.WithLabelValues("goroutines"),
 	}
-	m.Reg.MustRegister(m.AcceptErrors, m.Refused, m.LocalDialErrors, m.TLSReloads, m.TunnelStarts, m.RebalanceMoves,
+	m.Reg.MustRegister(m.AcceptErrors, m.Refused, m.LocalDialErrors, m.ProxyErrors, m.TLSReloads, m.TunnelStarts, m.RebalanceMoves,
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: "wsgate_tunnel_pollers",
 			Help: "Event loops of the epoll tunnel engine running (gateway.pollers); 0 until the first tunnel on it.",
@@ -239,6 +245,7 @@ func (m *Metrics) ForgetNode(pool, addr string) {
 // config; its nodes' series go with the nodes (ForgetNode).
 func (m *Metrics) ForgetPool(pool string) {
 	m.probeSeconds.DeleteLabelValues(pool)
+	m.ProxyErrors.DeleteLabelValues(pool)
 }
 
 // TunnelEnded counts why a tunnel ended and its close codes.

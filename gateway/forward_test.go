@@ -2,7 +2,10 @@ package gateway
 
 import (
 	"fmt"
+	"log/slog"
 	"net/http"
+	"net/http/httptest"
+	"strings"
 	"testing"
 	"time"
 
@@ -64,4 +67,51 @@ func TestForwardedReplacedOverTLSAndHTTP2(t *testing.T) {
 		t.Fatal(err)
 	}
 	check("a plain request over HTTP/2")
+}
+
+// TestProxyFailuresThrottledAndCounted pins the log of plain requests a
+// node fails: 40 GETs to a node that drops every request's connection
+// make at most one "proxy request failed" line a second, each with the
+// failures since the line before, and every failed try is counted in
+// wsgate_proxy_errors_total. Before, each failure was a WARN line of its
+// own, so a client that could make requests fail filled the log.
+func TestProxyFailuresThrottledAndCounted(t *testing.T) {
+	node := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/healthz" {
+			return
+		}
+		c, _, err := w.(http.Hijacker).Hijack()
+		if err == nil {
+			c.Close() // no answer
+		}
+	}))
+	t.Cleanup(node.Close)
+	var logs lockedBuffer
+	srv := startGatewayLog(t, fmt.Sprintf("[gateway]\nlisten = \"127.0.0.1:0\"\n[admin]\nlisten = \"\"\n[[pools]]\nname = \"back\"\n"+
+		"  [[pools.nodes]]\n  addr = %q\n[[routes]]\npool = \"back\"\n", strings.TrimPrefix(node.URL, "http://")),
+		slog.New(slog.NewTextHandler(&logs, nil)))
+	client := &http.Client{Timeout: 10 * time.Second}
+	start := time.Now()
+	const gets = 40
+	for range gets {
+		resp, err := client.Get("http://" + srv.Addr().String() + "/info")
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusBadGateway {
+			t.Fatalf("GET: %d, want 502", resp.StatusCode)
+		}
+	}
+	elapsed := time.Since(start)
+	client.CloseIdleConnections()
+	failed := counterValue(t, srv.metrics.ProxyErrors.WithLabelValues("back"))
+	lines := strings.Count(logs.String(), "proxy request failed")
+	t.Logf("%d GETs in %s: %v failures counted, %d lines", gets, elapsed, failed, lines)
+	if failed < gets {
+		t.Errorf("wsgate_proxy_errors_total{pool=\"back\"} = %v, want at least %d", failed, gets)
+	}
+	if max := 1 + int(elapsed/time.Second); lines > max {
+		t.Errorf("%d lines of \"proxy request failed\" in %s, want at most %d (one a second)", lines, elapsed, max)
+	}
 }
