@@ -233,3 +233,40 @@ func TestClientH2ResetStreamsNeverReachNodes(t *testing.T) {
 	}
 	waitUntil(t, func() bool { return srv.tunnels.Len() == 0 && srv.limits.Open() == int64(conns) })
 }
+
+// TestClientH2CutStreamTakesNoLinger pins that a WebSocket stream the
+// gateway cuts (a frame over max_frame) ends without lingering: its close
+// is a frame on a connection that stays open, which resets nothing, so it
+// takes none of the process's 1,024 linger places, nor a goroutine until
+// the close deadline. Before, it lingered as a cut TCP client does.
+func TestClientH2CutStreamTakesNoLinger(t *testing.T) {
+	f := newTLSFiles(t)
+	e := newEnv(t, 1, tlsGatewayConfig("", f.table(testproc.FreeAddr(t), "  h2 = true"),
+		"[[routes]]\npath_prefix = \"/\"\npool = \"relay\"\nmax_frame = \"1KiB\"\n"))
+	base := goroutinesIn("tunnel.linger(")
+	hc := h2Dial(t, e.srv, f)
+	c, _, err := hc.Dialer(10*time.Second).Dial("ws://gw.test/room/cut?hello=1", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = c.SetReadDeadline(time.Now().Add(10 * time.Second))
+	if _, _, err := c.ReadMessage(); err != nil { // the relay's hello
+		t.Fatal(err)
+	}
+	if err := c.WriteMessage(websocket.BinaryMessage, make([]byte, 2048)); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := c.ReadMessage(); !websocket.IsCloseError(err, websocket.CloseMessageTooBig) {
+		t.Fatalf("want close 1009, got %v", err)
+	}
+	// The client keeps its stream open: a lingering one would wait for
+	// it until the close deadline.
+	waitUntil(t, func() bool { return e.srv.Tunnels() == 0 })
+	if n := goroutinesIn("tunnel.linger(") - base; n != 0 {
+		t.Fatalf("%d cut HTTP/2 streams linger, want 0", n)
+	}
+	c.Close()
+	hc.Close()
+	waitH2Zero(t, e.srv)
+	e.waitZero()
+}
