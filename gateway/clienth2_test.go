@@ -31,9 +31,15 @@ import (
 // h2 and http/1.1, checks that h2 was chosen, and starts HTTP/2 on it.
 func h2Dial(t *testing.T, srv *Server, f *tlsFiles) *h2client.Conn {
 	t.Helper()
+	return h2DialAddr(t, srv.TLSAddr().String(), f)
+}
+
+// h2DialAddr is h2Dial to the TLS listener at addr.
+func h2DialAddr(t *testing.T, addr string, f *tlsFiles) *h2client.Conn {
+	t.Helper()
 	cfg := f.clientConfig("gw.test")
 	cfg.NextProtos = []string{"h2", "http/1.1"}
-	tc, err := tls.Dial("tcp", srv.TLSAddr().String(), cfg)
+	tc, err := tls.Dial("tcp", addr, cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
