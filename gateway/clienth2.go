@@ -31,7 +31,8 @@ import (
 // fasthttp's NextProto hands a connection that chose it to serveH2, in
 // fasthttp's own serving goroutine, so the connection counts against
 // max_conns and max_conns_per_ip from accept and in fasthttp's shutdown as
-// an HTTP/1.1 one does. Each stream is one request, admitted by the same
+// an HTTP/1.1 one does, and each stream beside its first takes a slot of
+// its own (h2Conn). Each stream is one request, admitted by the same
 // handler as an HTTP/1.1 request (handle): serveStream builds it a
 // fasthttp.RequestCtx whose connection is the stream (a clientStream),
 // and what the handler answers goes back on the stream, unless the
@@ -71,7 +72,10 @@ func (s *Server) serveH2(c net.Conn) error {
 }
 
 // serveStream is the HTTP/2 server's Handler: one stream, one request,
-// through the one admission path.
+// through the one admission path. The stream takes its connection's slot
+// or one of its own (h2Conn.take) before admission, and holds it until
+// its answer is written or, once it is a tunnel, until the tunnel closes
+// it.
 func (s *Server) serveStream(st *h2serve.Stream) {
 	cs := &clientStream{Stream: st}
 	ctx := new(fasthttp.RequestCtx)

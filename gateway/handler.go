@@ -46,7 +46,9 @@ func (s *Server) handle(ctx *fasthttp.RequestCtx) {
 	}
 	// Limits (max_conns, max_conns_per_ip) were applied when the
 	// connection was accepted (edge): its slot is held by the socket
-	// from accept to close, whatever the request does.
+	// from accept to close, whatever the request does; an HTTP/2
+	// stream beside its connection's first took one of its own
+	// (serveStream).
 	authz := admit.Authorizer{
 		Plugins: s.plugins, Revoked: s.revocations, TLSInfo: tlsInfo, Log: s.log,
 		RetryAfter: g.retryAfter, Timeout: g.handshakeTimeout,
