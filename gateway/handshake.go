@@ -62,6 +62,10 @@ func (s *Server) serveUpgrade(ctx *fasthttp.RequestCtx, g *generation, rt *route
 	// node's socket from its connect on; a TLS client's runs on
 	// goroutines (see tunnel.Engine).
 	polled := sw.Engine == tunnel.EngineAuto && !ctx.IsTLS()
+	var gone func() bool // asked between a node's dial and the request (an HTTP/2 client's stream may be reset meanwhile)
+	if upgrade.StreamOf(ctx) != nil {
+		gone = func() bool { return upgrade.Gone(ctx) }
+	}
 	var excl [maxTries]*balancer.Node
 	exclude := excl[:0]
 	tries := min(p.Tries, maxTries)
@@ -83,10 +87,14 @@ func (s *Server) serveUpgrade(ctx *fasthttp.RequestCtx, g *generation, rt *route
 		if sreq != nil {
 			answer, err = s.openStream(p, lease.Node(), sreq, accept, sw)
 		} else {
-			answer, err = upgrade.DialNode(p, lease.Node(), req, accept, &sw.Node, sw.Hdr[:0], polled)
+			answer, err = upgrade.DialNode(p, lease.Node(), req, accept, &sw.Node, sw.Hdr[:0], polled, gone)
 		}
 		if err != nil {
 			lease.Release()
+			if errors.Is(err, upgrade.ErrClientGone) {
+				s.refuse(ctx, clientGone)
+				return
+			}
 			exclude = append(exclude, lease.Node())
 			if errors.Is(err, h2.ErrSetClosed) {
 				continue // retired twice: reloads in a row; the next node
