@@ -74,6 +74,8 @@ type Server struct {
 	limits  *edge.Limiter
 	ipRate  *admit.IPRate // handshake_rate_per_ip
 	tunnels registry.Tunnels
+	// proxyErrs throttles the log lines of failed plain requests.
+	proxyErrs proxyErrors
 
 	// onTunnelEnd is tunnelEnded as a func value, made once: every
 	// tunnel's OnEnd shares it.

@@ -39,6 +39,7 @@ func NodeStreamRequest(ctx *fasthttp.RequestCtx, rt *route.Route, trusted []neti
 	// PeekAll (in AppendForwardedFor) reuses the buffer conn lives in;
 	// conn is done with.
 	fields["X-Forwarded-For"] = []string{string(AppendForwardedFor(nil, ctx, trusted))}
+	fields["Forwarded"] = []string{string(AppendForwarded(nil, ctx, trusted))}
 	fields["X-Forwarded-Proto"] = []string{Scheme(ctx)}
 	for k, v := range set {
 		if v != "" {
