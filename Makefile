@@ -12,12 +12,23 @@ PKGS ?= ./...
 # carries a TLS client's tunnel to an HTTP/2 node (TestClientH2*, a client's
 # streams over HTTP/2, run on that engine in every run), and the HTTP/2
 # client's with its connections read the way a poller reads them.
+# Every run goes ahead whatever the ones before it gave, so each
+# package's result is reported; then the runs that failed are listed
+# and make fails.
+TESTFLAGS = -race -shuffle=on -count=1
+TEST_RUNS = \
+	"$(GO) test $(TESTFLAGS) -timeout 12m $(PKGS)" \
+	"WSGATE_TUNNEL_ENGINE=goroutines $(GO) test $(TESTFLAGS) ./gateway/internal/tunnel" \
+	"WSGATE_TUNNEL_ENGINE=goroutines $(GO) test $(TESTFLAGS) -run '^TestH2' ./gateway" \
+	"WSGATE_H2_POLL=1 $(GO) test $(TESTFLAGS) ./gateway/internal/upstream/h2" \
+	"WSGATE_TUNNEL_TLS=1 $(GO) test $(TESTFLAGS) ./gateway/internal/tunnel"
 test: deps
-	$(GO) test -race -shuffle=on -count=1 -timeout 12m $(PKGS)
-	WSGATE_TUNNEL_ENGINE=goroutines $(GO) test -race -shuffle=on -count=1 ./gateway/internal/tunnel
-	WSGATE_TUNNEL_ENGINE=goroutines $(GO) test -race -shuffle=on -count=1 -run '^TestH2' ./gateway
-	WSGATE_H2_POLL=1 $(GO) test -race -shuffle=on -count=1 ./gateway/internal/upstream/h2
-	WSGATE_TUNNEL_TLS=1 $(GO) test -race -shuffle=on -count=1 ./gateway/internal/tunnel
+	@failed=""; \
+	for run in $(TEST_RUNS); do \
+		echo "$$run"; \
+		eval "$$run" || failed="$$failed	$$run\n"; \
+	done; \
+	if [ -n "$$failed" ]; then printf 'make test: these runs failed:\n%b' "$$failed" >&2; exit 1; fi
 
 # demo runs the gateway in front of two in-process relay replicas.
 demo:
@@ -104,10 +115,15 @@ proto:
 
 # deps installs what the tests run from Debian's packages when it is missing
 # (as root): redis-server for the integration tests, chromium for the
-# dashboard test; and h2spec, the HTTP/2 conformance suite the gateway's
-# TLS listener and relay-backend are held to (internal/h2spectest), at its
-# pinned version into bin/ with go install (not a dependency of the module).
-DEPS = redis-server chromium
+# dashboard test, pebble (Let's Encrypt's test CA, with
+# pebble-challtestsrv) for the ACME tests, and openssl and curl, which the
+# test of docs/operations.md's Pebble steps runs as the doc does. The ACME
+# tests skip without pebble unless WSGATE_REQUIRE_PEBBLE is set (CI). And
+# h2spec, the HTTP/2 conformance suite the gateway's TLS listener and
+# relay-backend are held to (internal/h2spectest), at its pinned version
+# into bin/ with go install (not a dependency of the module); its tests
+# skip without it unless WSGATE_REQUIRE_H2SPEC is set (CI).
+DEPS = redis-server chromium pebble openssl curl
 H2SPEC = github.com/summerwind/h2spec/cmd/h2spec@v2.2.1+incompatible
 deps:
 	@[ -x bin/h2spec ] || GOBIN="$(CURDIR)/bin" $(GO) install $(H2SPEC)

@@ -36,6 +36,17 @@ type Config struct {
 // rejects its config table) point at the file the way load errors do.
 func (c *Config) Line(key string) int { return c.lines.Line(key) }
 
+// Written reports whether the loaded file set key, a key path such as
+// "gateway.max_conns", itself (rather than leaving it to its default). A
+// Config built in code, not parsed, wrote nothing.
+func (c *Config) Written(key string) bool {
+	if c.lines == nil {
+		return false
+	}
+	_, ok := c.lines.lines[key]
+	return ok
+}
+
 // Pool returns the pool named name, or nil if there is none.
 func (c *Config) Pool(name string) *Pool {
 	for i := range c.Pools {
@@ -566,4 +577,8 @@ type Plugin struct {
 	Timeout Duration `toml:"timeout" json:"timeout"`
 	// Config is handed to the plugin as is; its keys are not checked here.
 	Config map[string]any `toml:"config" json:"config"`
+	// ConfigDir is the absolute directory of the config file, handed to
+	// the plugin with Config so that it takes a relative path of its
+	// table from there, as the gateway does (set by Load; not a key).
+	ConfigDir string `toml:"-" json:"-"`
 }

@@ -11,8 +11,13 @@ import "path/filepath"
 // the file.
 func (c *Config) resolvePaths() {
 	dir := filepath.Dir(c.File)
+	absDir := dir
+	if a, err := filepath.Abs(dir); err == nil {
+		absDir = a
+	}
 	for i := range c.Plugins {
 		c.resolvePath(dir, &c.Plugins[i].Path)
+		c.Plugins[i].ConfigDir = absDir
 	}
 	t := &c.Gateway.TLS
 	c.resolvePath(dir, &t.ClientCAFile)

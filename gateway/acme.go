@@ -2,6 +2,7 @@ package gateway
 
 import (
 	"bytes"
+	"fmt"
 	"net/http"
 	"strings"
 	"time"
@@ -78,6 +79,47 @@ func (s *Server) checkACMEReload(cfg *conf.Config) error {
 	}
 	return &conf.Error{File: cfg.File, Line: cfg.Line("gateway.tls.acme"), Key: "gateway.tls.acme",
 		Msg: "is new, and applies at a restart only: until then the TLS listener would have no certificate (restart the gateway, or keep a [[gateway.tls.certificates]] entry)"}
+}
+
+// readiness is what GET /readyz says: whether the gateway serves
+// clients, and why not. A gateway that has not finished starting, or
+// whose listener stopped accepting, is not ready; nor is one whose TLS
+// listener has no certificate to serve: no file, and ACME has obtained
+// none of its domains yet (the reason says when the last order failed),
+// so a balancer sends no client to a handshake that would fail.
+// A TLS listener whose ACME table has on_demand and no domains is ready:
+// its certificates come with the handshakes.
+func (s *Server) readiness() (bool, string) {
+	switch {
+	case s.broken.Load():
+		return false, "a listener no longer accepts (see the log); restart the gateway"
+	case !s.ready.Load():
+		return false, "starting"
+	}
+	if why := s.tlsNotReady(); why != "" {
+		return false, why
+	}
+	return true, ""
+}
+
+// tlsNotReady says why the TLS listener has no certificate to serve, or
+// "" when it has one (see readiness).
+func (s *Server) tlsNotReady() string {
+	if s.tlsLn == nil || len(s.tls.Set().Files()) > 0 || s.acme.m == nil {
+		return ""
+	}
+	domains := s.acme.m.Domains()
+	if len(domains) == 0 || len(s.acme.m.Certificates()) > 0 {
+		return ""
+	}
+	why := fmt.Sprintf("the TLS listener %s has no certificate to serve: ACME has not obtained one for %s yet", s.tlsLn.Addr(), strings.Join(domains, ", "))
+	// Not the error itself: /readyz answers anyone who reaches the admin
+	// listener, and an order's error may name hosts and paths. The log
+	// line "ACME order failed" has it.
+	if name, at := s.acme.m.LastFailure(); name != "" {
+		why += fmt.Sprintf("; the last order (%s) failed at %s: the log's \"ACME order failed\" line says why", name, at.UTC().Format(time.RFC3339))
+	}
+	return why
 }
 
 // registerTLSMetrics registers the ACME counters and the certificates'

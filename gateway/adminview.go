@@ -13,8 +13,8 @@ import (
 // adminView is the Server as the admin API reads and steers it.
 type adminView struct{ s *Server }
 
-// Ready reports whether the server serves clients.
-func (v adminView) Ready() bool { return v.s.ready.Load() }
+// Ready reports whether the server serves clients, and why not.
+func (v adminView) Ready() (bool, string) { return v.s.readiness() }
 
 // Draining reports whether the server is shutting down.
 func (v adminView) Draining() bool { return v.s.draining.Load() }

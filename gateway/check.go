@@ -1,6 +1,7 @@
 package gateway
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -59,6 +60,34 @@ func CheckPlugins(cfg *conf.Config, log *slog.Logger) error {
 // pluginKey is the key path of field of the i-th [[plugins]] entry.
 func pluginKey(i int, field string) string {
 	return "plugins[" + strconv.Itoa(i) + "]." + field
+}
+
+// CheckACME fetches the directory of cfg's [gateway.tls.acme], if it has
+// one, as a start would (trusting ca_file), so `wsgate -check` says why a
+// gateway could never obtain a certificate: a directory whose HTTPS
+// certificate does not verify (a *conf.Error at gateway.tls.acme.ca_file,
+// naming the file or saying it is unset), one that cannot be reached or
+// does not answer a directory (at gateway.tls.acme.directory). It orders
+// nothing and touches no storage; an unreadable ca_file is CheckTLS's to
+// report.
+func CheckACME(ctx context.Context, cfg *conf.Config) error {
+	a := cfg.Gateway.TLS.ACME
+	if a == nil || cfg.Gateway.TLS.Listen == "" {
+		return nil
+	}
+	roots, err := acmecert.LoadCAs(a.CAFile)
+	if err != nil {
+		return nil // CheckTLS says so
+	}
+	err = acmecert.Probe(ctx, a.Directory, roots, a.CAFile)
+	if err == nil {
+		return nil
+	}
+	key := "gateway.tls.acme.directory"
+	if errors.Is(err, acmecert.ErrUntrusted) {
+		key = "gateway.tls.acme.ca_file"
+	}
+	return &conf.Error{File: cfg.File, Line: cfg.Line(key), Key: key, Msg: err.Error()}
 }
 
 // CheckTLS reads the certificate, key and CA files of cfg's TLS listener

@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"net/netip"
 	"net/textproto"
+	"os"
 	"strconv"
 	"strings"
 	"sync"
@@ -24,13 +25,15 @@ import (
 	"github.com/wsgate/wsgate/internal/fastlog"
 	"github.com/wsgate/wsgate/internal/h2serve"
 	"github.com/wsgate/wsgate/internal/httpheader"
+	"golang.org/x/net/http2"
 )
 
 // HTTP/2 from clients (gateway.tls.h2). The TLS listener offers ALPN h2;
 // fasthttp's NextProto hands a connection that chose it to serveH2, in
 // fasthttp's own serving goroutine, so the connection counts against
 // max_conns and max_conns_per_ip from accept and in fasthttp's shutdown as
-// an HTTP/1.1 one does. Each stream is one request, admitted by the same
+// an HTTP/1.1 one does, and each stream beside its first takes a slot of
+// its own (h2Conn). Each stream is one request, admitted by the same
 // handler as an HTTP/1.1 request (handle): serveStream builds it a
 // fasthttp.RequestCtx whose connection is the stream (a clientStream),
 // and what the handler answers goes back on the stream, unless the
@@ -70,7 +73,10 @@ func (s *Server) serveH2(c net.Conn) error {
 }
 
 // serveStream is the HTTP/2 server's Handler: one stream, one request,
-// through the one admission path.
+// through the one admission path. The stream takes its connection's slot
+// or one of its own (h2Conn.take) before admission, and holds it until
+// its answer is written or, once it is a tunnel, until the tunnel closes
+// it.
 func (s *Server) serveStream(st *h2serve.Stream) {
 	cs := &clientStream{Stream: st}
 	ctx := new(fasthttp.RequestCtx)
@@ -80,66 +86,79 @@ func (s *Server) serveStream(st *h2serve.Stream) {
 		status, msg = streamBody(ctx, st, ctx.Time().Add(s.current().handshakeTimeout))
 	}
 	if status != 0 {
-		s.refuseStream(ctx, cs, status, msg)
+		s.refuseStream(ctx, cs, admit.Reject(status, "bad_request", msg))
 		return
 	}
-	if extended {
-		hc, _ := s.h2conns.Load(st.Conn())
-		if c, ok := hc.(*h2Conn); ok {
-			if cs.place = c.take(s.limits); cs.place == nil {
-				s.refuse(ctx, s.retryLater(fasthttp.StatusTooManyRequests, "ip_conns", "too many connections from your address"))
-				respond(st, &ctx.Response, false)
-				return
-			}
+	if hc, ok := s.h2conns.Load(st.Conn()); ok {
+		place, status := hc.(*h2Conn).take(s.limits)
+		if place == nil {
+			s.refuseStream(ctx, cs, s.placeRefusal(status))
+			return
 		}
+		cs.place = place
 	}
 	s.handle(ctx)
 	if !cs.accepted {
-		cs.givePlace()
 		respond(st, &ctx.Response, ctx.IsHead())
+		cs.givePlace()
 	}
 }
 
-// h2Conn is a client HTTP/2 connection as max_conns_per_ip counts it: its
-// place taken at accept covers one WebSocket stream (admitted or being
-// admitted), as an HTTP/1.1 connection carries one tunnel, and each
-// further one takes a place of its own (edge.Limiter.Place), so that one
-// connection does not multiply the limit by h2_max_streams.
+// placeRefusal is the answer to a stream that found no slot (see
+// h2Conn.take): 429 over max_conns_per_ip, 503 over max_conns, with
+// Retry-After.
+func (s *Server) placeRefusal(status int) admit.Refusal {
+	if status == fasthttp.StatusTooManyRequests {
+		return s.retryLater(status, "ip_conns", "too many connections from your address")
+	}
+	return s.retryLater(fasthttp.StatusServiceUnavailable, "max_conns", "connection limit reached")
+}
+
+// h2Conn is a client HTTP/2 connection as max_conns and max_conns_per_ip
+// count it. Its slot, taken at accept, covers one stream being admitted,
+// forwarded or tunnelled (whichever: a plain request or a WebSocket), as
+// an HTTP/1.1 connection carries one request or one tunnel at a time;
+// each stream beside it takes a slot of its own (edge.Limiter.Stream),
+// gateway-wide and of the address's, held from before its admission
+// (plugin calls, the node's handshake, a plain request's body) to its
+// end, so that one connection does not multiply either limit by
+// h2_max_streams, nor the node sockets and goroutines they bound.
 type h2Conn struct {
 	ip      netip.Addr
 	mu      sync.Mutex
-	tunnels int      // WebSocket streams admitted or being admitted
-	places  []func() // give back the places beyond the first: tunnels-1 of them
+	streams int      // streams admitted or being admitted
+	slots   []func() // give back the slots beyond the first: streams-1 of them
 }
 
-// take counts one more WebSocket stream of the connection and returns
-// the function that uncounts it (calls after the first do nothing), or
-// nil when the stream would take the address past max_conns_per_ip.
-func (hc *h2Conn) take(l *edge.Limiter) func() {
+// take counts one more stream of the connection and returns the function
+// that uncounts it (calls after the first do nothing), or nil and the
+// status to refuse it with (429, 503) when its slot would take the
+// address past max_conns_per_ip or the gateway past max_conns.
+func (hc *h2Conn) take(l *edge.Limiter) (func(), int) {
 	hc.mu.Lock()
 	defer hc.mu.Unlock()
-	if hc.tunnels > 0 {
-		give := l.Place(hc.ip)
+	if hc.streams > 0 {
+		give, status := l.Stream(hc.ip)
 		if give == nil {
-			return nil
+			return nil, status
 		}
-		hc.places = append(hc.places, give)
+		hc.slots = append(hc.slots, give)
 	}
-	hc.tunnels++
+	hc.streams++
 	var once sync.Once
-	return func() { once.Do(hc.drop) }
+	return func() { once.Do(hc.drop) }, 0
 }
 
-// drop uncounts a WebSocket stream: a place beyond the first goes back,
-// whichever stream took it.
+// drop uncounts a stream: a slot beyond the first goes back, whichever
+// stream took it.
 func (hc *h2Conn) drop() {
 	hc.mu.Lock()
-	hc.tunnels--
+	hc.streams--
 	var give func()
-	if n := len(hc.places); n > 0 {
-		give = hc.places[n-1]
-		hc.places[n-1] = nil
-		hc.places = hc.places[:n-1]
+	if n := len(hc.slots); n > 0 {
+		give = hc.slots[n-1]
+		hc.slots[n-1] = nil
+		hc.slots = hc.slots[:n-1]
 	}
 	hc.mu.Unlock()
 	if give != nil {
@@ -195,6 +214,10 @@ func streamRequest(ctx *fasthttp.RequestCtx, req *h2serve.Request) (extended boo
 			r.Header.Add(k, v)
 		}
 	}
+	if req.NeverIndexed != nil {
+		// Kept toward a node over HTTP/2 (see upgrade.NodeStreamRequest).
+		ctx.SetUserValue(upgrade.NeverIndexedKey, req.NeverIndexed)
+	}
 	if extended {
 		r.Header.Set("Upgrade", req.Protocol)
 		r.Header.Set("Connection", "Upgrade")
@@ -203,18 +226,16 @@ func streamRequest(ctx *fasthttp.RequestCtx, req *h2serve.Request) (extended boo
 }
 
 // streamBody makes the stream a plain request's body stream, read only
-// when the request is forwarded (after admission) and as the node takes
-// it: a request refused on its route, rate, plain_http or authorization
-// leaves its body unread, and one forwarded holds little more than its
-// stream's receive window. So one connection's streams hold no more of
-// their bodies than one HTTP/1.1 request would, however many there are.
-// A body announced larger than maxStreamBody is answered 413 at once; one
-// that grows past it, or ends off its content-length (RFC 9113 section
-// 8.1.1), or not before deadline (handshake_timeout from the request's
-// start, as fasthttp's ReadTimeout bounds an HTTP/1.1 one), fails its
-// forward, which answers 502. A request whose stream ended with its
-// header block has no body stream, so a GET can be retried on another
-// node.
+// once the request is admitted, whole, before a node is taken for it
+// (readStreamedBody): a request refused on its route, rate, plain_http or
+// authorization leaves its body unread, and one being read holds its
+// stream's slot (h2Conn.take), as an HTTP/1.1 request's body being read
+// holds its connection's. A body announced larger than maxStreamBody is
+// answered 413 at once; one that grows past it is answered 413, one that
+// ends off its content-length (RFC 9113 section 8.1.1) 400, one not
+// complete by deadline (handshake_timeout from the request's start, as
+// fasthttp's ReadTimeout bounds an HTTP/1.1 one) 408. A request whose
+// stream ended with its header block has no body stream.
 func streamBody(ctx *fasthttp.RequestCtx, st *h2serve.Stream, deadline time.Time) (int, string) {
 	want := int64(-1)
 	if len(ctx.Request.Header.Peek("Content-Length")) > 0 {
@@ -261,10 +282,63 @@ func (b *streamedBody) Read(p []byte) (int, error) {
 	return n, err
 }
 
+// readStreamedBody reads a plain request's body off its HTTP/2 stream
+// whole (see streamBody), once the request is admitted and before a node
+// is taken for it, as fasthttp reads an HTTP/1.1 request's before its
+// handler runs: a slow body then costs its sender (its stream's slot, up
+// to handshake_timeout from the request's start), never one of the
+// node's pooled connections, which a stream that dribbles its body would
+// otherwise hold for everyone. It returns the refusal for a body that
+// grew past maxStreamBody (413), ended off its content-length (400), did
+// not end in time (408), or whose stream failed (the client's gone); a
+// request without a body stream is left as it is.
+func readStreamedBody(ctx *fasthttp.RequestCtx) admit.Refusal {
+	if !ctx.Request.IsBodyStream() {
+		return admit.Refusal{}
+	}
+	b, ok := ctx.Request.BodyStream().(*streamedBody)
+	if !ok {
+		return admit.Refusal{}
+	}
+	buf := make([]byte, 0, 4096) // grown as the body comes, never by what it announces
+	for {
+		if len(buf) == cap(buf) {
+			buf = append(buf, 0)[:len(buf)]
+		}
+		n, err := b.Read(buf[len(buf):cap(buf)])
+		buf = buf[:len(buf)+n]
+		switch {
+		case err == nil:
+			continue
+		case errors.Is(err, io.EOF):
+			ctx.Request.SetBodyRaw(buf) // closes nothing: streamedBody has no Close
+			return admit.Refusal{}
+		case errors.Is(err, errBodyTooLarge):
+			return admit.Reject(fasthttp.StatusRequestEntityTooLarge, "bad_request", "request body too large")
+		case errors.Is(err, errBodyLength):
+			return admit.Reject(fasthttp.StatusBadRequest, "bad_request", "content-length differs from the body's length (RFC 9113 section 8.1.1)")
+		case errors.Is(err, os.ErrDeadlineExceeded):
+			return admit.Reject(fasthttp.StatusRequestTimeout, "bad_request", "request body not received in time")
+		case isMalformedBody(err):
+			return admit.Reject(fasthttp.StatusBadRequest, "bad_request", "request body off its content-length (RFC 9113 section 8.1.1)")
+		default:
+			return admit.Reject(fasthttp.StatusBadRequest, "client_gone", "the request's stream ended before its body")
+		}
+	}
+}
+
+// isMalformedBody reports whether err is h2serve's reset of a stream whose
+// DATA did not add up to its content-length (PROTOCOL_ERROR, from this
+// side): the client's malformed request.
+func isMalformedBody(err error) bool {
+	var se *h2serve.StreamError
+	return errors.As(err, &se) && !se.Remote && se.Code == http2.ErrCodeProtocol
+}
+
 // refuseStream answers a stream whose request could not be read, counted
 // and logged as any refusal.
-func (s *Server) refuseStream(ctx *fasthttp.RequestCtx, cs *clientStream, status int, msg string) {
-	s.refuse(ctx, admit.Reject(status, "bad_request", msg))
+func (s *Server) refuseStream(ctx *fasthttp.RequestCtx, cs *clientStream, r admit.Refusal) {
+	s.refuse(ctx, r)
 	respond(cs.Stream, &ctx.Response, false)
 }
 
@@ -300,23 +374,31 @@ func respond(st *h2serve.Stream, resp *fasthttp.Response, head bool) {
 type clientStream struct {
 	*h2serve.Stream
 	accepted bool // Accept ran: the stream is the tunnel's
-	// place uncounts the stream's WebSocket from its connection's
-	// max_conns_per_ip places (h2Conn.take); nil for a plain request.
+	// place uncounts the stream from its connection's slots
+	// (h2Conn.take); nil when it holds none.
 	place func()
 }
 
-// givePlace gives back the stream's max_conns_per_ip place, if it holds
-// one; calls after the first do nothing.
+// givePlace gives back the stream's slot, if it holds one; calls after
+// the first do nothing.
 func (c *clientStream) givePlace() {
 	if c.place != nil {
 		c.place()
 	}
 }
 
-// Close ends the stream, and its tunnel's max_conns_per_ip place.
+// Close ends the stream, and its tunnel's slot.
 func (c *clientStream) Close() error {
 	c.givePlace()
 	return c.Stream.Close()
+}
+
+// Gone reports whether the stream failed (reset by the client, or its
+// connection lost) while its request is being admitted (upgrade.Gone).
+// A stream whose client only ended its side is not gone.
+func (c *clientStream) Gone() bool {
+	_, err := c.TryRead(nil)
+	return err != nil && !errors.Is(err, io.EOF)
 }
 
 // Handshake does nothing: the connection's TLS handshake is done.

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"net"
+	"sync"
 	"time"
 
 	"github.com/valyala/fasthttp"
@@ -11,8 +12,8 @@ import (
 	"github.com/wsgate/wsgate/gateway/internal/admit"
 	"github.com/wsgate/wsgate/gateway/internal/route"
 	"github.com/wsgate/wsgate/gateway/internal/upgrade"
-	"github.com/wsgate/wsgate/internal/h2serve"
 	"github.com/wsgate/wsgate/internal/httpheader"
+	"github.com/wsgate/wsgate/internal/throttle"
 )
 
 // proxyTimeout bounds one plain HTTP request to a node.
@@ -23,7 +24,7 @@ const proxyTimeout = 30 * time.Second
 // and the chain's headers removed under any spelling (see
 // route.SameHeader), the chain's headers set (an empty value only removes
 // the client's), the Host and (normalized) path the request was routed
-// by, and X-Forwarded-For and X-Forwarded-Proto.
+// by, and X-Forwarded-For, Forwarded and X-Forwarded-Proto.
 func prepareForward(ctx *fasthttp.RequestCtx, g *generation, rt *route.Route, set map[string]string) {
 	h := &ctx.Request.Header
 	for _, v := range h.PeekAll(fasthttp.HeaderConnection) {
@@ -61,8 +62,11 @@ func prepareForward(ctx *fasthttp.RequestCtx, g *generation, rt *route.Route, se
 	}
 	// Set alone would leave the client's later copies in place.
 	xff := upgrade.AppendForwardedFor(nil, ctx, g.trusted)
+	fwd := upgrade.AppendForwarded(nil, ctx, g.trusted)
 	h.Del("X-Forwarded-For")
 	h.SetBytesV("X-Forwarded-For", xff)
+	h.Del("Forwarded")
+	h.SetBytesV("Forwarded", fwd)
 	h.Del("X-Forwarded-Proto")
 	h.Set("X-Forwarded-Proto", upgrade.Scheme(ctx))
 	// Nodes are spoken plain HTTP to: a request read on the TLS listener
@@ -77,9 +81,16 @@ func prepareForward(ctx *fasthttp.RequestCtx, g *generation, rt *route.Route, se
 // serveHTTP proxies an admitted plain HTTP request to a node of the route's
 // pool, so a relay's /info or an app's REST API works through the gateway.
 // Idempotent requests move to the next node when one cannot be reached.
+// An HTTP/2 stream's body is read whole first (readStreamedBody), as an
+// HTTP/1.1 request's was before its handler ran, so a node connection is
+// never held waiting for a client's body.
 // It stays in the gateway rather than in upstream: it reads the route
 // (its hash key, its owned headers) and package route imports upstream.
 func (s *Server) serveHTTP(ctx *fasthttp.RequestCtx, g *generation, rt *route.Route, set map[string]string) {
+	if r := readStreamedBody(ctx); r.Refused() {
+		s.refuse(ctx, r)
+		return
+	}
 	p := rt.Pool
 	// The key is read from the request as the client sent it, as for a
 	// handshake; prepareForward rewrites the headers it points into.
@@ -93,6 +104,11 @@ func (s *Server) serveHTTP(ctx *fasthttp.RequestCtx, g *generation, rt *route.Ro
 		tries = 1
 	}
 	for try := 0; try < tries; try++ {
+		if upgrade.Gone(ctx) { // before each pick, and so before the request goes
+			ctx.Response.Reset()
+			s.refuse(ctx, clientGone)
+			return
+		}
 		lease, err := p.Balancer.AcquireKey(exclude, hkey)
 		if err != nil {
 			if try == 0 {
@@ -110,14 +126,7 @@ func (s *Server) serveHTTP(ctx *fasthttp.RequestCtx, g *generation, rt *route.Ro
 		if err == nil {
 			return
 		}
-		if clientBodyFailed(err) {
-			// The request failed, not the node: the client's body broke
-			// off or did not add up to its content-length.
-			ctx.Response.Reset()
-			s.refuse(ctx, admit.Reject(fasthttp.StatusBadRequest, "bad_request", "the request body did not arrive as announced"))
-			return
-		}
-		s.log.Warn("proxy request failed", "pool", p.Name, "node", lease.Node().Addr(), "err", err)
+		s.proxyFailed(p.Name, lease.Node().Addr(), err)
 		var nerr net.Error
 		if !errors.As(err, &nerr) && !errors.Is(err, fasthttp.ErrConnectionClosed) {
 			break
@@ -128,11 +137,28 @@ func (s *Server) serveHTTP(ctx *fasthttp.RequestCtx, g *generation, rt *route.Ro
 	s.refuse(ctx, admit.Reject(fasthttp.StatusBadGateway, "upstream_error", "no node answered"))
 }
 
-// clientBodyFailed reports whether a forward failed on the client's
-// HTTP/2 request body: its stream was reset (h2serve resets one whose DATA
-// do not add up to its content-length, RFC 9113 section 8.1.1), or it
-// went past its content-length or maxStreamBody.
-func clientBodyFailed(err error) bool {
-	var se *h2serve.StreamError
-	return errors.As(err, &se) || errors.Is(err, errBodyLength) || errors.Is(err, errBodyTooLarge)
+// proxyLogEvery spaces the log lines of plain requests that failed at a
+// node: a client can make them fail (a body that breaks off), and one
+// line each would let it fill the log.
+const proxyLogEvery = time.Second
+
+// proxyErrors throttles the lines of failed plain requests. It is safe
+// for concurrent use.
+type proxyErrors struct {
+	mu    sync.Mutex
+	lines throttle.Lines
+}
+
+// proxyFailed counts a plain request that failed at node of pool
+// (wsgate_proxy_errors_total) and logs it, at most one line a second,
+// the line carrying the failures since the one before (the last of a
+// burst ride on the next line; the metric has them all).
+func (s *Server) proxyFailed(pool, node string, err error) {
+	s.metrics.ProxyErrors.WithLabelValues(pool).Inc()
+	s.proxyErrs.mu.Lock()
+	n, ok := s.proxyErrs.lines.Note(time.Now(), proxyLogEvery)
+	s.proxyErrs.mu.Unlock()
+	if ok {
+		s.log.Warn("proxy request failed", "pool", pool, "node", node, "err", err, "failures", n)
+	}
 }

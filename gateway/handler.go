@@ -46,7 +46,9 @@ func (s *Server) handle(ctx *fasthttp.RequestCtx) {
 	}
 	// Limits (max_conns, max_conns_per_ip) were applied when the
 	// connection was accepted (edge): its slot is held by the socket
-	// from accept to close, whatever the request does.
+	// from accept to close, whatever the request does; an HTTP/2
+	// stream beside its connection's first took one of its own
+	// (serveStream).
 	authz := admit.Authorizer{
 		Plugins: s.plugins, Revoked: s.revocations, TLSInfo: tlsInfo, Log: s.log,
 		RetryAfter: g.retryAfter, Timeout: g.handshakeTimeout,
@@ -54,6 +56,10 @@ func (s *Server) handle(ctx *fasthttp.RequestCtx) {
 	res, r := authz.Authorize(ctx, rt)
 	if r.Refused() {
 		s.refuse(ctx, r)
+		return
+	}
+	if upgrade.Gone(ctx) {
+		s.refuse(ctx, clientGone)
 		return
 	}
 	if r := admit.PoolAdmission(rt, handshake, g.retryAfter, g.handshakeTimeout); r.Refused() {
@@ -66,6 +72,11 @@ func (s *Server) handle(ctx *fasthttp.RequestCtx) {
 	}
 	s.serveHTTP(ctx, g, rt, res.Headers)
 }
+
+// clientGone is the refusal of a request whose HTTP/2 stream failed while
+// it was being admitted (upgrade.Gone): nobody reads it, but it is
+// counted and logged as any refusal.
+var clientGone = admit.Reject(fasthttp.StatusBadRequest, "client_gone", "the request's stream was reset")
 
 // refuse answers ctx with r, counted and logged.
 func (s *Server) refuse(ctx *fasthttp.RequestCtx, r admit.Refusal) {

@@ -62,11 +62,19 @@ func (s *Server) serveUpgrade(ctx *fasthttp.RequestCtx, g *generation, rt *route
 	// node's socket from its connect on; a TLS client's runs on
 	// goroutines (see tunnel.Engine).
 	polled := sw.Engine == tunnel.EngineAuto && !ctx.IsTLS()
+	var gone func() bool // asked between a node's dial and the request (an HTTP/2 client's stream may be reset meanwhile)
+	if upgrade.StreamOf(ctx) != nil {
+		gone = func() bool { return upgrade.Gone(ctx) }
+	}
 	var excl [maxTries]*balancer.Node
 	exclude := excl[:0]
 	tries := min(p.Tries, maxTries)
 	local := false // a dial failed on the gateway's side
 	for try := 0; try < tries; try++ {
+		if upgrade.Gone(ctx) { // before each pick, and so each dial
+			s.refuse(ctx, clientGone)
+			return
+		}
 		lease, err := p.Balancer.AcquireKey(exclude, hkey)
 		if err != nil {
 			if try > 0 {
@@ -79,10 +87,14 @@ func (s *Server) serveUpgrade(ctx *fasthttp.RequestCtx, g *generation, rt *route
 		if sreq != nil {
 			answer, err = s.openStream(p, lease.Node(), sreq, accept, sw)
 		} else {
-			answer, err = upgrade.DialNode(p, lease.Node(), req, accept, &sw.Node, sw.Hdr[:0], polled)
+			answer, err = upgrade.DialNode(p, lease.Node(), req, accept, &sw.Node, sw.Hdr[:0], polled, gone)
 		}
 		if err != nil {
 			lease.Release()
+			if errors.Is(err, upgrade.ErrClientGone) {
+				s.refuse(ctx, clientGone)
+				return
+			}
 			exclude = append(exclude, lease.Node())
 			if errors.Is(err, h2.ErrSetClosed) {
 				continue // retired twice: reloads in a row; the next node

@@ -25,11 +25,12 @@ func (s *Server) poolList() []*upstream.Pool {
 // nodesView is the answer of GET /api/nodes.
 func (s *Server) nodesView() admin.Nodes {
 	t := s.tunnels.Totals()
+	ready, _ := s.readiness()
 	v := admin.Nodes{
 		Generation: s.current().n,
 		Plugins:    s.pluginStatus(),
 		Reload:     s.LastReload(),
-		Ready:      s.ready.Load(),
+		Ready:      ready,
 		Draining:   s.draining.Load(),
 		Tunnels:    s.tunnels.Len(),
 		Handshakes: s.metrics.HandshakeCounts(),

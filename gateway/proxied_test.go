@@ -205,18 +205,21 @@ path = %q`, plugin), node), log)
 
 // TestForwardedForTrust pins the other half of trusted_proxies without
 // PROXY protocol: a client outside it has its X-Forwarded-For replaced by
-// its address; a trusted one keeps its own, with its address added.
+// its address; a trusted one keeps its own, with its address added. The
+// Forwarded field (RFC 7239) is treated the same way, on upgrades and
+// plain requests: before, a client's reached the node unchanged while its
+// X-Forwarded-For was replaced.
 func TestForwardedForTrust(t *testing.T) {
 	node := newWireRecorder(t)
 	srv := startGateway(t, recorderConfig(`trusted_proxies = ["127.0.0.5"]`, node))
 	gw := srv.Addr().String()
-	for _, tc := range []struct{ from, want string }{
-		{"127.0.0.4", "127.0.0.4"},
-		{"127.0.0.5", "1.1.1.1, 2.2.2.2, 127.0.0.5"},
+	for _, tc := range []struct{ from, want, wantFwd string }{
+		{"127.0.0.4", "127.0.0.4", "for=127.0.0.4;proto=http"},
+		{"127.0.0.5", "1.1.1.1, 2.2.2.2, 127.0.0.5", "for=1.1.1.1, for=2.2.2.2, for=127.0.0.5;proto=http"},
 	} {
 		for _, req := range []string{
-			upgradeReq("/ws", "X-Forwarded-For: 1.1.1.1\r\nX-Forwarded-For: 2.2.2.2\r\n"),
-			"GET /info HTTP/1.1\r\nHost: gw\r\nX-Forwarded-For: 1.1.1.1, 2.2.2.2\r\nConnection: close\r\n\r\n",
+			upgradeReq("/ws", "X-Forwarded-For: 1.1.1.1\r\nX-Forwarded-For: 2.2.2.2\r\nForwarded: for=1.1.1.1\r\nForwarded: for=2.2.2.2\r\n"),
+			"GET /info HTTP/1.1\r\nHost: gw\r\nX-Forwarded-For: 1.1.1.1, 2.2.2.2\r\nForwarded: for=1.1.1.1, for=2.2.2.2\r\nConnection: close\r\n\r\n",
 		} {
 			c := rawConn(t, gw, tc.from)
 			_, _ = c.Write([]byte(req))
@@ -226,8 +229,12 @@ func TestForwardedForTrust(t *testing.T) {
 			}
 			resp.Body.Close()
 			c.Close()
-			if got := node.last().header.Values("X-Forwarded-For"); len(got) != 1 || got[0] != tc.want {
+			h := node.last().header
+			if got := h.Values("X-Forwarded-For"); len(got) != 1 || got[0] != tc.want {
 				t.Errorf("from %s, %q: X-Forwarded-For at the node %q, want %q", tc.from, strings.Fields(req)[1], got, tc.want)
+			}
+			if got := h.Values("Forwarded"); len(got) != 1 || got[0] != tc.wantFwd {
+				t.Errorf("from %s, %q: Forwarded at the node %q, want %q", tc.from, strings.Fields(req)[1], got, tc.wantFwd)
 			}
 		}
 	}

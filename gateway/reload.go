@@ -62,7 +62,12 @@ type ReloadStatus struct {
 	Error      string    `json:"error,omitempty"`
 	Generation uint64    `json:"generation"`
 	TookMS     float64   `json:"took_ms"`
-	Restart    []string  `json:"needs_restart,omitempty"` // changes that apply only after a restart
+	// Trigger is what asked for it: ReloadSignal, ReloadFile or ReloadAPI.
+	Trigger string `json:"trigger"`
+	// Changes are the keys the reload changed (see configChanges): empty
+	// when the file said what the running config said; null on an error.
+	Changes []string `json:"changes"`
+	Restart []string `json:"needs_restart,omitempty"` // changes that apply only after a restart
 }
 
 // MarshalJSON writes the status; with Result "none" only the result, the
@@ -100,12 +105,23 @@ type leaving struct {
 // node: its live count still counts against its cap); routes,
 // origins and limits apply to the next handshake. Any error leaves the
 // running config untouched and is returned (naming file, line and key).
-func (s *Server) Reload() error {
-	return s.ReloadFrom(s.current().cfg.File)
+// Its log line says the trigger is ReloadAPI; see ReloadBy.
+func (s *Server) Reload() error { return s.ReloadBy(ReloadAPI) }
+
+// ReloadBy is Reload asked for by trigger (ReloadSignal, ReloadFile,
+// ReloadAPI), which its log line names with what changed. A reload runs
+// whatever the file says, an unchanged file too: it also reads the TLS
+// files again, which is what a SIGHUP after renewing a certificate asks
+// for. The log line of one that changed nothing says so (changes=none),
+// as the second of an edit followed by SIGHUP does.
+func (s *Server) ReloadBy(trigger string) error {
+	return s.reloadFrom(s.current().cfg.File, trigger)
 }
 
 // ReloadFrom is Reload from the file at path.
-func (s *Server) ReloadFrom(path string) error {
+func (s *Server) ReloadFrom(path string) error { return s.reloadFrom(path, ReloadAPI) }
+
+func (s *Server) reloadFrom(path, trigger string) error {
 	start := time.Now()
 	s.reload.serial.Lock()
 	defer s.reload.serial.Unlock()
@@ -117,10 +133,10 @@ func (s *Server) ReloadFrom(path string) error {
 	s.reload.mu.Lock()
 	defer s.reload.mu.Unlock()
 	if err != nil {
-		s.recordReload(err, nil, start)
+		s.recordReload(err, trigger, nil, nil, start)
 		return err
 	}
-	return s.apply(cfg, prep, start)
+	return s.apply(cfg, prep, trigger, start)
 }
 
 // Apply swaps in a loaded config as Reload does.
@@ -132,10 +148,10 @@ func (s *Server) Apply(cfg *conf.Config) error {
 	s.reload.mu.Lock()
 	defer s.reload.mu.Unlock()
 	if err != nil {
-		s.recordReload(err, nil, start)
+		s.recordReload(err, ReloadAPI, nil, nil, start)
 		return err
 	}
-	return s.apply(cfg, prep, start)
+	return s.apply(cfg, prep, ReloadAPI, start)
 }
 
 // prepared is what a reload reads and starts before it takes reload.mu:
@@ -173,18 +189,24 @@ func (s *Server) prepare(cfg *conf.Config) (*prepared, error) {
 }
 
 // apply is Apply with reload.mu held; prep is cfg's, prepared.
-func (s *Server) apply(cfg *conf.Config, prep *prepared, start time.Time) error {
+func (s *Server) apply(cfg *conf.Config, prep *prepared, trigger string, start time.Time) error {
+	old := s.current().cfg
 	restart, err := s.swap(cfg, byReload, prep)
 	if err != nil {
-		s.recordReload(err, nil, start)
+		s.recordReload(err, trigger, nil, nil, start)
 		return err
 	}
 	s.disc.Sync(s.current().cfg)
 	for _, r := range restart {
 		s.log.Warn("config change needs a restart to apply", "change", r)
 	}
-	s.recordReload(nil, restart, start)
-	s.log.Info("config reloaded", "file", cfg.File, "generation", s.current().n, "took", time.Since(start))
+	changes := configChanges(old, s.current().cfg)
+	s.recordReload(nil, trigger, changes, restart, start)
+	attrs := []any{"trigger", trigger, "file", cfg.File, "generation", s.current().n, "took", time.Since(start), "changes", changesAttr(changes)}
+	if len(restart) > 0 {
+		attrs = append(attrs, "needs_restart", restart)
+	}
+	s.log.Info("config reloaded", attrs...)
 	return nil
 }
 
@@ -421,11 +443,11 @@ func (s *Server) build(cfg *conf.Config, old *generation, certs *edge.CertSet, n
 			return nil, nil, err
 		}
 		if p.Conf.Protocol == "h2" {
-			var poll h2.Poller
+			var poll h2.SpreadPoller
 			if g.engine != tunnel.EngineGoroutines {
 				poll = pollH2
 			}
-			p.OpenH2(op, h2Connections(cfg, p.Conf), h2.Config{WriteTimeout: cfg.Gateway.WriteTimeout.Duration}, poll)
+			p.OpenH2(op, h2Connections(cfg, p.Conf), h2.Config{WriteTimeout: cfg.Gateway.WriteTimeout.Duration}, poll, cfg.Gateway.DrainWindow.Duration)
 		}
 		g.pools[p.Name] = p
 		for _, n := range removed {
@@ -490,14 +512,16 @@ func needsRestart(old, cfg *conf.Config) []string {
 
 // recordReload keeps the outcome for the admin API and the metrics; it is
 // called with reload.mu held.
-func (s *Server) recordReload(err error, restart []string, start time.Time) {
-	st := ReloadStatus{At: time.Now(), OK: err == nil, Generation: s.current().n,
-		TookMS: float64(time.Since(start).Microseconds()) / 1000, Restart: restart}
+func (s *Server) recordReload(err error, trigger string, changes, restart []string, start time.Time) {
+	st := ReloadStatus{At: time.Now(), OK: err == nil, Generation: s.current().n, Trigger: trigger,
+		TookMS: float64(time.Since(start).Microseconds()) / 1000, Changes: changes, Restart: restart}
 	st.Result = ReloadOK
 	if err != nil {
 		st.Error = err.Error()
 		st.Result = ReloadError
-		s.log.Error("config reload failed; the running config stays", "err", err)
+		s.log.Error("config reload failed; the running config stays", "trigger", trigger, "err", err)
+	} else if st.Changes == nil {
+		st.Changes = []string{}
 	}
 	if s.metrics != nil {
 		s.metrics.Reloads.WithLabelValues(st.Result).Inc()
@@ -521,8 +545,12 @@ func (s *Server) LastReload() ReloadStatus {
 func newPoolRate(rate, burst int) upstream.Admission { return admit.NewPoolRate(rate, burst) }
 
 // pollH2 has a tunnel poller read an HTTP/2 connection to a node, so that
-// the tunnels carried on it run on that poller (see tunnel.AttachConn).
-func pollH2(nc net.Conn, c *h2.Conn) (any, func()) { return tunnel.AttachConn(nc, c) }
+// the tunnels carried on it run on that poller, one the node's other
+// connections are not read by while there is one (see
+// tunnel.AttachConnBeside).
+func pollH2(nc net.Conn, c *h2.Conn, busy []any) (any, func()) {
+	return tunnel.AttachConnBeside(nc, c, busy)
+}
 
 // h2Connections is how many HTTP/2 connections an "h2" pool spreads each
 // node's streams over: pools.h2_connections, or one per poller (those

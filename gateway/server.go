@@ -74,6 +74,8 @@ type Server struct {
 	limits  *edge.Limiter
 	ipRate  *admit.IPRate // handshake_rate_per_ip
 	tunnels registry.Tunnels
+	// proxyErrs throttles the log lines of failed plain requests.
+	proxyErrs proxyErrors
 
 	// onTunnelEnd is tunnelEnded as a func value, made once: every
 	// tunnel's OnEnd shares it.
@@ -211,16 +213,23 @@ func fileCeiling(log *slog.Logger) int {
 	return rlimit.MaxConns(soft)
 }
 
-// logLimits says which connection limits apply, and warns when the
-// open-file limit holds max_conns below its configured value.
+// logLimits says which connection limits apply. That the open-file
+// limit holds max_conns below its configured value is a warning when the
+// file set max_conns (the operator's number is not what runs), and part
+// of the INFO line when max_conns is its default, which is meant as "as
+// many as the machine carries".
 func (s *Server) logLimits() {
 	conf, eff, perIP := s.limits.Limits()
 	attrs := []any{"max_conns", eff, "configured", conf, "max_conns_per_ip", perIP, "file_ceiling", s.limits.Ceiling()}
-	if eff < conf {
+	switch {
+	case eff < conf && s.current().cfg.Written("gateway.max_conns"):
 		s.log.Warn("max_conns held to what the open-file limit carries (two descriptors a connection, less a reserve)", attrs...)
-		return
+	case eff < conf:
+		attrs[3] = fmt.Sprintf("default (%d)", conf)
+		s.log.Info("connection limits: max_conns is what the open-file limit carries (two descriptors a connection, less a reserve)", attrs...)
+	default:
+		s.log.Info("connection limits", attrs...)
 	}
-	s.log.Info("connection limits", attrs...)
 }
 
 // current is the generation in force.

@@ -2,11 +2,13 @@ package gateway
 
 import (
 	"encoding/json"
+	"fmt"
 	"os"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/wsgate/wsgate/internal/rlimit"
 	"github.com/wsgate/wsgate/internal/testproc"
 )
 
@@ -121,5 +123,52 @@ func TestPluginLogLines(t *testing.T) {
 			t.Fatalf("no relayed line \"keys file reloaded: 2 keys\" within 10s; log:\n%s", buf.String())
 		}
 		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// TestStartLogMaxConnsWarnsOnlyWhenSet pins a line that cried wolf: every
+// start warned that max_conns was held to what the open-file limit
+// carries, although the operator had left max_conns at its default (a
+// million, meaning "as many as the machine carries"). That is now an INFO
+// line; the WARN stays for a max_conns the file set and the limit cut.
+func TestStartLogMaxConnsWarnsOnlyWhenSet(t *testing.T) {
+	soft, _, err := rlimit.NoFile()
+	if err != nil {
+		t.Fatal(err)
+	}
+	ceiling := rlimit.MaxConns(soft)
+	if ceiling >= 1_000_000 {
+		t.Skipf("the open-file limit (%d) carries the default max_conns: no cut to log", soft)
+	}
+	for _, tc := range []struct {
+		name, gateway, level string
+	}{
+		{"default", "", "INFO"},
+		{"set and cut", "max_conns = 1_000_000", "WARN"},
+		{"set and kept", fmt.Sprintf("max_conns = %d", ceiling-1), "INFO"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var buf testproc.Buffer
+			newEnvLog(t, 1, oneNodeWith(tc.gateway, "", ""), jsonLog(&buf))
+			var lines []map[string]any
+			for _, l := range strings.Split(strings.TrimSpace(buf.String()), "\n") {
+				var m map[string]any
+				if err := json.Unmarshal([]byte(l), &m); err != nil {
+					t.Fatalf("log line is not JSON: %v: %s", err, l)
+				}
+				if _, ok := m["max_conns"]; ok && m["file_ceiling"] != nil {
+					lines = append(lines, m)
+				}
+			}
+			if len(lines) != 1 {
+				t.Fatalf("%d connection-limit lines, want 1; log:\n%s", len(lines), buf.String())
+			}
+			if l := lines[0]; l["level"] != tc.level {
+				t.Errorf("line %v: level %v, want %s", l, l["level"], tc.level)
+			}
+			if tc.name == "default" && lines[0]["configured"] != "default (1000000)" {
+				t.Errorf("line %v: configured = %v, want \"default (1000000)\"", lines[0], lines[0]["configured"])
+			}
+		})
 	}
 }

@@ -11,17 +11,20 @@ import (
 	"time"
 )
 
-// signals are the names -signal accepts.
+// signals are the names -signal accepts: a kill, the drains (TERM, INT),
+// a reload (HUP), wsgate's upgrade onto a new binary (USR2), and a pause
+// (STOP, CONT).
 var signals = map[string]syscall.Signal{
 	"KILL": syscall.SIGKILL, "TERM": syscall.SIGTERM, "INT": syscall.SIGINT,
-	"HUP": syscall.SIGHUP, "QUIT": syscall.SIGQUIT, "STOP": syscall.SIGSTOP, "CONT": syscall.SIGCONT,
+	"HUP": syscall.SIGHUP, "USR2": syscall.SIGUSR2, "QUIT": syscall.SIGQUIT,
+	"STOP": syscall.SIGSTOP, "CONT": syscall.SIGCONT,
 }
 
 // parseSignal accepts "KILL", "SIGKILL", "kill" and the like.
 func parseSignal(s string) (syscall.Signal, error) {
 	sig, ok := signals[strings.TrimPrefix(strings.ToUpper(s), "SIG")]
 	if !ok {
-		return 0, fmt.Errorf("unknown signal %q (want KILL, TERM, INT, HUP, QUIT, STOP or CONT)", s)
+		return 0, fmt.Errorf("unknown signal %q (want KILL, TERM, INT, HUP, USR2, QUIT, STOP or CONT)", s)
 	}
 	return sig, nil
 }

@@ -6,6 +6,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"syscall"
 	"testing"
 	"time"
 
@@ -96,5 +97,36 @@ func TestDrainResumesWithoutLoss(t *testing.T) {
 	if r.LostWrites != 0 || r.Gaps != 0 || r.DupOffsets != 0 || r.Duplicates != 0 || r.Acked != r.Sent || r.Delivered != 100 {
 		t.Fatalf("lost %d gaps %d dup offsets %d dups %d acked %d of %d delivered %v",
 			r.LostWrites, r.Gaps, r.DupOffsets, r.Duplicates, r.Acked, r.Sent, r.Delivered)
+	}
+}
+
+// TestParseSignal pins the names -signal takes: the drain scenario is
+// how an upgrade is proved, and wsload refused the signal a wsgate
+// upgrade uses (`-signal USR2`: unknown signal "USR2").
+func TestParseSignal(t *testing.T) {
+	tests := []struct {
+		in   string
+		want syscall.Signal
+		ok   bool
+	}{
+		{"USR2", syscall.SIGUSR2, true},
+		{"SIGUSR2", syscall.SIGUSR2, true},
+		{"usr2", syscall.SIGUSR2, true},
+		{"HUP", syscall.SIGHUP, true},
+		{"TERM", syscall.SIGTERM, true},
+		{"sigint", syscall.SIGINT, true},
+		{"KILL", syscall.SIGKILL, true},
+		{"USR3", 0, false},
+		{"", 0, false},
+	}
+	for _, tt := range tests {
+		got, err := parseSignal(tt.in)
+		if (err == nil) != tt.ok || got != tt.want {
+			t.Errorf("parseSignal(%q) = %v, %v; want %v, ok %v", tt.in, got, err, tt.want, tt.ok)
+		}
+	}
+	c := Config{Scenario: "drain", URL: "ws://127.0.0.1:1/room/r%d", KillPID: 1, Signal: "USR2"}
+	if err := c.Validate(); err != nil {
+		t.Errorf("drain -kill-pid 1 -signal USR2: %v", err)
 	}
 }

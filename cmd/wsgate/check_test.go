@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -104,5 +105,28 @@ func TestCheckLoadsTLSFiles(t *testing.T) {
 			}
 			runCheck(t, wsgate, path, tc.code, strings.ReplaceAll(tc.want, "FILE", path))
 		})
+	}
+}
+
+// TestCheckACMEClosedPort pins `wsgate -check` on an ACME table whose
+// directory nobody answers (a closed loopback port): it said ok, and the
+// gateway then failed every order. It now exits 1 naming the file, the
+// line and the key, and why.
+func TestCheckACMEClosedPort(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "wsgate.toml")
+	cfg := fmt.Sprintf("[gateway.tls]\nlisten = \"127.0.0.1:0\"\n  [gateway.tls.acme]\n  directory = \"https://%s/dir\"\n  domains = [\"a.example.test\"]\n  storage = \"acme\"\n\n"+
+		"[[pools]]\nname = \"relay\"\n  [[pools.nodes]]\n  addr = \"127.0.0.1:7001\"\n[[routes]]\npool = \"relay\"\n", testproc.FreeAddr(t))
+	if err := os.WriteFile(path, []byte(cfg), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	var out, errb bytes.Buffer
+	if code := run([]string{"-check", "-config", path}, &out, &errb); code != 1 {
+		t.Fatalf("exit %d, want 1 (stdout %q)", code, out.String())
+	}
+	for _, want := range []string{path + ":4: gateway.tls.acme.directory:", "cannot be reached", "connection refused"} {
+		if !strings.Contains(errb.String(), want) {
+			t.Errorf("message %q lacks %q", errb.String(), want)
+		}
 	}
 }

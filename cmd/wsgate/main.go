@@ -92,7 +92,9 @@ func run(args []string, stdout, stderr io.Writer) int {
 	if *check {
 		// A plugin's config table is the plugin's to judge: start each
 		// one and let it, as a start or reload would.
-		if err := errors.Join(gateway.CheckTLS(cfg), gateway.CheckPlugins(cfg, log)); err != nil {
+		// The ACME directory is fetched as a start would, so a CA that
+		// cannot be reached or trusted fails the check, not every order.
+		if err := errors.Join(gateway.CheckTLS(cfg), gateway.CheckACME(context.Background(), cfg), gateway.CheckPlugins(cfg, log)); err != nil {
 			fmt.Fprintln(stderr, err)
 			return 1
 		}
@@ -164,7 +166,7 @@ func serve(cfg *conf.Config, o serveOptions, log *slog.Logger) error {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	if o.watch {
-		if err := conf.Watch(ctx, cfg.File, 0, func() { _ = srv.Reload() }); err != nil {
+		if err := conf.Watch(ctx, cfg.File, 0, func() { _ = srv.ReloadBy(gateway.ReloadFile) }); err != nil {
 			log.Warn("config file not watched", "err", err)
 		}
 	}
@@ -180,7 +182,7 @@ wait:
 		}
 		switch sig {
 		case syscall.SIGHUP:
-			_ = srv.Reload() // logged, counted and shown by the server
+			_ = srv.ReloadBy(gateway.ReloadSignal) // logged, counted and shown by the server
 			continue
 		case syscall.SIGUSR2:
 			if !upgrade(srv, log) {

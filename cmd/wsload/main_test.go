@@ -11,10 +11,14 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"os"
 	"os/exec"
+	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -238,4 +242,81 @@ func TestHeaderFlagRefused(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestDrainSignalUSR2 runs the scenario that proves an upgrade with the
+// signal an upgrade uses: `wsload drain -kill-pid PID -signal USR2`
+// against a wsgate process in front of a relay. wsload refused the
+// signal (`unknown signal "USR2"`, a usage error) and the only way was
+// -kill-cmd. Now the old process hands its sockets over and drains:
+// every client gets 1001, comes back (to the new process, the pidfile
+// says which), and no write is lost.
+func TestDrainSignalUSR2(t *testing.T) {
+	relayAddr := startRelay(t)
+	dir := t.TempDir()
+	gwAddr := testproc.FreeAddr(t)
+	cfg := filepath.Join(dir, "wsgate.toml")
+	if err := os.WriteFile(cfg, fmt.Appendf(nil, `[gateway]
+listen = %q
+drain_window = "500ms"
+drain_timeout = "10s"
+[admin]
+listen = ""
+[[pools]]
+name = "relay"
+  [[pools.nodes]]
+  addr = %q
+[[routes]]
+pool = "relay"
+`, gwAddr, relayAddr), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	pidfile := filepath.Join(dir, "wsgate.pid")
+	old := testproc.Start(t, "wsgate", testproc.Build(t, "./cmd/wsgate"), "-config", cfg, "-pidfile", pidfile, "-watch=false")
+	oldPid := old.Pid()
+	t.Cleanup(func() {
+		// The new process was started by the old one: stop it by its PID.
+		if pid := readPid(pidfile); pid != 0 && pid != oldPid {
+			if p, err := os.FindProcess(pid); err == nil {
+				_ = p.Signal(syscall.SIGKILL)
+			}
+		}
+	})
+	deadline := time.Now().Add(30 * time.Second)
+	for readPid(pidfile) != oldPid {
+		if time.Now().After(deadline) {
+			t.Fatalf("wsgate did not write its pidfile within 30s:\n%s", old.Output())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+
+	out, errs, code := wsload(t, "drain", "-url", "ws://"+gwAddr+"/room/r%d", "-rooms", "2", "-members", "3", "-rate", "20",
+		"-duration", "2s", "-after", "500ms", "-window", "300ms", "-give-up", "20s", "-settle", "3s",
+		"-kill-pid", strconv.Itoa(oldPid), "-signal", "USR2", "-json")
+	if code != exitOK {
+		t.Fatalf("exit %d, want %d\nstdout: %s\nstderr: %s", code, exitOK, out, errs)
+	}
+	var r loadgen.Report
+	if err := json.Unmarshal([]byte(out), &r); err != nil {
+		t.Fatalf("no report: %v\n%s", err, out)
+	}
+	if r.CloseCodes["1001"] != 6 || r.Back != 6 || r.NotBack != 0 || r.LostWrites != 0 || r.Acked == 0 {
+		t.Fatalf("close codes %v, back %d, not back %d, lost %d, acked %d\n%s", r.CloseCodes, r.Back, r.NotBack, r.LostWrites, r.Acked, errs)
+	}
+	if c, err := old.Wait(20 * time.Second); err != nil || c != 0 {
+		t.Fatalf("the old process: exit %d, %v", c, err)
+	}
+	if pid := readPid(pidfile); pid == 0 || pid == oldPid {
+		t.Fatalf("the pidfile names %d after the upgrade (old %d)", pid, oldPid)
+	}
+}
+
+// readPid reads a pidfile, 0 when it is missing or not yet written.
+func readPid(path string) int {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return 0
+	}
+	pid, _ := strconv.Atoi(strings.TrimSpace(string(b)))
+	return pid
 }

@@ -29,6 +29,11 @@ type Request struct {
 	// reset (RFC 9113 section 8.1.1); Header holds it once, however
 	// many times the client repeated it.
 	ContentLength int64
+	// NeverIndexed names (lowercase, pseudo-header fields included) the
+	// fields the client sent as never-indexed literals (RFC 7541 section
+	// 6.2.3), which an intermediary must forward as such (section
+	// 7.1.3); nil when there is none.
+	NeverIndexed map[string]bool
 }
 
 // parseRequest checks a request header block against RFC 9113 section 8.3
@@ -39,6 +44,12 @@ type Request struct {
 func parseRequest(fields []hpack.HeaderField) (*Request, string) {
 	req := &Request{Header: make(http.Header), ContentLength: -1}
 	for _, f := range fields {
+		if f.Sensitive {
+			if req.NeverIndexed == nil {
+				req.NeverIndexed = make(map[string]bool)
+			}
+			req.NeverIndexed[f.Name] = true
+		}
 		if strings.HasPrefix(f.Name, ":") {
 			switch f.Name {
 			case ":method":

@@ -62,3 +62,19 @@ func TestParseRequest(t *testing.T) {
 		t.Fatalf("fields: %v", req.Header)
 	}
 }
+
+// TestParseRequestNeverIndexed pins that the fields a client sent as
+// never-indexed literals are named, so that the gateway forwards them as
+// such (RFC 7541 section 7.1.3); others are not.
+func TestParseRequestNeverIndexed(t *testing.T) {
+	fs := fields(":method", "CONNECT", ":protocol", "websocket", ":scheme", "https", ":authority", "relay", ":path", "/a?t=1",
+		"x-token", "secret", "origin", "https://o")
+	fs[4].Sensitive, fs[5].Sensitive = true, true
+	req, why := parseRequest(fs)
+	if req == nil {
+		t.Fatal(why)
+	}
+	if len(req.NeverIndexed) != 2 || !req.NeverIndexed[":path"] || !req.NeverIndexed["x-token"] {
+		t.Fatalf("NeverIndexed %v, want :path and x-token", req.NeverIndexed)
+	}
+}

@@ -56,12 +56,7 @@ type Pebble struct {
 // missing install.
 func Start(tb testing.TB, o Options) *Pebble {
 	tb.Helper()
-	if _, err := exec.LookPath(Binary); err != nil {
-		if os.Getenv("WSGATE_REQUIRE_PEBBLE") != "" {
-			tb.Fatalf("pebble not found and WSGATE_REQUIRE_PEBBLE is set: apt-get install pebble")
-		}
-		tb.Skip("pebble not installed (apt-get install pebble); set WSGATE_REQUIRE_PEBBLE=1 to fail instead")
-	}
+	Require(tb, Binary)
 	dnsAddr := StartDNS(tb)
 	dir := tb.TempDir()
 	ca, err := testca.New("pebbletest")
@@ -140,6 +135,34 @@ func Start(tb testing.TB, o Options) *Pebble {
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
+}
+
+// Require skips the test when one of the programs is not installed
+// (pebble's package brings pebble and pebble-challtestsrv), unless
+// WSGATE_REQUIRE_PEBBLE is set (CI sets it), where it fails it: a skip
+// would hide a missing install.
+func Require(tb testing.TB, programs ...string) {
+	tb.Helper()
+	for _, p := range programs {
+		if _, err := exec.LookPath(p); err != nil {
+			if os.Getenv("WSGATE_REQUIRE_PEBBLE") != "" {
+				tb.Fatalf("%s not found and WSGATE_REQUIRE_PEBBLE is set: apt-get install pebble (make deps)", p)
+			}
+			tb.Skipf("%s not installed (apt-get install pebble, or make deps); set WSGATE_REQUIRE_PEBBLE=1 to fail instead", p)
+		}
+	}
+}
+
+// FreeUDPPort is a free loopback UDP port, for a DNS server a test starts
+// later.
+func FreeUDPPort(tb testing.TB) int {
+	tb.Helper()
+	pc, err := net.ListenPacket("udp", "127.0.0.1:0")
+	if err != nil {
+		tb.Fatal(err)
+	}
+	defer pc.Close()
+	return pc.LocalAddr().(*net.UDPAddr).Port
 }
 
 // Stop ends pebble (SIGKILL, by its PID) and waits for it; the ACME

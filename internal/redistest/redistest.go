@@ -40,6 +40,8 @@ func (s *Server) URL() string { return "redis://" + s.Addr + "/0" }
 // waits until it answers PING. It stops the process (by its PID) when the
 // test ends. When the binary is missing it skips the test, except under CI
 // (CI set in the environment), where a skip would hide a missing install.
+// What go-redis clients log goes to the test's log if it fails, not to the
+// binary's output (QuietClients).
 func Start(tb testing.TB) *Server {
 	tb.Helper()
 	return StartArgs(tb, "--save", "", "--appendonly", "no")
@@ -50,6 +52,7 @@ func Start(tb testing.TB) *Server {
 func StartArgs(tb testing.TB, args ...string) *Server {
 	tb.Helper()
 	need(tb, Binary)
+	QuietClients(tb)
 	var lastErr error
 	for range 5 {
 		s, err := start(tb.TempDir(), args)

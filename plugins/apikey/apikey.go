@@ -23,7 +23,8 @@ var errEmpty = errors.New("keys file is empty; keeping the keys loaded (to revok
 
 // config is the plugin's [plugins.config] table.
 type config struct {
-	// File is the keys file; required.
+	// File is the keys file; required. A relative path is taken from the
+	// directory of the gateway's config file.
 	File string `json:"file"`
 	// Header carries the key (default "X-Api-Key").
 	Header string `json:"header"`
@@ -48,7 +49,7 @@ type apiKeyAuth struct {
 	mu   sync.Mutex
 }
 
-func (a *apiKeyAuth) Configure(_ context.Context, raw map[string]any) error {
+func (a *apiKeyAuth) Configure(ctx context.Context, raw map[string]any) error {
 	a.cfg = config{Header: "X-Api-Key", Query: "api_key", UserHeader: "X-User-Id", CacheTTL: auth.Duration{Duration: 10 * time.Second}}
 	if err := auth.DecodeConfig(raw, &a.cfg); err != nil {
 		return err
@@ -56,6 +57,8 @@ func (a *apiKeyAuth) Configure(_ context.Context, raw map[string]any) error {
 	if a.cfg.File == "" {
 		return fmt.Errorf("%w: file is required", auth.ErrInvalidConfig)
 	}
+	// Relative to the gateway's config file, as the gateway's own paths.
+	a.cfg.File = auth.ConfigPath(ctx, a.cfg.File)
 	if a.cfg.Header == "" && a.cfg.Query == "" {
 		return fmt.Errorf("%w: header and query are both empty", auth.ErrInvalidConfig)
 	}

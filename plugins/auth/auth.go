@@ -28,7 +28,9 @@ type Authenticator interface {
 	// map[string]any (a TOML date-time arrives as an RFC 3339 string).
 	// Return an error wrapping ErrInvalidConfig for a bad config; the
 	// gateway then does not use the plugin. DecodeConfig decodes the table
-	// into a struct, rejecting unknown keys.
+	// into a struct, rejecting unknown keys. ctx carries the directory of
+	// the gateway's config file (ConfigDir), from which a relative path in
+	// the table is taken (ConfigPath).
 	Configure(ctx context.Context, config map[string]any) error
 	// Authenticate decides one handshake.
 	Authenticate(ctx context.Context, req *Request) (*Decision, error)

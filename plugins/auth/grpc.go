@@ -25,7 +25,7 @@ func (s *grpcServer) Configure(ctx context.Context, in *authpb.ConfigureRequest)
 	if err != nil {
 		return nil, toStatus(err, true)
 	}
-	if err := s.impl.Configure(ctx, config); err != nil {
+	if err := s.impl.Configure(incomingConfigDir(ctx), config); err != nil {
 		return nil, toStatus(err, true)
 	}
 	out = &authpb.ConfigureResponse{}
@@ -76,14 +76,15 @@ func NewGRPCClient(conn grpc.ClientConnInterface, done <-chan struct{}) *GRPCCli
 // client was built without one).
 func (c *GRPCClient) Done() <-chan struct{} { return c.done }
 
-// Configure implements Authenticator. It also records the plugin's cache
-// key (see CacheKey).
+// Configure implements Authenticator: it sends config, and the config
+// directory ctx carries (see WithConfigDir), to the plugin. It also
+// records the plugin's cache key (see CacheKey).
 func (c *GRPCClient) Configure(ctx context.Context, config map[string]any) error {
 	b, err := encodeConfig(config)
 	if err != nil {
 		return fmt.Errorf("%w: encode config: %w", ErrInvalidConfig, err)
 	}
-	out, err := c.client.Configure(ctx, &authpb.ConfigureRequest{ConfigJson: b})
+	out, err := c.client.Configure(outgoingConfigDir(ctx), &authpb.ConfigureRequest{ConfigJson: b})
 	if err != nil {
 		return fromStatus(ctx, err)
 	}

@@ -23,7 +23,8 @@ type config struct {
 	// HS256SecretEnv names the environment variable holding the HS256
 	// secret (default "": HS256 not accepted).
 	HS256SecretEnv string `json:"hs256_secret_env"`
-	// RS256PublicKeyFile is a PEM file with the RS256 public key (default
+	// RS256PublicKeyFile is a PEM file with the RS256 public key, a
+	// relative path taken from the config file's directory (default
 	// "": RS256 not accepted).
 	RS256PublicKeyFile string `json:"rs256_public_key_file"`
 	// Issuer, if set, must equal the token's iss.
@@ -47,11 +48,13 @@ type jwtAuth struct {
 	claims  map[string]string
 }
 
-func (a *jwtAuth) Configure(_ context.Context, raw map[string]any) error {
+func (a *jwtAuth) Configure(ctx context.Context, raw map[string]any) error {
 	var c config
 	if err := auth.DecodeConfig(raw, &c); err != nil {
 		return err
 	}
+	// Relative to the gateway's config file, as the gateway's own paths.
+	c.RS256PublicKeyFile = auth.ConfigPath(ctx, c.RS256PublicKeyFile)
 	var methods []string
 	if c.HS256SecretEnv != "" {
 		s := os.Getenv(c.HS256SecretEnv)

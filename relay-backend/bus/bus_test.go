@@ -12,6 +12,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/wsgate/wsgate/internal/redistest"
+	"github.com/wsgate/wsgate/internal/testproc"
 	"github.com/wsgate/wsgate/relay-backend/bus"
 )
 
@@ -36,7 +37,7 @@ func redisPair(t *testing.T) (counter, counter, func() int) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	open := func() *bus.Redis {
-		r, err := bus.NewRedis(ctx, bus.RedisOptions{URL: srv.URL()})
+		r, err := bus.NewRedis(ctx, bus.RedisOptions{URL: srv.URL(), Logger: testproc.Logger(t)})
 		if err != nil {
 			t.Fatalf("NewRedis: %v", err)
 		}
@@ -216,11 +217,12 @@ func TestClosedBus(t *testing.T) {
 }
 
 func TestNewRedisBadURL(t *testing.T) {
+	redistest.QuietClients(t) // the refused dial is go-redis's to log
 	for _, url := range []string{"", "http://x", "redis://127.0.0.1:1/0"} {
 		t.Run(url, func(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 			defer cancel()
-			if r, err := bus.NewRedis(ctx, bus.RedisOptions{URL: url}); err == nil {
+			if r, err := bus.NewRedis(ctx, bus.RedisOptions{URL: url, Logger: testproc.Logger(t)}); err == nil {
 				_ = r.Close()
 				t.Fatalf("NewRedis(%q) succeeded", url)
 			}
@@ -233,6 +235,9 @@ func TestNewRedisBadURL(t *testing.T) {
 // is closed when the test ends.
 func subscribed(ctx context.Context, t *testing.T, opts bus.RedisOptions, channel string) (*bus.Redis, chan []byte) {
 	t.Helper()
+	if opts.Logger == nil {
+		opts.Logger = testproc.Logger(t)
+	}
 	r, err := bus.NewRedis(ctx, opts)
 	if err != nil {
 		t.Fatal(err)

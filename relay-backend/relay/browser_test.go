@@ -109,3 +109,66 @@ func TestPoisonedRoomInBrowser(t *testing.T) {
 		t.Fatalf("Chromium got %q, want before, history, live", p.Got)
 	}
 }
+
+// pageLine is one line of the demo page's log.
+type pageLine struct {
+	Class string `json:"class"`
+	Text  string `json:"text"`
+}
+
+// TestDemoPageMarksHistory opens the demo page in Chromium in a room that
+// already holds two messages: the page showed the replayed history as if
+// it had just been said. Now the two replayed messages are marked
+// history, a line says where the live ones start, and a message sent
+// after the join is live, unmarked.
+func TestDemoPageMarksHistory(t *testing.T) {
+	ctx := browsertest.Start(t)
+	r := startRelay(t, relay.Options{ID: "relay-a"})
+	a, _ := dial(t, r, "demo", false)
+	b, _ := dial(t, r, "demo", false)
+	chat := func(text string) {
+		t.Helper()
+		m, _ := json.Marshal(map[string]string{"type": "chat", "replica": "relay-a", "text": text})
+		send(t, a, websocket.TextMessage, m)
+		if _, got := read(t, b); string(got) != string(m) { // committed: in the history
+			t.Fatalf("b got %s, want %s", got, m)
+		}
+	}
+	chat("said before")
+	chat("said before too")
+
+	// The page's log as JSON, without each line's time, once it has n
+	// lines (polled on the page's mutations, within 30 s).
+	logOf := func(n int) string {
+		t.Helper()
+		js, err := chromedp.Run(ctx, chromedp.Poll[string](fmt.Sprintf(`document.querySelectorAll("#log div").length >= %d &&
+  JSON.stringify([...document.querySelectorAll("#log div")].map(d => ({class: d.className, text: d.textContent.split("  ").slice(1).join("  ")})))`, n),
+			chromedp.WithPollingMutation()))
+		if err != nil {
+			now, _ := chromedp.Run(ctx, chromedp.Evaluate[string](`document.getElementById("log").innerText`))
+			t.Fatalf("browser: %v, waiting for %d lines in the page's log:\n%s", err, n, now)
+		}
+		return js
+	}
+	if err := chromedp.Do(ctx, chromedp.Navigate("http://"+r.addr+"/")); err != nil {
+		t.Fatalf("browser: %v", err)
+	}
+	logOf(5) // connected, joined, the history, its end
+	chat("said now")
+	js := logOf(6)
+	var lines []pageLine
+	if err := json.Unmarshal([]byte(js), &lines); err != nil {
+		t.Fatalf("page log %q: %v", js, err)
+	}
+	want := []pageLine{
+		{"sys", "connected"},
+		{"sys", "joined room demo on relay-a; the room's last 2 message(s), sent before you joined, follow"},
+		{"msg hist", "history [relay-a] said before"},
+		{"msg hist", "history [relay-a] said before too"},
+		{"sys", "end of history: live from here"},
+		{"msg live", "[relay-a] said now"},
+	}
+	if !slices.Equal(lines, want) {
+		t.Fatalf("the page's log:\n%+v\nwant:\n%+v", lines, want)
+	}
+}

@@ -26,7 +26,7 @@ type h2Member struct {
 	r     *Relay
 	m     *member
 	s     *h2serve.Stream
-	hello []byte // written first once m is admitted (nil: none)
+	hello func(history int) []byte // written first once m is admitted, given the preamble's length (nil: none)
 
 	// signals counts the stream's readiness calls a reader has not yet
 	// seen; the call that makes it 1 starts a reader. It is never reset
@@ -79,7 +79,7 @@ func (r *Relay) serveH2(s *h2serve.Stream, roomID string, v1, hello bool, since 
 	h := &h2Member{r: r, m: m, s: s}
 	m.h2 = h
 	if hello && !v1 { // relay.v1 starts with POS, and only binary frames
-		h.hello = r.helloFrame(m.id, roomID)
+		h.hello = func(history int) []byte { return r.helloFrame(m.id, roomID, history) }
 	}
 	if err := r.join(m, roomID); err != nil {
 		code, text := joinRefusal(err)
@@ -322,7 +322,7 @@ func (h *h2Member) takeLocked() ([]outMsg, int) {
 	if !h.started {
 		h.started = true
 		if h.hello != nil {
-			out = append(out, outMsg{websocket.TextMessage, h.hello})
+			out = append(out, outMsg{websocket.TextMessage, h.hello(len(h.m.preamble))})
 			h.hello = nil
 		}
 		out = append(out, h.m.preamble...)

@@ -12,6 +12,7 @@ import (
 
 	"github.com/fasthttp/websocket"
 
+	"github.com/wsgate/wsgate/internal/testproc"
 	"github.com/wsgate/wsgate/relay-backend/relay"
 )
 
@@ -25,6 +26,9 @@ type server struct {
 
 func startRelay(t *testing.T, o relay.Options) *server {
 	t.Helper()
+	if o.Logger == nil {
+		o.Logger = testproc.Logger(t) // before the close below: its lines are kept too
+	}
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatalf("listen: %v", err)

@@ -137,9 +137,10 @@ func (m *member) sendClose(code int, reason string) {
 }
 
 // pumpWrites is m's only writer. Once m is admitted it writes the optional
-// hello frame, then the preamble (POS... LIVE, or the history), then the send
-// queue, until the reader finishes or m is kicked.
-func (m *member) pumpWrites(hello []byte) {
+// hello frame (hello, given the preamble's length), then the preamble
+// (POS... LIVE, or the history), then the send queue, until the reader
+// finishes or m is kicked.
+func (m *member) pumpWrites(hello func(history int) []byte) {
 	defer close(m.writerDone)
 	select {
 	case <-m.admitted:
@@ -149,14 +150,14 @@ func (m *member) pumpWrites(hello []byte) {
 	if m.kicked.Load() {
 		return
 	}
+	pre := m.preamble
+	m.preamble = nil
 	if hello != nil {
-		if err := m.write(websocket.TextMessage, hello); err != nil {
+		if err := m.write(websocket.TextMessage, hello(len(pre))); err != nil {
 			_ = m.conn.Close()
 			return
 		}
 	}
-	pre := m.preamble
-	m.preamble = nil
 	for _, msg := range pre {
 		if m.kicked.Load() {
 			return
@@ -210,9 +211,9 @@ func (r *Relay) serveConn(c *websocket.Conn, roomID string, hello bool, since re
 		_ = c.Close()
 		return
 	}
-	var h []byte
+	var h func(int) []byte
 	if hello && !m.v1 { // relay.v1 starts with POS, and only binary frames
-		h = r.helloFrame(m.id, roomID)
+		h = func(history int) []byte { return r.helloFrame(m.id, roomID, history) }
 	}
 	go m.pumpWrites(h)
 	r.pumpReads(m)
@@ -291,14 +292,21 @@ func (r *Relay) onMessage(m *member, typ int, data []byte) {
 	rm.push(roomlog.Entry{Epoch: pos.Epoch, Offset: pos.Offset, Data: env})
 }
 
+// hello is the JSON frame a plain client that asked for it (?hello=1)
+// gets first: who served it, and how many of the messages that follow are
+// the room's retained history, replayed (the rest are live), so that the
+// demo page can mark them.
 type hello struct {
 	Type    string `json:"type"`
 	Replica string `json:"replica"`
 	Client  uint64 `json:"client"`
 	Room    string `json:"room"`
+	History int    `json:"history"`
 }
 
-func (r *Relay) helloFrame(id uint64, roomID string) []byte {
-	b, _ := json.Marshal(hello{Type: "hello", Replica: r.opt.ID, Client: id, Room: roomID})
+// helloFrame is member id's hello in roomID, before history replayed
+// messages.
+func (r *Relay) helloFrame(id uint64, roomID string, history int) []byte {
+	b, _ := json.Marshal(hello{Type: "hello", Replica: r.opt.ID, Client: id, Room: roomID, History: history})
 	return b
 }

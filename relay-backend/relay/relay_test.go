@@ -11,6 +11,7 @@ import (
 	"github.com/fasthttp/websocket"
 
 	"github.com/wsgate/wsgate/internal/redistest"
+	"github.com/wsgate/wsgate/internal/testproc"
 	"github.com/wsgate/wsgate/internal/wsframe"
 	"github.com/wsgate/wsgate/relay-backend/bus"
 	"github.com/wsgate/wsgate/relay-backend/relay"
@@ -57,7 +58,7 @@ func redisReplica(t *testing.T, url string, lo roomlog.RedisOptions) replica {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), ioTimeout)
 	defer cancel()
-	b, err := bus.NewRedis(ctx, bus.RedisOptions{URL: url})
+	b, err := bus.NewRedis(ctx, bus.RedisOptions{URL: url, Logger: testproc.Logger(t)})
 	if err != nil {
 		t.Fatalf("NewRedis bus: %v", err)
 	}

@@ -88,11 +88,16 @@ type Manager struct {
 	bucket   *bucket
 	// approvals remembers the ask URL's answers (see decide).
 	approvals *approvals
-	ctx       context.Context
-	cancel    context.CancelFunc
+	// absent remembers names the storage was found not to hold (see
+	// decide).
+	absent *absentNames
+	ctx    context.Context
+	cancel context.CancelFunc
 
-	mu    sync.Mutex
-	names map[string]bool // every name a managed certificate was cached for
+	mu       sync.Mutex
+	names    map[string]bool // every name a managed certificate was cached for
+	failName string          // the name of the last failed order or renewal; under mu
+	failAt   time.Time       // and when it failed
 }
 
 // LoadCAs reads a PEM file of CA certificates (ca_file); nil for "".
@@ -125,7 +130,7 @@ func New(a *conf.ACME, opt Options) (*Manager, error) {
 		opt.AskClient = &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
 	}
 	m := &Manager{acme: a, opt: opt, log: opt.Log, domains: map[string]bool{}, names: map[string]bool{},
-		bucket: newBucket(a.OnDemandRate, a.OnDemandBurst), approvals: newApprovals(approvalsMax)}
+		bucket: newBucket(a.OnDemandRate, a.OnDemandBurst), approvals: newApprovals(approvalsMax), absent: newAbsentNames(absentMax)}
 	for _, d := range a.Domains {
 		m.domains[strings.ToLower(d)] = true
 	}
@@ -334,7 +339,9 @@ func (m *Manager) HTTPChallenge(w http.ResponseWriter, r *http.Request) bool {
 // or another of the fleet, it is asked about again whatever strangers'
 // names took the tokens (the ask URL's refusal of it is remembered for a
 // while). Over the rate, a name is looked up in the storage, and refused
-// without an ask call unless found.
+// without an ask call unless found; a name not found is not looked up
+// again for absentFor (see absentNames), so that a stranger's name asked
+// for at every handshake costs the storage one lookup, not one each.
 func (m *Manager) decide(ctx context.Context, name string) error {
 	now := time.Now()
 	if ok, known := m.approvals.answer(name, now); known {
@@ -346,7 +353,14 @@ func (m *Manager) decide(ctx context.Context, name string) error {
 	}
 	stored := false
 	if !m.bucket.take(now) {
-		if stored = m.stored(ctx, name); !stored {
+		if !m.absent.has(name, now) {
+			var found error
+			stored, found = m.stored(ctx, name)
+			if !stored && errors.Is(found, fs.ErrNotExist) {
+				m.absent.note(name, now) // a failed lookup is not remembered
+			}
+		}
+		if !stored {
 			m.opt.Metrics.OnDemand("rate")
 			return fmt.Errorf("on_demand_rate exceeded: %s not asked about", name)
 		}
@@ -359,14 +373,20 @@ func (m *Manager) decide(ctx context.Context, name string) error {
 }
 
 // stored reports whether the storage holds a certificate for name from
-// the on-demand issuer.
-func (m *Manager) stored(ctx context.Context, name string) bool {
+// the on-demand issuer; when it does not, err says why: fs.ErrNotExist
+// when the storage said so, another error when it could not be asked.
+func (m *Manager) stored(ctx context.Context, name string) (bool, error) {
+	err := fs.ErrNotExist
 	for _, iss := range m.onDemand.Issuers {
-		if m.storage.Exists(ctx, certmagic.StorageKeys.SiteCert(iss.IssuerKey(), name)) {
-			return true
+		_, serr := m.storage.Stat(ctx, certmagic.StorageKeys.SiteCert(iss.IssuerKey(), name))
+		if serr == nil {
+			return true, nil
+		}
+		if !errors.Is(serr, fs.ErrNotExist) {
+			err = serr
 		}
 	}
-	return false
+	return false, err
 }
 
 // ask asks the ask URL about name within ask_timeout, and counts its
@@ -426,12 +446,26 @@ func (m *Manager) event(_ context.Context, event string, data map[string]any) er
 			m.opt.Metrics.Ordered(ok)
 		}
 		if !ok {
+			m.mu.Lock()
+			m.failName, m.failAt = fmt.Sprint(data["identifier"]), time.Now()
+			m.mu.Unlock()
 			m.log.Error("ACME order failed; the certificate in force (if any) keeps serving, and the order is retried", "name", data["identifier"], "renewal", data["renewal"], "err", data["error"])
 		} else {
 			m.log.Info("ACME certificate obtained", "name", data["identifier"], "renewal", data["renewal"])
 		}
 	}
 	return nil
+}
+
+// Domains are the names of the table's domains, obtained at start.
+func (m *Manager) Domains() []string { return m.acme.Domains }
+
+// LastFailure is the name of the last order or renewal that failed, and
+// when it did; "" when none has. Its error is in the log.
+func (m *Manager) LastFailure() (name string, at time.Time) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.failName, m.failAt
 }
 
 // Info describes one certificate the manager serves.

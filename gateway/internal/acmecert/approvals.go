@@ -80,3 +80,71 @@ func (a *approvals) note(name string, ok bool, now time.Time) {
 	}
 	a.byName[name] = a.order.PushFront(&approval{name, ok, now})
 }
+
+// How long a name the storage was found to hold no certificate for is
+// taken as absent without asking the storage again, and how many such
+// names are remembered. Over the on_demand_rate, every handshake for a
+// stranger's name looked the name up in the storage (two Redis round
+// trips with a Redis storage): a flood of handshakes for a few names
+// would cost the Redis as much. A certificate stored meanwhile (by
+// another gateway of the fleet) is found absentFor later at most.
+const (
+	absentFor = 10 * time.Second
+	absentMax = 10000
+)
+
+// absentNames remembers names the storage holds no certificate for, the
+// most recent max of them, each for absentFor. It is safe for concurrent
+// use.
+type absentNames struct {
+	mu     sync.Mutex
+	byName map[string]*list.Element // of *absent
+	order  list.List                // front: the most recent lookup
+	max    int
+}
+
+// absent is one name found absent at a time.
+type absent struct {
+	name string
+	at   time.Time
+}
+
+func newAbsentNames(max int) *absentNames {
+	return &absentNames{byName: map[string]*list.Element{}, max: max}
+}
+
+// has reports whether name was found absent less than absentFor before
+// now.
+func (a *absentNames) has(name string, now time.Time) bool {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	el := a.byName[name]
+	if el == nil {
+		return false
+	}
+	at := el.Value.(*absent).at
+	if now.Sub(at) >= absentFor || now.Before(at) {
+		a.order.Remove(el)
+		delete(a.byName, name)
+		return false
+	}
+	return true
+}
+
+// note remembers name as found absent at now, forgetting the oldest if
+// there are max already.
+func (a *absentNames) note(name string, now time.Time) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if el := a.byName[name]; el != nil {
+		el.Value = &absent{name, now}
+		a.order.MoveToFront(el)
+		return
+	}
+	if a.order.Len() >= a.max {
+		oldest := a.order.Back()
+		a.order.Remove(oldest)
+		delete(a.byName, oldest.Value.(*absent).name)
+	}
+	a.byName[name] = a.order.PushFront(&absent{name, now})
+}

@@ -2,7 +2,10 @@ package acmecert
 
 import (
 	"context"
+	"errors"
+	"io/fs"
 	"log/slog"
+	"regexp"
 
 	"go.uber.org/zap/zapcore"
 )
@@ -43,13 +46,36 @@ func (c slogCore) Check(e zapcore.Entry, ce *zapcore.CheckedEntry) *zapcore.Chec
 	return ce
 }
 
-func (c slogCore) Write(e zapcore.Entry, fs []zapcore.Field) error {
-	enc := zapcore.NewMapObjectEncoder()
-	for _, f := range c.fields {
-		f.AddTo(enc)
+// goPointer is a field value that is a Go pointer printed with %p
+// (certmagic's "cache" of its maintenance line): an address that means
+// nothing to an operator and differs at every start.
+var goPointer = regexp.MustCompile(`^0x[0-9a-f]{6,}$`)
+
+// dropField reports whether f says nothing to an operator on a line at
+// level: a Go pointer, or, below WARN, an error that a file or key does
+// not exist, which is how certmagic learns that a first start has no
+// account or certificate yet ("creating new account because no account
+// for configured email is known to us" says it already): a reader of
+// "error=... no such file or directory" goes looking for a fault.
+func dropField(level zapcore.Level, f zapcore.Field) bool {
+	switch f.Type {
+	case zapcore.StringType:
+		return goPointer.MatchString(f.String)
+	case zapcore.ErrorType:
+		err, ok := f.Interface.(error)
+		return ok && level < zapcore.WarnLevel && errors.Is(err, fs.ErrNotExist)
 	}
-	for _, f := range fs {
-		f.AddTo(enc)
+	return false
+}
+
+func (c slogCore) Write(e zapcore.Entry, fields []zapcore.Field) error {
+	enc := zapcore.NewMapObjectEncoder()
+	for _, set := range [][]zapcore.Field{c.fields, fields} {
+		for _, f := range set {
+			if !dropField(e.Level, f) {
+				f.AddTo(enc)
+			}
+		}
 	}
 	attrs := make([]slog.Attr, 0, len(enc.Fields)+1)
 	if e.LoggerName != "" {

@@ -161,27 +161,43 @@ func (r *Redis) Load(ctx context.Context, key string) ([]byte, error) {
 	return nil, fmt.Errorf("load %s: unexpected reply %T", key, v)
 }
 
-// deleteScript deletes a key and every key below it ("key/..."), and
-// their index entries; it returns how many it deleted.
-var deleteScript = redis.NewScript(`
-local n = 0
-if redis.call('ZREM', KEYS[1], ARGV[1]) == 1 or redis.call('EXISTS', ARGV[2] .. ARGV[1]) == 1 then
-  redis.call('DEL', ARGV[2] .. ARGV[1])
-  n = n + 1
-end
-local below = redis.call('ZRANGEBYLEX', KEYS[1], '[' .. ARGV[1] .. '/', '[' .. ARGV[1] .. '/\255')
-for _, k in ipairs(below) do
-  redis.call('DEL', ARGV[2] .. k)
-  redis.call('ZREM', KEYS[1], k)
-  n = n + 1
-end
-return n`)
+// deleteTries bounds the transactions one Delete tries while others
+// change the index under it.
+const deleteTries = 5
 
-// Delete removes key, and every key below it when it is a directory. A
-// key that is not there is no error (certmagic.Storage: "return nil in
-// that case").
+// Delete removes key, and every key below it when it is a directory, and
+// their index entries, in one transaction: the keys below are read from
+// the index under WATCH, then deleted by MULTI/EXEC, tried again when the
+// index changed meanwhile. Every key it touches is named in its commands
+// (a script would have had to reach keys it does not declare). A key that
+// is not there is no error (certmagic.Storage: "return nil in that
+// case").
 func (r *Redis) Delete(ctx context.Context, key string) error {
-	if err := deleteScript.Run(ctx, r.c, []string{indexKey}, key, Prefix+"v:").Err(); err != nil {
+	var err error
+	for range deleteTries {
+		err = r.c.Watch(ctx, func(tx *redis.Tx) error {
+			below, err := tx.ZRangeArgs(ctx, redis.ZRangeArgs{Key: indexKey, Start: "[" + key + "/", Stop: "[" + key + "/\xff", ByLex: true}).Result()
+			if err != nil {
+				return err
+			}
+			keys := make([]string, 0, 1+len(below))
+			members := make([]any, 0, 1+len(below))
+			for _, k := range append([]string{key}, below...) {
+				keys = append(keys, valueKey(k))
+				members = append(members, k)
+			}
+			_, err = tx.TxPipelined(ctx, func(p redis.Pipeliner) error {
+				p.Del(ctx, keys...)
+				p.ZRem(ctx, indexKey, members...)
+				return nil
+			})
+			return err
+		}, indexKey)
+		if !errors.Is(err, redis.TxFailedErr) {
+			break
+		}
+	}
+	if err != nil {
 		return fmt.Errorf("delete %s: %w", key, err)
 	}
 	return nil
@@ -263,8 +279,12 @@ func (r *Redis) Stat(ctx context.Context, key string) (certmagic.KeyInfo, error)
 
 // Lock takes the lock name, waiting while another holder (this process
 // or another gateway) has it, until ctx ends. The lock is a key set with
-// SET NX PX and a random token; while held it is renewed every third of
-// its TTL, so only a holder that died loses it, at most a TTL later.
+// SET NX PX and a random token, one for the whole call, and taking it is
+// idempotent for that token (acquireScript): a try whose SET went through
+// but whose reply was lost (go-redis, or this loop, tries again) finds
+// its own token and holds the lock, rather than waiting a TTL for a lock
+// nobody would ever release. While held it is renewed every third of its
+// TTL, so only a holder that died loses it, at most a TTL later.
 func (r *Redis) Lock(ctx context.Context, name string) error {
 	token := r.owner + ":" + randomToken()
 	t := time.NewTimer(0)
@@ -275,19 +295,32 @@ func (r *Redis) Lock(ctx context.Context, name string) error {
 			return fmt.Errorf("lock %s: %w", name, ctx.Err())
 		case <-t.C:
 		}
-		ok, err := r.c.SetNX(ctx, lockKey(name), token, r.lockTTL).Result()
+		n, err := acquireScript.Run(ctx, r.c, []string{lockKey(name)}, token, r.lockTTL.Milliseconds()).Int()
 		if err != nil {
-			// Redis down: keep trying until ctx ends, as a taken lock.
+			// Redis down, or the reply lost: keep trying until ctx
+			// ends, as a taken lock (the next try may find it ours).
 			t.Reset(lockPoll * 4)
 			continue
 		}
-		if ok {
+		if n == 1 {
 			r.hold(name, token)
 			return nil
 		}
 		t.Reset(lockPoll)
 	}
 }
+
+// acquireScript takes a lock (KEYS[1]) for the token ARGV[1] with a TTL of
+// ARGV[2] ms: set if free, or, when it already holds this very token (an
+// earlier try of the same Lock set it), renewed; 1 then, 0 when another
+// token holds it.
+var acquireScript = redis.NewScript(`
+if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then return 1 end
+if redis.call('GET', KEYS[1]) == ARGV[1] then
+  redis.call('PEXPIRE', KEYS[1], ARGV[2])
+  return 1
+end
+return 0`)
 
 // hold records a lock taken and starts renewing it.
 func (r *Redis) hold(name, token string) {

@@ -6,6 +6,9 @@ import (
 	"errors"
 	"io/fs"
 	"log/slog"
+	"net"
+	"os"
+	"regexp"
 	"slices"
 	"strings"
 	"sync"
@@ -266,5 +269,140 @@ func TestLostLockLogged(t *testing.T) {
 	}
 	if l := buf.String(); !strings.Contains(l, `"level":"WARN"`) || !strings.Contains(l, `"lock":"l"`) {
 		t.Errorf("lock lost line: %s, want WARN naming the lock", l)
+	}
+}
+
+// replyDropper relays connections to the Redis at addr, except that the
+// first reply to a command naming match (other than a NOSCRIPT error, the
+// first try of a script not yet loaded) is never delivered: the client's
+// connection is closed once Redis has answered, as when a network fault
+// loses a reply. Its Close stops it.
+type replyDropper struct {
+	ln      net.Listener
+	addr    string
+	match   []byte
+	dropped atomic.Bool
+	wg      sync.WaitGroup
+}
+
+func newReplyDropper(t *testing.T, addr, match string) *replyDropper {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := &replyDropper{ln: ln, addr: addr, match: []byte(match)}
+	d.wg.Add(1)
+	go d.accept()
+	t.Cleanup(func() { ln.Close(); d.wg.Wait() })
+	return d
+}
+
+func (d *replyDropper) accept() {
+	defer d.wg.Done()
+	for {
+		c, err := d.ln.Accept()
+		if err != nil {
+			return
+		}
+		s, err := net.Dial("tcp", d.addr)
+		if err != nil {
+			c.Close()
+			continue
+		}
+		var armed atomic.Bool
+		d.wg.Add(2)
+		go func() { // client to Redis: arms the drop on the matching command
+			defer d.wg.Done()
+			defer s.Close()
+			buf := make([]byte, 64<<10)
+			for {
+				n, err := c.Read(buf)
+				if n > 0 && !d.dropped.Load() && bytes.Contains(buf[:n], d.match) {
+					armed.Store(true)
+				}
+				if n > 0 {
+					if _, err := s.Write(buf[:n]); err != nil {
+						return
+					}
+				}
+				if err != nil {
+					return
+				}
+			}
+		}()
+		go func() { // Redis to client: a reply to the armed command is dropped
+			defer d.wg.Done()
+			defer c.Close()
+			buf := make([]byte, 64<<10)
+			for {
+				n, err := s.Read(buf)
+				if n > 0 && armed.Load() && !bytes.HasPrefix(buf[:n], []byte("-NOSCRIPT")) && d.dropped.CompareAndSwap(false, true) {
+					return // the reply goes nowhere; the connection breaks
+				}
+				if n > 0 {
+					if _, err := c.Write(buf[:n]); err != nil {
+						return
+					}
+				}
+				if err != nil {
+					return
+				}
+			}
+		}()
+	}
+}
+
+// TestLockTakenDespiteLostReply pins lock acquisition across a lost reply:
+// the reply to the command that set the lock is lost, the client tries
+// again, and the lock is held at once. Before, the retry's SET NX found
+// the key (set by the first try, with this very token) and Lock waited
+// for its TTL to pass, with a lock nobody would release.
+func TestLockTakenDespiteLostReply(t *testing.T) {
+	srv := redistest.Start(t)
+	d := newReplyDropper(t, srv.Addr, lockKey("lost"))
+	r := open(t, "redis://"+d.ln.Addr().String()+"/0", time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := r.Lock(ctx, "lost"); err != nil {
+		t.Fatalf("Lock after its reply was lost: %v (the lock's TTL is a minute)", err)
+	}
+	if !d.dropped.Load() {
+		t.Fatal("no reply was dropped: the test did not test")
+	}
+	c := redis.NewClient(&redis.Options{Addr: srv.Addr})
+	defer c.Close()
+	if got := c.Get(ctx, lockKey("lost")).Val(); !strings.HasPrefix(got, r.owner+":") {
+		t.Fatalf("lock token %q, want this holder's", got)
+	}
+	if err := r.Unlock(ctx, "lost"); err != nil {
+		t.Fatal(err)
+	}
+	if n := c.Exists(ctx, lockKey("lost")).Val(); n != 0 {
+		t.Error("lock still set after Unlock")
+	}
+}
+
+// TestScriptsDeclareTheirKeys pins that every Lua script of the storage
+// names, as the key of each Redis command it calls, one of its KEYS, as
+// Redis requires of a script (a script that builds key names from its
+// arguments reaches keys no client or proxy can route or check). Before,
+// the delete script built the value keys it deleted from ARGV.
+func TestScriptsDeclareTheirKeys(t *testing.T) {
+	src, err := os.ReadFile("redis.go")
+	if err != nil {
+		t.Fatal(err)
+	}
+	scripts := regexp.MustCompile("(?s)redis\\.NewScript\\(`(.*?)`\\)").FindAllSubmatch(src, -1)
+	if len(scripts) < 5 {
+		t.Fatalf("found %d scripts in redis.go, want at least 5", len(scripts))
+	}
+	call := regexp.MustCompile(`redis\.call\('(\w+)',\s*([^,)]+)`)
+	for _, s := range scripts {
+		for _, c := range call.FindAllSubmatch(s[1], -1) {
+			if !bytes.HasPrefix(c[2], []byte("KEYS[")) {
+				t.Errorf("script calls %s on %s, not one of its KEYS:\n%s", c[1], c[2], s[1])
+			}
+		}
 	}
 }

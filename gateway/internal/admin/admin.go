@@ -28,8 +28,9 @@ var dashboard embed.FS
 // methods are called from the admin listener's request goroutines, so
 // they must be safe for concurrent use.
 type Gateway interface {
-	// Ready reports whether the gateway serves clients (GET /readyz).
-	Ready() bool
+	// Ready reports whether the gateway serves clients (GET /readyz),
+	// and when it does not, why, in a sentence for the answer's body.
+	Ready() (ready bool, reason string)
 	// Draining reports whether the gateway is shutting down; a draining
 	// gateway is not ready.
 	Draining() bool
@@ -137,9 +138,11 @@ func (a *API) Handle(ctx *fasthttp.RequestCtx) {
 		switch {
 		case a.gw.Draining():
 			ctx.Error("draining\n", fasthttp.StatusServiceUnavailable)
-		case !a.gw.Ready():
-			ctx.Error("not ready\n", fasthttp.StatusServiceUnavailable)
 		default:
+			if ok, why := a.gw.Ready(); !ok {
+				ctx.Error("not ready: "+why+"\n", fasthttp.StatusServiceUnavailable)
+				return
+			}
 			ctx.SetBodyString("ready\n")
 		}
 		return

@@ -17,12 +17,12 @@ type fakeGateway struct {
 	drained string // "", "drained" or "migrating"
 }
 
-func (g *fakeGateway) Ready() bool          { return true }
-func (g *fakeGateway) Draining() bool       { return false }
-func (g *fakeGateway) Nodes() Nodes         { return Nodes{Ready: true} }
-func (g *fakeGateway) Config() *conf.Config { return g.cfg }
-func (g *fakeGateway) Reload() error        { return nil }
-func (g *fakeGateway) LastReload() any      { return map[string]string{"result": "none"} }
+func (g *fakeGateway) Ready() (bool, string) { return true, "" }
+func (g *fakeGateway) Draining() bool        { return false }
+func (g *fakeGateway) Nodes() Nodes          { return Nodes{Ready: true} }
+func (g *fakeGateway) Config() *conf.Config  { return g.cfg }
+func (g *fakeGateway) Reload() error         { return nil }
+func (g *fakeGateway) LastReload() any       { return map[string]string{"result": "none"} }
 
 func (g *fakeGateway) Revoke(Revocation) (bool, int, error) { return false, 0, nil }
 

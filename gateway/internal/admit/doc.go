@@ -19,7 +19,11 @@
 //
 //   - max_conns and max_conns_per_ip are taken when the connection is
 //     accepted, by edge.Listener, which answers a socket over a limit
-//     itself (429 or 503) before a byte of the request is read;
+//     itself (429 or 503) before a byte of the request is read; an
+//     HTTP/2 stream beside its connection's first takes a slot of its
+//     own before admission (gateway.serveStream, edge.Limiter.Stream);
+//   - an HTTP/2 stream reset while it is admitted stops after the auth
+//     chain and before each node is picked (upgrade.Gone);
 //   - a handshake no node has room for (no_capacity) or that the pool's
 //     admission rate refuses is answered as the route's overflow says
 //     (Overflow: 503, or an accepted upgrade closed with 1013); the

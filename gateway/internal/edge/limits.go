@@ -59,13 +59,13 @@ func (l *Limiter) Limits() (configured, effective, perIP int64) {
 // to; 0 = no ceiling.
 func (l *Limiter) Ceiling() int64 { return l.ceiling }
 
-// slot is one admitted connection, one refused socket that lingers
-// (see hold), or one more tunnel of a connection (see Place); release
-// frees it once.
+// slot is one admitted connection, one more stream of a connection (see
+// Stream), or one refused socket that lingers (see hold); release frees
+// it once.
 type slot struct {
 	l        *Limiter
 	ip       netip.Addr
-	refused  bool // a place of ip's only (hold, Place): no gateway-wide slot to free
+	refused  bool // a place of ip's only (hold): no gateway-wide slot to free
 	noIP     bool // a gateway-wide slot only, until charge (under l.mu)
 	released atomic.Bool
 }
@@ -130,22 +130,24 @@ func (l *Limiter) hold(ip netip.Addr) *slot {
 	return &slot{l: l, ip: ip, refused: true}
 }
 
-// Place takes one more place of ip's under max_conns_per_ip for a
-// connection that carries more than one tunnel at once (an HTTP/2
-// connection's WebSocket streams beyond its first), so that the limit
-// bounds an address's tunnels as it does over HTTP/1.1, where each is a
-// connection. It returns the function that gives the place back (calls
-// after the first do nothing), or nil when ip is at max_conns_per_ip. It
-// takes no gateway-wide slot: max_conns counts sockets.
-func (l *Limiter) Place(ip netip.Addr) func() {
-	s := l.hold(ip)
+// Stream takes one more slot, gateway-wide and of ip's, for a request a
+// connection carries beside others at once (an HTTP/2 connection's
+// streams beyond its first), so that max_conns and max_conns_per_ip bound
+// the requests being admitted or forwarded and the tunnels as they do
+// over HTTP/1.1, where each is a connection: each such stream may hold a
+// node socket, a plugin call and a goroutine, as a connection does. It
+// returns the function that gives the slot back (calls after the first do
+// nothing), or nil and the status to answer: 503 when the gateway is
+// full, 429 when ip is.
+func (l *Limiter) Stream(ip netip.Addr) (func(), int) {
+	s, status := l.admit(ip)
 	if s == nil {
-		return nil
+		return nil, status
 	}
-	return s.release
+	return s.release, 0
 }
 
-// PlaceOf is the address under which Place counts c's tunnels: the one
+// PlaceOf is the address under which Stream counts c's streams: the one
 // its place at accept was taken under (a PROXY header's, if it had one).
 func PlaceOf(c net.Conn) netip.Addr { return remoteIP(c) }
 
@@ -173,7 +175,7 @@ func (s *slot) release() {
 func (l *Limiter) Open() int64 { return l.total.Load() }
 
 // FromIP is the number of admitted connections from ip, with its refused
-// sockets that linger and its connections' further tunnels (Place).
+// sockets that linger and its connections' further streams (Stream).
 func (l *Limiter) FromIP(ip netip.Addr) int64 {
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -182,7 +184,7 @@ func (l *Limiter) FromIP(ip netip.Addr) int64 {
 
 // ByIP returns a copy of the places held by each address: its admitted
 // connections, its refused sockets that linger and its connections'
-// further tunnels (Place). An address holding none is not in it.
+// further streams (Stream). An address holding none is not in it.
 func (l *Limiter) ByIP() map[netip.Addr]int64 {
 	l.mu.Lock()
 	defer l.mu.Unlock()

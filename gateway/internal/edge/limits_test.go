@@ -127,3 +127,36 @@ func TestLimiterConcurrent(t *testing.T) {
 		t.Fatalf("open %d, by IP %v after every release", l.Open(), l.byIP)
 	}
 }
+
+// TestLimiterStreamSlots pins that a connection's further streams
+// (Stream) take gateway-wide slots as connections do, not only places of
+// their address's: with max_conns = 3 and max_conns_per_ip = 2, a
+// connection's second stream fits, its third is 429, another address's
+// connection fills the gateway and a stream of it is then 503; every
+// release gives back both counts, once.
+func TestLimiterStreamSlots(t *testing.T) {
+	a, b := netip.MustParseAddr("192.0.2.1"), netip.MustParseAddr("192.0.2.2")
+	l := NewLimiter(3, 2, 0)
+	conn, _ := l.admit(a)
+	give, status := l.Stream(a)
+	if give == nil || status != 0 || l.Open() != 2 || l.FromIP(a) != 2 {
+		t.Fatalf("second stream: %v %d; open %d, from a %d", give != nil, status, l.Open(), l.FromIP(a))
+	}
+	if g, status := l.Stream(a); g != nil || status != 429 {
+		t.Fatalf("third stream of a, at max_conns_per_ip: %v %d, want 429", g != nil, status)
+	}
+	other, _ := l.admit(b)
+	if g, status := l.Stream(b); g != nil || status != 503 {
+		t.Fatalf("a stream at max_conns: %v %d, want 503", g != nil, status)
+	}
+	give()
+	give()
+	if l.Open() != 2 || l.FromIP(a) != 1 {
+		t.Fatalf("after the stream's release (twice): open %d, from a %d", l.Open(), l.FromIP(a))
+	}
+	conn.release()
+	other.release()
+	if l.Open() != 0 || len(l.byIP) != 0 {
+		t.Fatalf("open %d, by IP %v after every release", l.Open(), l.byIP)
+	}
+}

@@ -333,7 +333,7 @@ func (st *Staged) discard() {
 
 // sameProcess reports whether a running plugin for a can serve b.
 func sameProcess(a, b conf.Plugin) bool {
-	return a.Path == b.Path && strings.EqualFold(a.SHA256, b.SHA256) && reflect.DeepEqual(a.Config, b.Config)
+	return a.Path == b.Path && strings.EqualFold(a.SHA256, b.SHA256) && reflect.DeepEqual(a.Config, b.Config) && a.ConfigDir == b.ConfigDir
 }
 
 // Close stops every plugin and waits for their processes to exit. Later

@@ -113,7 +113,7 @@ func (in *instance) connect(ctx context.Context, spec conf.Plugin) error {
 	}
 	cctx, cancel := context.WithTimeout(ctx, callTimeout(spec))
 	defer cancel()
-	if err := a.Configure(cctx, spec.Config); err != nil {
+	if err := a.Configure(auth.WithConfigDir(cctx, spec.ConfigDir), spec.Config); err != nil {
 		return fmt.Errorf("configure: %w", err)
 	}
 	parts, err := parseCacheKey(a.CacheKey())

@@ -55,6 +55,8 @@ type Metrics struct {
 	// LocalDialErrors is wsgate_upstream_local_dial_errors_total, by pool,
 	// node and reason.
 	LocalDialErrors *prometheus.CounterVec
+	// ProxyErrors is wsgate_proxy_errors_total, by pool.
+	ProxyErrors *prometheus.CounterVec
 	// TLSReloads is wsgate_tls_reloads_total, by result.
 	TLSReloads *prometheus.CounterVec
 	// TunnelStarts is wsgate_tunnels_started_total, by engine.
@@ -99,7 +101,7 @@ func NewMetrics(live Live) *Metrics {
 		Reg: prometheus.NewRegistry(),
 		handshakes: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "wsgate_handshakes_total",
-			Help: "WebSocket handshakes by result: ok, bad_request, origin, auth_denied, auth_unavailable, no_capacity, upstream_error, upstream_refused, local_dial_error, client_gone, no_route, ip_rate (handshake_rate_per_ip, 429), admission (a pool's admission rate, 503 or 1013).",
+			Help: "WebSocket handshakes by result: ok, bad_request, origin, auth_denied, auth_unavailable, no_capacity, upstream_error, upstream_refused, local_dial_error, client_gone, no_route, ip_rate (handshake_rate_per_ip, 429), ip_conns and max_conns (an HTTP/2 stream beside its connection's first, over max_conns_per_ip, 429, or max_conns, 503), admission (a pool's admission rate, 503 or 1013).",
 		}, []string{"result"}),
 		handshakeSeconds: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name:    "wsgate_handshake_duration_seconds",
@@ -169,6 +171,10 @@ func NewMetrics(live Live) *Metrics {
 		Name: "wsgate_upstream_local_dial_errors_total",
 		Help: "Dials to nodes that failed on the gateway's side, not the node's, by pool, node and reason: no_source_port (no ephemeral port left from a source address toward the node), no_source_addr (a source_addrs address not on this host), no_descriptors (EMFILE, ENFILE), no_memory (ENOBUFS, ENOMEM). They do not count against the node's health.",
 	}, []string{"pool", "node", "reason"})
+	m.ProxyErrors = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "wsgate_proxy_errors_total",
+		Help: "Plain HTTP requests a node of the pool failed to answer (a connection refused, reset or timed out, the request failing on its way), each try counted; logged at most once a second.",
+	}, []string{"pool"})
 	m.TLSReloads = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "wsgate_tls_reloads_total",
 		Help: "Loadings of the TLS listener's certificate, key and CA files after one of them changed, by result (ok, error); an error keeps the certificates in force. A config reload loads them too, counted in wsgate_reloads_total.",
@@ -185,7 +191,7 @@ func NewMetrics(live Live) *Metrics {
 		"epoll":      m.TunnelStarts.WithLabelValues("epoll"),
 		"goroutines": m.TunnelStarts.WithLabelValues("goroutines"),
 	}
-	m.Reg.MustRegister(m.AcceptErrors, m.Refused, m.LocalDialErrors, m.TLSReloads, m.TunnelStarts, m.RebalanceMoves,
+	m.Reg.MustRegister(m.AcceptErrors, m.Refused, m.LocalDialErrors, m.ProxyErrors, m.TLSReloads, m.TunnelStarts, m.RebalanceMoves,
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: "wsgate_tunnel_pollers",
 			Help: "Event loops of the epoll tunnel engine running (gateway.pollers); 0 until the first tunnel on it.",
@@ -239,6 +245,7 @@ func (m *Metrics) ForgetNode(pool, addr string) {
 // config; its nodes' series go with the nodes (ForgetNode).
 func (m *Metrics) ForgetPool(pool string) {
 	m.probeSeconds.DeleteLabelValues(pool)
+	m.ProxyErrors.DeleteLabelValues(pool)
 }
 
 // TunnelEnded counts why a tunnel ended and its close codes.
@@ -329,7 +336,7 @@ func (o PluginObserver) Observe(plugin string, out pluginhost.Outcome, cached bo
 }
 
 // handshakeResults are the values of the result label.
-var handshakeResults = []string{"ok", "bad_request", "origin", "auth_denied", "auth_unavailable", "no_capacity", "upstream_error", "upstream_refused", "local_dial_error", "client_gone", "no_route", "ip_rate", "ip_conns", "admission"}
+var handshakeResults = []string{"ok", "bad_request", "origin", "auth_denied", "auth_unavailable", "no_capacity", "upstream_error", "upstream_refused", "local_dial_error", "client_gone", "no_route", "ip_rate", "ip_conns", "max_conns", "admission"}
 
 // HandshakeCounts reads the handshake counters for the admin API.
 func (m *Metrics) HandshakeCounts() map[string]uint64 {

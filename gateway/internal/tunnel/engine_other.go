@@ -26,6 +26,10 @@ func Pollers() int { return 0 }
 // AttachConn takes no connection where there is no event-driven engine.
 func AttachConn(net.Conn, PolledConn) (any, func()) { return nil, nil }
 
+// AttachConnBeside takes no connection where there is no event-driven
+// engine.
+func AttachConnBeside(net.Conn, PolledConn, []any) (any, func()) { return nil, nil }
+
 // NodeSocket is the event-driven engine's node socket; none is made here.
 type NodeSocket struct{ net.Conn }
 

@@ -19,7 +19,10 @@ import (
 // tunnel was under passes, or lingerBytes have come; then it is closed.
 // A lingering socket still holds its place in the listener's limits (the
 // client connection is closed last), and at most lingerMax linger at once:
-// past that a cut client's socket is closed at once, as before.
+// past that a cut client's socket is closed at once, as before. A client
+// with no socket of its own, a stream of an HTTP/2 connection, never
+// lingers: its close is a frame on a connection that stays, which resets
+// nothing, so it takes no place of lingerMax.
 
 // lingerBytes is the most a lingering socket reads before it is closed.
 const lingerBytes = 64 << 10
@@ -41,9 +44,13 @@ var lingering atomic.Int32
 // tunnel closes its connections, and until when; a true answer holds a
 // place of lingerMax, which linger gives back. It lingers when the gateway
 // cut the client and still read it, and wrote the client its close frame
-// (none is still being written), and the close deadline is ahead. Abort
-// never asks.
+// (none is still being written), and the close deadline is ahead, and
+// the client has a socket of its own to shut (ownSocket). Abort never
+// asks.
 func (t *Tunnel) clientLingers() (time.Time, bool) {
+	if !ownSocket(t.client) {
+		return time.Time{}, false
+	}
 	h := &t.toNode
 	h.mu.Lock()
 	cut := h.broken
@@ -82,6 +89,14 @@ func linger(sock net.Conn, until time.Time, closeAll func()) {
 		}
 		n += k
 	}
+}
+
+// ownSocket reports whether c is, or runs over, a socket of its own that
+// a linger can shut for writing (a TCP connection); a stream of an HTTP/2
+// connection is not.
+func ownSocket(c net.Conn) bool {
+	_, ok := plainSocket(c).(interface{ CloseWrite() error })
+	return ok
 }
 
 // plainSocket is the connection under c's TLS layers, c itself when it has

@@ -19,10 +19,21 @@ import (
 // for writes that must wait (the connection's flusher) and is closed by
 // its owner.
 func AttachConn(c net.Conn, pc PolledConn) (any, func()) {
+	return AttachConnBeside(c, pc, nil)
+}
+
+// AttachConnBeside is AttachConn on a poller none of busy names (tokens
+// AttachConn returned, for the connections c is one of: a node's HTTP/2
+// connections), the next in turn among those; when every poller is in
+// busy, the one it names least. So a node's connections are read by as
+// many distinct pollers as there are of them, up to one per poller, and
+// its clients' tunnels, which run on their connection's poller, spread
+// over every core.
+func AttachConnBeside(c net.Conn, pc PolledConn, busy []any) (any, func()) {
 	if socketOf(c) == nil {
 		return nil, nil
 	}
-	p := pickPoller()
+	p := pickPollerBeside(busy)
 	if p == nil {
 		return nil, nil
 	}

@@ -6,6 +6,7 @@ import (
 	"github.com/wsgate/wsgate/internal/rawio"
 	"os"
 	"runtime"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -142,6 +143,33 @@ func pickPoller() *poller {
 	}
 	i := pollerNext.Add(1) % uint32(len(pollers))
 	return pollers[i]
+}
+
+// pickPollerBeside is pickPoller avoiding the pollers busy names: the
+// first from the next in turn that busy names least.
+func pickPollerBeside(busy []any) *poller {
+	p := pickPoller()
+	if p == nil || len(busy) == 0 {
+		return p
+	}
+	start := slices.Index(pollers, p)
+	best, bestN := p, -1
+	for k := range pollers {
+		cand := pollers[(start+k)%len(pollers)]
+		n := 0
+		for _, b := range busy {
+			if b == any(cand) {
+				n++
+			}
+		}
+		if bestN < 0 || n < bestN {
+			best, bestN = cand, n
+		}
+		if n == 0 {
+			break
+		}
+	}
+	return best
 }
 
 func newPoller() (*poller, error) {

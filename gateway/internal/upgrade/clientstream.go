@@ -47,3 +47,19 @@ func NewKey() []byte {
 	base64.StdEncoding.Encode(b, k[:])
 	return b
 }
+
+// Gone reports whether ctx's request came on an HTTP/2 stream that has
+// since failed: the client reset it, or its connection ended. Such a
+// request's admission stops at its next step (after the auth chain,
+// before a node is picked, before a node is dialed or sent the request),
+// so that a client that opens and resets streams (rapid reset, CVE
+// 2023-44487) never makes the gateway reach a node for a request already
+// gone. A request of an HTTP/1.x connection is never gone here (its
+// connection's end shows when its answer is written).
+func Gone(ctx *fasthttp.RequestCtx) bool {
+	g, ok := ctx.Conn().(goner)
+	return ok && g.Gone()
+}
+
+// goner is a client stream that knows whether it has failed.
+type goner interface{ Gone() bool }

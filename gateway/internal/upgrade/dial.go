@@ -22,6 +22,11 @@ import (
 // is passed on to the client (a relay's 400 or 401, say).
 const maxUpstreamAnswer = 64 << 10
 
+// ErrClientGone is returned by DialNode when the client went away (its
+// HTTP/2 stream was reset) while the node was being dialed: the request
+// was not sent, and the node is no less healthy for it.
+var ErrClientGone = errors.New("the client went away before its request was sent")
+
 // ErrUpstream marks a node that failed the handshake: it could not be
 // reached, answered 5xx, or answered a 101 that does not prove it speaks
 // WebSocket for this key. The next node is tried.
@@ -52,7 +57,12 @@ var responseReaders sync.Pool
 // polled says the tunnel is to run on the event-driven engine: a node
 // without TLS is then dialed as a bare socket its poller watches from the
 // connect on (tunnel.NodeSocket), so the tunnel takes it over as it is.
-func DialNode(p *upstream.Pool, n *balancer.Node, req, accept []byte, up *NodeConn, hdr []byte, polled bool) (*fasthttp.Response, error) {
+//
+// gone, when not nil, is asked once the connection is made (after its
+// TLS handshake, for a TLS pool), before req is written: true (the client
+// has gone, see Gone) closes the connection unwritten and returns
+// ErrClientGone, so the node never gets a request whose client is gone.
+func DialNode(p *upstream.Pool, n *balancer.Node, req, accept []byte, up *NodeConn, hdr []byte, polled bool, gone func() bool) (*fasthttp.Response, error) {
 	var (
 		conn net.Conn
 		err  error
@@ -81,6 +91,9 @@ func DialNode(p *upstream.Pool, n *balancer.Node, req, accept []byte, up *NodeCo
 			_ = conn.Close()
 		}
 	}()
+	if gone != nil && gone() {
+		return nil, fmt.Errorf("dial %s: %w", n.Addr(), ErrClientGone)
+	}
 	_ = conn.SetDeadline(time.Now().Add(p.ConnectTimeout))
 	if _, err := conn.Write(req); err != nil {
 		if _, bare := conn.(*tunnel.NodeSocket); bare {

@@ -126,7 +126,7 @@ func TestDialNodeBothWays(t *testing.T) {
 				addr, closed := testNode(t, answering(testAnswer("X-Node: 1\r\n")+frame))
 				p, n := testPool(t, addr, 5*time.Second)
 				var up NodeConn
-				answer, err := DialNode(p, n, testRequest, accept, &up, nil, polled)
+				answer, err := DialNode(p, n, testRequest, accept, &up, nil, polled, nil)
 				if err != nil || answer != nil {
 					t.Fatalf("DialNode: %v, answer %v", err, answer)
 				}
@@ -153,7 +153,7 @@ func TestDialNodeBothWays(t *testing.T) {
 				addr, closed := testNode(t, answering("HTTP/1.1 403 Forbidden\r\nContent-Length: 4\r\n\r\nnope"))
 				p, n := testPool(t, addr, 5*time.Second)
 				var up NodeConn
-				answer, err := DialNode(p, n, testRequest, accept, &up, nil, polled)
+				answer, err := DialNode(p, n, testRequest, accept, &up, nil, polled, nil)
 				if err != nil || answer == nil || answer.StatusCode() != 403 || string(answer.Body()) != "nope" {
 					t.Fatalf("DialNode: %v, answer %v", err, answer)
 				}
@@ -176,7 +176,7 @@ func TestDialNodeBothWays(t *testing.T) {
 					addr, closed := testNode(t, tc.serve)
 					p, n := testPool(t, addr, 300*time.Millisecond)
 					var up NodeConn
-					_, err := DialNode(p, n, testRequest, accept, &up, nil, polled)
+					_, err := DialNode(p, n, testRequest, accept, &up, nil, polled, nil)
 					if !errors.Is(err, ErrUpstream) || errors.Is(err, upstream.ErrLocalDial) || (tc.expect != nil && !tc.expect(err)) {
 						t.Fatalf("DialNode: %v, want the node's failure", err)
 					}
@@ -187,7 +187,7 @@ func TestDialNodeBothWays(t *testing.T) {
 				addr, closed := testNode(t, trickle(testAnswer(""), time.Millisecond))
 				p, n := testPool(t, addr, 10*time.Second)
 				var up NodeConn
-				if _, err := DialNode(p, n, testRequest, accept, &up, nil, polled); err != nil {
+				if _, err := DialNode(p, n, testRequest, accept, &up, nil, polled, nil); err != nil {
 					t.Fatalf("DialNode: %v", err)
 				}
 				_ = up.Conn.Close()
@@ -197,7 +197,7 @@ func TestDialNodeBothWays(t *testing.T) {
 				addr := refused()
 				p, n := testPool(t, addr, 5*time.Second)
 				var up NodeConn
-				_, err := DialNode(p, n, testRequest, accept, &up, nil, polled)
+				_, err := DialNode(p, n, testRequest, accept, &up, nil, polled, nil)
 				if !errors.Is(err, ErrUpstream) || errors.Is(err, upstream.ErrLocalDial) || !strings.Contains(err.Error(), "connection refused") {
 					t.Fatalf("DialNode: %v, want ErrUpstream with the refusal", err)
 				}
@@ -249,7 +249,7 @@ func TestDialNodeSocketAnswerWithFrames(t *testing.T) {
 	})
 	p, n := testPool(t, addr, 5*time.Second)
 	var up NodeConn
-	resp, err := DialNode(p, n, testRequest, AppendAccept(nil, []byte(testKey)), &up, nil, true)
+	resp, err := DialNode(p, n, testRequest, AppendAccept(nil, []byte(testKey)), &up, nil, true, nil)
 	if err != nil || resp != nil {
 		t.Fatalf("DialNode: %v, %v", resp, err)
 	}
@@ -296,3 +296,38 @@ type nopLease struct{}
 
 // Release does nothing.
 func (nopLease) Release() {}
+
+// TestDialNodeClientGoneSendsNothing pins the last check of a handshake
+// whose client went away (its HTTP/2 stream reset) while the node was
+// dialed: the connection is closed before a byte of the request is
+// written, and DialNode says ErrClientGone. Before, the request went out
+// and the node completed a handshake nobody would use.
+func TestDialNodeClientGoneSendsNothing(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	got := make(chan int, 1)
+	go func() {
+		c, err := ln.Accept()
+		if err != nil {
+			got <- -1
+			return
+		}
+		defer c.Close()
+		_ = c.SetReadDeadline(time.Now().Add(10 * time.Second))
+		n, _ := io.Copy(io.Discard, c) // until the gateway's close
+		got <- int(n)
+	}()
+	p, n := testPool(t, ln.Addr().String(), 5*time.Second)
+	var up NodeConn
+	asked := 0
+	_, err = DialNode(p, n, testRequest, AppendAccept(nil, []byte(testKey)), &up, nil, false, func() bool { asked++; return true })
+	if !errors.Is(err, ErrClientGone) || asked != 1 {
+		t.Fatalf("DialNode for a client gone: %v (gone asked %d times); want ErrClientGone", err, asked)
+	}
+	if n := <-got; n != 0 {
+		t.Fatalf("the node got %d bytes of a request whose client was gone", n)
+	}
+}

@@ -75,6 +75,37 @@ func AppendForwardedFor(dst []byte, ctx *fasthttp.RequestCtx, trusted []netip.Pr
 	return ip.AppendTo(dst)
 }
 
+// AppendForwarded appends the one Forwarded value (RFC 7239) a node gets,
+// as AppendForwardedFor does X-Forwarded-For: from a client in trusted,
+// every element it sent, then the gateway's own; from any other client,
+// the gateway's own alone, so a client cannot name another address (or
+// protocol, host) to a node that reads this field rather than
+// X-Forwarded-For. The gateway's element is for= the client's address
+// (an IPv6 one quoted in brackets, section 6; "unknown" when it has
+// none) and proto= its Scheme.
+func AppendForwarded(dst []byte, ctx *fasthttp.RequestCtx, trusted []netip.Prefix) []byte {
+	ip := ClientIP(ctx)
+	if Trusts(trusted, ip) {
+		for _, v := range ctx.Request.Header.PeekAll("Forwarded") {
+			dst = append(dst, v...)
+			dst = append(dst, ", "...)
+		}
+	}
+	dst = append(dst, "for="...)
+	switch {
+	case !ip.IsValid():
+		dst = append(dst, "unknown"...)
+	case ip.Is6():
+		dst = append(dst, `"[`...)
+		dst = ip.AppendTo(dst)
+		dst = append(dst, `]"`...)
+	default:
+		dst = ip.AppendTo(dst)
+	}
+	dst = append(dst, ";proto="...)
+	return append(dst, Scheme(ctx)...)
+}
+
 // Scheme is the X-Forwarded-Proto of a request: https on the TLS
 // listener, else http.
 func Scheme(ctx *fasthttp.RequestCtx) string {

@@ -35,8 +35,9 @@ func ReleaseRequestBuf(b *[]byte) {
 // for a node: the
 // target and Host it was routed by, the client's headers less hop-by-hop
 // ones (RFC 9110 section 7.6.1, and any named in Connection) and the
-// route's auth_headers, X-Forwarded-For (see AppendForwardedFor, with the
-// trusted proxies) and X-Forwarded-Proto added, and the auth chain's
+// route's auth_headers, X-Forwarded-For and Forwarded (see
+// AppendForwardedFor and AppendForwarded, with the trusted proxies) and
+// X-Forwarded-Proto added, and the auth chain's
 // headers set (replacing the client's own of the same name under any
 // spelling, see route.SameHeader, so a client cannot forge them; an empty
 // value only removes the client's).
@@ -68,6 +69,8 @@ func AppendNodeRequest(b []byte, ctx *fasthttp.RequestCtx, rt *route.Route, trus
 	// conn is done with.
 	b = append(b, "X-Forwarded-For: "...)
 	b = AppendForwardedFor(b, ctx, trusted)
+	b = append(b, "\r\nForwarded: "...)
+	b = AppendForwarded(b, ctx, trusted)
 	b = append(b, "\r\nX-Forwarded-Proto: "...)
 	b = append(b, Scheme(ctx)...)
 	b = append(b, "\r\n"...)
@@ -84,13 +87,13 @@ func AppendNodeRequest(b []byte, ctx *fasthttp.RequestCtx, rt *route.Route, trus
 }
 
 // forwarded reports whether the client's field k goes on to the node: not
-// one the gateway sets itself (Host, X-Forwarded-For, X-Forwarded-Proto,
-// the auth chain's), not Content-Length, not hop-by-hop (RFC 9110 section
+// one the gateway sets itself (Host, X-Forwarded-For, Forwarded,
+// X-Forwarded-Proto, the auth chain's), not Content-Length, not hop-by-hop (RFC 9110 section
 // 7.6.1, or named in the Connection values conn), not one of the route's
 // auth_headers.
 func forwarded(k []byte, conn [][]byte, rt *route.Route, set map[string]string) bool {
 	switch {
-	case Decided(set, k), httpheader.Is(k, "host"), httpheader.Is(k, "x-forwarded-for"), httpheader.Is(k, "x-forwarded-proto"), httpheader.Is(k, "content-length"),
+	case Decided(set, k), httpheader.Is(k, "host"), httpheader.Is(k, "x-forwarded-for"), httpheader.Is(k, "forwarded"), httpheader.Is(k, "x-forwarded-proto"), httpheader.Is(k, "content-length"),
 		httpheader.IsHopByHop(k), rt.OwnsHeader(k), connectionListed(conn, k):
 		return false
 	}

@@ -39,14 +39,22 @@ func NodeStreamRequest(ctx *fasthttp.RequestCtx, rt *route.Route, trusted []neti
 	// PeekAll (in AppendForwardedFor) reuses the buffer conn lives in;
 	// conn is done with.
 	fields["X-Forwarded-For"] = []string{string(AppendForwardedFor(nil, ctx, trusted))}
+	fields["Forwarded"] = []string{string(AppendForwarded(nil, ctx, trusted))}
 	fields["X-Forwarded-Proto"] = []string{Scheme(ctx)}
 	for k, v := range set {
 		if v != "" {
 			fields[http.CanonicalHeaderKey(k)] = []string{v}
 		}
 	}
-	return &h2.Request{Authority: string(ctx.Host()), Path: string(ctx.URI().RequestURI()), Header: fields}
+	ni, _ := ctx.UserValue(NeverIndexedKey).(map[string]bool)
+	return &h2.Request{Authority: string(ctx.Host()), Path: string(ctx.URI().RequestURI()), Header: fields, NeverIndexed: ni}
 }
+
+// NeverIndexedKey is the request's user value (a map[string]bool) that
+// names the fields a client over HTTP/2 sent as never-indexed literals
+// (h2serve.Request.NeverIndexed): NodeStreamRequest keeps the flag
+// toward a node over HTTP/2 (RFC 7541 section 7.1.3).
+const NeverIndexedKey = "wsgate.never_indexed"
 
 // OpenNodeStream opens req on set, the HTTP/2 connections to node addr of
 // pool p, within p's connect_timeout, and reads the node's answer, as

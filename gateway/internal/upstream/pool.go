@@ -50,6 +50,9 @@ type Pool struct {
 	// H2 holds, with protocol = "h2", each node's HTTP/2 connections
 	// (see OpenH2); nil with "http1".
 	H2 map[*balancer.Node]*h2.Set
+	// h2Lost is the window over which the streams of a lost HTTP/2
+	// connection end (OpenH2's lost).
+	h2Lost time.Duration
 	// Conf is the config it was built from.
 	Conf *conf.Pool
 	// HealthConf is its checker's settings.

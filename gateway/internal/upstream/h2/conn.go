@@ -34,6 +34,22 @@ const (
 	// has drained it; larger ones are dropped, so that an idle stream
 	// holds no buffer.
 	keepBufCap = 4096
+	// maxAnswerBytes bounds the frames queued in answer to the node (PING
+	// and SETTINGS acknowledgements) that have not left for the network:
+	// a node that sends them faster than it reads their answers is
+	// flooding, and its connection is cut (ENHANCE_YOUR_CALM).
+	maxAnswerBytes = 1 << 20
+	// controlBurst and controlRate bound the PING and SETTINGS frames a
+	// node may send (a token bucket: controlBurst at once, controlRate a
+	// second after): each costs this side a pass of its reader and an
+	// answer, and none is worth more than a few a second. A node past
+	// them is cut (ENHANCE_YOUR_CALM).
+	controlBurst = 1000
+	controlRate  = 1000
+	// writeChunk is the most of the queue one network write takes: each
+	// gets Config.WriteTimeout of its own, so that a node that reads
+	// slowly but steadily is never cut for the size of what was queued.
+	writeChunk = 64 << 10
 )
 
 // Config is how a Conn behaves; the zero value is usable.
@@ -56,8 +72,9 @@ type Config struct {
 	// MaxBody bounds what OpenWebSocket keeps of a non-2xx response body
 	// (default 64 KiB); the rest is discarded and the stream reset.
 	MaxBody int
-	// WriteTimeout bounds every write to the network: a connection that
-	// cannot take a frame within it is lost (default 10s).
+	// WriteTimeout bounds every write to the network, each 64 KiB of a
+	// longer one on its own: a connection that takes none within it is
+	// lost (default 10s).
 	WriteTimeout time.Duration
 	// StreamSendLimit bounds what one stream may have sent that the node
 	// has not yet credited back to it while another stream waits for the
@@ -131,6 +148,10 @@ type Conn struct {
 	henc  *hpack.Encoder
 	hbuf  bytes.Buffer
 	werr  error
+	// answered counts the bytes of answers to the node (see
+	// maxAnswerBytes) queued or being written: a flush takes them off
+	// only once its write has put them on the network.
+	answered int
 	// wmu serializes writes to the network: its holder takes everything
 	// queued and writes it in one write, bounded by Config.WriteTimeout
 	// (see flush). flushWake wakes the flusher goroutine (see Kick).
@@ -143,6 +164,12 @@ type Conn struct {
 	nextID     uint32
 	maxStreams uint32 // the node's SETTINGS_MAX_CONCURRENT_STREAMS
 	peerWindow int32  // the node's SETTINGS_INITIAL_WINDOW_SIZE
+	// deltaMax bounds every open stream's sendDelta from above (at least
+	// 0, a new stream's): while deltaMax plus a new
+	// SETTINGS_INITIAL_WINDOW_SIZE is within the largest window, no
+	// stream's window can overflow, and the change needs no pass over
+	// the streams.
+	deltaMax   int64
 	peerFrame  uint32 // the node's SETTINGS_MAX_FRAME_SIZE
 	peerHeader uint32 // the node's SETTINGS_MAX_HEADER_LIST_SIZE; 0: none given
 	xconnect   bool   // the node's SETTINGS_ENABLE_CONNECT_PROTOCOL
@@ -157,6 +184,10 @@ type Conn struct {
 	stall         *time.Timer
 	credited      uint64
 	windowWaiting map[*Stream]struct{}
+	// streamWaiting holds the streams whose last Write or WriteNB
+	// stopped on the stream's own send window, the only ones a larger
+	// SETTINGS_INITIAL_WINDOW_SIZE wakes.
+	streamWaiting map[*Stream]struct{}
 	recvWindow    int64  // what the node may still send on the connection
 	recvCredit    uint32 // received bytes not yet given back by WINDOW_UPDATE
 	goAway        bool   // GOAWAY received, or Shutdown called (see goAwayLocked)
@@ -168,6 +199,12 @@ type Conn struct {
 	// pendingTable is the node's SETTINGS_HEADER_TABLE_SIZE not yet given
 	// to the encoder, which belongs to qmu.
 	pendingTable *uint32
+
+	// The reader's own (readLoop's goroutine, or the poller's): the
+	// token bucket of the node's PING and SETTINGS frames (see
+	// controlBurst), its tokens as of ctrlAt.
+	ctrlTokens float64
+	ctrlAt     time.Time
 
 	// A polled connection's (see Poller): owner is the poller's token,
 	// detach has the poller let go of it. The rest belongs to the
@@ -181,6 +218,11 @@ type Conn struct {
 	// pollEnds counts fail and PollDetached: readDone closes at the
 	// second, once the connection has failed and the poller let go.
 	pollEnds atomic.Int32
+
+	// set is the Set that dialed the connection, which spreads the end
+	// of its streams when it is lost (see herd.go); nil for a Conn of
+	// its own.
+	set *Set
 }
 
 // Handshake starts HTTP/2 with prior knowledge on nc (RFC 9113 section
@@ -204,6 +246,7 @@ func HandshakePolled(ctx context.Context, nc net.Conn, cfg Config, poll Poller) 
 		away:          make(chan struct{}),
 		streams:       make(map[uint32]*Stream),
 		windowWaiting: make(map[*Stream]struct{}),
+		streamWaiting: make(map[*Stream]struct{}),
 		nextID:        1,
 		maxStreams:    ^uint32(0), // no limit until the node sets one (section 6.5.2)
 		peerWindow:    defaultWindow,
@@ -334,16 +377,23 @@ func (c *Conn) applySettings(f *http2.SettingsFrame) (grew bool, err error) {
 			c.maxStreams = s.Val
 		case http2.SettingInitialWindowSize:
 			// A change applies to every open stream's send window, which
-			// may go negative or overflow (section 6.9.2).
-			delta := int64(s.Val) - int64(c.peerWindow)
-			for _, st := range c.streams {
-				st.sendWindow += delta
-				if st.sendWindow > maxWindow {
+			// may go negative or overflow (section 6.9.2): each window is
+			// the stream's sendDelta plus the setting, so the change is
+			// one assignment, whatever the number of streams.
+			if c.deltaMax+int64(s.Val) > maxWindow {
+				// Only a stream the node credited past the setting can
+				// overflow: find the exact bound, which a node can make
+				// stale only by a stream's DATA or end, not by SETTINGS.
+				c.deltaMax = 0
+				for _, st := range c.streams {
+					c.deltaMax = max(c.deltaMax, st.sendDelta)
+				}
+				if c.deltaMax+int64(s.Val) > maxWindow {
 					return connError{http2.ErrCodeFlowControl, "SETTINGS_INITIAL_WINDOW_SIZE overflows a stream's window"}
 				}
 			}
+			grew = grew || int32(s.Val) > c.peerWindow
 			c.peerWindow = int32(s.Val)
-			grew = grew || delta > 0
 		case http2.SettingMaxFrameSize:
 			c.peerFrame = s.Val
 		case http2.SettingMaxHeaderListSize:
@@ -422,7 +472,12 @@ func (c *Conn) endRead(err error) {
 		return
 	}
 	goAway := func() {
+		// The GOAWAY follows what is queued, whose writes get a
+		// WriteTimeout per chunk: the connection ends within one
+		// WriteTimeout all the same.
+		cut := time.AfterFunc(c.cfg.WriteTimeout, func() { c.fail(err) })
 		c.writeFrames(func(fr *http2.Framer) error { return fr.WriteGoAway(0, ce.Code, nil) })
+		cut.Stop()
 		c.fail(err)
 	}
 	if c.pfd >= 0 {
@@ -447,20 +502,25 @@ func (c *Conn) handle(f http2.Frame) error {
 		if f.IsAck() {
 			return nil
 		}
+		if err := c.spendControl(); err != nil {
+			return err
+		}
 		c.mu.Lock()
 		grew, err := c.applySettings(f)
 		if grew {
-			c.wakeWritersLocked()
+			c.wakeSendersLocked()
 		}
 		c.mu.Unlock()
 		if err != nil {
 			return err
 		}
-		c.sendFrames(func(fr *http2.Framer) error { return fr.WriteSettingsAck() })
+		return c.answer(func(fr *http2.Framer) error { return fr.WriteSettingsAck() })
 	case *http2.PingFrame:
 		if !f.IsAck() {
-			c.sendFrames(func(fr *http2.Framer) error { return fr.WritePing(true, f.Data) })
-			return nil
+			if err := c.spendControl(); err != nil {
+				return err
+			}
+			return c.answer(func(fr *http2.Framer) error { return fr.WritePing(true, f.Data) })
 		}
 		c.mu.Lock()
 		if ch, ok := c.pings[f.Data]; ok {
@@ -507,14 +567,19 @@ func (c *Conn) onData(f *http2.DataFrame) error {
 	var streamInc uint32
 	var resetCode http2.ErrCode
 	if s != nil {
-		if int64(n) > int64(s.recvWindow) {
-			c.mu.Unlock()
-			return connError{http2.ErrCodeFlowControl, fmt.Sprintf("DATA beyond stream %d's window", s.id)}
-		}
-		s.recvWindow -= int32(n)
 		data := f.Data()
-		s.recvCredit += n - uint32(len(data)) // padding is consumed on arrival
+		beyond := int64(n) > int64(s.recvWindow)
+		if !beyond {
+			s.recvWindow -= int32(n)
+			s.recvCredit += n - uint32(len(data)) // padding is consumed on arrival
+		}
 		switch {
+		case beyond:
+			// Beyond the stream's window while the connection's holds:
+			// a stream error (section 6.9.1 leaves the choice), so that
+			// one stream's excess costs the connection's others nothing.
+			// What the stream received before stays readable.
+			resetCode = http2.ErrCodeFlowControl
 		case s.remoteEnded:
 			// Half-closed (remote): section 5.1.
 			resetCode = http2.ErrCodeStreamClosed
@@ -681,9 +746,10 @@ func (c *Conn) onWindowUpdate(f *http2.WindowUpdateFrame) error {
 		c.mu.Unlock()
 		return err
 	}
-	s.sendWindow += int64(f.Increment)
+	s.sendDelta += int64(f.Increment)
+	c.deltaMax = max(c.deltaMax, s.sendDelta)
 	s.uncredited = max(0, s.uncredited-int64(f.Increment))
-	overflow := s.sendWindow > maxWindow
+	overflow := s.sendWindowLocked() > maxWindow
 	s.wakeWriter()
 	c.mu.Unlock()
 	if overflow {
@@ -739,10 +805,10 @@ func (c *Conn) wakeWindowWaitersLocked() {
 	}
 }
 
-// wakeWritersLocked tells every stream waiting to send that a window may
-// have grown. Called with c.mu held.
-func (c *Conn) wakeWritersLocked() {
-	for _, s := range c.streams {
+// wakeSendersLocked tells the streams waiting for their own send window
+// that it grew. Called with c.mu held.
+func (c *Conn) wakeSendersLocked() {
+	for s := range c.streamWaiting {
 		s.wakeWriter()
 	}
 }
@@ -774,6 +840,51 @@ func (c *Conn) writeFrames(write func(fr *http2.Framer) error) error {
 		return err
 	}
 	return c.flush()
+}
+
+// answer queues write's frames, an answer to the node's, for the flusher
+// goroutine, counted against maxAnswerBytes until they have left: past
+// it, the node sends faster than it reads, and the connection is cut
+// with the error returned (which ends the reader).
+func (c *Conn) answer(write func(fr *http2.Framer) error) error {
+	c.qmu.Lock()
+	if c.werr != nil {
+		c.qmu.Unlock()
+		return nil // the connection is ending already
+	}
+	before := len(c.queue)
+	err := write(c.fr)
+	c.answered += len(c.queue) - before
+	if err == nil && c.answered > maxAnswerBytes {
+		err = connError{http2.ErrCodeEnhanceYourCalm, fmt.Sprintf("the node sends control frames faster than it reads their answers (%d bytes of answers unwritten)", c.answered)}
+		// No more writes: the GOAWAY would queue behind what the node
+		// does not read.
+		c.werr = &connLostError{err}
+	}
+	c.qmu.Unlock()
+	if err != nil {
+		return err
+	}
+	c.Kick()
+	return nil
+}
+
+// spendControl takes a token for a PING or SETTINGS frame from the
+// node (see controlBurst); without one, the node floods, and the error
+// returned cuts its connection. Called by the reader.
+func (c *Conn) spendControl() error {
+	now := time.Now()
+	if c.ctrlAt.IsZero() {
+		c.ctrlTokens = controlBurst
+	} else {
+		c.ctrlTokens = min(controlBurst, c.ctrlTokens+now.Sub(c.ctrlAt).Seconds()*controlRate)
+	}
+	c.ctrlAt = now
+	if c.ctrlTokens < 1 {
+		return connError{http2.ErrCodeEnhanceYourCalm, fmt.Sprintf("more than %d PING and SETTINGS frames at once, or %d a second", controlBurst, controlRate)}
+	}
+	c.ctrlTokens--
+	return nil
 }
 
 // sendFrames queues write's frames for the flusher goroutine and returns
@@ -818,25 +929,42 @@ func (c *Conn) flush() error {
 		defer c.qmu.Unlock()
 		return c.werr
 	}
-	return c.flushLocked()
+	return c.flushLocked(0)
 }
 
 // keepQueueCap is the largest queue buffer kept for reuse after a flush.
 const keepQueueCap = 64 << 10
 
-func (c *Conn) flushLocked() error {
+// flushLocked writes what is queued, each writeChunk within
+// Config.WriteTimeout, or all of it within total when total is not 0.
+func (c *Conn) flushLocked(total time.Duration) error {
 	c.qmu.Lock()
 	if c.werr != nil || len(c.queue) == 0 {
 		err := c.werr
 		c.qmu.Unlock()
 		return err
 	}
-	b := c.queue
+	b, answered := c.queue, c.answered
 	c.queue, c.spare = c.spare[:0], nil
 	c.qmu.Unlock()
-	c.nc.SetWriteDeadline(time.Now().Add(c.cfg.WriteTimeout))
-	_, err := c.nc.Write(b)
+	var err error
+	if total > 0 {
+		c.nc.SetWriteDeadline(time.Now().Add(total))
+	}
+	for off := 0; off < len(b) && err == nil; {
+		// The deadline is for progress: each chunk has WriteTimeout.
+		end := min(off+writeChunk, len(b))
+		if total == 0 {
+			c.nc.SetWriteDeadline(time.Now().Add(c.cfg.WriteTimeout))
+		}
+		var n int
+		n, err = c.nc.Write(b[off:end])
+		off += n
+	}
 	c.qmu.Lock()
+	if err == nil {
+		c.answered -= answered // they left
+	}
 	if cap(b) <= keepQueueCap {
 		c.spare = b[:0]
 	}
@@ -864,8 +992,11 @@ func (c *Conn) fail(err error) {
 		return
 	}
 	c.err = err
+	held := c.holdLostLocked(err) // see herd.go
 	for _, s := range c.streams {
-		s.finishLocked(err)
+		if s.held == nil {
+			s.finishLocked(err)
+		}
 	}
 	if c.stall != nil {
 		c.stall.Stop()
@@ -873,6 +1004,9 @@ func (c *Conn) fail(err error) {
 	}
 	detach := c.detach
 	c.mu.Unlock()
+	if len(held) > 0 {
+		c.set.lost(held)
+	}
 	if detach != nil {
 		detach() // the poller closes its descriptor (see PollDetached)
 		c.pollEnded()
@@ -912,6 +1046,13 @@ func (c *Conn) OpenWebSocket(ctx context.Context, req *Request) (*Stream, *Respo
 	}
 	c.mu.Lock()
 	err = s.err
+	if s.status != 0 && (s.remoteEnded || s.ok() && s.roff < len(s.rbuf)) {
+		// A response came, and the node's first bytes or its end: what
+		// ended the stream after them is the stream's to report (an
+		// open WebSocket's Read returns what the node sent first, a
+		// close frame right after the upgrade included).
+		err = nil
+	}
 	resp := &Response{Status: s.status, Header: s.respHeader, Body: s.body}
 	// The response is the caller's now: an open stream keeps none of it.
 	s.body, s.respHeader, s.responded = nil, nil, nil
@@ -926,15 +1067,16 @@ func (c *Conn) OpenWebSocket(ctx context.Context, req *Request) (*Stream, *Respo
 	return s, resp, nil
 }
 
-// startStream sends the request's HEADERS on a new stream.
+// startStream queues the request's HEADERS on a new stream for the
+// flusher. It does not write them itself: a write under way (a stalled
+// node's, up to Config.WriteTimeout) would hold it past the context that
+// bounds OpenWebSocket's wait; that wait covers the write.
 func (c *Conn) startStream(req *Request) (*Stream, error) {
 	s, err := c.queueStream(req)
 	if err != nil {
 		return nil, err
 	}
-	if err := c.flush(); err != nil {
-		return nil, err
-	}
+	c.Kick()
 	return s, nil
 }
 
@@ -964,7 +1106,6 @@ func (c *Conn) queueStream(req *Request) (*Stream, error) {
 	s := &Stream{
 		c:          c,
 		id:         c.nextID,
-		sendWindow: int64(c.peerWindow),
 		recvWindow: int32(c.cfg.StreamWindow),
 		responded:  make(chan struct{}),
 	}
@@ -1018,6 +1159,9 @@ func (e afterRequest) Unwrap() error { return e.error }
 
 // Ping sends a PING and waits for its acknowledgement (RFC 9113 section
 // 6.7): the round trip, for keepalive and for detecting a silent node.
+// ctx's deadline is measured from when the PING left (as long as ctx
+// gave at the call), not from the call: a PING behind a backlog that is
+// still draining is not late.
 func (c *Conn) Ping(ctx context.Context) (time.Duration, error) {
 	c.mu.Lock()
 	if c.err != nil {
@@ -1036,17 +1180,42 @@ func (c *Conn) Ping(ctx context.Context) (time.Duration, error) {
 		delete(c.pings, data)
 		c.mu.Unlock()
 	}()
-	start := time.Now()
+	// ctx's time is for the answer, counted from when the PING left: it
+	// queues behind what was queued before it (up to the connection's
+	// send window of DATA), which a node that reads slowly but steadily
+	// takes longer than a ping interval to drain, and the write's own
+	// deadlines already bound that (one Config.WriteTimeout per chunk).
+	var wait time.Duration
+	dl, timed := ctx.Deadline()
+	if timed {
+		wait = time.Until(dl)
+	}
 	if err := c.writeFrames(func(fr *http2.Framer) error { return fr.WritePing(false, data) }); err != nil {
 		return 0, err
 	}
-	select {
-	case <-ch:
-		return time.Since(start), nil
-	case <-c.readDone:
-		return 0, c.Err()
-	case <-ctx.Done():
-		return 0, fmt.Errorf("h2: ping: %w", ctx.Err())
+	sent := time.Now()
+	done := ctx.Done()
+	var expired <-chan time.Time
+	if timed {
+		t := time.NewTimer(wait)
+		defer t.Stop()
+		expired = t.C
+	}
+	for {
+		select {
+		case <-ch:
+			return time.Since(sent), nil
+		case <-c.readDone:
+			return 0, c.Err()
+		case <-done:
+			if timed && errors.Is(ctx.Err(), context.DeadlineExceeded) {
+				done = nil // the timer from the PING's departure decides
+				continue
+			}
+			return 0, fmt.Errorf("h2: ping: %w", ctx.Err())
+		case <-expired:
+			return 0, fmt.Errorf("h2: ping: no answer within %v of its departure: %w", wait, context.DeadlineExceeded)
+		}
 	}
 }
 
@@ -1088,7 +1257,9 @@ func (c *Conn) Close() error {
 	// one's own); closing the socket ends a stalled write at once.
 	if c.wmu.TryLock() {
 		if c.queueFrames(func(fr *http2.Framer) error { return fr.WriteGoAway(0, http2.ErrCodeNo, nil) }) == nil {
-			c.flushLocked()
+			// One WriteTimeout for all: Close does not wait for a
+			// slow node to take a backlog.
+			c.flushLocked(c.cfg.WriteTimeout)
 		}
 		c.wmu.Unlock()
 	}

@@ -12,8 +12,11 @@
 //
 // One Conn is one TCP connection with one reader goroutine that
 // demultiplexes frames to its streams; frames written by many streams are
-// serialized by one mutex, and every network write is bounded by
-// Config.WriteTimeout. A Stream is a net.Conn, so that the existing stream
+// serialized by one mutex, and every network write (each 64 KiB of it)
+// is bounded by Config.WriteTimeout. What a node can make a connection
+// queue or compute is bounded too: its answers (maxAnswerBytes), its
+// PING and SETTINGS frames (controlBurst), and a SETTINGS change costs
+// the same whatever the number of streams. A Stream is a net.Conn, so that the existing stream
 // engine can relay a WebSocket over it unchanged; the stream's receive
 // window bounds what is buffered for it, so a reader that stops reading
 // stops the node sending on that stream only.

@@ -265,22 +265,34 @@ func TestWriteSplitsFrames(t *testing.T) {
 	}
 }
 
-// TestDataBeyondWindow ends the connection with FLOW_CONTROL_ERROR when
-// the node sends more than the stream window allows.
+// TestDataBeyondWindow: DATA beyond a stream's window while the
+// connection's holds resets that stream alone with FLOW_CONTROL_ERROR (it
+// ended the connection, every other stream with it, where the gateway's
+// server side resets the stream), and its reader gets what came before.
 func TestDataBeyondWindow(t *testing.T) {
 	c, n, err := newFakeNode(t, Config{StreamWindow: 1000}, xconnect)
 	if err != nil {
 		t.Fatal(err)
 	}
+	other, _ := n.openOK(c)
 	st, hf := n.openOK(c)
-	n.fr.WriteData(hf.StreamID, false, make([]byte, 1001))
-	ga := n.next(func(f http2.Frame) bool { _, ok := f.(*http2.GoAwayFrame); return ok }).(*http2.GoAwayFrame)
-	if ga.ErrCode != http2.ErrCodeFlowControl {
-		t.Errorf("GOAWAY %v", ga.ErrCode)
+	n.fr.WriteData(hf.StreamID, false, make([]byte, 600))
+	n.fr.WriteData(hf.StreamID, false, make([]byte, 401))
+	rst := n.next(func(f http2.Frame) bool { _, ok := f.(*http2.RSTStreamFrame); return ok }).(*http2.RSTStreamFrame)
+	if rst.StreamID != hf.StreamID || rst.ErrCode != http2.ErrCodeFlowControl {
+		t.Errorf("RST_STREAM %d %v, want %d FLOW_CONTROL_ERROR", rst.StreamID, rst.ErrCode, hf.StreamID)
 	}
-	if _, err := st.Read(make([]byte, 1)); !errors.Is(err, ErrConnLost) {
-		t.Errorf("read: %v", err)
+	st.SetReadDeadline(time.Now().Add(5 * time.Second))
+	b, err := io.ReadAll(st)
+	var se *StreamError
+	if len(b) != 600 || !errors.As(err, &se) || se.Code != http2.ErrCodeFlowControl {
+		t.Errorf("the stream: read %d bytes then %v, want 600 then FLOW_CONTROL_ERROR", len(b), err)
 	}
+	pingAfter(t, c, n)
+	if c.Err() != nil || c.Stats().Streams != 1 {
+		t.Fatalf("after the stream error: connection %v, %+v", c.Err(), c.Stats())
+	}
+	other.Abort()
 }
 
 // TestResponseHeaderBlocks reads a response header block continued in
@@ -573,4 +585,96 @@ func TestStreamErrorOnIdleStream(t *testing.T) {
 		t.Fatalf("answer %v, want GOAWAY PROTOCOL_ERROR", f)
 	}
 	<-c.Done()
+}
+
+// waitStreams waits until c counts want streams.
+func waitStreams(t *testing.T, c *Conn, want int) {
+	t.Helper()
+	for i := 0; c.Stats().Streams != want; i++ {
+		if i == 10000 {
+			t.Fatalf("%d streams counted, want %d", c.Stats().Streams, want)
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+// TestResetKeepsWhatCameBefore pins the loss of a WebSocket's end behind
+// HAProxy, which sends a stream's last DATA (the server's close frame),
+// END_STREAM, and RST_STREAM(CANCEL) a few microseconds later: the reset
+// threw the unread data away, and the reader got the reset instead of the
+// node's last bytes. Everything received before a reset must be read, in
+// order; after END_STREAM the reset is no error (io.EOF), before it the
+// reader gets the reset once the bytes are read.
+func TestResetKeepsWhatCameBefore(t *testing.T) {
+	for _, tt := range []struct {
+		name  string
+		ended bool
+		code  http2.ErrCode
+	}{
+		{"after END_STREAM, CANCEL", true, http2.ErrCodeCancel},
+		{"after END_STREAM, INTERNAL_ERROR", true, http2.ErrCodeInternal},
+		{"after END_STREAM, NO_ERROR", true, http2.ErrCodeNo},
+		{"mid-stream, CANCEL", false, http2.ErrCodeCancel},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			c, n, err := newFakeNode(t, Config{}, xconnect)
+			if err != nil {
+				t.Fatal(err)
+			}
+			st, hf := n.openOK(c)
+			n.fr.WriteData(hf.StreamID, false, []byte("last message, "))
+			n.fr.WriteData(hf.StreamID, tt.ended, []byte("then the close frame"))
+			n.fr.WriteRSTStream(hf.StreamID, tt.code)
+			waitStreams(t, c, 0) // the reset is in: the stream is no longer counted
+			st.SetReadDeadline(time.Now().Add(5 * time.Second))
+			b, err := io.ReadAll(st)
+			if string(b) != "last message, then the close frame" {
+				t.Errorf("read %q before %v", b, err)
+			}
+			var se *StreamError
+			switch {
+			case tt.ended && err != nil:
+				t.Errorf("after the node's END_STREAM: %v, want io.EOF", err)
+			case !tt.ended && (!errors.As(err, &se) || se.Code != tt.code || !se.Remote):
+				t.Errorf("mid-stream: %v, want the node's reset", err)
+			}
+			if _, err := st.Write([]byte("x")); err == nil {
+				t.Error("a write after the node's reset succeeded")
+			}
+			st.Close()
+			if s := c.Stats(); s != (Stats{}) {
+				t.Errorf("holds %+v", s)
+			}
+		})
+	}
+}
+
+// TestCloseRightAfterAccept: a node that accepts a WebSocket and ends it
+// at once (its close frame, END_STREAM, then RST_STREAM(CANCEL), as
+// HAProxy passes a server's immediate close) gives an open stream whose
+// reader gets the close frame, however soon after the response the rest
+// arrived: the reset must not turn the accepted WebSocket into a failed
+// handshake.
+func TestCloseRightAfterAccept(t *testing.T) {
+	c, n, err := newFakeNode(t, Config{}, xconnect)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for range 20 {
+		res := openAsync(c, &Request{Authority: "n", Path: "/"})
+		hf := n.nextHeaders()
+		n.respond(hf.StreamID, 1000, ":status", "200")
+		n.fr.WriteData(hf.StreamID, true, []byte("close frame"))
+		n.fr.WriteRSTStream(hf.StreamID, http2.ErrCodeCancel)
+		r := <-res
+		if r.err != nil {
+			t.Fatalf("open: %v", r.err)
+		}
+		r.s.SetReadDeadline(time.Now().Add(5 * time.Second))
+		if b, err := io.ReadAll(r.s); string(b) != "close frame" || err != nil {
+			t.Fatalf("read %q %v", b, err)
+		}
+		r.s.Close()
+	}
+	waitStreams(t, c, 0)
 }

@@ -52,6 +52,9 @@ func (s *Stream) WriteNB(bufs [][]byte) (int, error) {
 	for _, b := range bufs {
 		want += len(b)
 	}
+	if s.heldNow() {
+		return want, nil // see herd.go
+	}
 	c.qmu.Lock()
 	defer c.qmu.Unlock()
 	if c.werr != nil {
@@ -60,20 +63,20 @@ func (s *Stream) WriteNB(bufs [][]byte) (int, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	s.waitWindowLocked(false)
+	s.waitStreamLocked(false)
 	switch {
 	case s.err != nil:
 		return 0, s.err
 	case s.localEnded || s.ended:
 		return 0, net.ErrClosed
+	case s.held != nil:
+		return want, nil // lost meanwhile: see herd.go
 	}
 	taken, seg, off := 0, 0, 0 // bufs[seg][off:] is next
 	for taken < want {
 		n := s.takeWindowLocked(want - taken)
 		if n == 0 {
-			if c.sendWindow <= 0 {
-				s.waitWindowLocked(true)
-				c.armStallLocked()
-			}
+			s.waitLocked()
 			s.wantWrite = s.notify != nil
 			break
 		}

@@ -217,7 +217,7 @@ func (c *Conn) flushNB() {
 		c.qmu.Unlock()
 		return
 	}
-	b := c.queue
+	b, answered := c.queue, c.answered
 	c.queue, c.spare = c.spare[:0], nil
 	c.qmu.Unlock()
 	n, err := rawio.Write(c.pfd, b)
@@ -235,13 +235,16 @@ func (c *Conn) flushNB() {
 		c.fail(werr)
 		return
 	case n < len(b):
-		// The rest goes first, before what was queued meanwhile.
+		// The rest goes first, before what was queued meanwhile. Its
+		// answers stay counted: the next flush takes them off once it
+		// wrote them, with the rest of its queue.
 		rest := append(b[n:len(b):len(b)], c.queue...)
 		c.queue = rest
 		c.qmu.Unlock()
 		c.Kick()
 		return
 	}
+	c.answered -= answered // they left
 	if cap(b) <= keepQueueCap {
 		c.spare = b[:0]
 	}

@@ -26,6 +26,12 @@ type Request struct {
 	// and Sec-WebSocket-Accept, RFC 8441 section 5) are left out, as are
 	// Host (it is :authority) and pseudo-header names.
 	Header http.Header
+	// NeverIndexed names (lowercase) the fields a client that came over
+	// HTTP/2 sent as never-indexed literals (RFC 7541 section 6.2.3):
+	// they keep the flag toward the node (section 7.1.3), ":path"
+	// included. Nil for a client over HTTP/1.1. See sensitiveField for
+	// the fields that are never indexed whoever sent them.
+	NeverIndexed map[string]bool
 }
 
 // Response is the node's answer to an extended CONNECT.
@@ -68,19 +74,38 @@ func encodeRequest(enc *hpack.Encoder, req *Request, scheme string) {
 	enc.WriteField(hpack.HeaderField{Name: ":protocol", Value: "websocket"})
 	enc.WriteField(hpack.HeaderField{Name: ":scheme", Value: scheme})
 	enc.WriteField(hpack.HeaderField{Name: ":authority", Value: req.Authority})
-	enc.WriteField(hpack.HeaderField{Name: ":path", Value: req.Path})
+	enc.WriteField(hpack.HeaderField{Name: ":path", Value: req.Path, Sensitive: req.NeverIndexed[":path"] || strings.IndexByte(req.Path, '?') >= 0})
 	listed := connectionListed(req.Header)
 	for name, values := range req.Header {
 		lower := strings.ToLower(name)
 		if skipRequestField(lower) || listed[lower] {
 			continue
 		}
+		sensitive := sensitiveField(lower) || req.NeverIndexed[lower]
 		for _, v := range values {
-			// Cookies stay one field per value; a sensitive value is
-			// never indexed (RFC 7541 section 7.1.3).
-			enc.WriteField(hpack.HeaderField{Name: lower, Value: v, Sensitive: lower == "authorization" || lower == "cookie" && len(v) < 20})
+			// Cookies stay one field per value.
+			enc.WriteField(hpack.HeaderField{Name: lower, Value: v, Sensitive: sensitive})
 		}
 	}
+}
+
+// sensitiveField reports whether a request field (lowercase name) is
+// sent as a never-indexed literal (RFC 7541 section 7.1.3) whoever the
+// client is: the encoder's dynamic table is shared by every client whose
+// stream the connection carries, and a value in it can be guessed by
+// another client whose own fields go through it (a CRIME-style probe of
+// the compressed sizes), so a credential never enters it. These carry
+// credentials: Authorization and Proxy-Authorization, Cookie (every
+// value, however long), and Sec-WebSocket-Protocol, where browsers'
+// WebSocket API puts tokens for want of a header of their own. A :path
+// with a query (tokens in "?access_token=") is never indexed either (see
+// encodeRequest).
+func sensitiveField(name string) bool {
+	switch name {
+	case "authorization", "proxy-authorization", "cookie", "sec-websocket-protocol":
+		return true
+	}
+	return false
 }
 
 // headerListSize is the size of req's header list as SETTINGS_MAX_HEADER_LIST_SIZE

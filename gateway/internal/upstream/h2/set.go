@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -18,12 +19,15 @@ import (
 // while every one is at the node's SETTINGS_MAX_CONCURRENT_STREAMS, and
 // those close once idle), and each is pinged every PingInterval, so a
 // silent node connection ends rather than holding its clients. A connection the node sent GOAWAY on,
-// or that was lost, leaves the set; its open streams continue (or have
-// ended). It is safe for concurrent use; the zero value is not: set Dial
-// and Size, or use NewSet.
+// or that is near its last stream identifier, leaves the set and its open
+// streams continue; one that was lost leaves it too, and its streams end,
+// spread over the lost window (see SetLost). A node's connections are
+// read by distinct pollers (see SpreadPoller). It is safe for concurrent
+// use; the zero value is not: set Dial and Size first.
 type Set struct {
 	// Dial opens a connection to the node, bounded by ctx: TCP, or TLS
-	// whose handshake selected "h2" by ALPN.
+	// whose handshake selected "h2" by ALPN. Set it before the first
+	// Open; SetDial replaces it after.
 	Dial func(ctx context.Context) (net.Conn, error)
 	// Config is each connection's.
 	Config Config
@@ -33,8 +37,8 @@ type Set struct {
 	// answered within it ends the connection. 0: no pings.
 	PingInterval time.Duration
 	// Poller, when set, is offered each connection's reads (see
-	// Poller); nil: each connection reads on a goroutine of its own.
-	Poller Poller
+	// SpreadPoller); nil: each connection reads on a goroutine of its own.
+	Poller SpreadPoller
 
 	mu      sync.Mutex
 	conns   []*Conn
@@ -43,7 +47,64 @@ type Set struct {
 	dialErr error         // the last dial's error, for those that waited on it
 	closed  bool
 	closing atomic.Int32 // connections out of the set, waiting for their streams to end
+	// placing holds the pollers (tokens) of connections placed on one
+	// and not yet in conns; placeMu serializes placements, so that two
+	// dials at once see each other's (see SpreadPoller).
+	placing map[*Conn]any
+	placeMu sync.Mutex
+	// lostPol is how the streams of a lost connection end, held counts
+	// those waiting for their end (see herd.go).
+	lostPol lostPolicy
+	lostWin atomic.Int64 // lostPol.window, read under a connection's lock
+	held    atomic.Int64
 }
+
+// A SpreadPoller is a Poller told which pollers (their tokens) read the
+// set's other connections, busy, so that it places a node's connections
+// on distinct pollers while there are more pollers than connections
+// (tunnel.AttachConnBeside): the node's clients, whose tunnels run on
+// their connection's poller, then spread over every poller rather than
+// sharing one while another has none.
+type SpreadPoller func(nc net.Conn, c *Conn, busy []any) (owner any, detach func())
+
+// poller returns the Poller for the connection a dial is about to make,
+// nil when the set has none.
+func (s *Set) poller() Poller {
+	if s.Poller == nil {
+		return nil
+	}
+	return func(nc net.Conn, c *Conn) (any, func()) {
+		s.placeMu.Lock()
+		defer s.placeMu.Unlock()
+		s.mu.Lock()
+		busy := make([]any, 0, len(s.conns)+len(s.placing))
+		for _, o := range s.conns {
+			o.mu.Lock()
+			if o.owner != nil {
+				busy = append(busy, o.owner)
+			}
+			o.mu.Unlock()
+		}
+		for _, owner := range s.placing {
+			busy = append(busy, owner)
+		}
+		s.mu.Unlock()
+		owner, detach := s.Poller(nc, c, busy)
+		if owner != nil {
+			s.mu.Lock()
+			if s.placing == nil {
+				s.placing = make(map[*Conn]any)
+			}
+			s.placing[c] = owner
+			s.mu.Unlock()
+		}
+		return owner, detach
+	}
+}
+
+// placedLocked forgets c's placement once c is in conns or will not be.
+// Called with s.mu held.
+func (s *Set) placedLocked(c *Conn) { delete(s.placing, c) }
 
 // ErrSetClosed is returned by Set.Open once the set is closed: the node
 // left the pool, or the gateway is stopping.
@@ -108,6 +169,7 @@ func (s *Set) pick(ctx context.Context) (*Conn, error) {
 			s.mu.Unlock()
 			return nil, ErrSetClosed
 		}
+		s.retireSpentLocked()
 		best, bestN := (*Conn)(nil), 0
 		for _, c := range s.conns {
 			if n, ok := c.room(); ok && (best == nil || n < bestN) {
@@ -150,6 +212,9 @@ func (s *Set) pick(ctx context.Context) (*Conn, error) {
 		if s.pending > 0 {
 			s.dialed = make(chan struct{})
 		}
+		if c != nil {
+			s.placedLocked(c)
+		}
 		if err == nil && s.closed {
 			s.mu.Unlock()
 			_ = c.Close()
@@ -170,19 +235,39 @@ func (s *Set) pick(ctx context.Context) (*Conn, error) {
 	}
 }
 
+// SetDial has the set's later dials (a connection lost, beyond Size, or
+// replacing a spent one) open their connection with dial: a set kept
+// across a reload dials as the pool it now belongs to does (its source
+// addresses, connect_timeout, node policy), not as the one it was made
+// for. Connections open stay as they are.
+func (s *Set) SetDial(dial func(ctx context.Context) (net.Conn, error)) {
+	s.mu.Lock()
+	s.Dial = dial
+	s.mu.Unlock()
+}
+
 // dial opens one connection and starts HTTP/2 on it.
 func (s *Set) dial(ctx context.Context) (*Conn, error) {
-	nc, err := s.Dial(ctx)
+	s.mu.Lock()
+	dialNode := s.Dial
+	s.mu.Unlock()
+	nc, err := dialNode(ctx)
 	if err != nil {
 		return nil, err
 	}
-	c, err := HandshakePolled(ctx, nc, s.Config, s.Poller)
+	c, err := HandshakePolled(ctx, nc, s.Config, s.poller())
 	if err != nil {
 		return nil, err
 	}
+	c.mu.Lock()
+	c.set = s // its streams' ends are spread if it is lost (herd.go)
+	c.mu.Unlock()
 	if _, ok := c.room(); !ok {
 		// SETTINGS_MAX_CONCURRENT_STREAMS = 0: a connection that takes
 		// no stream is not kept, nor is another dialed for each try.
+		s.mu.Lock()
+		s.placedLocked(c)
+		s.mu.Unlock()
 		_ = c.Close()
 		return nil, ErrNoStreams
 	}
@@ -194,7 +279,41 @@ func (c *Conn) room() (int, bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	n := len(c.streams)
-	return n, c.err == nil && !c.goAway && c.nextID <= maxWindow && uint32(n) < c.maxStreams
+	return n, c.err == nil && !c.goAway && c.nextID <= retireIDAt && uint32(n) < c.maxStreams
+}
+
+// retireIDAt is the last stream identifier a connection of a Set is
+// given a stream with. Stream identifiers are not reused (RFC 9113
+// section 5.1.1), so a connection that has opened about 2^30 streams
+// can open no more: short of that (by 1,024 streams, so that streams
+// placed on it at that moment still get theirs), the set retires it as
+// a node's GOAWAY does (no new stream; it closes, with a GOAWAY, once
+// its streams have ended) and dials a replacement.
+const retireIDAt = maxWindow - 2*1024
+
+// idsSpent reports whether c has given out its stream identifiers up to
+// retireIDAt.
+func (c *Conn) idsSpent() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.nextID > retireIDAt
+}
+
+// retireSpentLocked takes the connections that used up their stream
+// identifiers out of the set and retires them: a connection that takes no
+// stream must not hold a place, and a PING, for good. Called with s.mu
+// held.
+func (s *Set) retireSpentLocked() {
+	kept := s.conns[:0]
+	for _, c := range s.conns {
+		if c.idsSpent() {
+			s.retire(c)
+			continue
+		}
+		kept = append(kept, c)
+	}
+	clear(s.conns[len(kept):])
+	s.conns = kept
 }
 
 // drop takes c out of the set: it takes no new stream (GOAWAY, lost).
@@ -267,8 +386,12 @@ type SetStats struct {
 	// Closing counts the connections out of the set (the node sent
 	// GOAWAY, or the set was closed) that wait for their streams to end.
 	Closing int
-	// Polled counts the connections of Conns a Poller reads.
-	Polled int
+	// Held counts the streams of lost connections whose end waits for
+	// its turn (see SetLost).
+	Held int
+	// Polled counts the connections of Conns a Poller reads, and
+	// Pollers the distinct pollers that read them.
+	Polled, Pollers int
 }
 
 // Stats returns the set's counts.
@@ -276,13 +399,21 @@ func (s *Set) Stats() SetStats {
 	s.mu.Lock()
 	conns := append([]*Conn(nil), s.conns...)
 	s.mu.Unlock()
-	st := SetStats{Conns: len(conns), Closing: int(s.closing.Load())}
+	st := SetStats{Conns: len(conns), Closing: int(s.closing.Load()), Held: int(s.held.Load())}
+	var owners []any
 	for _, c := range conns {
 		st.Streams += c.Stats().Streams
-		if c.Polled() {
+		c.mu.Lock()
+		owner := c.owner
+		c.mu.Unlock()
+		if owner != nil {
 			st.Polled++
+			if !slices.Contains(owners, owner) {
+				owners = append(owners, owner)
+			}
 		}
 	}
+	st.Pollers = len(owners)
 	return st
 }
 

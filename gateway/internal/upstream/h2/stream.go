@@ -13,10 +13,12 @@ import (
 // net.Conn: Read returns what the node sent, Write sends DATA, both honour
 // their deadlines. One goroutine may read while another writes; Close,
 // CloseWrite, Abort and the deadline setters may be called from any
-// goroutine. Errors: io.EOF once the node ended the stream,
-// os.ErrDeadlineExceeded for a passed deadline, a *StreamError (matching
-// ErrStreamReset) for a reset stream, ErrConnLost (wrapped) for a lost
-// connection, net.ErrClosed after Close or Abort.
+// goroutine. Errors: io.EOF once the node ended the stream (whatever
+// came after its END_STREAM), os.ErrDeadlineExceeded for a passed
+// deadline, a *StreamError (matching ErrStreamReset) for a reset stream,
+// ErrConnLost (wrapped) for a lost connection, net.ErrClosed after Close
+// or Abort; Read returns what the node sent before a reset or a lost
+// connection first.
 type Stream struct {
 	c  *Conn
 	id uint32
@@ -36,12 +38,22 @@ type Stream struct {
 	notify    func()
 	wantWrite bool
 
+	// held, under c.mu, is the loss of the connection while the Set puts
+	// off the stream's end (see herd.go): what is buffered is read, what
+	// is written dropped, until the stream ends with it.
+	held error
+
 	// Under c.mu:
-	sendWindow int64 // what this side may still send (RFC 9113 section 6.9)
+	// sendDelta is what this side may still send (RFC 9113 section 6.9)
+	// less the node's SETTINGS_INITIAL_WINDOW_SIZE (see sendWindowLocked).
+	sendDelta  int64
 	uncredited int64 // DATA sent that the node has not credited back to the stream (Config.StreamSendLimit)
 	// waitingWindow: a Write waits for the connection's send window
 	// (s is in Conn.windowWaiting).
 	waitingWindow bool
+	// waitingStream: a Write (or WriteNB) stopped on the stream's own
+	// send window (s is in Conn.streamWaiting).
+	waitingStream bool
 	recvWindow    int32  // what the node may still send
 	recvCredit    uint32 // consumed bytes not yet given back by WINDOW_UPDATE
 	rbuf          []byte // received, not yet read: rbuf[roff:]
@@ -93,14 +105,15 @@ func (s *Stream) maybeEndLocked() {
 	}
 }
 
-// finishLocked removes the stream from the connection. With an error it
-// also drops what is buffered: Read and Write return err from now on.
+// finishLocked removes the stream from the connection. With an error,
+// Write returns err from now on, and Read once it has returned what was
+// received before (see readLocked): a node's last bytes, its WebSocket
+// close frame among them, are read even when a reset follows them at
+// once (HAProxy resets a stream microseconds after its END_STREAM).
 func (s *Stream) finishLocked(err error) {
 	c := s.c
 	if err != nil && s.err == nil {
 		s.err = err
-		c.buffered -= len(s.rbuf) - s.roff
-		s.rbuf, s.roff = nil, 0
 	}
 	s.respond()
 	wake.Signal(s.rwake)
@@ -115,6 +128,7 @@ func (s *Stream) finishLocked(err error) {
 	// It waits for nothing any more: a stream that ended waiting for the
 	// connection's window would hold every other at its StreamSendLimit.
 	s.waitWindowLocked(false)
+	s.waitStreamLocked(false)
 	s.wantWrite = false
 	if s.linger != nil {
 		s.linger.Stop()
@@ -175,11 +189,13 @@ func (s *Stream) Read(p []byte) (int, error) {
 // Called with c.mu held.
 func (s *Stream) readLocked(p []byte) (n int, inc uint32, err error, ready bool) {
 	c := s.c
+	// What came before an error is read first, and after the node's
+	// END_STREAM the stream's end is io.EOF whatever ended it after: a
+	// reset of a stream whose response is complete loses nothing (RFC
+	// 9113 section 8.1 lets a server stop a request it has answered).
 	switch {
 	case s.readClosed:
 		return 0, 0, net.ErrClosed, true
-	case s.err != nil:
-		return 0, 0, s.err, true
 	case s.roff < len(s.rbuf):
 		n = copy(p, s.rbuf[s.roff:])
 		s.roff += n
@@ -202,6 +218,8 @@ func (s *Stream) readLocked(p []byte) (n int, inc uint32, err error, ready bool)
 		return n, inc, nil, true
 	case s.remoteEnded:
 		return 0, 0, io.EOF, true
+	case s.err != nil:
+		return 0, 0, s.err, true
 	}
 	return 0, 0, nil, false
 }
@@ -235,6 +253,9 @@ func (s *Stream) Write(p []byte) (int, error) {
 	written := 0
 	for len(p) > 0 {
 		n, err := s.reserve(len(p))
+		if err == errHeld {
+			return written + len(p), nil // see herd.go
+		}
 		if err != nil {
 			return written, err
 		}
@@ -267,6 +288,7 @@ func (s *Stream) reserve(want int) (int, error) {
 	for {
 		c.mu.Lock()
 		s.waitWindowLocked(false)
+		s.waitStreamLocked(false)
 		switch {
 		case s.err != nil:
 			err := s.err
@@ -275,15 +297,15 @@ func (s *Stream) reserve(want int) (int, error) {
 		case s.localEnded || s.ended:
 			c.mu.Unlock()
 			return 0, net.ErrClosed
+		case s.held != nil:
+			c.mu.Unlock()
+			return 0, errHeld
 		}
 		if n := s.takeWindowLocked(want); n > 0 {
 			c.mu.Unlock()
 			return n, nil
 		}
-		if c.sendWindow <= 0 {
-			s.waitWindowLocked(true)
-			c.armStallLocked()
-		}
+		s.waitLocked()
 		dl := s.wdeadline
 		if s.wwake == nil {
 			s.wwake = wake.New()
@@ -312,14 +334,48 @@ func (s *Stream) takeWindowLocked(want int) int {
 	if share <= 0 && len(c.windowWaiting) == 0 {
 		share = maxWindow
 	}
-	n := min(int64(want), s.sendWindow, c.sendWindow, int64(c.peerFrame), share)
+	n := min(int64(want), s.sendWindowLocked(), c.sendWindow, int64(c.peerFrame), share)
 	if n <= 0 {
 		return 0
 	}
-	s.sendWindow -= n
+	s.sendDelta -= n
 	c.sendWindow -= n
 	s.uncredited += n
 	return int(n)
+}
+
+// sendWindowLocked is what the stream may still send: a change of the
+// node's SETTINGS_INITIAL_WINDOW_SIZE applies to it without touching it.
+// Called with c.mu held.
+func (s *Stream) sendWindowLocked() int64 { return s.sendDelta + int64(s.c.peerWindow) }
+
+// waitLocked marks the stream as waiting for the window that stopped it
+// (takeWindowLocked found none): the connection's, which arms the stall
+// timer, or its own. Called with c.mu held.
+func (s *Stream) waitLocked() {
+	c := s.c
+	switch {
+	case c.sendWindow <= 0:
+		s.waitWindowLocked(true)
+		c.armStallLocked()
+	case s.sendWindowLocked() <= 0:
+		s.waitStreamLocked(true)
+	}
+}
+
+// waitStreamLocked marks the stream as waiting for its own send window,
+// which a SETTINGS_INITIAL_WINDOW_SIZE may grow, or no longer. Called
+// with c.mu held.
+func (s *Stream) waitStreamLocked(waiting bool) {
+	if s.waitingStream == waiting {
+		return
+	}
+	s.waitingStream = waiting
+	if waiting {
+		s.c.streamWaiting[s] = struct{}{}
+	} else {
+		delete(s.c.streamWaiting, s)
+	}
 }
 
 // waitWindowLocked marks the stream as waiting for the connection's send
@@ -362,7 +418,7 @@ func (s *Stream) writable(n int) error {
 	default:
 		return nil
 	}
-	s.sendWindow += int64(n)
+	s.sendDelta += int64(n)
 	c.sendWindow += int64(n)
 	s.uncredited -= int64(n)
 	c.wakeWindowWaitersLocked() // the connection's window is back for the others
@@ -398,6 +454,12 @@ func (s *Stream) CloseWrite() error {
 	c := s.c
 	c.mu.Lock()
 	if s.localEnded || s.ended || s.err != nil {
+		c.mu.Unlock()
+		return nil
+	}
+	if s.held != nil {
+		// Its connection is gone: nothing more to wait for.
+		s.finishLocked(s.held)
 		c.mu.Unlock()
 		return nil
 	}
@@ -460,6 +522,8 @@ func (s *Stream) Abort() {
 	c := s.c
 	c.mu.Lock()
 	s.readClosed = true
+	c.buffered -= len(s.rbuf) - s.roff
+	s.rbuf, s.roff = nil, 0
 	wasOpen := !s.ended
 	c.mu.Unlock()
 	if wasOpen {
