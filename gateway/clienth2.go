@@ -327,6 +327,19 @@ func readStreamedBody(ctx *fasthttp.RequestCtx) admit.Refusal {
 	}
 }
 
+// goneRefusal is the refusal of a request whose HTTP/2 stream failed while
+// it was being admitted: clientGone, unless h2serve reset the stream for
+// DATA off its content-length, which is the client's malformed request
+// (bad_request, RFC 9113 section 8.1.1).
+func goneRefusal(ctx *fasthttp.RequestCtx) admit.Refusal {
+	if cs, ok := ctx.Conn().(*clientStream); ok {
+		if _, err := cs.TryRead(nil); isMalformedBody(err) {
+			return admit.Reject(fasthttp.StatusBadRequest, "bad_request", "request body off its content-length (RFC 9113 section 8.1.1)")
+		}
+	}
+	return clientGone
+}
+
 // isMalformedBody reports whether err is h2serve's reset of a stream whose
 // DATA did not add up to its content-length (PROTOCOL_ERROR, from this
 // side): the client's malformed request.

@@ -80,7 +80,7 @@ func TestClientH2BodyOffItsContentLength(t *testing.T) {
 	deadline := time.Now().Add(10 * time.Second)
 	for srv.metrics.HandshakeCounts()["bad_request"] < 2 {
 		if time.Now().After(deadline) {
-			t.Fatalf("bad_request = %d, want 2", srv.metrics.HandshakeCounts()["bad_request"])
+			t.Fatalf("bad_request = %d, want 2 (%v)", srv.metrics.HandshakeCounts()["bad_request"], srv.metrics.HandshakeCounts())
 		}
 		time.Sleep(5 * time.Millisecond)
 	}
