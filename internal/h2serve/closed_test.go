@@ -39,7 +39,8 @@ func pingRoundTrip(t *testing.T, c *rawConn, data [8]byte) {
 // the reset. DATA on a stream that ended otherwise was ignored: it is
 // answered RST_STREAM(STREAM_CLOSED). A stream that depends on itself, and
 // DATA off the request's content-length, reset the stream
-// (PROTOCOL_ERROR), even once an early answer reset it (NO_ERROR). The
+// (PROTOCOL_ERROR), even once an early answer reset it (NO_ERROR), and so
+// does a WINDOW_UPDATE past 2^31-1 (FLOW_CONTROL_ERROR). The
 // connection goes on through all of them.
 func TestFramesOnClosedStreams(t *testing.T) {
 	srv := &h2serve.Server{Handler: func(s *h2serve.Stream) {
@@ -94,10 +95,12 @@ func TestFramesOnClosedStreams(t *testing.T) {
 	reset(7, http2.ErrCodeProtocol)
 	// Streams 9, 11 and 13: DATA short of, or beyond, the content-length,
 	// and content-lengths that disagree.
-	_ = c.fr.WriteHeaders(http2.HeadersFrameParam{StreamID: 9, BlockFragment: post("/x", "4"), EndHeaders: true})
+	// Their handler reads the body, so that no early answer's reset
+	// (NO_ERROR) can come first.
+	_ = c.fr.WriteHeaders(http2.HeadersFrameParam{StreamID: 9, BlockFragment: post("/hold", "4"), EndHeaders: true})
 	_ = c.fr.WriteData(9, true, []byte("abc"))
 	reset(9, http2.ErrCodeProtocol)
-	_ = c.fr.WriteHeaders(http2.HeadersFrameParam{StreamID: 11, BlockFragment: post("/x", "2"), EndHeaders: true})
+	_ = c.fr.WriteHeaders(http2.HeadersFrameParam{StreamID: 11, BlockFragment: post("/hold", "2"), EndHeaders: true})
 	_ = c.fr.WriteData(11, false, []byte("abc"))
 	reset(11, http2.ErrCodeProtocol)
 	_ = c.fr.WriteHeaders(http2.HeadersFrameParam{StreamID: 13, BlockFragment: append(post("/x", "2"), headerBlock("content-length", "3")...), EndHeaders: true})
@@ -113,5 +116,15 @@ func TestFramesOnClosedStreams(t *testing.T) {
 	reset(17, http2.ErrCodeNo)
 	_ = c.fr.WriteData(17, false, []byte("abcd"))
 	_ = c.fr.WriteHeaders(http2.HeadersFrameParam{StreamID: 17, BlockFragment: headerBlock("x-trailer", "1"), EndHeaders: true, EndStream: true})
+	// Stream 19: answered in full at once and reset with NO_ERROR;
+	// WINDOW_UPDATEs the client sent before it saw the reset are still
+	// checked, and taking the window past 2^31-1 is a stream error
+	// (RFC 9113 section 6.9.1), as h2spec's 6.9.1/3 expects whichever
+	// comes first (it failed when the answer did).
+	_ = c.fr.WriteHeaders(http2.HeadersFrameParam{StreamID: 19, BlockFragment: post("/", "4"), EndHeaders: true})
+	reset(19, http2.ErrCodeNo)
+	_ = c.fr.WriteWindowUpdate(19, 1<<31-1)
+	_ = c.fr.WriteWindowUpdate(19, 1<<31-1)
+	reset(19, http2.ErrCodeFlowControl)
 	pingRoundTrip(t, c, [8]byte{2})
 }

@@ -447,25 +447,28 @@ func (c *conn) earnLocked(n int) {
 	c.ctrlTokens = min(c.ctrlTokens+n, c.ctrlBurst)
 }
 
-// resetRecord is a stream this side reset: its id, and what its
-// content-length still announced (-1: none, or no longer checked).
+// resetRecord is a stream this side reset: its id, what its
+// content-length still announced, and its send window (-1: none, or no
+// longer checked).
 type resetRecord struct {
-	id   uint32
-	left int64
+	id     uint32
+	left   int64
+	window int64
 }
 
 // recordResetLocked remembers that this side reset stream id, whose
-// request body still had left bytes to come.
-func (c *conn) recordResetLocked(id uint32, left int64) {
+// request body still had left bytes to come and whose send window was
+// window.
+func (c *conn) recordResetLocked(id uint32, left, window int64) {
 	if r := c.resetOfLocked(id); r != nil {
-		r.left = -1
+		r.left, r.window = -1, -1
 		return
 	}
 	if len(c.resets) < recentResets {
-		c.resets = append(c.resets, resetRecord{id, left})
+		c.resets = append(c.resets, resetRecord{id, left, window})
 		return
 	}
-	c.resets[c.resetNext] = resetRecord{id, left}
+	c.resets[c.resetNext] = resetRecord{id, left, window}
 	c.resetNext = (c.resetNext + 1) % recentResets
 }
 
@@ -808,7 +811,20 @@ func (c *conn) onWindowUpdate(f *http2.WindowUpdateFrame) error {
 	}
 	s, err := c.lookup(f.Header())
 	if s == nil {
+		var overflow bool
+		if r := c.resetOfLocked(f.StreamID); err == nil && r != nil && r.window >= 0 {
+			// Answered in full and reset (NO_ERROR) before the client
+			// was done: what it sent before it saw the reset is still
+			// checked, as the body is against its content-length.
+			r.window += int64(f.Increment)
+			if overflow = r.window > maxWindow; overflow {
+				r.window = -1
+			}
+		}
 		c.mu.Unlock()
+		if overflow {
+			c.resetStream(f.StreamID, http2.ErrCodeFlowControl, nil) // a stream error (section 6.9.1)
+		}
 		return err
 	}
 	s.sendDelta += int64(f.Increment)
@@ -926,15 +942,16 @@ func (c *conn) resetStream(id uint32, code http2.ErrCode, err error) {
 	}
 	c.wmu.Lock()
 	c.mu.Lock()
-	left := int64(-1)
+	left, window := int64(-1), int64(-1)
 	if s := c.streams[id]; s != nil {
 		if code == http2.ErrCodeNo {
-			// An answered request: its body is still checked.
-			left = s.bodyLeft
+			// An answered request: its body, and the window the
+			// client may still be giving it, are still checked.
+			left, window = s.bodyLeft, s.sendWindowLocked()
 		}
 		s.finishLocked(err)
 	}
-	c.recordResetLocked(id, left)
+	c.recordResetLocked(id, left, window)
 	c.mu.Unlock()
 	c.queueLocked(true, func(fr *http2.Framer) error { return fr.WriteRSTStream(id, code) })
 	c.wmu.Unlock()
