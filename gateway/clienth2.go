@@ -55,6 +55,10 @@ func (s *Server) newClientH2(cfg *conf.Config) *h2serve.Server {
 		MaxHeaderListSize: uint32(readBufferSize),
 		WriteTimeout:      cfg.Gateway.WriteTimeout.Duration,
 		IdleTimeout:       s.http.IdleTimeout,
+		// A malformed header block (content-length fields that
+		// disagree, say) is reset before any handler runs: it is still
+		// the client's bad request.
+		Malformed: func(string) { s.metrics.Handshake("bad_request", time.Now()) },
 	}
 }
 

@@ -15,6 +15,7 @@ import (
 	"github.com/fasthttp/websocket"
 	"github.com/wsgate/wsgate/internal/h2client"
 	"github.com/wsgate/wsgate/internal/testproc"
+	"golang.org/x/net/http2"
 	"golang.org/x/net/http2/hpack"
 )
 
@@ -269,4 +270,72 @@ func TestClientH2CutStreamTakesNoLinger(t *testing.T) {
 	hc.Close()
 	waitH2Zero(t, e.srv)
 	e.waitZero()
+}
+
+// TestClientH2ResetMidOpenEndsNodeStream pins that a client's stream reset
+// while its stream to a node of an h2 pool is being opened ends that open:
+// the node, which has not answered, sees its stream ended (END_STREAM, then
+// RST_STREAM once it stays), the gateway counts the refusal client_gone,
+// not a node failure, and holds no node stream after. Before, the open
+// waited for the node's answer until connect_timeout (60 s here) although
+// the client was gone.
+func TestClientH2ResetMidOpenEndsNodeStream(t *testing.T) {
+	asked := make(chan uint32, 1)
+	ended := make(chan uint32, 4)
+	addr := scriptedNode{
+		onStream: func(n *nodeConn, id uint32) bool {
+			asked <- id // and never answers
+			return false
+		},
+		seen: func(f http2.Frame) {
+			switch f := f.(type) {
+			case *http2.RSTStreamFrame:
+				ended <- f.StreamID
+			case *http2.DataFrame:
+				if f.StreamEnded() {
+					ended <- f.StreamID
+				}
+			}
+		},
+	}.start(t)
+	f := newTLSFiles(t)
+	cfg := strings.Replace(tlsGatewayConfig("", f.table(testproc.FreeAddr(t), "  h2 = true"), catchAll),
+		"name = \"relay\"\n", "name = \"relay\"\nprotocol = \"h2\"\nh2_connections = 1\nconnect_timeout = \"60s\"\n", 1)
+	// The node stream closed, which the node never ends, is reset after
+	// write_timeout.
+	cfg = strings.Replace(cfg, "drain_timeout = \"5s\"\n", "drain_timeout = \"5s\"\nwrite_timeout = \"1s\"\n", 1)
+	srv := startGateway(t, fmt.Sprintf(cfg, "127.0.0.1:0", addr))
+	hc := h2Dial(t, srv, f)
+	pseudo := []hpack.HeaderField{{Name: ":method", Value: "CONNECT"}, {Name: ":protocol", Value: "websocket"},
+		{Name: ":scheme", Value: "https"}, {Name: ":authority", Value: "gw.test"}, {Name: ":path", Value: "/room/slow"}}
+	s, err := hc.OpenRequest(pseudo, http.Header{"Sec-Websocket-Version": {"13"}}, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var id uint32
+	select {
+	case id = <-asked:
+	case <-time.After(20 * time.Second):
+		t.Fatal("the node never got the stream")
+	}
+	if err := s.Abort(); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case got := <-ended:
+		if got != id {
+			t.Fatalf("the node saw stream %d ended, want %d", got, id)
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("the node's stream was not ended after its client reset it (connect_timeout is 60s)")
+	}
+	waitUntil(t, func() bool { return srv.metrics.HandshakeCounts()["client_gone"] == 1 })
+	if got := srv.metrics.HandshakeCounts()["upstream_error"]; got != 0 {
+		t.Fatalf("upstream_error = %d, want 0: the client's reset is not the node's failure", got)
+	}
+	p := srv.current().pools["relay"]
+	set := p.H2[p.Node(addr)]
+	waitUntil(t, func() bool { return set.Stats().Streams == 0 })
+	hc.Close()
+	waitH2Zero(t, srv)
 }

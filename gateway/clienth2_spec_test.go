@@ -33,7 +33,9 @@ func TestClientH2spec(t *testing.T) {
 // disagree: both are malformed (RFC 9113 section 8.1.1), so the stream is
 // reset with PROTOCOL_ERROR and the refusal is the client's
 // (bad_request). Before, the body's forward failed and was counted as the
-// node's (upstream_error, a 502), and two content-length fields got 502.
+// node's (upstream_error, a 502), and two content-length fields got 502;
+// then the two fields were reset before the handler ran and counted as
+// nothing.
 func TestClientH2BodyOffItsContentLength(t *testing.T) {
 	f := newTLSFiles(t)
 	node := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { _, _ = io.Copy(w, r.Body) }))
@@ -76,13 +78,16 @@ func TestClientH2BodyOffItsContentLength(t *testing.T) {
 		})
 	}
 	// The first two reached the handler, which counts them; the third
-	// was reset as its header block came in.
+	// was reset as its header block came in, and counted there.
 	deadline := time.Now().Add(10 * time.Second)
-	for srv.metrics.HandshakeCounts()["bad_request"] < 2 {
+	for srv.metrics.HandshakeCounts()["bad_request"] < 3 {
 		if time.Now().After(deadline) {
-			t.Fatalf("bad_request = %d, want 2 (%v)", srv.metrics.HandshakeCounts()["bad_request"], srv.metrics.HandshakeCounts())
+			t.Fatalf("bad_request = %d, want 3 (%v)", srv.metrics.HandshakeCounts()["bad_request"], srv.metrics.HandshakeCounts())
 		}
 		time.Sleep(5 * time.Millisecond)
+	}
+	if got := srv.metrics.HandshakeCounts()["bad_request"]; got != 3 {
+		t.Fatalf("bad_request = %d, want 3: each malformed request once", got)
 	}
 	if got := srv.metrics.HandshakeCounts()["upstream_error"]; got != 0 {
 		t.Fatalf("upstream_error = %d, want 0: the client's malformed body is not the node's failure", got)

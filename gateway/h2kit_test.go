@@ -27,6 +27,8 @@ type scriptedNode struct {
 	settings []http2.Setting
 	silent   bool
 	onStream func(n *nodeConn, id uint32) (stop bool)
+	// seen, when set, is shown every frame the node reads.
+	seen func(f http2.Frame)
 }
 
 // nodeConn is one connection of a scriptedNode.
@@ -92,6 +94,9 @@ func (sn scriptedNode) serve(nc net.Conn) {
 		f, err := n.fr.ReadFrame()
 		if err != nil {
 			return
+		}
+		if sn.seen != nil {
+			sn.seen(f)
 		}
 		switch f := f.(type) {
 		case *http2.SettingsFrame:

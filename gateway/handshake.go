@@ -85,7 +85,7 @@ func (s *Server) serveUpgrade(ctx *fasthttp.RequestCtx, g *generation, rt *route
 		}
 		var answer *fasthttp.Response
 		if sreq != nil {
-			answer, err = s.openStream(p, lease.Node(), sreq, accept, sw)
+			answer, err = s.openStream(p, lease.Node(), sreq, accept, sw, upgrade.Ended(ctx))
 		} else {
 			answer, err = upgrade.DialNode(p, lease.Node(), req, accept, &sw.Node, sw.Hdr[:0], polled, gone)
 		}
@@ -160,11 +160,11 @@ func (s *Server) serveUpgrade(ctx *fasthttp.RequestCtx, g *generation, rt *route
 // after this handshake read its generation says nothing about the node:
 // the stream is tried once more on the connections of the generation in
 // force.
-func (s *Server) openStream(p *upstream.Pool, n *balancer.Node, req *h2.Request, accept []byte, sw *upgrade.Switch) (*fasthttp.Response, error) {
-	answer, err := upgrade.OpenNodeStream(p, n.Addr(), p.H2[n], req, accept, &sw.Node, sw.Hdr[:0])
+func (s *Server) openStream(p *upstream.Pool, n *balancer.Node, req *h2.Request, accept []byte, sw *upgrade.Switch, gone <-chan struct{}) (*fasthttp.Response, error) {
+	answer, err := upgrade.OpenNodeStream(p, n.Addr(), p.H2[n], req, accept, &sw.Node, sw.Hdr[:0], gone)
 	if errors.Is(err, h2.ErrSetClosed) {
 		if set := s.current().h2Set(p.Name, n); set != nil {
-			answer, err = upgrade.OpenNodeStream(p, n.Addr(), set, req, accept, &sw.Node, sw.Hdr[:0])
+			answer, err = upgrade.OpenNodeStream(p, n.Addr(), set, req, accept, &sw.Node, sw.Hdr[:0], gone)
 		}
 	}
 	return answer, err

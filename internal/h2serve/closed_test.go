@@ -3,6 +3,7 @@ package h2serve_test
 import (
 	"fmt"
 	"io"
+	"strings"
 	"testing"
 
 	"golang.org/x/net/http2"
@@ -127,4 +128,42 @@ func TestFramesOnClosedStreams(t *testing.T) {
 	_ = c.fr.WriteWindowUpdate(19, 1<<31-1)
 	reset(19, http2.ErrCodeFlowControl)
 	pingRoundTrip(t, c, [8]byte{2})
+}
+
+// TestMalformedRequestReported pins Server.Malformed: a request whose
+// content-length fields disagree is reset PROTOCOL_ERROR before any
+// Handler runs, and reported with its reason, so that the server's user
+// can count it as the client's bad request; a well-formed one is not
+// reported. Before, nothing told the user of it.
+func TestMalformedRequestReported(t *testing.T) {
+	reasons := make(chan string, 4)
+	srv := &h2serve.Server{
+		Handler:   func(s *h2serve.Stream) { _ = s.Respond(200, nil, nil) },
+		Malformed: func(reason string) { reasons <- reason },
+	}
+	c := dialRaw(t, serve(t, srv), true)
+	post := headerBlock(":method", "POST", ":scheme", "http", ":authority", "a", ":path", "/x", "content-length", "2", "content-length", "3")
+	if err := c.fr.WriteHeaders(http2.HeadersFrameParam{StreamID: 1, BlockFragment: post, EndHeaders: true}); err != nil {
+		t.Fatal(err)
+	}
+	rst := c.until(t, "stream 1's reset", func(f http2.Frame) bool { _, ok := f.(*http2.RSTStreamFrame); return ok }).(*http2.RSTStreamFrame)
+	if rst.StreamID != 1 || rst.ErrCode != http2.ErrCodeProtocol {
+		t.Fatalf("RST_STREAM %d %v, want 1 PROTOCOL_ERROR", rst.StreamID, rst.ErrCode)
+	}
+	select {
+	case r := <-reasons:
+		if !strings.Contains(r, "content-length") {
+			t.Fatalf("reported %q", r)
+		}
+	default:
+		t.Fatal("the malformed request was not reported")
+	}
+	get := headerBlock(":method", "GET", ":scheme", "http", ":authority", "a", ":path", "/x")
+	if err := c.fr.WriteHeaders(http2.HeadersFrameParam{StreamID: 3, BlockFragment: get, EndHeaders: true, EndStream: true}); err != nil {
+		t.Fatal(err)
+	}
+	c.until(t, "stream 3's answer", func(f http2.Frame) bool { h, ok := f.(*http2.MetaHeadersFrame); return ok && h.StreamID == 3 })
+	if len(reasons) != 0 {
+		t.Fatalf("a well-formed request was reported: %q", <-reasons)
+	}
 }

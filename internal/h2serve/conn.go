@@ -623,6 +623,7 @@ func (c *conn) onHeaders(f *http2.MetaHeadersFrame) error {
 	c.lastID = id
 	var refuse http2.ErrCode
 	var req *Request
+	var malformed string
 	switch {
 	case selfDep:
 		refuse = http2.ErrCodeProtocol // a stream cannot depend on itself (section 5.3.1)
@@ -633,8 +634,11 @@ func (c *conn) onHeaders(f *http2.MetaHeadersFrame) error {
 	case f.Truncated:
 		req = &Request{Header: http.Header{}}
 	default:
-		req, _ = parseRequest(f.Fields)
-		if req == nil || f.StreamEnded() && req.ContentLength > 0 {
+		req, malformed = parseRequest(f.Fields)
+		if req != nil && f.StreamEnded() && req.ContentLength > 0 {
+			req, malformed = nil, "a content-length above the body END_STREAM ends with (RFC 9113 section 8.1.1)"
+		}
+		if req == nil {
 			refuse = http2.ErrCodeProtocol // malformed (section 8.1.1)
 		}
 	}
@@ -646,6 +650,9 @@ func (c *conn) onHeaders(f *http2.MetaHeadersFrame) error {
 		}
 		if refuse == http2.ErrCodeRefusedStream {
 			c.srv.refused.Add(1)
+		}
+		if malformed != "" && c.srv.Malformed != nil {
+			c.srv.Malformed(malformed)
 		}
 		c.resetStream(id, refuse, nil)
 		return nil

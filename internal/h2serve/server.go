@@ -93,6 +93,14 @@ type Server struct {
 	// has had no stream for this long, so an idle client does not hold
 	// its connection for good (default 0: never).
 	IdleTimeout time.Duration
+	// Malformed, when set, is called with the reason each time a
+	// request's header block is malformed (RFC 9113 section 8.1.1: a
+	// pseudo-header missing, a field HTTP/2 forbids, content-length
+	// fields that disagree...), whose stream is reset with PROTOCOL_ERROR
+	// and never reaches Handler, so that the user can count it as the
+	// client's bad request. It runs on the connection's reader: it must
+	// return at once.
+	Malformed func(reason string)
 
 	mu        sync.Mutex
 	conns     map[*conn]struct{}

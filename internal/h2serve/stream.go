@@ -64,9 +64,11 @@ type Stream struct {
 	remoteEnded bool // END_STREAM received
 	readClosed  bool // Close called: nobody reads any more
 	ended       bool // no longer counted by the connection
-	err         error
-	rdeadline   time.Time
-	wdeadline   time.Time
+	// done, made by the first Done, is closed once the stream ends.
+	done      chan struct{}
+	err       error
+	rdeadline time.Time
+	wdeadline time.Time
 }
 
 // errNoResponse is what Write returns before WriteHeader.
@@ -280,6 +282,9 @@ func (s *Stream) finishLocked(err error) {
 		return
 	}
 	s.ended = true
+	if s.done != nil {
+		close(s.done)
+	}
 	if s.linger != nil {
 		s.linger.Stop()
 	}
@@ -287,6 +292,23 @@ func (s *Stream) finishLocked(err error) {
 	c.idleLocked()
 	c.srv.streamsUp.Add(-1)
 	wake.Signal(c.gone)
+}
+
+// Done returns a channel closed once the stream has ended: reset by
+// either side, its connection lost, or both sides ended. A handler
+// that waits on something else (a node's answer) gives up when it
+// closes.
+func (s *Stream) Done() <-chan struct{} {
+	c := s.c
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if s.done == nil {
+		s.done = make(chan struct{})
+		if s.ended {
+			close(s.done)
+		}
+	}
+	return s.done
 }
 
 // Read reads what the client sent on the stream.

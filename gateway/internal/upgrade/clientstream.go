@@ -61,5 +61,19 @@ func Gone(ctx *fasthttp.RequestCtx) bool {
 	return ok && g.Gone()
 }
 
+// Ended returns a channel closed once ctx's HTTP/2 stream has ended (the
+// client reset it, or its connection ended), so that a wait on a node
+// (OpenNodeStream) gives up with it; nil for a request of an HTTP/1.x
+// connection, which never ends here.
+func Ended(ctx *fasthttp.RequestCtx) <-chan struct{} {
+	if d, ok := ctx.Conn().(doner); ok {
+		return d.Done()
+	}
+	return nil
+}
+
+// doner is a client stream that tells when it ends.
+type doner interface{ Done() <-chan struct{} }
+
 // goner is a client stream that knows whether it has failed.
 type goner interface{ Gone() bool }

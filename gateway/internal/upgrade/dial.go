@@ -23,9 +23,10 @@ import (
 const maxUpstreamAnswer = 64 << 10
 
 // ErrClientGone is returned by DialNode when the client went away (its
-// HTTP/2 stream was reset) while the node was being dialed: the request
-// was not sent, and the node is no less healthy for it.
-var ErrClientGone = errors.New("the client went away before its request was sent")
+// HTTP/2 stream was reset) while the node was being dialed, and by
+// OpenNodeStream when it went away before the node answered: the node is
+// no less healthy for it.
+var ErrClientGone = errors.New("the client went away before its node answered")
 
 // ErrUpstream marks a node that failed the handshake: it could not be
 // reached, answered 5xx, or answered a 101 that does not prove it speaks

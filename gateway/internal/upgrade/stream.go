@@ -67,7 +67,12 @@ const NeverIndexedKey = "wsgate.never_indexed"
 // h2.ErrRequestTooLarge; a dial that failed on the
 // gateway's side wraps upstream.ErrLocalDial, and a set closed by a
 // reload h2.ErrSetClosed (neither says anything about the node).
-func OpenNodeStream(p *upstream.Pool, addr string, set *h2.Set, req *h2.Request, accept []byte, up *NodeConn, hdr []byte) (*fasthttp.Response, error) {
+//
+// gone, when not nil, closes when the client's stream ends (see Ended):
+// the open then gives up at once, whether it waits for a connection or
+// for the node's answer (its stream to the node is closed, see
+// h2.Conn.OpenWebSocket), and returns ErrClientGone.
+func OpenNodeStream(p *upstream.Pool, addr string, set *h2.Set, req *h2.Request, accept []byte, up *NodeConn, hdr []byte, gone <-chan struct{}) (*fasthttp.Response, error) {
 	if set == nil {
 		// Not one of the generation's nodes' (the node left between the
 		// lease and now): as a set a reload retired.
@@ -75,9 +80,22 @@ func OpenNodeStream(p *upstream.Pool, addr string, set *h2.Set, req *h2.Request,
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), p.ConnectTimeout)
 	defer cancel()
+	if gone != nil {
+		stop := make(chan struct{})
+		defer close(stop)
+		go func() {
+			select {
+			case <-gone:
+				cancel()
+			case <-stop:
+			}
+		}()
+	}
 	st, resp, err := set.Open(ctx, req)
 	var se *h2.StreamError
 	switch {
+	case err != nil && closed(gone):
+		return nil, fmt.Errorf("open a stream to %s: %w", addr, ErrClientGone)
 	case errors.Is(err, upstream.ErrLocalDial), errors.Is(err, h2.ErrSetClosed), errors.Is(err, h2.ErrRequestTooLarge):
 		return nil, fmt.Errorf("open a stream to %s: %w", addr, err)
 	case errors.As(err, &se) && se.Remote && se.Code != http2.ErrCodeRefusedStream:
@@ -95,6 +113,19 @@ func OpenNodeStream(p *upstream.Pool, addr string, set *h2.Set, req *h2.Request,
 	}
 	*up = NodeConn{Conn: st, Header: streamResponse(hdr, accept, resp.Header)}
 	return nil, nil
+}
+
+// closed reports whether ch, when not nil, is closed.
+func closed(ch <-chan struct{}) bool {
+	if ch == nil {
+		return false
+	}
+	select {
+	case <-ch:
+		return true
+	default:
+		return false
+	}
 }
 
 // nodeAnswer is a node's answer to an extended CONNECT that did not open

@@ -3,6 +3,7 @@ package h2
 import (
 	"bufio"
 	"bytes"
+	"container/list"
 	"context"
 	"encoding/binary"
 	"errors"
@@ -178,12 +179,18 @@ type Conn struct {
 	// Config.StallTimeout); credited counts the bytes the node has given
 	// back to the connection's window, so that it knows whether any came
 	// since it was armed; windowWaiting holds the streams whose Write
-	// (or WriteNB) waits for the connection's window, the only ones its
-	// WINDOW_UPDATE wakes: waking every stream on each would cost the
-	// connection's reader a pass over thousands of idle ones.
+	// (or WriteNB) waits for the connection's window, in the order they
+	// came: a WINDOW_UPDATE wakes the first only, which takes what it
+	// needs and passes on what is left (passWindowLocked), so that a
+	// WINDOW_UPDATE costs one wakeup however many streams wait.
+	// shareWaiting holds the streams held at their StreamSendLimit while
+	// others wait, the only ones woken when the last waiter leaves.
+	// writerWakes counts the wakeups of writers (tests read it).
 	stall         *time.Timer
 	credited      uint64
-	windowWaiting map[*Stream]struct{}
+	windowWaiting list.List
+	shareWaiting  map[*Stream]struct{}
+	writerWakes   int64
 	// streamWaiting holds the streams whose last Write or WriteNB
 	// stopped on the stream's own send window, the only ones a larger
 	// SETTINGS_INITIAL_WINDOW_SIZE wakes.
@@ -245,7 +252,7 @@ func HandshakePolled(ctx context.Context, nc net.Conn, cfg Config, poll Poller) 
 		readDone:      make(chan struct{}),
 		away:          make(chan struct{}),
 		streams:       make(map[uint32]*Stream),
-		windowWaiting: make(map[*Stream]struct{}),
+		shareWaiting:  make(map[*Stream]struct{}),
 		streamWaiting: make(map[*Stream]struct{}),
 		nextID:        1,
 		maxStreams:    ^uint32(0), // no limit until the node sets one (section 6.5.2)
@@ -738,7 +745,7 @@ func (c *Conn) onWindowUpdate(f *http2.WindowUpdateFrame) error {
 		if c.sendWindow > maxWindow {
 			return connError{http2.ErrCodeFlowControl, "WINDOW_UPDATE overflows the connection window (RFC 9113 section 6.9.1)"}
 		}
-		c.wakeWindowWaitersLocked()
+		c.passWindowLocked()
 		return nil
 	}
 	s, err := c.lookup(f.Header())
@@ -797,11 +804,37 @@ func (c *Conn) resetStream(id uint32, code http2.ErrCode, err error) {
 	c.Kick()
 }
 
-// wakeWindowWaitersLocked tells the streams waiting for the connection's
-// window that it may have grown. Called with c.mu held.
-func (c *Conn) wakeWindowWaitersLocked() {
-	for s := range c.windowWaiting {
-		s.wakeWriter()
+// passWindowLocked wakes the first stream waiting for the connection's
+// window, while there is some: it takes what it needs and calls this
+// again to pass on what is left (see reserve, WriteNB), so that a
+// WINDOW_UPDATE wakes one stream, not all. Called with c.mu held.
+func (c *Conn) passWindowLocked() {
+	if c.sendWindow <= 0 {
+		return
+	}
+	e := c.windowWaiting.Front()
+	if e == nil {
+		return
+	}
+	s := c.windowWaiting.Remove(e).(*Stream)
+	s.windowAt = nil
+	s.wakeWriter()
+	c.windowWaitersLeftLocked(s)
+}
+
+// windowWaitersLeftLocked wakes the streams held at their StreamSendLimit
+// (see takeWindowLocked) once no stream waits for the connection's window,
+// except s: the one leaving, which would only wait again. Called with c.mu
+// held.
+func (c *Conn) windowWaitersLeftLocked(s *Stream) {
+	if c.windowWaiting.Len() > 0 {
+		return
+	}
+	for o := range c.shareWaiting {
+		if o != s {
+			o.waitShareLocked(false)
+			o.wakeWriter()
+		}
 	}
 }
 
@@ -1308,7 +1341,7 @@ func (c *Conn) GoingAway() <-chan struct{} { return c.away }
 // armStallLocked starts the stall timer, unless it runs: a stream waits
 // for connection window. Called with c.mu held.
 func (c *Conn) armStallLocked() {
-	if c.stall != nil || c.err != nil || len(c.windowWaiting) == 0 {
+	if c.stall != nil || c.err != nil || c.windowWaiting.Len() == 0 {
 		return
 	}
 	from := c.credited
@@ -1326,7 +1359,7 @@ func (c *Conn) armStallLocked() {
 func (c *Conn) stalled(from uint64) {
 	c.mu.Lock()
 	c.stall = nil
-	if c.err != nil || c.sendWindow > 0 || len(c.windowWaiting) == 0 {
+	if c.err != nil || c.sendWindow > 0 || c.windowWaiting.Len() == 0 {
 		c.mu.Unlock()
 		return
 	}
@@ -1337,7 +1370,7 @@ func (c *Conn) stalled(from uint64) {
 				worst = s
 			}
 		}
-		if worst != nil && len(c.windowWaiting) == 1 && worst.waitingWindow {
+		if worst != nil && c.windowWaiting.Len() == 1 && worst.windowAt != nil {
 			worst = nil // the only one waiting is the one that holds it
 		}
 	}

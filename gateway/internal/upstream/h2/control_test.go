@@ -41,7 +41,7 @@ func settingsFrames(tb testing.TB, vals ...uint32) []*http2.SettingsFrame {
 func BenchmarkSettingsChange(b *testing.B) {
 	for _, n := range []int{10, 10000} {
 		b.Run(fmt.Sprint(n, "streams"), func(b *testing.B) {
-			c := &Conn{streams: map[uint32]*Stream{}, windowWaiting: map[*Stream]struct{}{}, peerWindow: defaultWindow}
+			c := &Conn{streams: map[uint32]*Stream{}, shareWaiting: map[*Stream]struct{}{}, peerWindow: defaultWindow}
 			c.streamWaiting = map[*Stream]struct{}{}
 			for i := range n {
 				id := uint32(2*i + 1)
@@ -334,5 +334,85 @@ func TestPingBehindBacklog(t *testing.T) {
 	case <-acked:
 	default:
 		t.Fatal("the PING's answer came before the backlog ahead of it was read")
+	}
+}
+
+// TestWindowWaitersWokenOneByOne pins the cost of a node's connection
+// WINDOW_UPDATE: it woke every stream waiting for the connection's window,
+// per frame, and the last waiter to leave woke every stream of the
+// connection. One waiting stream is woken now, which passes on what it
+// leaves; the wakeups are counted, not timed.
+func TestWindowWaitersWokenOneByOne(t *testing.T) {
+	c, n, err := newFakeNode(t, Config{}, xconnect, http2.Setting{ID: http2.SettingInitialWindowSize, Val: 1 << 20})
+	if err != nil {
+		t.Fatal(err)
+	}
+	big, _ := n.openOK(c)
+	if _, err := big.Write(make([]byte, defaultWindow)); err != nil {
+		t.Fatal(err)
+	}
+	for got := 0; got < defaultWindow; {
+		got += len(n.nextData().Data())
+	}
+	// Idle streams, which no connection WINDOW_UPDATE concerns.
+	for range 100 {
+		n.openOK(c)
+	}
+	const waiters = 50
+	done := make(chan error, waiters)
+	for range waiters {
+		s, _ := n.openOK(c)
+		go func() {
+			s.SetWriteDeadline(time.Now().Add(20 * time.Second))
+			_, err := s.Write(make([]byte, 10))
+			done <- err
+		}()
+	}
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		c.mu.Lock()
+		w := c.windowWaiting.Len()
+		c.mu.Unlock()
+		if w == waiters {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d of %d streams wait for the connection's window", w, waiters)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	c.mu.Lock()
+	before := c.writerWakes
+	c.mu.Unlock()
+	for range 100 {
+		if err := n.fr.WriteWindowUpdate(0, 1); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// The 100 bytes go out.
+	for got := 0; got < 100; {
+		got += len(n.nextData().Data())
+	}
+	c.mu.Lock()
+	wakes := c.writerWakes - before
+	c.mu.Unlock()
+	if wakes > 200 {
+		t.Fatalf("100 one-byte connection window updates woke writers %d times, with %d streams waiting and 100 idle", wakes, waiters)
+	}
+	// The rest: every stream writes its 10 bytes.
+	if err := n.fr.WriteWindowUpdate(0, 1000); err != nil {
+		t.Fatal(err)
+	}
+	go func() {
+		for {
+			if _, err := n.fr.ReadFrame(); err != nil {
+				return
+			}
+		}
+	}()
+	for range waiters {
+		if err := <-done; err != nil {
+			t.Fatal(err)
+		}
 	}
 }

@@ -128,7 +128,7 @@ func TestStallTimerOnlyWhileWaiting(t *testing.T) {
 	}
 	time.Sleep(100 * time.Millisecond)
 	c.mu.Lock()
-	armed, waiters := c.stall != nil, len(c.windowWaiting)
+	armed, waiters := c.stall != nil, c.windowWaiting.Len()
 	c.mu.Unlock()
 	if armed || waiters != 0 {
 		t.Errorf("with nobody waiting: stall timer armed %v, %d waiters", armed, waiters)

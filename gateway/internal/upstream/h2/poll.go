@@ -62,8 +62,12 @@ func (s *Stream) WriteNB(bufs [][]byte) (int, error) {
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	// Woken to take the connection's window, it passes what is left on
+	// (deferred calls run last first: before the unlock).
+	defer c.passWindowLocked()
 	s.waitWindowLocked(false)
 	s.waitStreamLocked(false)
+	s.waitShareLocked(false)
 	switch {
 	case s.err != nil:
 		return 0, s.err

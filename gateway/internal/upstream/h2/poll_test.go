@@ -30,7 +30,7 @@ func TestEndedStreamStopsWaiting(t *testing.T) {
 	}
 	a.Abort()
 	c.mu.Lock()
-	w := len(c.windowWaiting)
+	w := c.windowWaiting.Len()
 	c.mu.Unlock()
 	if w != 0 {
 		t.Fatalf("%d streams wait for the window after the only waiting one ended", w)

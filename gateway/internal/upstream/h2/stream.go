@@ -1,6 +1,7 @@
 package h2
 
 import (
+	"container/list"
 	"io"
 	"net"
 	"time"
@@ -48,9 +49,12 @@ type Stream struct {
 	// less the node's SETTINGS_INITIAL_WINDOW_SIZE (see sendWindowLocked).
 	sendDelta  int64
 	uncredited int64 // DATA sent that the node has not credited back to the stream (Config.StreamSendLimit)
-	// waitingWindow: a Write waits for the connection's send window
-	// (s is in Conn.windowWaiting).
-	waitingWindow bool
+	// windowAt: a Write waits for the connection's send window, at
+	// windowAt in Conn.windowWaiting; nil when it does not.
+	windowAt *list.Element
+	// waitingShare: a Write (or WriteNB) stopped at the stream's
+	// StreamSendLimit while others wait (s is in Conn.shareWaiting).
+	waitingShare bool
 	// waitingStream: a Write (or WriteNB) stopped on the stream's own
 	// send window (s is in Conn.streamWaiting).
 	waitingStream bool
@@ -129,7 +133,10 @@ func (s *Stream) finishLocked(err error) {
 	// connection's window would hold every other at its StreamSendLimit.
 	s.waitWindowLocked(false)
 	s.waitStreamLocked(false)
+	s.waitShareLocked(false)
 	s.wantWrite = false
+	// Woken to take the connection's window, it passes it on.
+	c.passWindowLocked()
 	if s.linger != nil {
 		s.linger.Stop()
 	}
@@ -157,6 +164,7 @@ func (s *Stream) wakeReader() {
 // wakeWriter wakes the stream's writer: a send window may have grown.
 // Called with c.mu held.
 func (s *Stream) wakeWriter() {
+	s.c.writerWakes++
 	wake.Signal(s.wwake)
 	if s.wantWrite {
 		s.wantWrite = false
@@ -289,12 +297,15 @@ func (s *Stream) reserve(want int) (int, error) {
 		c.mu.Lock()
 		s.waitWindowLocked(false)
 		s.waitStreamLocked(false)
+		s.waitShareLocked(false)
 		switch {
 		case s.err != nil:
 			err := s.err
+			c.passWindowLocked()
 			c.mu.Unlock()
 			return 0, err
 		case s.localEnded || s.ended:
+			c.passWindowLocked()
 			c.mu.Unlock()
 			return 0, net.ErrClosed
 		case s.held != nil:
@@ -302,6 +313,8 @@ func (s *Stream) reserve(want int) (int, error) {
 			return 0, errHeld
 		}
 		if n := s.takeWindowLocked(want); n > 0 {
+			// What is left goes to the next waiting stream.
+			c.passWindowLocked()
 			c.mu.Unlock()
 			return n, nil
 		}
@@ -315,6 +328,8 @@ func (s *Stream) reserve(want int) (int, error) {
 		if err := wake.Wait(ch, dl); err != nil {
 			c.mu.Lock()
 			s.waitWindowLocked(false)
+			s.waitShareLocked(false)
+			c.passWindowLocked()
 			c.mu.Unlock()
 			return 0, err
 		}
@@ -331,7 +346,7 @@ func (s *Stream) takeWindowLocked(want int) int {
 	// (a node may credit a stream only once half its window is spent,
 	// which a hard limit would never reach).
 	share := int64(c.cfg.StreamSendLimit) - s.uncredited
-	if share <= 0 && len(c.windowWaiting) == 0 {
+	if share <= 0 && c.windowWaiting.Len() == 0 {
 		share = maxWindow
 	}
 	n := min(int64(want), s.sendWindowLocked(), c.sendWindow, int64(c.peerFrame), share)
@@ -360,6 +375,24 @@ func (s *Stream) waitLocked() {
 		c.armStallLocked()
 	case s.sendWindowLocked() <= 0:
 		s.waitStreamLocked(true)
+	default:
+		// Held at its StreamSendLimit while others wait.
+		s.waitShareLocked(true)
+	}
+}
+
+// waitShareLocked marks the stream as held at its StreamSendLimit while
+// others wait for the connection's window, or no longer. Called with c.mu
+// held.
+func (s *Stream) waitShareLocked(waiting bool) {
+	if s.waitingShare == waiting {
+		return
+	}
+	s.waitingShare = waiting
+	if waiting {
+		s.c.shareWaiting[s] = struct{}{}
+	} else {
+		delete(s.c.shareWaiting, s)
 	}
 }
 
@@ -379,27 +412,21 @@ func (s *Stream) waitStreamLocked(waiting bool) {
 }
 
 // waitWindowLocked marks the stream as waiting for the connection's send
-// window, or no longer; when the last waiter leaves, the streams held at
-// their StreamSendLimit may go on (see reserve). Called with c.mu held.
+// window, last in line, or no longer; when the last waiter leaves, the
+// streams held at their StreamSendLimit may go on (see reserve). Called
+// with c.mu held.
 func (s *Stream) waitWindowLocked(waiting bool) {
 	c := s.c
-	if s.waitingWindow == waiting {
+	if (s.windowAt != nil) == waiting {
 		return
 	}
-	s.waitingWindow = waiting
 	if waiting {
-		c.windowWaiting[s] = struct{}{}
+		s.windowAt = c.windowWaiting.PushBack(s)
 		return
 	}
-	if delete(c.windowWaiting, s); len(c.windowWaiting) == 0 {
-		// Not s itself: it is the one leaving, and waking it would
-		// have it wait again at once, and so on.
-		for _, o := range c.streams {
-			if o != s {
-				o.wakeWriter()
-			}
-		}
-	}
+	c.windowWaiting.Remove(s.windowAt)
+	s.windowAt = nil
+	c.windowWaitersLeftLocked(s)
 }
 
 // writable reports, with the connection's write lock held, whether n
@@ -421,7 +448,7 @@ func (s *Stream) writable(n int) error {
 	s.sendDelta += int64(n)
 	c.sendWindow += int64(n)
 	s.uncredited -= int64(n)
-	c.wakeWindowWaitersLocked() // the connection's window is back for the others
+	c.passWindowLocked() // the connection's window is back for the others
 	return err
 }
 
