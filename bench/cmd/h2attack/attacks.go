@@ -34,6 +34,8 @@ func run(ctx context.Context, o options, out io.Writer) error {
 			return err
 		}
 		s.dir = d
+	} else if err := os.MkdirAll(s.dir, 0o755); err != nil {
+		return err
 	}
 	if s.bin == "" {
 		b, err := buildGateway(ctx, s.dir)
@@ -90,7 +92,6 @@ func run(ctx context.Context, o options, out io.Writer) error {
 type attackEnv struct {
 	o     options
 	gw    *gateway
-	echo  *echoNode
 	reset *echoNode
 	flood *floodNode
 	// begin marks the attack's start, once its preparation is done, and
@@ -102,11 +103,12 @@ type attackEnv struct {
 // baseline, then the attack, and measures.
 func (s setup) runOnce(ctx context.Context, attack string, rep int) (result, error) {
 	res := result{attack: attack}
-	echo, err := startEchoNode()
+	name := fmt.Sprintf("wsgate-%s-%d", attack, rep+1)
+	vs, err := startVictimSide(s.o, filepath.Join(s.dir, name+"-victims.log"))
 	if err != nil {
 		return res, err
 	}
-	defer echo.close()
+	defer vs.stop()
 	reset, err := startEchoNode()
 	if err != nil {
 		return res, err
@@ -117,35 +119,35 @@ func (s setup) runOnce(ctx context.Context, attack string, rep int) (result, err
 		return res, err
 	}
 	defer flood.close()
-	name := fmt.Sprintf("wsgate-%s-%d", attack, rep+1)
-	gw, err := startGateway(s.bin, s.dir, name, s.certFile, s.keyFile, gatewayNodes{echo: echo.addr(), reset: reset.addr(), flood: flood.addr()})
+	gw, err := startGateway(s.bin, s.dir, name, s.certFile, s.keyFile, gatewayNodes{echo: vs.node, reset: reset.addr(), flood: flood.addr()})
 	if err != nil {
 		return res, err
 	}
 	defer gw.stop()
 
-	dial := func(i int) (victimClient, error) { return dialWSVictim(gw.tls, fmt.Sprintf("/echo/victim-%d", i)) }
+	kind := "ws"
 	if attack == "15" {
-		dial = func(i int) (victimClient, error) { return dialGetVictim(gw.tls, fmt.Sprintf("/get/victim-%d", i)) }
+		kind = "get"
 	}
-	v, err := startVictims(ctx, s.o.victims, s.o.interval, dial)
-	if err != nil {
+	if err := vs.dial(kind, gw.tls); err != nil {
 		return res, err
 	}
-	defer v.end()
 	if err := sleep(ctx, s.o.baseline); err != nil {
 		return res, err
 	}
 
 	var m *meter
 	var until time.Time
-	env := &attackEnv{o: s.o, gw: gw, echo: echo, reset: reset, flood: flood}
+	env := &attackEnv{o: s.o, gw: gw, reset: reset, flood: flood}
 	env.begin = func() (time.Time, error) {
 		if m != nil {
 			return until, nil
 		}
-		res.base = v.next()
-		var err error
+		base, err := vs.next()
+		if err != nil {
+			return time.Time{}, err
+		}
+		res.base = base.stats()
 		if m, err = startMeter(gw); err != nil {
 			return time.Time{}, err
 		}
@@ -171,11 +173,18 @@ func (s setup) runOnce(ctx context.Context, attack string, rep int) (result, err
 	if err != nil {
 		return res, err
 	}
-	res.under = v.next()
 	if err := m.end(gw, &res); err != nil {
 		return res, err
 	}
+	under, err := vs.next()
+	if err != nil {
+		return res, err
+	}
+	res.under = under.stats()
 	res.got = got
+	if attack == "15" {
+		res.got += fmt.Sprintf("; the node got %d POSTs", under.Posts)
+	}
 	select {
 	case <-gw.proc.Done():
 		res.got += fmt.Sprintf("; THE GATEWAY EXITED (log %s)", filepath.Base(gw.log))
@@ -367,7 +376,7 @@ func slowBodies(ctx context.Context, e *attackEnv) (string, error) {
 	}
 	wg.Wait()
 	at := time.Now()
-	return fmt.Sprintf("%d POST streams opened; %s; the node got %d POSTs", opened.Load(), peersReport(ps, at), e.echo.posts.Load()), nil
+	return fmt.Sprintf("%d POST streams opened; %s", opened.Load(), peersReport(ps, at)), nil
 }
 
 // dialPeers opens n attacking connections.

@@ -15,11 +15,16 @@
 //   - the gateway's RSS just before and its peak during the attack
 //     (VmHWM, reset through /proc/PID/clear_refs, and VmRSS sampled every
 //     25 ms), its CPU time over the attack in percent of one core, and the
-//     lines it logged; and this command's own CPU (the attacker's and the
-//     victims'), since on a small machine it takes cores the gateway
-//     would have;
+//     lines it logged; and the attacking process's own CPU (its clients
+//     and flooding nodes), since on a small machine it takes cores the
+//     gateway would have;
 //   - what the attacker got: cut or not, the GOAWAY code, answers, bytes
 //     sent; for rapid reset the node handshakes against the streams reset.
+//
+// The victims and their echo node (the echo pool's one node) run in a
+// process of their own (this command with -victim-side, see
+// victimside.go), so that the attacker's goroutines never delay their
+// round trips.
 //
 // The attacks (each bounded by -duration):
 //
@@ -79,7 +84,12 @@ func main() {
 	if err != nil {
 		os.Exit(2)
 	}
-	if err := run(ctx, o, os.Stdout); err != nil {
+	if o.victimSide {
+		err = runVictimSide(ctx, o, os.Stdin, os.Stdout)
+	} else {
+		err = run(ctx, o, os.Stdout)
+	}
+	if err != nil {
 		fmt.Fprintln(os.Stderr, "h2attack:", err)
 		os.Exit(1)
 	}
@@ -100,6 +110,7 @@ type options struct {
 	floodRate     float64
 	resetRate     int
 	attacker      net.IP
+	victimSide    bool
 }
 
 // allAttacks are the attacks in the order they run.
@@ -123,6 +134,7 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	fs.IntVar(&o.nodeStreams, "node-streams", 100, "18: the attacker's WebSocket streams on the flooding node's connection")
 	fs.Float64Var(&o.floodRate, "flood-rate", 0, "16, 17: MB a second the 3 connections send together (0: the issue's, 6.4 for 16 and 9.7 for 17; -1: as fast as they can)")
 	fs.IntVar(&o.resetRate, "reset-rate", 0, "19: streams a second the 3 connections open and reset together (0: as fast as they can)")
+	fs.BoolVar(&o.victimSide, "victim-side", false, "run as the victims' process (started by this command itself)")
 	attacker := fs.String("attacker", "127.0.0.2", "the attacker's source address (loopback)")
 	if err := fs.Parse(args); err != nil {
 		return o, err

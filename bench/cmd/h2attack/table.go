@@ -22,8 +22,9 @@ type result struct {
 	// cpu is the gateway's CPU time (utime+stime) over the attack, wall
 	// the attack's length.
 	cpu, wall time.Duration
-	// selfCPU is this command's own CPU time over the attack: the
-	// attacker's and the victims'.
+	// selfCPU is this process's CPU time over the attack: the attacker's
+	// clients and flooding nodes (the victims run in a process of their
+	// own).
 	selfCPU time.Duration
 	// logLines is how many lines the gateway logged during the attack.
 	logLines int
@@ -64,7 +65,7 @@ func (r result) cpuShare() float64 {
 	return 100 * float64(r.cpu) / float64(r.wall)
 }
 
-// selfShare is this command's CPU over the attack in percent of one core.
+// selfShare is the attacking process's CPU over the attack in percent of one core.
 func (r result) selfShare() float64 {
 	if r.wall <= 0 {
 		return 0
@@ -159,7 +160,7 @@ var attackNames = map[string]string{
 
 // writeTable prints one row per attack, each the medians of its runs.
 func writeTable(w io.Writer, sums []summary) {
-	fmt.Fprintln(w, "| attack | victims' p50 before → during | victims' p99 before → during | p99 ratio | victims' delivered during | gateway RSS before → peak | gateway CPU during | attacker's and victims' CPU | gateway log lines during | the attacker got (median run) |")
+	fmt.Fprintln(w, "| attack | victims' p50 before → during | victims' p99 before → during | p99 ratio | victims' delivered during | gateway RSS before → peak | gateway CPU during | attacker's CPU | gateway log lines during | the attacker got (median run) |")
 	fmt.Fprintln(w, "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- |")
 	for _, s := range sums {
 		name := attackNames[s.attack]
@@ -176,7 +177,7 @@ func writeTable(w io.Writer, sums []summary) {
 // writeRuns prints each run on a line of its own, under the table.
 func writeRuns(w io.Writer, runs []result) {
 	for _, r := range runs {
-		fmt.Fprintf(w, "  %s: p50 %s → %s, p99 %s → %s (x%.2f), delivered %d/%d before, %d/%d during%s; RSS %s → %s (halves %s, %s); CPU %.0f %% (this command %.0f %%); %d log lines; %s\n",
+		fmt.Fprintf(w, "  %s: p50 %s → %s, p99 %s → %s (x%.2f), delivered %d/%d before, %d/%d during%s; RSS %s → %s (halves %s, %s); CPU %.0f %% (the attacker %.0f %%); %d log lines; %s\n",
 			r.attack, fmtDur(r.base.p50), fmtDur(r.under.p50), fmtDur(r.base.p99), fmtDur(r.under.p99), r.ratio(),
 			r.base.ok, r.base.sent, r.under.ok, r.under.sent, failNote(r.under.firstFail),
 			fmtBytes(r.rssBefore), fmtBytes(r.rssPeak), fmtBytes(r.rssFirst), fmtBytes(r.rssSecond), r.cpuShare(), r.selfShare(), r.logLines, r.got)
