@@ -8,6 +8,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -61,8 +62,8 @@ func run(ctx context.Context, o options, out io.Writer) error {
 	} else {
 		ln.Close()
 	}
-	fmt.Fprintf(out, "wsgate %s; %d victims, one TLS connection (h2) each, a round trip every %v; baseline %v, attack %v, %d runs each (medians); attacker from %s; logs in %s\n\n",
-		s.bin, o.victims, o.interval, o.baseline, o.duration, o.reps, o.attacker, s.dir)
+	fmt.Fprintf(out, "wsgate %s; %d victims, one TLS connection (h2) each, a round trip every %v; baseline %v, attack %v, %d runs each (medians); attacker from %s; logs in %s; load average at the start %s\n\n",
+		s.bin, o.victims, o.interval, o.baseline, o.duration, o.reps, o.attacker, s.dir, loadAverage())
 	var sums []summary
 	var all []result
 	for _, a := range o.attacks {
@@ -83,7 +84,7 @@ func run(ctx context.Context, o options, out io.Writer) error {
 		all = append(all, runs...)
 	}
 	writeTable(out, sums)
-	fmt.Fprintln(out, "\nEach run:")
+	fmt.Fprintf(out, "\nload average at the end %s\n\nEach run:\n", loadAverage())
 	writeRuns(out, all)
 	return nil
 }
@@ -570,4 +571,13 @@ func (p *pacer) wait(n int) {
 	if d := time.Until(due); d > 0 {
 		time.Sleep(d)
 	}
+}
+
+// loadAverage is the machine's 1-, 5- and 15-minute load averages.
+func loadAverage() string {
+	b, err := os.ReadFile("/proc/loadavg")
+	if f := strings.Fields(string(b)); err == nil && len(f) >= 3 {
+		return strings.Join(f[:3], " ")
+	}
+	return "unknown"
 }
