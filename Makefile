@@ -128,9 +128,15 @@ proto:
 # dashboard test, pebble (Let's Encrypt's test CA, with
 # pebble-challtestsrv) for the ACME tests, and openssl and curl, which the
 # test of docs/operations.md's Pebble steps runs as the doc does. The ACME
-# tests skip without pebble unless WSGATE_REQUIRE_PEBBLE is set (CI).
+# tests skip without pebble unless WSGATE_REQUIRE_PEBBLE is set (CI). And
+# h2spec, the HTTP/2 conformance suite the gateway's TLS listener and
+# relay-backend are held to (internal/h2spectest), at its pinned version
+# into bin/ with go install (not a dependency of the module); its tests
+# skip without it unless WSGATE_REQUIRE_H2SPEC is set (CI).
 DEPS = redis-server chromium pebble openssl curl
+H2SPEC = github.com/summerwind/h2spec/cmd/h2spec@v2.2.1+incompatible
 deps:
+	@[ -x bin/h2spec ] || GOBIN="$(CURDIR)/bin" $(GO) install $(H2SPEC)
 	@missing=""; for p in $(DEPS); do command -v $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
 	if [ -n "$$missing" ]; then \
 		if [ "$$(id -u)" = 0 ]; then apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing >/dev/null; \

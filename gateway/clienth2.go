@@ -25,6 +25,7 @@ import (
 	"github.com/wsgate/wsgate/internal/fastlog"
 	"github.com/wsgate/wsgate/internal/h2serve"
 	"github.com/wsgate/wsgate/internal/httpheader"
+	"golang.org/x/net/http2"
 )
 
 // HTTP/2 from clients (gateway.tls.h2). The TLS listener offers ALPN h2;
@@ -318,10 +319,33 @@ func readStreamedBody(ctx *fasthttp.RequestCtx) admit.Refusal {
 			return admit.Reject(fasthttp.StatusBadRequest, "bad_request", "content-length differs from the body's length (RFC 9113 section 8.1.1)")
 		case errors.Is(err, os.ErrDeadlineExceeded):
 			return admit.Reject(fasthttp.StatusRequestTimeout, "bad_request", "request body not received in time")
+		case isMalformedBody(err):
+			return admit.Reject(fasthttp.StatusBadRequest, "bad_request", "request body off its content-length (RFC 9113 section 8.1.1)")
 		default:
 			return admit.Reject(fasthttp.StatusBadRequest, "client_gone", "the request's stream ended before its body")
 		}
 	}
+}
+
+// goneRefusal is the refusal of a request whose HTTP/2 stream failed while
+// it was being admitted: clientGone, unless h2serve reset the stream for
+// DATA off its content-length, which is the client's malformed request
+// (bad_request, RFC 9113 section 8.1.1).
+func goneRefusal(ctx *fasthttp.RequestCtx) admit.Refusal {
+	if cs, ok := ctx.Conn().(*clientStream); ok {
+		if _, err := cs.TryRead(nil); isMalformedBody(err) {
+			return admit.Reject(fasthttp.StatusBadRequest, "bad_request", "request body off its content-length (RFC 9113 section 8.1.1)")
+		}
+	}
+	return clientGone
+}
+
+// isMalformedBody reports whether err is h2serve's reset of a stream whose
+// DATA did not add up to its content-length (PROTOCOL_ERROR, from this
+// side): the client's malformed request.
+func isMalformedBody(err error) bool {
+	var se *h2serve.StreamError
+	return errors.As(err, &se) && !se.Remote && se.Code == http2.ErrCodeProtocol
 }
 
 // refuseStream answers a stream whose request could not be read, counted

@@ -217,8 +217,17 @@ func TestClientH2RequestBodyForwarded(t *testing.T) {
 	if st, got := post(http.Header{"Content-Length": {fmt.Sprint(len(body))}}, body); st != http.StatusOK || !bytes.Equal(got, body) {
 		t.Fatalf("POST of %d bytes with its content-length: %d, %d bytes back", len(body), st, len(got))
 	}
-	if st, _ := post(http.Header{"Content-Length": {"5000000"}}, []byte("x")); st != http.StatusRequestEntityTooLarge {
-		t.Fatalf("content-length 5000000: %d, want 413", st)
+	// A body announced over the bound, of which a byte is sent (and no
+	// END_STREAM: ended there, it would be malformed, RFC 9113 section
+	// 8.1.1, and reset PROTOCOL_ERROR).
+	big, err := hc.OpenRequest([]hpack.HeaderField{{Name: ":method", Value: "POST"}, {Name: ":scheme", Value: "https"},
+		{Name: ":authority", Value: "gw.test"}, {Name: ":path", Value: "/echo"}}, http.Header{"Content-Length": {"5000000"}}, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	go func() { _, _ = big.Write([]byte("x")) }()
+	if st, _, _, err := big.Response(10 * time.Second); err != nil || st != http.StatusRequestEntityTooLarge {
+		t.Fatalf("content-length 5000000: %d (%v), want 413", st, err)
 	}
 }
 

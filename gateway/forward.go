@@ -106,7 +106,7 @@ func (s *Server) serveHTTP(ctx *fasthttp.RequestCtx, g *generation, rt *route.Ro
 	for try := 0; try < tries; try++ {
 		if upgrade.Gone(ctx) { // before each pick, and so before the request goes
 			ctx.Response.Reset()
-			s.refuse(ctx, clientGone)
+			s.refuse(ctx, goneRefusal(ctx))
 			return
 		}
 		lease, err := p.Balancer.AcquireKey(exclude, hkey)

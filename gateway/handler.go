@@ -59,7 +59,7 @@ func (s *Server) handle(ctx *fasthttp.RequestCtx) {
 		return
 	}
 	if upgrade.Gone(ctx) {
-		s.refuse(ctx, clientGone)
+		s.refuse(ctx, goneRefusal(ctx))
 		return
 	}
 	if r := admit.PoolAdmission(rt, handshake, g.retryAfter, g.handshakeTimeout); r.Refused() {

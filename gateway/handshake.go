@@ -72,7 +72,7 @@ func (s *Server) serveUpgrade(ctx *fasthttp.RequestCtx, g *generation, rt *route
 	local := false // a dial failed on the gateway's side
 	for try := 0; try < tries; try++ {
 		if upgrade.Gone(ctx) { // before each pick, and so each dial
-			s.refuse(ctx, clientGone)
+			s.refuse(ctx, goneRefusal(ctx))
 			return
 		}
 		lease, err := p.Balancer.AcquireKey(exclude, hkey)
@@ -92,7 +92,7 @@ func (s *Server) serveUpgrade(ctx *fasthttp.RequestCtx, g *generation, rt *route
 		if err != nil {
 			lease.Release()
 			if errors.Is(err, upgrade.ErrClientGone) {
-				s.refuse(ctx, clientGone)
+				s.refuse(ctx, goneRefusal(ctx))
 				return
 			}
 			exclude = append(exclude, lease.Node())

@@ -192,7 +192,7 @@ func TestFloodPastFileLimit(t *testing.T) {
 	startGatewayCmd(t, st, "", "", underPrlimit(t, limit))
 	pid := st.gw.Pid()
 	ceiling := rlimit.MaxConns(limit)
-	waitOutput(t, st, fmt.Sprintf("max_conns=%d configured=1000000", ceiling), 10*time.Second)
+	waitOutput(t, st, fmt.Sprintf(`max_conns=%d configured="default (1000000)"`, ceiling), 10*time.Second)
 
 	// Past max_conns: refused at accept, descriptors to spare.
 	conns, _ := flood(st.gwAddr, "127.0.0.1", floodN)

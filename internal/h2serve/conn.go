@@ -3,6 +3,8 @@ package h2serve
 import (
 	"bufio"
 	"bytes"
+	"container/heap"
+	"container/list"
 	"errors"
 	"fmt"
 	"io"
@@ -78,13 +80,16 @@ type conn struct {
 	// wmu guards the queue of frames to write: the Framer's write side,
 	// the hpack encoder (whose state follows the order of header blocks
 	// in the queue) and the buffers.
-	wmu      sync.Mutex
-	out      outBuffer
-	spare    []byte
-	henc     *hpack.Encoder
-	hbuf     bytes.Buffer
-	werr     error // once set, nothing more is queued
-	answered int   // bytes queued in answer to the peer since the last write
+	wmu   sync.Mutex
+	out   outBuffer
+	spare []byte
+	henc  *hpack.Encoder
+	hbuf  bytes.Buffer
+	werr  error // once set, nothing more is queued
+	// answered counts the bytes of answers to the peer (see
+	// maxAnswerBytes) queued or being written: the writer uncounts
+	// those it took once its write of them returned.
+	answered int
 	// roomWaiters are the streams whose Write waits for the queue to
 	// drop below WriteQueue; the writer wakes them each time it takes
 	// the queue.
@@ -94,13 +99,48 @@ type conn struct {
 	closing chan struct{} // closed by fail: write what is queued, then close
 	written chan struct{} // closed when the writer has returned
 
-	mu          sync.Mutex
-	streams     map[uint32]*Stream
-	lastID      uint32 // highest stream identifier the client used
-	goAwaySent  bool
-	peerWindow  int32  // the client's SETTINGS_INITIAL_WINDOW_SIZE
-	peerFrame   uint32 // the client's SETTINGS_MAX_FRAME_SIZE
-	sendWindow  int64  // connection send window
+	mu         sync.Mutex
+	streams    map[uint32]*Stream
+	lastID     uint32 // highest stream identifier the client used
+	goAwaySent bool
+	peerWindow int32  // the client's SETTINGS_INITIAL_WINDOW_SIZE
+	peerFrame  uint32 // the client's SETTINGS_MAX_FRAME_SIZE
+	sendWindow int64  // connection send window
+	// A stream's send window is peerWindow plus its sendDelta, so that
+	// a change of SETTINGS_INITIAL_WINDOW_SIZE applies to every stream
+	// (RFC 9113 section 6.9.2) without visiting them. deltaBound is at
+	// least the largest sendDelta of an open stream: while peerWindow
+	// plus it stays within maxWindow no stream can overflow, and a
+	// change is checked without a walk.
+	deltaBound int64
+	// connWaiters are the streams whose Write waits for connection
+	// window, in the order they came; each one woken takes some and
+	// wakes the next while some is left (passConnWindowLocked), so a
+	// WINDOW_UPDATE wakes one stream, not all. windowWaiters are those
+	// waiting for window of their own, the largest sendDelta first: a
+	// larger SETTINGS_INITIAL_WINDOW_SIZE wakes those it opens.
+	connWaiters   list.List
+	windowWaiters waitHeap
+	// resets are the streams this side reset lately (a ring of
+	// recentResets): frames the client sent before it saw the reset are
+	// ignored (RFC 9113 section 5.1, "closed"), trailers included, where
+	// a frame on another closed stream is an error; but DATA off the
+	// request's content-length, and trailers that are malformed, still
+	// reset it (PROTOCOL_ERROR), as they would have an open stream. A
+	// RST_STREAM from the client takes its stream off: what it sends
+	// after its own reset is an error.
+	resets    []resetRecord
+	resetNext int
+	// ctrlTokens is what the client may still spend on frames that do
+	// no work (controlBurst at most): each costs one, DATA and HEADERS
+	// that do work earn one, and time refills controlRefill a second
+	// from ctrlAt. ctrlOwed, spent first, is two for each DATA frame
+	// sent (the WINDOW_UPDATEs it calls for), however many. A client
+	// that overspends is cut (ENHANCE_YOUR_CALM).
+	ctrlTokens  int
+	ctrlOwed    int64
+	ctrlBurst   int
+	ctrlAt      time.Time
 	recvWindow  int64  // what the client may still send on the connection
 	recvCredit  uint32 // received bytes not yet given back
 	err         error  // set once the connection is ending
@@ -137,7 +177,13 @@ func newConn(s *Server, nc net.Conn) *conn {
 		sendWindow: defaultWindow,
 		recvWindow: int64(cfg.connWindow),
 		gone:       wake.New(),
+		ctrlBurst:  controlBurst,
+		ctrlAt:     time.Now(),
 	}
+	if s.ctrlBurst > 0 {
+		c.ctrlBurst = s.ctrlBurst
+	}
+	c.ctrlTokens = c.ctrlBurst
 	c.in = frameBudget{r: bufio.NewReaderSize(nc, 16<<10), limit: readBudget(cfg.maxHeader)}
 	c.fr = http2.NewFramer(&c.out, &c.in)
 	c.fr.SetMaxReadFrameSize(defaultMaxFrameSize)
@@ -216,6 +262,9 @@ func (c *conn) readFrames() error {
 		if err != nil {
 			var se http2.StreamError
 			if errors.As(err, &se) {
+				if err := c.spend(); err != nil {
+					return c.goAwayWith(err)
+				}
 				if err := c.onStreamError(se); err != nil {
 					return c.goAwayWith(err)
 				}
@@ -320,6 +369,14 @@ func (c *conn) onStreamError(se http2.StreamError) error {
 
 // handle acts on one frame; an error ends the connection.
 func (c *conn) handle(f http2.Frame) error {
+	switch f.(type) {
+	case *http2.DataFrame, *http2.MetaHeadersFrame:
+		// They spend or earn as they are worth (onData, onHeaders).
+	default:
+		if err := c.spend(); err != nil {
+			return err
+		}
+	}
 	switch f := f.(type) {
 	case *http2.DataFrame:
 		return c.onData(f)
@@ -344,9 +401,91 @@ func (c *conn) handle(f http2.Frame) error {
 		return nil
 	case *http2.PushPromiseFrame:
 		return connError{http2.ErrCodeProtocol, "PUSH_PROMISE from a client (RFC 9113 section 8.4)"}
+	case *http2.PriorityFrame:
+		if f.StreamDep == f.StreamID {
+			// A stream cannot depend on itself (RFC 9113 section 5.3.1).
+			c.resetStream(f.StreamID, http2.ErrCodeProtocol, nil)
+		}
 	}
-	// PRIORITY and unknown frame types are ignored (sections 5.3.2, 5.5).
+	// PRIORITY and unknown frame types are otherwise ignored (sections
+	// 5.3.2, 5.5).
 	return nil
+}
+
+// spend charges one frame that does no work to the control budget
+// (ctrlTokens), and returns the connection error that cuts a client
+// whose budget is spent.
+func (c *conn) spend() error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.spendLocked()
+}
+
+func (c *conn) spendLocked() error {
+	if c.ctrlOwed > 0 {
+		c.ctrlOwed--
+		return nil
+	}
+	c.ctrlTokens--
+	if c.ctrlTokens >= 0 {
+		return nil
+	}
+	now := time.Now()
+	if refill := int(min(now.Sub(c.ctrlAt), time.Hour) * controlRefill / time.Second); refill > 0 {
+		c.ctrlAt = now
+		c.ctrlTokens = min(c.ctrlTokens+refill, c.ctrlBurst)
+	}
+	if c.ctrlTokens < 0 {
+		c.ctrlTokens = 0
+		return connError{http2.ErrCodeEnhanceYourCalm, "control frames far beyond the work they come with"}
+	}
+	return nil
+}
+
+// earnLocked credits n to the control budget, within its burst.
+func (c *conn) earnLocked(n int) {
+	c.ctrlTokens = min(c.ctrlTokens+n, c.ctrlBurst)
+}
+
+// resetRecord is a stream this side reset: its id, and what its
+// content-length still announced (-1: none, or no longer checked).
+type resetRecord struct {
+	id   uint32
+	left int64
+}
+
+// recordResetLocked remembers that this side reset stream id, whose
+// request body still had left bytes to come.
+func (c *conn) recordResetLocked(id uint32, left int64) {
+	if r := c.resetOfLocked(id); r != nil {
+		r.left = -1
+		return
+	}
+	if len(c.resets) < recentResets {
+		c.resets = append(c.resets, resetRecord{id, left})
+		return
+	}
+	c.resets[c.resetNext] = resetRecord{id, left}
+	c.resetNext = (c.resetNext + 1) % recentResets
+}
+
+// resetOfLocked returns the record of stream id if this side reset it
+// lately, else nil.
+func (c *conn) resetOfLocked(id uint32) *resetRecord {
+	for i := range c.resets {
+		if c.resets[i].id == id {
+			return &c.resets[i]
+		}
+	}
+	return nil
+}
+
+// forgetResetLocked takes stream id off the records: the client reset it
+// too.
+func (c *conn) forgetResetLocked(id uint32) {
+	if r := c.resetOfLocked(id); r != nil {
+		r.id = 0 // no client stream has id 0
+	}
 }
 
 // lookup finds the stream a frame is for. A stream the client has not
@@ -381,17 +520,25 @@ func (c *conn) onSettings(f *http2.SettingsFrame) error {
 			table = &v
 		case http2.SettingInitialWindowSize:
 			// A change applies to every open stream's send window, which
-			// may go negative (section 6.9.2).
-			delta := int64(s.Val) - int64(c.peerWindow)
-			for _, st := range c.streams {
-				st.sendWindow += delta
-				if st.sendWindow > maxWindow {
-					return connError{http2.ErrCodeFlowControl, "SETTINGS_INITIAL_WINDOW_SIZE overflows a stream's window"}
+			// may go negative (section 6.9.2): each is peerWindow plus
+			// the stream's sendDelta. Only when one might overflow are
+			// the streams walked.
+			w := int64(s.Val)
+			if w+c.deltaBound > maxWindow {
+				var most int64
+				for _, st := range c.streams {
+					c.srv.windowWork.Add(1)
+					if w+st.sendDelta > maxWindow {
+						return connError{http2.ErrCodeFlowControl, "SETTINGS_INITIAL_WINDOW_SIZE overflows a stream's window"}
+					}
+					most = max(most, st.sendDelta)
 				}
+				c.deltaBound = most
 			}
+			grew := w > int64(c.peerWindow)
 			c.peerWindow = int32(s.Val)
-			if delta > 0 {
-				c.wakeWritersLocked()
+			if grew {
+				c.wakeWindowWaitersLocked()
 			}
 		case http2.SettingMaxFrameSize:
 			c.peerFrame = s.Val
@@ -418,6 +565,7 @@ func (c *conn) onSettings(f *http2.SettingsFrame) error {
 
 func (c *conn) onHeaders(f *http2.MetaHeadersFrame) error {
 	id := f.StreamID
+	selfDep := f.HasPriority() && f.Priority.StreamDep == id
 	c.mu.Lock()
 	if s := c.streams[id]; s != nil {
 		// Trailers: they end the stream (RFC 9113 section 8.1).
@@ -425,29 +573,56 @@ func (c *conn) onHeaders(f *http2.MetaHeadersFrame) error {
 		switch {
 		case s.remoteEnded:
 			code = http2.ErrCodeStreamClosed
-		case !f.StreamEnded():
-			code = http2.ErrCodeProtocol
+		case !f.StreamEnded(), selfDep, len(f.PseudoFields()) > 0:
+			code = http2.ErrCodeProtocol // trailers end the stream and hold no pseudo-header field (section 8.1)
+		case s.bodyLeft > 0:
+			code = http2.ErrCodeProtocol // short of its content-length (section 8.1.1)
 		default:
 			s.remoteEnded = true
 			s.readableLocked()
 			s.maybeEndLocked()
 		}
+		var err error
+		if code != 0 {
+			err = c.spendLocked()
+		}
 		c.mu.Unlock()
 		if code != 0 {
 			c.resetStream(id, code, nil)
 		}
-		return nil
+		return err
 	}
-	if id%2 == 0 || id <= c.lastID {
+	if id%2 == 0 {
 		c.mu.Unlock()
-		// A client's streams are odd and rise (section 5.1.1); a closed
-		// one cannot be reopened (section 5.1).
-		return connError{http2.ErrCodeProtocol, fmt.Sprintf("HEADERS on stream %d, not a new client stream", id)}
+		// A client's streams are odd (section 5.1.1).
+		return connError{http2.ErrCodeProtocol, fmt.Sprintf("HEADERS on stream %d, not a client stream", id)}
+	}
+	if id <= c.lastID {
+		if r := c.resetOfLocked(id); r != nil {
+			// Sent before the client saw this side's reset: ignored
+			// (section 5.1), though its block was decoded, as the
+			// connection's hpack state requires; unless it is not
+			// trailers, or ends a body short of its content-length.
+			malformed := !f.StreamEnded() || selfDep || len(f.PseudoFields()) > 0 || r.left > 0
+			r.left = -1
+			err := c.spendLocked()
+			c.mu.Unlock()
+			if err == nil && malformed {
+				c.resetStream(id, http2.ErrCodeProtocol, nil)
+			}
+			return err
+		}
+		c.mu.Unlock()
+		// A closed stream cannot be reopened (section 5.1), nor can a
+		// stream below one opened (section 5.1.1).
+		return connError{http2.ErrCodeProtocol, fmt.Sprintf("HEADERS on stream %d, closed or below the last one opened", id)}
 	}
 	c.lastID = id
 	var refuse http2.ErrCode
 	var req *Request
 	switch {
+	case selfDep:
+		refuse = http2.ErrCodeProtocol // a stream cannot depend on itself (section 5.3.1)
 	case c.goAwaySent || c.err != nil:
 		refuse = http2.ErrCodeRefusedStream // above GOAWAY's last stream: not processed
 	case uint32(len(c.streams)) >= c.cfg.maxStreams || c.handlers >= c.cfg.maxStreams:
@@ -456,12 +631,16 @@ func (c *conn) onHeaders(f *http2.MetaHeadersFrame) error {
 		req = &Request{Header: http.Header{}}
 	default:
 		req, _ = parseRequest(f.Fields)
-		if req == nil {
+		if req == nil || f.StreamEnded() && req.ContentLength > 0 {
 			refuse = http2.ErrCodeProtocol // malformed (section 8.1.1)
 		}
 	}
 	if refuse != 0 {
+		err := c.spendLocked()
 		c.mu.Unlock()
+		if err != nil {
+			return err
+		}
 		if refuse == http2.ErrCodeRefusedStream {
 			c.srv.refused.Add(1)
 		}
@@ -472,10 +651,14 @@ func (c *conn) onHeaders(f *http2.MetaHeadersFrame) error {
 		c:           c,
 		id:          id,
 		req:         req,
-		sendWindow:  int64(c.peerWindow),
 		recvWindow:  int32(c.cfg.streamWindow),
 		remoteEnded: f.StreamEnded(),
+		bodyLeft:    -1,
 	}
+	if req != nil && req.ContentLength >= 0 {
+		s.bodyLeft = req.ContentLength
+	}
+	c.earnLocked(1)
 	c.streams[id] = s
 	if c.idle != nil {
 		c.idle.Stop()
@@ -507,14 +690,38 @@ func (c *conn) onData(f *http2.DataFrame) error {
 	s, err := c.lookup(f.Header())
 	var streamInc uint32
 	var resetCode http2.ErrCode
-	if s != nil {
-		data := f.Data()
+	data := f.Data()
+	useful := false
+	switch {
+	case s == nil && err == nil:
+		r := c.resetOfLocked(f.StreamID)
+		switch {
+		case r == nil:
+			// A stream that ended, not by this side's reset (section
+			// 5.1, "closed").
+			resetCode = http2.ErrCodeStreamClosed
+		case r.left >= 0 && (int64(len(data)) > r.left || f.StreamEnded() && int64(len(data)) != r.left):
+			// Ignored, but off its content-length all the same.
+			r.left = -1
+			resetCode = http2.ErrCodeProtocol
+		case r.left >= 0:
+			r.left -= int64(len(data))
+		}
+	case s != nil:
 		switch {
 		case int64(n) > int64(s.recvWindow):
 			resetCode = http2.ErrCodeFlowControl
 		case s.remoteEnded:
 			resetCode = http2.ErrCodeStreamClosed // half-closed (remote), section 5.1
+		case s.bodyLeft >= 0 && (int64(len(data)) > s.bodyLeft || f.StreamEnded() && int64(len(data)) != s.bodyLeft):
+			// The DATA do not add up to the content-length: malformed
+			// (section 8.1.1).
+			resetCode = http2.ErrCodeProtocol
 		default:
+			useful = len(data) > 0 || f.StreamEnded()
+			if s.bodyLeft >= 0 {
+				s.bodyLeft -= int64(len(data))
+			}
 			s.recvWindow -= int32(n)
 			s.recvCredit += n - uint32(len(data)) // padding is consumed on arrival
 			if s.readClosed {
@@ -538,6 +745,13 @@ func (c *conn) onData(f *http2.DataFrame) error {
 			} else if s.recvCredit >= c.cfg.streamWindow/2 {
 				streamInc = s.takeCreditLocked()
 			}
+		}
+	}
+	if err == nil {
+		if useful {
+			c.earnLocked(1)
+		} else {
+			err = c.spendLocked()
 		}
 	}
 	connInc := uint32(0)
@@ -577,6 +791,7 @@ func (c *conn) onReset(f *http2.RSTStreamFrame) error {
 	if s != nil {
 		s.finishLocked(&StreamError{StreamID: s.id, Code: f.ErrCode, Remote: true})
 	}
+	c.forgetResetLocked(f.StreamID)
 	return err
 }
 
@@ -588,7 +803,7 @@ func (c *conn) onWindowUpdate(f *http2.WindowUpdateFrame) error {
 		if c.sendWindow > maxWindow {
 			return connError{http2.ErrCodeFlowControl, "WINDOW_UPDATE overflows the connection window (RFC 9113 section 6.9.1)"}
 		}
-		c.wakeWritersLocked()
+		c.passConnWindowLocked()
 		return nil
 	}
 	s, err := c.lookup(f.Header())
@@ -596,9 +811,15 @@ func (c *conn) onWindowUpdate(f *http2.WindowUpdateFrame) error {
 		c.mu.Unlock()
 		return err
 	}
-	s.sendWindow += int64(f.Increment)
-	overflow := s.sendWindow > maxWindow
-	wake.Signal(s.wwake)
+	s.sendDelta += int64(f.Increment)
+	c.deltaBound = max(c.deltaBound, s.sendDelta)
+	overflow := s.sendWindowLocked() > maxWindow
+	if s.heapAt > 0 {
+		// Waiting for window of its own: it may go on.
+		heap.Remove(&c.windowWaiters, s.heapAt-1)
+		c.srv.windowWork.Add(1)
+		wake.Signal(s.wwake)
+	}
 	c.mu.Unlock()
 	if overflow {
 		c.resetStream(s.id, http2.ErrCodeFlowControl, nil) // a stream error (section 6.9.1)
@@ -606,10 +827,94 @@ func (c *conn) onWindowUpdate(f *http2.WindowUpdateFrame) error {
 	return nil
 }
 
-func (c *conn) wakeWritersLocked() {
-	for _, s := range c.streams {
+// passConnWindowLocked wakes the first stream waiting for connection
+// window, while there is some: it takes what it needs and passes on
+// what is left (Stream.reserve), so that a WINDOW_UPDATE costs one
+// wakeup, however many streams wait.
+func (c *conn) passConnWindowLocked() {
+	if c.sendWindow <= 0 {
+		return
+	}
+	e := c.connWaiters.Front()
+	if e == nil {
+		return
+	}
+	s := c.connWaiters.Remove(e).(*Stream)
+	s.connAt = nil
+	c.srv.windowWork.Add(1)
+	wake.Signal(s.wwake)
+}
+
+// wakeWindowWaitersLocked wakes the streams waiting for window of their
+// own that a larger SETTINGS_INITIAL_WINDOW_SIZE opened, and no others.
+func (c *conn) wakeWindowWaitersLocked() {
+	for len(c.windowWaiters) > 0 && c.windowWaiters[0].sendWindowLocked() > 0 {
+		s := heap.Pop(&c.windowWaiters).(*Stream)
+		c.srv.windowWork.Add(1)
 		wake.Signal(s.wwake)
 	}
+}
+
+// waitWindowLocked puts s among the streams waiting for send window:
+// its own when that is spent, else the connection's.
+func (c *conn) waitWindowLocked(s *Stream) {
+	if s.sendWindowLocked() <= 0 {
+		if s.connAt != nil {
+			c.connWaiters.Remove(s.connAt)
+			s.connAt = nil
+		}
+		if s.heapAt == 0 {
+			heap.Push(&c.windowWaiters, s)
+		}
+		return
+	}
+	if s.heapAt > 0 {
+		heap.Remove(&c.windowWaiters, s.heapAt-1)
+	}
+	if s.connAt == nil {
+		s.connAt = c.connWaiters.PushBack(s)
+	}
+}
+
+// leaveWaitLocked takes s off the streams waiting for send window, and
+// passes on the connection window it may have been woken for.
+func (c *conn) leaveWaitLocked(s *Stream) {
+	if s.connAt != nil {
+		c.connWaiters.Remove(s.connAt)
+		s.connAt = nil
+	}
+	if s.heapAt > 0 {
+		heap.Remove(&c.windowWaiters, s.heapAt-1)
+	}
+	c.passConnWindowLocked()
+}
+
+// waitHeap is a heap of the streams waiting for window of their own, the
+// one with the largest sendDelta (the first a larger
+// SETTINGS_INITIAL_WINDOW_SIZE opens) first. A stream's heapAt is its
+// index plus one, 0 when it is not in the heap.
+type waitHeap []*Stream
+
+func (h waitHeap) Len() int           { return len(h) }
+func (h waitHeap) Less(i, j int) bool { return h[i].sendDelta > h[j].sendDelta }
+func (h waitHeap) Swap(i, j int) {
+	h[i], h[j] = h[j], h[i]
+	h[i].heapAt, h[j].heapAt = i+1, j+1
+}
+
+func (h *waitHeap) Push(x any) {
+	s := x.(*Stream)
+	s.heapAt = len(*h) + 1
+	*h = append(*h, s)
+}
+
+func (h *waitHeap) Pop() any {
+	old := *h
+	s := old[len(old)-1]
+	old[len(old)-1] = nil
+	*h = old[:len(old)-1]
+	s.heapAt = 0
+	return s
 }
 
 // resetStream ends stream id with err (a *StreamError of code when nil)
@@ -621,9 +926,15 @@ func (c *conn) resetStream(id uint32, code http2.ErrCode, err error) {
 	}
 	c.wmu.Lock()
 	c.mu.Lock()
+	left := int64(-1)
 	if s := c.streams[id]; s != nil {
+		if code == http2.ErrCodeNo {
+			// An answered request: its body is still checked.
+			left = s.bodyLeft
+		}
 		s.finishLocked(err)
 	}
+	c.recordResetLocked(id, left)
 	c.mu.Unlock()
 	c.queueLocked(true, func(fr *http2.Framer) error { return fr.WriteRSTStream(id, code) })
 	c.wmu.Unlock()
@@ -699,7 +1010,11 @@ func (c *conn) flush() error {
 	runtime.Gosched()
 	c.wmu.Lock()
 	buf, frames := c.out.b, c.out.frames
-	c.out.b, c.out.frames, c.spare, c.answered = c.spare[:0], 0, nil, 0
+	c.out.b, c.out.frames, c.spare = c.spare[:0], 0, nil
+	// The answers taken stay counted until they are written: a client
+	// that does not read holds maxAnswerBytes of them at most, queued
+	// and being written together.
+	answers := c.answered
 	if len(c.roomWaiters) > 0 {
 		c.mu.Lock()
 		for _, s := range c.roomWaiters {
@@ -725,11 +1040,12 @@ func (c *conn) flush() error {
 		c.srv.writes.Add(1)
 	}
 	c.srv.frames.Add(uint64(frames))
+	c.wmu.Lock()
+	c.answered -= answers
 	if cap(buf) <= keepOutCap {
-		c.wmu.Lock()
 		c.spare = buf[:0]
-		c.wmu.Unlock()
 	}
+	c.wmu.Unlock()
 	return err
 }
 

@@ -69,6 +69,11 @@ func TestSniff(t *testing.T) {
 		{name: "part of the preface, then EOF", send: []string{"PRI"}, closeW: true, replay: "PRI"},
 		{name: "nothing, then EOF", closeW: true, wantErr: true},
 		{name: "nothing, then silence", replay: ""},
+		{name: "request line in pieces", send: []string{"GET /a", " HTTP/1.0\r\nHost: a\r\n\r\n"}, replay: "GET /a HTTP/1.0\r\nHost: a\r\n\r\n"},
+		{name: "half a request line, then silence", send: []string{"GET /a"}, replay: "GET /a"},
+		// h2spec's invalid preface (3.5, case 2): neither protocol.
+		{name: "invalid preface", send: []string{"INVALID CONNECTION PREFACE\r\n\r\n"}, wantErr: true},
+		{name: "not HTTP/1.x", send: []string{"GET / HTTP/2.0\r\n\r\n"}, wantErr: true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			client, server := pair(t)

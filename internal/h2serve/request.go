@@ -2,6 +2,7 @@ package h2serve
 
 import (
 	"net/http"
+	"strconv"
 	"strings"
 
 	"golang.org/x/net/http2/hpack"
@@ -23,6 +24,11 @@ type Request struct {
 	Path string
 	// Header holds the regular fields with canonical names.
 	Header http.Header
+	// ContentLength is the content-length field's value, -1 when there
+	// is none. The DATA of the stream add up to it, or the stream is
+	// reset (RFC 9113 section 8.1.1); Header holds it once, however
+	// many times the client repeated it.
+	ContentLength int64
 	// NeverIndexed names (lowercase, pseudo-header fields included) the
 	// fields the client sent as never-indexed literals (RFC 7541 section
 	// 6.2.3), which an intermediary must forward as such (section
@@ -36,7 +42,7 @@ type Request struct {
 // Framer has already checked field names (lowercase, valid), values,
 // duplicated pseudo-header fields and their place before the regular ones.
 func parseRequest(fields []hpack.HeaderField) (*Request, string) {
-	req := &Request{Header: make(http.Header)}
+	req := &Request{Header: make(http.Header), ContentLength: -1}
 	for _, f := range fields {
 		if f.Sensitive {
 			if req.NeverIndexed == nil {
@@ -69,6 +75,19 @@ func parseRequest(fields []hpack.HeaderField) (*Request, string) {
 				return nil, `te other than "trailers" (RFC 9113 section 8.2.2)`
 			}
 		}
+		if f.Name == "content-length" {
+			// Repeated (or a list), it must say one length (RFC 9110
+			// section 8.6).
+			for _, v := range strings.Split(f.Value, ",") {
+				n, ok := parseLength(strings.TrimSpace(v))
+				if !ok || req.ContentLength >= 0 && n != req.ContentLength {
+					return nil, "content-length that is not one length (RFC 9110 section 8.6)"
+				}
+				req.ContentLength = n
+			}
+			req.Header["Content-Length"] = []string{strconv.FormatInt(req.ContentLength, 10)}
+			continue
+		}
 		k := http.CanonicalHeaderKey(f.Name)
 		req.Header[k] = append(req.Header[k], f.Value)
 	}
@@ -98,4 +117,20 @@ func parseRequest(fields []hpack.HeaderField) (*Request, string) {
 		return nil, ":path is not an absolute path (RFC 9113 section 8.3.1)"
 	}
 	return req, ""
+}
+
+// parseLength parses a content-length value: decimal digits (RFC 9110
+// section 8.6), within int64.
+func parseLength(v string) (int64, bool) {
+	if v == "" || len(v) > 18 {
+		return 0, false
+	}
+	var n int64
+	for i := 0; i < len(v); i++ {
+		if v[i] < '0' || v[i] > '9' {
+			return 0, false
+		}
+		n = n*10 + int64(v[i]-'0')
+	}
+	return n, true
 }

@@ -35,6 +35,15 @@ const (
 	// write gets WriteTimeout of its own, so a client that reads slowly
 	// but steadily is not cut for the size of what was queued for it.
 	writeChunk = 64 << 10
+	// controlBurst and controlRefill are a connection's budget of frames
+	// that do no work (see conn.ctrlTokens): a burst, and a refill a
+	// second that keeps any keepalive PING of an idle connection free.
+	controlBurst  = 1000
+	controlRefill = 100
+	// recentResets is how many of the streams this side reset a
+	// connection remembers, to ignore what the client sent on them
+	// before it saw the reset.
+	recentResets = 64
 )
 
 // Server serves HTTP/2 connections whose preface has been read (see
@@ -94,6 +103,12 @@ type Server struct {
 	streamsUp atomic.Int64
 	opened    atomic.Uint64
 	refused   atomic.Uint64
+	// windowWork counts the streams visited or woken because a send
+	// window changed (SETTINGS_INITIAL_WINDOW_SIZE, WINDOW_UPDATE, a
+	// reservation given back): what a control frame costs.
+	windowWork atomic.Uint64
+	// ctrlBurst, when above 0, replaces controlBurst (tests).
+	ctrlBurst int
 
 	// writeTimeout, when above 0, is WriteTimeout as SetWriteTimeout set
 	// it.

@@ -1,6 +1,7 @@
 package h2serve
 
 import (
+	"container/list"
 	"errors"
 	"io"
 	"net"
@@ -39,9 +40,20 @@ type Stream struct {
 	// rwake and wwake are signalled when a Read or a Write may proceed.
 	// Each is made by the first Read or Write that waits: a stream used
 	// with TryRead, or never short of send window, holds neither.
-	rwake       chan struct{}
-	wwake       chan struct{}
-	sendWindow  int64  // what this side may still send (RFC 9113 section 6.9)
+	rwake chan struct{}
+	wwake chan struct{}
+	// sendDelta is the stream's send window (RFC 9113 section 6.9) less
+	// the client's SETTINGS_INITIAL_WINDOW_SIZE (conn.peerWindow): the
+	// WINDOW_UPDATEs received less the DATA sent.
+	sendDelta int64
+	// connAt and heapAt place the stream among its connection's
+	// streams waiting for send window (connWaiters, windowWaiters).
+	connAt *list.Element
+	heapAt int
+	// bodyLeft is what the request's content-length still announces,
+	// -1 without one: DATA beyond it, or END_STREAM short of it, is
+	// malformed (RFC 9113 section 8.1.1).
+	bodyLeft    int64
 	recvWindow  int32  // what the client may still send
 	recvCredit  uint32 // consumed bytes not yet given back by WINDOW_UPDATE
 	onReadable  func() // set by Detach: called when Read would not wait
@@ -128,9 +140,12 @@ func (s *Stream) WriteHeader(status int, h http.Header) error {
 }
 
 // Respond sends a complete response: status, the fields of h, a
-// content-length and body, ending the stream (with END_STREAM, then
-// RST_STREAM(NO_ERROR) if the client has not ended its side: RFC 9113
-// section 8.1 lets a server stop a request it has answered). Without a
+// content-length and body, ending this side of the stream with
+// END_STREAM, then RST_STREAM(NO_ERROR) if the client has not ended its
+// side (RFC 9113 section 8.1 lets a server stop a request it has
+// answered); what the client sent before it saw the reset is ignored,
+// though still checked against its content-length and the form of
+// trailers (see conn.resets). Without a
 // write deadline set, the body gets WriteTimeout to find send window; a
 // body that cannot go resets the stream (CANCEL).
 func (s *Stream) Respond(status int, h http.Header, body []byte) error {
@@ -426,32 +441,46 @@ func (s *Stream) reserve(want int) (int, error) {
 		switch {
 		case s.err != nil:
 			err := s.err
+			c.leaveWaitLocked(s)
 			c.mu.Unlock()
 			return 0, err
 		case !s.headSent:
 			c.mu.Unlock()
 			return 0, errNoResponse
 		case s.localEnded || s.ended:
+			c.leaveWaitLocked(s)
 			c.mu.Unlock()
 			return 0, net.ErrClosed
 		}
-		n := min(int64(want), s.sendWindow, c.sendWindow, int64(c.peerFrame))
+		n := min(int64(want), s.sendWindowLocked(), c.sendWindow, int64(c.peerFrame))
 		if n > 0 {
-			s.sendWindow -= n
+			s.sendDelta -= n
 			c.sendWindow -= n
+			c.leaveWaitLocked(s) // and passes on what is left
+			c.ctrlOwed += 2      // the WINDOW_UPDATEs this DATA calls for
 			c.mu.Unlock()
 			return int(n), nil
 		}
 		if s.wwake == nil {
 			s.wwake = wake.New()
 		}
+		c.waitWindowLocked(s)
+		if s.sendWindowLocked() <= 0 {
+			c.passConnWindowLocked() // what woke it is for another
+		}
 		ch, dl := s.wwake, s.wdeadline
 		c.mu.Unlock()
 		if err := wake.Wait(ch, dl); err != nil {
+			c.mu.Lock()
+			c.leaveWaitLocked(s)
+			c.mu.Unlock()
 			return 0, err
 		}
 	}
 }
+
+// sendWindowLocked is what the stream may still send.
+func (s *Stream) sendWindowLocked() int64 { return int64(s.c.peerWindow) + s.sendDelta }
 
 // writable reports, with wmu held, whether n bytes reserved for DATA may
 // still go: nil, or the error Write returns after giving the window back.
@@ -468,9 +497,9 @@ func (s *Stream) writable(n int) error {
 	default:
 		return nil
 	}
-	s.sendWindow += int64(n)
+	s.sendDelta += int64(n)
 	c.sendWindow += int64(n)
-	c.wakeWritersLocked() // the connection's window is back for the others
+	c.passConnWindowLocked() // the connection's window is back for the others
 	return err
 }
 
