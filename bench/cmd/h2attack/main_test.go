@@ -16,7 +16,7 @@ func TestParseFlags(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !slices.Equal(o.attacks, allAttacks) || o.reps != 3 || o.victims != 20 || o.attacker.String() != "127.0.0.2" {
+	if !slices.Equal(o.attacks, allAttacks) || o.reps != 3 || o.victims != 20 || !o.reconnect || o.attacker.String() != "127.0.0.2" {
 		t.Fatalf("defaults: %+v", o)
 	}
 	o, err = parseFlags([]string{"-attacks", "19, 14", "-reps", "1", "-flood-rate", "-1"}, io.Discard)
