@@ -73,7 +73,7 @@ bench-tls:
 # floods, rapid reset) against a fresh wsgate each, with WebSocket echo
 # clients (or GETs) over HTTP/2 measured before and during each: their p50
 # and p99, delivered share, the gateway's peak RSS and CPU, what the
-# attacker got (docs/benchmarks.md, "HTTP/2 attacks"). About two minutes.
+# attacker got (docs/benchmarks.md, "HTTP/2 attacks"). About three minutes.
 # H2ATTACK_FLAGS passes flags (-attacks, -reps, -baseline, -duration, ...).
 bench-h2attack:
 	$(GO) run ./bench/cmd/h2attack $(H2ATTACK_FLAGS)

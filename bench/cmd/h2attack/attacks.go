@@ -5,9 +5,11 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"net"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -310,7 +312,8 @@ func closeCounts(m map[int]int) string {
 		return "none"
 	}
 	s := ""
-	for code, n := range m {
+	for _, code := range slices.Sorted(maps.Keys(m)) {
+		n := m[code]
 		if s != "" {
 			s += ", "
 		}
