@@ -2,7 +2,7 @@
 GO ?= go
 PKGS ?= ./...
 
-.PHONY: test demo graph bench bench-tls lint fuzz build proto deps
+.PHONY: test demo graph bench bench-tls bench-h2attack lint fuzz build proto deps
 
 # test runs every test with the race detector, in random order. The
 # integration tests start a real redis-server; deps installs it if missing.
@@ -67,6 +67,16 @@ bench:
 # -h2-streams, -h2-workers).
 bench-tls:
 	$(GO) run ./bench/cmd/tlsbench $(TLSBENCH_FLAGS)
+
+# bench-h2attack re-runs the attacks on the HTTP/2 paths (a node's PING and
+# SETTINGS floods, slow request bodies, client SETTINGS and WINDOW_UPDATE
+# floods, rapid reset) against a fresh wsgate each, with WebSocket echo
+# clients (or GETs) over HTTP/2 measured before and during each: their p50
+# and p99, delivered share, the gateway's peak RSS and CPU, what the
+# attacker got (docs/benchmarks.md, "HTTP/2 attacks"). About three minutes.
+# H2ATTACK_FLAGS passes flags (-attacks, -reps, -baseline, -duration, ...).
+bench-h2attack:
+	$(GO) run ./bench/cmd/h2attack $(H2ATTACK_FLAGS)
 
 # lint checks formatting, refuses tracked executables (an ELF file, or an
 # executable bit without a #! line: build outputs go to bin/, ignored),
