@@ -830,17 +830,9 @@ func refusingNode(t *testing.T) string {
 			go func() {
 				defer nc.Close()
 				br := bufio.NewReader(nc)
-				if p, err := br.Peek(4); err != nil || string(p) != "PRI " {
-					for err == nil {
-						var l string
-						if l, err = br.ReadString('\n'); l == "\r\n" {
-							break
-						}
-					}
-					io.WriteString(nc, "HTTP/1.1 200 OK\r\nContent-Length: 0\r\nConnection: close\r\n\r\n")
+				if !h2PrefaceOrProbe(nc, br) {
 					return
 				}
-				br.Discard(len(http2.ClientPreface))
 				fr := http2.NewFramer(nc, br)
 				fr.ReadMetaHeaders = hpack.NewDecoder(4096, nil)
 				fr.WriteSettings(http2.Setting{ID: http2.SettingEnableConnectProtocol, Val: 1})

@@ -65,25 +65,35 @@ func (sn scriptedNode) start(t *testing.T) string {
 	return ln.Addr().String()
 }
 
+// h2PrefaceOrProbe reads what opens a connection to a test node of an
+// "h2" pool: the HTTP/2 client preface, consumed (true), or an HTTP/1.1
+// request, the health probe, answered 200 (false).
+func h2PrefaceOrProbe(nc net.Conn, br *bufio.Reader) bool {
+	if p, err := br.Peek(len(http2.ClientPreface)); err == nil && string(p) == http2.ClientPreface {
+		br.Discard(len(p))
+		return true
+	}
+	for {
+		l, err := br.ReadString('\n')
+		if err != nil || l == "\r\n" {
+			break
+		}
+	}
+	io.WriteString(nc, "HTTP/1.1 200 OK\r\nContent-Length: 0\r\nConnection: close\r\n\r\n")
+	return false
+}
+
 func (sn scriptedNode) serve(nc net.Conn) {
 	defer nc.Close()
 	nc.SetDeadline(time.Now().Add(30 * time.Second))
 	br := bufio.NewReader(nc)
-	if p, err := br.Peek(4); err != nil || string(p) != "PRI " {
-		for err == nil {
-			var l string
-			if l, err = br.ReadString('\n'); l == "\r\n" {
-				break
-			}
-		}
-		io.WriteString(nc, "HTTP/1.1 200 OK\r\nContent-Length: 0\r\nConnection: close\r\n\r\n")
+	if !h2PrefaceOrProbe(nc, br) {
 		return
 	}
 	if sn.silent {
 		io.Copy(io.Discard, br)
 		return
 	}
-	br.Discard(len(http2.ClientPreface))
 	n := &nodeConn{fr: http2.NewFramer(nc, br)}
 	n.fr.ReadMetaHeaders = hpack.NewDecoder(4096, nil)
 	n.fr.MaxHeaderListSize = 64 << 10
