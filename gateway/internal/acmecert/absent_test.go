@@ -95,15 +95,16 @@ func TestStrangerNameLookedUpOnce(t *testing.T) {
 func TestAbsentNames(t *testing.T) {
 	t0 := time.Unix(1000, 0)
 	a := newAbsentNames(2)
-	a.note("a.test", t0)
-	if !a.has("a.test", t0.Add(absentFor-time.Second)) || a.has("a.test", t0.Add(absentFor)) {
+	has := func(name string, now time.Time) bool { _, ok := a.get(name, now); return ok }
+	a.note("a.test", struct{}{}, t0)
+	if !has("a.test", t0.Add(absentFor-time.Second)) || has("a.test", t0.Add(absentFor)) {
 		t.Error("a.test not remembered for exactly absentFor")
 	}
-	a.note("a.test", t0)
-	a.note("b.test", t0)
-	a.note("a.test", t0)
-	a.note("c.test", t0) // b.test, noted least recently, goes
-	if a.has("b.test", t0) || !a.has("a.test", t0) || !a.has("c.test", t0) {
+	a.note("a.test", struct{}{}, t0)
+	a.note("b.test", struct{}{}, t0)
+	a.note("a.test", struct{}{}, t0)
+	a.note("c.test", struct{}{}, t0) // b.test, noted least recently, goes
+	if has("b.test", t0) || !has("a.test", t0) || !has("c.test", t0) {
 		t.Error("the least recently noted name was not the one forgotten")
 	}
 	if len(a.byName) != 2 || a.order.Len() != 2 {

@@ -87,10 +87,10 @@ type Manager struct {
 	domains  map[string]bool
 	bucket   *bucket
 	// approvals remembers the ask URL's answers (see decide).
-	approvals *approvals
+	approvals *recentNames[bool]
 	// absent remembers names the storage was found not to hold (see
 	// decide).
-	absent *absentNames
+	absent *recentNames[struct{}]
 	ctx    context.Context
 	cancel context.CancelFunc
 
@@ -333,18 +333,18 @@ func (m *Manager) HTTPChallenge(w http.ResponseWriter, r *http.Request) bool {
 
 // decide is the on-demand DecisionFunc, which certmagic calls before it
 // loads a name's certificate from the storage, orders it, or renews it:
-// the ask URL's approval within ask_timeout, remembered (see approvals).
+// the ask URL's approval within ask_timeout, remembered (see newApprovals).
 // An ask call takes a token of the on_demand_rate bucket, but for a name
 // whose certificate is in the storage: approved before, by this gateway
 // or another of the fleet, it is asked about again whatever strangers'
 // names took the tokens (the ask URL's refusal of it is remembered for a
 // while). Over the rate, a name is looked up in the storage, and refused
 // without an ask call unless found; a name not found is not looked up
-// again for absentFor (see absentNames), so that a stranger's name asked
+// again for absentFor (see newAbsentNames), so that a stranger's name asked
 // for at every handshake costs the storage one lookup, not one each.
 func (m *Manager) decide(ctx context.Context, name string) error {
 	now := time.Now()
-	if ok, known := m.approvals.answer(name, now); known {
+	if ok, known := m.approvals.get(name, now); known {
 		if ok {
 			return nil
 		}
@@ -353,11 +353,11 @@ func (m *Manager) decide(ctx context.Context, name string) error {
 	}
 	stored := false
 	if !m.bucket.take(now) {
-		if !m.absent.has(name, now) {
+		if _, absent := m.absent.get(name, now); !absent {
 			var found error
 			stored, found = m.stored(ctx, name)
 			if !stored && errors.Is(found, fs.ErrNotExist) {
-				m.absent.note(name, now) // a failed lookup is not remembered
+				m.absent.note(name, struct{}{}, now) // a failed lookup is not remembered
 			}
 		}
 		if !stored {

@@ -60,27 +60,27 @@ func TestApprovals(t *testing.T) {
 	a := newApprovals(2)
 	a.note("a.test", true, t0)
 	a.note("b.test", false, t0)
-	if ok, known := a.answer("a.test", t0.Add(approvedFor-time.Second)); !ok || !known {
+	if ok, known := a.get("a.test", t0.Add(approvedFor-time.Second)); !ok || !known {
 		t.Errorf("a.test within approvedFor: ok %v known %v, want approved", ok, known)
 	}
-	if ok, known := a.answer("b.test", t0.Add(refusedFor-time.Second)); ok || !known {
+	if ok, known := a.get("b.test", t0.Add(refusedFor-time.Second)); ok || !known {
 		t.Errorf("b.test within refusedFor: ok %v known %v, want refused", ok, known)
 	}
-	if _, known := a.answer("b.test", t0.Add(refusedFor)); known {
+	if _, known := a.get("b.test", t0.Add(refusedFor)); known {
 		t.Error("b.test's refusal outlived refusedFor")
 	}
-	if _, known := a.answer("a.test", t0.Add(approvedFor)); known {
+	if _, known := a.get("a.test", t0.Add(approvedFor)); known {
 		t.Error("a.test's approval outlived approvedFor")
 	}
 	a.note("a.test", true, t0)
 	a.note("b.test", true, t0)
 	a.note("a.test", true, t0) // a.test answered last: b.test goes first
 	a.note("c.test", true, t0)
-	if _, known := a.answer("b.test", t0); known {
+	if _, known := a.get("b.test", t0); known {
 		t.Error("b.test, the least recently answered, was kept over max")
 	}
 	for _, n := range []string{"a.test", "c.test"} {
-		if ok, _ := a.answer(n, t0); !ok {
+		if ok, _ := a.get(n, t0); !ok {
 			t.Errorf("%s forgotten", n)
 		}
 	}

@@ -20,67 +20,6 @@ const (
 	approvalsMax = 10000
 )
 
-// approvals remembers the ask URL's answers by name, the most recent
-// approvalsMax of them (the least recently answered go first). It is safe
-// for concurrent use.
-type approvals struct {
-	mu     sync.Mutex
-	byName map[string]*list.Element // of *approval
-	order  list.List                // front: the most recent answer
-	max    int
-}
-
-// approval is one answer of the ask URL.
-type approval struct {
-	name string
-	ok   bool
-	at   time.Time
-}
-
-func newApprovals(max int) *approvals {
-	return &approvals{byName: map[string]*list.Element{}, max: max}
-}
-
-// answer is the answer remembered for name at now, if any is still
-// valid: approved (ok) or refused.
-func (a *approvals) answer(name string, now time.Time) (ok, known bool) {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	el := a.byName[name]
-	if el == nil {
-		return false, false
-	}
-	ap := el.Value.(*approval)
-	valid := approvedFor
-	if !ap.ok {
-		valid = refusedFor
-	}
-	if now.Sub(ap.at) >= valid || now.Before(ap.at) {
-		a.order.Remove(el)
-		delete(a.byName, name)
-		return false, false
-	}
-	return ap.ok, true
-}
-
-// note remembers the answer ok for name at now, forgetting the oldest
-// answer if there are max already.
-func (a *approvals) note(name string, ok bool, now time.Time) {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	if el := a.byName[name]; el != nil {
-		el.Value = &approval{name, ok, now}
-		a.order.MoveToFront(el)
-		return
-	}
-	if a.order.Len() >= a.max {
-		oldest := a.order.Back()
-		a.order.Remove(oldest)
-		delete(a.byName, oldest.Value.(*approval).name)
-	}
-	a.byName[name] = a.order.PushFront(&approval{name, ok, now})
-}
-
 // How long a name the storage was found to hold no certificate for is
 // taken as absent without asking the storage again, and how many such
 // names are remembered. Over the on_demand_rate, every handshake for a
@@ -93,58 +32,77 @@ const (
 	absentMax = 10000
 )
 
-// absentNames remembers names the storage holds no certificate for, the
-// most recent max of them, each for absentFor. It is safe for concurrent
+// recentNames remembers a value by name for a while, each for as long as
+// its ttl says, the most recent max of them (the least recently noted go
+// first): the ask URL's answers (bool: approved) and the names the
+// storage was found not to hold (struct{}). It is safe for concurrent
 // use.
-type absentNames struct {
+type recentNames[V any] struct {
 	mu     sync.Mutex
-	byName map[string]*list.Element // of *absent
-	order  list.List                // front: the most recent lookup
+	byName map[string]*list.Element // of *remembered[V]
+	order  list.List                // front: the most recently noted
 	max    int
+	ttl    func(V) time.Duration
 }
 
-// absent is one name found absent at a time.
-type absent struct {
+// remembered is one value noted for a name at a time.
+type remembered[V any] struct {
 	name string
+	v    V
 	at   time.Time
 }
 
-func newAbsentNames(max int) *absentNames {
-	return &absentNames{byName: map[string]*list.Element{}, max: max}
+func newRecentNames[V any](max int, ttl func(V) time.Duration) *recentNames[V] {
+	return &recentNames[V]{byName: map[string]*list.Element{}, max: max, ttl: ttl}
 }
 
-// has reports whether name was found absent less than absentFor before
-// now.
-func (a *absentNames) has(name string, now time.Time) bool {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	el := a.byName[name]
+// newApprovals remembers the ask URL's answers: an approval for
+// approvedFor, a refusal for refusedFor.
+func newApprovals(max int) *recentNames[bool] {
+	return newRecentNames(max, func(ok bool) time.Duration {
+		if ok {
+			return approvedFor
+		}
+		return refusedFor
+	})
+}
+
+// newAbsentNames remembers names found absent, each for absentFor.
+func newAbsentNames(max int) *recentNames[struct{}] {
+	return newRecentNames(max, func(struct{}) time.Duration { return absentFor })
+}
+
+// get returns the value noted for name if it is still valid at now.
+func (r *recentNames[V]) get(name string, now time.Time) (v V, known bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	el := r.byName[name]
 	if el == nil {
-		return false
+		return v, false
 	}
-	at := el.Value.(*absent).at
-	if now.Sub(at) >= absentFor || now.Before(at) {
-		a.order.Remove(el)
-		delete(a.byName, name)
-		return false
+	e := el.Value.(*remembered[V])
+	if now.Sub(e.at) >= r.ttl(e.v) || now.Before(e.at) {
+		r.order.Remove(el)
+		delete(r.byName, name)
+		return v, false
 	}
-	return true
+	return e.v, true
 }
 
-// note remembers name as found absent at now, forgetting the oldest if
-// there are max already.
-func (a *absentNames) note(name string, now time.Time) {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	if el := a.byName[name]; el != nil {
-		el.Value = &absent{name, now}
-		a.order.MoveToFront(el)
+// note remembers v for name at now, forgetting the least recently noted
+// name if there are max already.
+func (r *recentNames[V]) note(name string, v V, now time.Time) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if el := r.byName[name]; el != nil {
+		el.Value = &remembered[V]{name, v, now}
+		r.order.MoveToFront(el)
 		return
 	}
-	if a.order.Len() >= a.max {
-		oldest := a.order.Back()
-		a.order.Remove(oldest)
-		delete(a.byName, oldest.Value.(*absent).name)
+	if r.order.Len() >= r.max {
+		oldest := r.order.Back()
+		r.order.Remove(oldest)
+		delete(r.byName, oldest.Value.(*remembered[V]).name)
 	}
-	a.byName[name] = a.order.PushFront(&absent{name, now})
+	r.byName[name] = r.order.PushFront(&remembered[V]{name, v, now})
 }
