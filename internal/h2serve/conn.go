@@ -986,8 +986,12 @@ func (c *conn) queueLocked(answer bool, write func(fr *http2.Framer) error) erro
 	if answer {
 		c.answered += len(c.out.b) - before
 		if c.answered > maxAnswerBytes {
-			c.werr = &connLostError{errors.New("the client sends control frames faster than it reads their answers")}
-			go c.fail(connError{http2.ErrCodeEnhanceYourCalm, "control frames faster than their answers are read"})
+			// One cause for the writer, the reader (whose queue fails
+			// with it) and fail, whichever of them ends the connection
+			// first: lost to the flood (ErrConnLost), of code
+			// ENHANCE_YOUR_CALM.
+			c.werr = &connLostError{connError{http2.ErrCodeEnhanceYourCalm, "control frames faster than their answers are read"}}
+			go c.fail(c.werr)
 			return c.werr
 		}
 	}
