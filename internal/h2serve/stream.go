@@ -143,9 +143,10 @@ func (s *Stream) WriteHeader(status int, h http.Header) error {
 
 // Respond sends a complete response: status, the fields of h, a
 // content-length and body, ending this side of the stream with
-// END_STREAM, then RST_STREAM(NO_ERROR) if the client has not ended its
-// side (RFC 9113 section 8.1 lets a server stop a request it has
-// answered); what the client sent before it saw the reset is ignored,
+// END_STREAM, then, earlyAnswerGrace later, RST_STREAM(NO_ERROR) if the
+// client has not ended its side (RFC 9113 section 8.1 lets a server stop
+// a request it has answered); what the client sent after the reset
+// crossed it is ignored,
 // though still checked against its content-length and the form of
 // trailers (see conn.resets). Without a
 // write deadline set, the body gets WriteTimeout to find send window; a
@@ -179,7 +180,14 @@ func (s *Stream) Respond(status int, h http.Header, body []byte) error {
 	stop := !s.ended && !s.remoteEnded
 	c.mu.Unlock()
 	if stop {
-		c.resetStream(s.id, http2.ErrCodeNo, net.ErrClosed)
+		time.AfterFunc(earlyAnswerGrace, func() {
+			c.mu.Lock()
+			open := c.streams[s.id] == s
+			c.mu.Unlock()
+			if open {
+				c.resetStream(s.id, http2.ErrCodeNo, net.ErrClosed)
+			}
+		})
 	}
 	return nil
 }
