@@ -1,7 +1,6 @@
 package gateway
 
 import (
-	"bytes"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -149,7 +148,7 @@ func TestH2HAProxyKeepsTheNodesEnd(t *testing.T) {
 			if proto == "http1" {
 				n = rounds / 5 // the comparison: a few are enough
 			}
-			var logBuf syncBuffer
+			var logBuf testproc.Buffer
 			e := newEnvLog(t, 0, "[log]\naccess = true\n"+poolConf(fmt.Sprintf("protocol = %q\nh2_connections = 1", proto), front),
 				slog.New(slog.NewTextHandler(&logBuf, nil)))
 			var failed atomic.Int32
@@ -251,22 +250,4 @@ func badFrameRound(e *env) error {
 		return fmt.Errorf("bad frame: %v, want 1002", err)
 	}
 	return nil
-}
-
-// syncBuffer is a bytes.Buffer safe for concurrent writes, for a logger.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }
