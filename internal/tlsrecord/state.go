@@ -20,15 +20,15 @@ type State struct {
 	Partial      []byte // the bytes of the peer's record read so far, if any
 }
 
-// ErrNotCarried is what State returns for a session that has ended or
+// ErrEnded is what State returns for a session that has ended or
 // failed: there is nothing to go on with.
-var ErrNotCarried = errors.New("tlsrecord: the session has ended")
+var ErrEnded = errors.New("tlsrecord: the session has ended")
 
-// State returns the session's state, or ErrNotCarried once it has failed,
+// State returns the session's state, or ErrEnded once it has failed,
 // read the peer's close_notify or sent its own.
 func (s *Session) State() (State, error) {
 	if s.err != nil || s.eof || s.closed {
-		return State{}, ErrNotCarried
+		return State{}, ErrEnded
 	}
 	return State{
 		Suite:        s.suite.id,
