@@ -48,7 +48,7 @@ func BenchmarkOpen(b *testing.B) {
 				for range 64 {
 					stream, _ = client.Seal(stream, make([]byte, size))
 				}
-				plain := make([]byte, 0, 64*size)
+				plain := make([]byte, 0, len(stream)) // see Open
 				b.SetBytes(64 * int64(size))
 				b.ReportAllocs()
 				for b.Loop() {
@@ -72,7 +72,7 @@ func BenchmarkRoundTrip(b *testing.B) {
 				server, client := pair(b, id)
 				p := make([]byte, size)
 				buf := make([]byte, 0, SealedLen(size))
-				plain := make([]byte, 0, size)
+				plain := make([]byte, 0, SealedLen(size))
 				b.SetBytes(int64(size))
 				b.ReportAllocs()
 				for b.Loop() {

@@ -107,7 +107,9 @@ func (s *Session) Buffered() int { return len(s.part) }
 
 // Open reads src, the next bytes of the peer's stream, and appends the
 // application data of the records it completes to dst, which must not
-// overlap src. A record that src ends in the middle of is kept (its bytes
+// overlap src (with len(src)+Buffered() bytes of spare capacity, dst
+// does not grow: a record's content type and padding land there before
+// they are cut). A record that src ends in the middle of is kept (its bytes
 // so far) and finished by the next call. After the peer's close_notify it
 // returns the data before it and io.EOF, and ignores what follows. A
 // record that fails ends the session: Open returns an *AlertError naming

@@ -439,6 +439,9 @@ func TestState(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
+			if len(b)-len(st.Partial) > 122 {
+				t.Errorf("state of %d bytes besides the partial record", len(b)-len(st.Partial))
+			}
 			var back State
 			if err := back.UnmarshalBinary(b); err != nil {
 				t.Fatal(err)
