@@ -37,7 +37,8 @@ var rekeyAfter uint64 = 1 << 24
 // Session is the record layer of one TLS 1.3 connection after its
 // handshake: both directions' keys and sequence numbers, and the bytes of
 // a record read in part. It reads the peer's records (Open) and seals this
-// end's (Seal); it does no I/O. Between records it holds no buffer. It is
+// end's (Seal); it does no I/O. Between records it holds no buffer; within
+// one, the bytes that came. It is
 // not safe for concurrent use: one poller (or one caller under a lock)
 // drives it.
 type Session struct {
@@ -152,8 +153,9 @@ func (s *Session) Open(dst, src []byte) ([]byte, error) {
 }
 
 // fill moves bytes of src to the partial record, up to its end, and
-// returns the rest of src. The record's buffer is sized once its header
-// is whole.
+// returns the rest of src. The record's buffer grows as its bytes come,
+// so that a peer that sends a header and stops holds a few bytes here,
+// not a record's worth.
 func (s *Session) fill(src []byte) ([]byte, error) {
 	if len(s.part) < headerLen {
 		k := min(headerLen-len(s.part), len(src))
@@ -162,11 +164,9 @@ func (s *Session) fill(src []byte) ([]byte, error) {
 		if len(s.part) < headerLen {
 			return src, nil
 		}
-		n, err := recordLen(s.part)
-		if err != nil {
+		if _, err := recordLen(s.part); err != nil {
 			return src, err
 		}
-		s.part = append(make([]byte, 0, headerLen+n), s.part...)
 	}
 	n := int(binary.BigEndian.Uint16(s.part[3:5]))
 	k := min(headerLen+n-len(s.part), len(src))
@@ -278,7 +278,8 @@ func SealedLen(n int) int {
 
 // Seal appends p to dst as application data records of at most 2^14
 // bytes, which must not overlap p (SealedLen(len(p)) bytes of spare
-// capacity in dst spare it from growing). A KeyUpdate goes before them
+// capacity in dst spare it from growing); an empty p makes one empty
+// record, which the peer reads as nothing. A KeyUpdate goes before them
 // when the peer asked for one or this end's key has sealed rekeyAfter
 // records. It returns ErrClosed after AppendClose, the session's failure
 // after one, and ErrSeqExhausted (appending nothing) rather than use a

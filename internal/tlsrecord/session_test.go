@@ -493,3 +493,22 @@ func TestStateRejects(t *testing.T) {
 		t.Errorf("good state: %v", err)
 	}
 }
+
+// TestPartialHoldsWhatCame pins what a record read in part costs: the
+// bytes that came (a client that sends a full record's header and one
+// byte, then stops, holds a few bytes, not 16 KiB), and nothing once the
+// record is whole.
+func TestPartialHoldsWhatCame(t *testing.T) {
+	server, client := pair(t, tls.TLS_AES_128_GCM_SHA256)
+	rec := seal(t, client, make([]byte, MaxPlaintext))
+	if _, err := server.Open(nil, rec[:headerLen+1]); err != nil {
+		t.Fatal(err)
+	}
+	if server.Buffered() != headerLen+1 || cap(server.part) > 64 {
+		t.Fatalf("%d bytes held in a buffer of %d", server.Buffered(), cap(server.part))
+	}
+	got, err := server.Open(nil, rec[headerLen+1:])
+	if err != nil || len(got) != MaxPlaintext || server.part != nil {
+		t.Fatalf("%d bytes, %v, %d held", len(got), err, cap(server.part))
+	}
+}
