@@ -38,9 +38,8 @@ var rekeyAfter uint64 = 1 << 24
 // handshake: both directions' keys and sequence numbers, and the bytes of
 // a record read in part. It reads the peer's records (Open) and seals this
 // end's (Seal); it does no I/O. Between records it holds no buffer; within
-// one, the bytes that came. It is
-// not safe for concurrent use: one poller (or one caller under a lock)
-// drives it.
+// one, the bytes that came. It is not safe for concurrent use: one poller
+// (or one caller under a lock) drives it.
 type Session struct {
 	suite *suite
 	in    keys // the peer's records
@@ -197,7 +196,12 @@ func (s *Session) openRecord(dst, rec []byte) []byte {
 	}
 	dst = out
 	s.in.seq++
-	// The inner plaintext: content, its type, zero padding (section 5.4).
+	// The inner plaintext: content, its type, zero padding (section 5.4),
+	// 2^14+1 bytes at most.
+	if len(dst)-start > MaxPlaintext+1 {
+		s.err = fail(AlertRecordOverflow, "record of "+itoa(len(dst)-start)+" bytes of plaintext")
+		return dst[:start]
+	}
 	i := len(dst) - 1
 	for i >= start && dst[i] == 0 {
 		i--
@@ -207,10 +211,6 @@ func (s *Session) openRecord(dst, rec []byte) []byte {
 		return dst[:start]
 	}
 	typ, content := dst[i], dst[start:i]
-	if len(content) > MaxPlaintext {
-		s.err = fail(AlertRecordOverflow, "record of "+itoa(len(content))+" bytes of plaintext")
-		return dst[:start]
-	}
 	switch typ {
 	case typeAppData:
 		return dst[:i]

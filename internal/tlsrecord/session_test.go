@@ -7,6 +7,7 @@ import (
 	"errors"
 	"io"
 	"math"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -169,6 +170,9 @@ func TestFailures(t *testing.T) {
 		}, AlertRecordOverflow, ""},
 		{"plaintext over 2^14 bytes", func(t *testing.T, c *Session) []byte {
 			return rawRecord(t, c, typeAppData, big)
+		}, AlertRecordOverflow, ""},
+		{"padded plaintext over 2^14+1 bytes", func(t *testing.T, c *Session) []byte {
+			return rawRecord(t, c, 0, append([]byte("data\x17"), make([]byte, MaxPlaintext-4)...))
 		}, AlertRecordOverflow, ""},
 		{"change_cipher_spec after the handshake", func(t *testing.T, c *Session) []byte {
 			return []byte{20, 3, 3, 0, 1, 1}
@@ -510,5 +514,20 @@ func TestPartialHoldsWhatCame(t *testing.T) {
 	got, err := server.Open(nil, rec[headerLen+1:])
 	if err != nil || len(got) != MaxPlaintext || server.part != nil {
 		t.Fatalf("%d bytes, %v, %d held", len(got), err, cap(server.part))
+	}
+}
+
+// TestPadding pins that zero padding after the content type is cut
+// (RFC 8446 section 5.4), up to an inner plaintext of 2^14+1 bytes.
+func TestPadding(t *testing.T) {
+	server, client := pair(t, tls.TLS_CHACHA20_POLY1305_SHA256)
+	data := bytes.Repeat([]byte("x"), 100)
+	var stream []byte
+	for _, pad := range []int{1, 1000, MaxPlaintext - 100} { // the last: 2^14+1 bytes in all
+		stream = append(stream, rawRecord(t, client, 0, append(append(slices.Clone(data), typeAppData), make([]byte, pad-1)...))...)
+	}
+	got, err := server.Open(nil, stream)
+	if err != nil || !bytes.Equal(got, bytes.Repeat(data, 3)) {
+		t.Fatalf("got %d bytes, %v", len(got), err)
 	}
 }
