@@ -65,7 +65,7 @@ func exchange(t *testing.T, client *tls.Conn, server *sessionConn) {
 // layer is a Session after crypto/tls's handshake over a Capture: with a
 // session ticket (crypto/tls seals it under the server's traffic secret,
 // so the Session writes from sequence number 1) and a resumption on it,
-// without tickets (0), and with a client certificate (the ticket goes out
+// without tickets (0), after a HelloRetryRequest, and with a client certificate (the ticket goes out
 // after the client's certificate is read). Each exchanges 1 MiB both ways,
 // takes a KeyUpdate the server sends (the client cannot send one through
 // crypto/tls's API; TestKeyUpdate has the client's), and ends with
@@ -81,6 +81,12 @@ func TestGoClient(t *testing.T) {
 	}{
 		{"session ticket", nil, func(_ *testServer, c *tls.Config) { c.ClientSessionCache = tls.NewLRUClientSessionCache(4) }, 1, true},
 		{"no tickets", func(c *tls.Config) { c.SessionTicketsDisabled = true }, nil, 0, false},
+		// The client's key share is not the server's group: a
+		// HelloRetryRequest, a second ClientHello, and a
+		// change_cipher_spec from each side in the handshake.
+		{"hello retry", func(c *tls.Config) { c.CurvePreferences = []tls.CurveID{tls.CurveP256} }, func(_ *testServer, c *tls.Config) {
+			c.CurvePreferences = []tls.CurveID{tls.X25519, tls.CurveP256}
+		}, 0, false},
 		{"client certificate", func(c *tls.Config) { c.ClientAuth = tls.RequireAndVerifyClientCert }, func(ts *testServer, c *tls.Config) {
 			leaf, err := ts.ca.Client("client", "", "")
 			if err != nil {
