@@ -24,8 +24,8 @@ var errTaken = errors.New("tlsrecord: the record layer was taken from crypto/tls
 // maxRecorded bounds the bytes of records a Capture keeps during a
 // handshake (the server's flight after its Finished, the client's second
 // flight): a client certificate chain fits; past it, the connection is
-// not carried.
-const maxRecorded = 64 << 10
+// not carried. A var for the tests.
+var maxRecorded = 64 << 10
 
 // The phases of a Capture.
 const (

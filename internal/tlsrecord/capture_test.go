@@ -6,8 +6,10 @@ import (
 	"crypto/rand"
 	"crypto/tls"
 	"errors"
+	"fmt"
 	"io"
 	"net"
+	"strings"
 	"sync"
 	"testing"
 )
@@ -300,5 +302,64 @@ func TestTakeShutsCryptoTLS(t *testing.T) {
 	}
 	if err := <-ch2; err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestNotCarried pins the handshakes Take leaves with crypto/tls, which
+// goes on with them: one whose records under the client's secret
+// crypto/tls has read (its reader would start past 0), and one whose
+// handshake records outgrew what a Capture keeps.
+func TestNotCarried(t *testing.T) {
+	tests := []struct {
+		name   string
+		before func(tc *tls.Conn) error // the server's, before Take
+		why    string                   // in Take's error
+	}{
+		{"crypto/tls read data", func(tc *tls.Conn) error {
+			_, err := bufio.NewReader(tc).ReadString('\n')
+			return err
+		}, "read records under the client's traffic secret"},
+		{"handshake records over the bound", func(tc *tls.Conn) error {
+			return tc.Handshake()
+		}, "handshake records over 100 bytes"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if tt.name == "handshake records over the bound" {
+				saved := maxRecorded
+				maxRecorded = 100 // less than the server's certificate
+				t.Cleanup(func() { maxRecorded = saved })
+			}
+			ts := newTestServer(t, nil)
+			ch := make(chan error, 1)
+			go func() {
+				sock, err := ts.ln.Accept()
+				if err != nil {
+					ch <- err
+					return
+				}
+				defer sock.Close()
+				cc := NewCapture(sock)
+				tc := tls.Server(cc, ts.conf)
+				if err := tt.before(tc); err != nil {
+					ch <- err
+					return
+				}
+				if _, err := cc.Take(tc.ConnectionState()); !errors.Is(err, ErrNotCarried) || !strings.Contains(err.Error(), tt.why) {
+					ch <- fmt.Errorf("Take: %v", err)
+					return
+				}
+				_, err = tc.Write([]byte("still crypto/tls\n"))
+				ch <- err
+			}()
+			client := ts.dial(t, nil)
+			client.Write([]byte("hello\n"))
+			if line, err := bufio.NewReader(client).ReadString('\n'); err != nil || line != "still crypto/tls\n" {
+				t.Fatalf("client read %q, %v", line, err)
+			}
+			if err := <-ch; err != nil {
+				t.Fatal(err)
+			}
+		})
 	}
 }
