@@ -280,7 +280,7 @@ func SealedLen(n int) int {
 // bytes, which must not overlap p (SealedLen(len(p)) bytes of spare
 // capacity in dst spare it from growing); an empty p makes one empty
 // record, which the peer reads as nothing. A KeyUpdate goes before them
-// when the peer asked for one or this end's key has sealed rekeyAfter
+// when the peer asked for one or this end's key has sealed 2^24
 // records. It returns ErrClosed after AppendClose, the session's failure
 // after one, and ErrSeqExhausted (appending nothing) rather than use a
 // nonce again.

@@ -46,9 +46,6 @@ func suiteByID(id uint16) *suite {
 	return nil
 }
 
-// Carries reports whether this package runs the TLS 1.3 cipher suite id.
-func Carries(id uint16) bool { return suiteByID(id) != nil }
-
 // expandLabel is HKDF-Expand-Label(secret, label, "", length) (RFC 8446
 // section 7.1).
 func (s *suite) expandLabel(secret []byte, label string, length int) []byte {
