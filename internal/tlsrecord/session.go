@@ -54,7 +54,7 @@ type Session struct {
 }
 
 // NewSession returns the session st describes (see Capture.Take and
-// Session.State).
+// Session.Export).
 func NewSession(st State) (*Session, error) {
 	s := &Session{suite: suiteByID(st.Suite)}
 	if s.suite == nil {

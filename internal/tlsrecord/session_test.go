@@ -278,8 +278,8 @@ func TestCloseNotify(t *testing.T) {
 	if _, err := server.Open(nil, []byte{1, 2, 3}); err != io.EOF {
 		t.Fatalf("after close_notify: %v", err)
 	}
-	if _, err := server.State(); err == nil {
-		t.Error("State of a closed session")
+	if _, err := server.Export(); err != ErrEnded {
+		t.Errorf("Export of a closed session: %v", err)
 	}
 	out := seal(t, server, []byte("reply"))
 	out = server.AppendClose(out, err)
@@ -420,8 +420,9 @@ func TestRekeyAfter(t *testing.T) {
 }
 
 // TestState pins the hand-over (issue 33): a session in the middle of a
-// record read in part and with a KeyUpdate due, encoded, decoded and
-// restored, goes on as the first would have, both ways.
+// record read in part and with a KeyUpdate due, exported, encoded,
+// decoded and restored, goes on as the first would have, both ways, and
+// the first refuses to go on.
 func TestState(t *testing.T) {
 	for id, name := range suiteNames {
 		t.Run(name, func(t *testing.T) {
@@ -435,9 +436,17 @@ func TestState(t *testing.T) {
 			if err != nil || string(got) != "one" || server.Buffered() == 0 {
 				t.Fatalf("got %q, %v, %d buffered", got, err, server.Buffered())
 			}
-			st, err := server.State()
+			st, err := server.Export()
 			if err != nil {
 				t.Fatal(err)
+			}
+			// The exported session is over: it cannot seal under the keys
+			// the next one takes.
+			if _, err := server.Seal(nil, []byte("x")); err != ErrEnded {
+				t.Fatalf("Seal after Export: %v", err)
+			}
+			if _, err := server.Open(nil, []byte{typeAppData}); err != ErrEnded {
+				t.Fatalf("Open after Export: %v", err)
 			}
 			b, err := st.MarshalBinary()
 			if err != nil {

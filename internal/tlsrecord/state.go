@@ -9,7 +9,9 @@ import (
 // State is what a Session is: enough to go on with the connection in
 // another Session, in this process or the next (NewSession). Its secrets
 // are the connection's keys: whoever holds a State can read and forge the
-// connection's records, so it goes only where the socket goes.
+// connection's records, so it goes only where the socket goes. Make one
+// Session of a State, once: two would seal different records under the
+// same nonces.
 type State struct {
 	Suite        uint16 // the TLS 1.3 cipher suite (tls.TLS_AES_128_GCM_SHA256...)
 	ReadSecret   []byte // the peer's current application traffic secret
@@ -20,17 +22,23 @@ type State struct {
 	Partial      []byte // the bytes of the peer's record read so far, if any
 }
 
-// ErrEnded is what State returns for a session that has ended or
-// failed: there is nothing to go on with.
+// ErrEnded is what Export returns for a session that has ended or
+// failed, there being nothing to go on with, and what Open and Seal
+// return after Export.
 var ErrEnded = errors.New("tlsrecord: the session has ended")
 
-// State returns the session's state, or ErrEnded once it has failed,
-// read the peer's close_notify or sent its own.
-func (s *Session) State() (State, error) {
+// Export ends the session and returns its state, for the Session made of
+// it (NewSession) to go on with the connection, in this process or
+// another. From then on Open and Seal return ErrEnded, so that no two
+// Sessions seal under one key and sequence number; a hand-over that fails
+// takes the connection back with NewSession here. Export returns ErrEnded
+// once the session has failed, read the peer's close_notify or sent its
+// own.
+func (s *Session) Export() (State, error) {
 	if s.err != nil || s.eof || s.closed {
 		return State{}, ErrEnded
 	}
-	return State{
+	st := State{
 		Suite:        s.suite.id,
 		ReadSecret:   slices.Clone(s.in.secret),
 		WriteSecret:  slices.Clone(s.out.secret),
@@ -38,7 +46,9 @@ func (s *Session) State() (State, error) {
 		WriteSeq:     s.out.seq,
 		KeyUpdateDue: s.keyUpdateDue,
 		Partial:      slices.Clone(s.part),
-	}, nil
+	}
+	s.err, s.part = ErrEnded, nil
+	return st, nil
 }
 
 // stateVersion is the first byte of an encoded State.
