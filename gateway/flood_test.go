@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/fasthttp/websocket"
+	"github.com/wsgate/wsgate/conf"
 	"github.com/wsgate/wsgate/internal/testproc"
 	"golang.org/x/net/http2"
 )
@@ -201,4 +202,62 @@ pool = "echo"
 	c.Close()
 	victim.Close()
 	e.waitZero()
+}
+
+// TestFloodBackoffBehindProxyProtocol pins the back-off's address behind
+// a balancer that sends PROXY headers: the address refused is the client
+// the header carries (429 with Retry-After, counted flood_backoff), not
+// the balancer's, whose other clients are served.
+func TestFloodBackoffBehindProxyProtocol(t *testing.T) {
+	node := newWireRecorder(t)
+	srv := startGateway(t, recorderConfig(`
+proxy_protocol = true
+trusted_proxies = ["127.0.0.2/32"]
+flood_backoff = "1m"
+flood_backoff_max = "1m"`, node))
+	gw := srv.Addr().String()
+	srv.floods.cut(netip.MustParseAddr("203.0.113.9")) // as serveH2 does for a cut
+	hdr := []byte(v1Header("203.0.113.9"))
+	c := rawConn(t, gw, "127.0.0.2")
+	_, _ = c.Write(append(hdr, upgradeReq("/a", "")...))
+	resp := readAnswer(t, c)
+	c.Close()
+	if resp.StatusCode != http.StatusTooManyRequests || resp.Header.Get("Retry-After") == "" {
+		t.Fatalf("the refused client behind the balancer: %d %v, want 429 with Retry-After", resp.StatusCode, resp.Header)
+	}
+	waitRefused(t, srv, "flood_backoff", 1)
+	if code := viaBalancer(t, gw, []byte(v1Header("203.0.113.10")), upgradeReq("/b", "")); code != http.StatusSwitchingProtocols {
+		t.Fatalf("another client behind the balancer: %d, want 101", code)
+	}
+}
+
+// TestFloodBackoffReload pins a reload of the back-off's keys: turned
+// off, it forgets every address, and an address it refused is served.
+func TestFloodBackoffReload(t *testing.T) {
+	node := newWireRecorder(t)
+	srv := startGateway(t, recorderConfig(`flood_backoff = "1m"`, node))
+	gw := srv.Addr().String()
+	srv.floods.cut(netip.MustParseAddr("127.0.0.2"))
+	c := rawConn(t, gw, "127.0.0.2")
+	_, _ = c.Write([]byte(upgradeReq("/a", "")))
+	if resp := readAnswer(t, c); resp.StatusCode != http.StatusTooManyRequests {
+		t.Fatalf("refused address: %d, want 429", resp.StatusCode)
+	}
+	c.Close()
+	cfg, err := conf.Parse("reload.toml", []byte(recorderConfig(`flood_backoff = "0s"`, node)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := srv.Apply(cfg); err != nil {
+		t.Fatal(err)
+	}
+	if n := srv.floods.Sweep(time.Now()); n != 0 {
+		t.Fatalf("%d addresses remembered with the back-off off", n)
+	}
+	c = rawConn(t, gw, "127.0.0.2")
+	defer c.Close()
+	_, _ = c.Write([]byte(upgradeReq("/b", "")))
+	if resp := readAnswer(t, c); resp.StatusCode != http.StatusSwitchingProtocols {
+		t.Fatalf("after the reload: %d, want 101", resp.StatusCode)
+	}
 }
