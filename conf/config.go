@@ -84,6 +84,21 @@ type Gateway struct {
 	// one IP may make at once after a quiet spell (default 0, meaning
 	// handshake_rate_per_ip, one second's worth; >= 0).
 	HandshakeBurstPerIP int `toml:"handshake_burst_per_ip" json:"handshake_burst_per_ip"`
+	// FloodBackoff is how long the gateway refuses a peer it cut for
+	// flooding: a client address whose connection was cut with
+	// ENHANCE_YOUR_CALM has its new connections closed at accept, and an
+	// "h2" pool's node whose connection was cut is not dialed again, for
+	// this long after a first cut, twice as long after each cut in a row
+	// up to flood_backoff_max, one step forgiven for each
+	// flood_backoff_max without a cut (default 1s; >= 0, 0 = off).
+	FloodBackoff Duration `toml:"flood_backoff" json:"flood_backoff"`
+	// FloodBackoffMax is the longest flood_backoff refusal (default 60s;
+	// >= flood_backoff).
+	FloodBackoffMax Duration `toml:"flood_backoff_max" json:"flood_backoff_max"`
+	// FloodBackoffAddrs bounds the client addresses whose back-off the
+	// gateway remembers; full, a new cut forgets one at random (default
+	// 65536 addresses; >= 1).
+	FloodBackoffAddrs int `toml:"flood_backoff_addrs" json:"flood_backoff_addrs"`
 	// ProxyProtocol makes every client listener read a PROXY protocol
 	// header (version 1 or 2) at the start of each connection, from a
 	// trusted_proxies address only, and take the client address it

@@ -25,6 +25,17 @@ func (g *Gateway) setDefaults() {
 	g.DrainWindow = Duration{10 * time.Second}      // spread reconnects so the remaining nodes are not stampeded
 	g.DrainTimeout = Duration{30 * time.Second}     // window plus time for clients to finish closing
 	g.RetryAfter = Duration{1 * time.Second}        // clients add jitter; a short hint gets them back soon
+	// A peer cut for flooding is refused 1s, doubling to 60s while it
+	// comes back only to be cut again: an honest client behind the same
+	// address (a NAT) loses at most a second on a first cut, a flooder
+	// that reconnects at once makes about 7 connections in its first
+	// two minutes rather than thousands. fail2ban's usual first ban is
+	// 10 minutes; a minute at most keeps a mistake short.
+	g.FloodBackoff = Duration{time.Second}
+	g.FloodBackoffMax = Duration{time.Minute}
+	// 65,536 addresses of 64 bytes or so: a few MiB at most, however
+	// many addresses an attacker has.
+	g.FloodBackoffAddrs = 65536
 	// As nginx's http2_max_concurrent_streams and HAProxy's
 	// tune.h2.max-concurrent-streams: ample for a page's WebSockets and
 	// requests, small enough that one connection holds few node slots.

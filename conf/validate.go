@@ -81,6 +81,13 @@ func (g *Gateway) validate(e *errorList) {
 	atLeast(e, "gateway.max_conns_per_ip", g.MaxConnsPerIP, 0)
 	atLeast(e, "gateway.handshake_rate_per_ip", g.HandshakeRatePerIP, 0)
 	atLeast(e, "gateway.handshake_burst_per_ip", g.HandshakeBurstPerIP, 0)
+	if g.FloodBackoff.Duration < 0 {
+		e.add("gateway.flood_backoff", "must be >= 0 (0: off), got "+g.FloodBackoff.String())
+	}
+	if g.FloodBackoffMax.Duration < g.FloodBackoff.Duration {
+		e.add("gateway.flood_backoff_max", fmt.Sprintf("must be >= flood_backoff (%s), got %s", g.FloodBackoff, g.FloodBackoffMax))
+	}
+	atLeast(e, "gateway.flood_backoff_addrs", g.FloodBackoffAddrs, 1)
 	for i, s := range g.TrustedProxies {
 		if _, err := ParsePrefix(s); err != nil {
 			e.add(indexKey("gateway.trusted_proxies", i), err.Error())

@@ -67,9 +67,14 @@ func (s *Server) newClientH2(cfg *conf.Config) *h2serve.Server {
 // connection that broke the protocol, or went away) and are not logged
 // by fasthttp.
 func (s *Server) serveH2(c net.Conn) error {
-	s.h2conns.Store(c, &h2Conn{ip: edge.PlaceOf(c)})
+	ip := edge.PlaceOf(c)
+	s.h2conns.Store(c, &h2Conn{ip: ip})
 	defer s.h2conns.Delete(c)
 	err := s.h2.ServeNegotiated(c, s.current().handshakeTimeout)
+	if h2serve.CutForFlood(err) {
+		// Its address is refused at accept for a while (flood.go).
+		s.floods.cut(ip)
+	}
 	if err != nil && !errors.Is(err, h2serve.ErrServerClosed) {
 		s.log.Debug("HTTP/2 connection ended", "client", c.RemoteAddr().String(), "err", err)
 	}

@@ -69,7 +69,9 @@ func (s *Server) serveUpgrade(ctx *fasthttp.RequestCtx, g *generation, rt *route
 	var excl [maxTries]*balancer.Node
 	exclude := excl[:0]
 	tries := min(p.Tries, maxTries)
-	local := false // a dial failed on the gateway's side
+	local := false     // a dial failed on the gateway's side
+	backedOff := false // a node's h2 set did not dial it: it flooded lately
+	failed := false    // a node failed the handshake
 	for try := 0; try < tries; try++ {
 		if upgrade.Gone(ctx) { // before each pick, and so each dial
 			s.refuse(ctx, goneRefusal(ctx))
@@ -99,6 +101,14 @@ func (s *Server) serveUpgrade(ctx *fasthttp.RequestCtx, g *generation, rt *route
 			if errors.Is(err, h2.ErrSetClosed) {
 				continue // retired twice: reloads in a row; the next node
 			}
+			if errors.Is(err, h2.ErrBackoff) {
+				// Not dialed: the node's connection was cut for
+				// flooding lately (gateway.flood_backoff). Nothing new
+				// about its health, nothing to log per client: the
+				// next node, or the answer of a pool without one.
+				backedOff = true
+				continue
+			}
 			if errors.Is(err, upgrade.ErrStreamRejected) {
 				s.refuse(ctx, admit.Reject(fasthttp.StatusBadGateway, "upstream_error", "the node rejected the websocket handshake"))
 				return
@@ -119,6 +129,7 @@ func (s *Server) serveUpgrade(ctx *fasthttp.RequestCtx, g *generation, rt *route
 				}
 				break
 			}
+			failed = true
 			p.Health.ReportFailure(lease.Node().Addr(), err)
 			s.log.Warn("upstream handshake failed", "pool", p.Name, "node", lease.Node().Addr(), "err", err)
 			continue
@@ -150,6 +161,12 @@ func (s *Server) serveUpgrade(ctx *fasthttp.RequestCtx, g *generation, rt *route
 		// which passes as load falls, so the client is asked to come
 		// back later rather than to retry at once.
 		s.refuse(ctx, s.retryLater(fasthttp.StatusServiceUnavailable, "local_dial_error", "the gateway is short of local resources to reach a node"))
+		return
+	}
+	if backedOff && !failed {
+		// Every node tried was backed off: as for a pool with no node
+		// up.
+		s.refuse(ctx, admit.Overflow(rt, "no_capacity", "no node with capacity", g.retryAfter, g.handshakeTimeout))
 		return
 	}
 	s.refuse(ctx, admit.Reject(fasthttp.StatusBadGateway, "upstream_error", "no node completed the websocket handshake"))

@@ -286,6 +286,7 @@ func (s *Server) swap(cfg *conf.Config, by string, prep *prepared) (restart []st
 	}
 	s.limits.Set(cfg.Gateway.MaxConns, cfg.Gateway.MaxConnsPerIP)
 	s.ipRate.Set(cfg.Gateway.HandshakeRatePerIP, cfg.Gateway.HandshakeBurstPerIP)
+	s.floods.set(cfg)
 	s.gen.Store(g)
 	if s.h2 != nil {
 		// For the client HTTP/2 connections served from now on, as new
@@ -447,6 +448,7 @@ func (s *Server) build(cfg *conf.Config, old *generation, certs *edge.CertSet, n
 			if g.engine != tunnel.EngineGoroutines {
 				poll = pollH2
 			}
+			p.H2Backoff = floodPolicy(cfg)
 			p.OpenH2(op, h2Connections(cfg, p.Conf), h2.Config{WriteTimeout: cfg.Gateway.WriteTimeout.Duration}, poll, cfg.Gateway.DrainWindow.Duration)
 		}
 		g.pools[p.Name] = p

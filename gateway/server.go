@@ -102,6 +102,7 @@ type Server struct {
 	http      *fasthttp.Server
 	h2        *h2serve.Server // the TLS listener's HTTP/2 (clienth2.go); nil without a TLS listener
 	h2conns   sync.Map        // net.Conn -> *h2Conn: the client HTTP/2 connections served
+	floods    *clientFloods   // client addresses cut for flooding, refused at accept (flood.go)
 	admin     *fasthttp.Server
 	listen    ListenFunc
 	inherited bool // listen hands out inherited sockets
@@ -129,6 +130,7 @@ func New(cfg *conf.Config, log *slog.Logger) (*Server, error) {
 		log:    log,
 		limits: edge.NewLimiter(cfg.Gateway.MaxConns, cfg.Gateway.MaxConnsPerIP, fileCeiling(log)),
 		ipRate: admit.NewIPRate(cfg.Gateway.HandshakeRatePerIP, cfg.Gateway.HandshakeBurstPerIP),
+		floods: newClientFloods(cfg, log),
 		listen: func(addr string) (net.Listener, error) { return edge.ListenTCP(addr, false) },
 		failed: make(chan error, 1),
 		tls:    edge.NewCertificates(log),
@@ -160,6 +162,7 @@ func New(cfg *conf.Config, log *slog.Logger) (*Server, error) {
 	s.tunnels.OnIdle(s.requestSweep)
 	s.metrics = telemetry.NewMetrics(liveSource{s})
 	s.registerTLSMetrics()
+	s.floods.register(s.metrics.Reg, s)
 	s.revocations = revoke.New(log, &s.tunnels, s.metrics.Revocations)
 	api, err := admin.New(adminView{s}, s.metrics.Reg)
 	if err != nil {
@@ -292,7 +295,7 @@ func (s *Server) Start() error {
 	}
 	s.shared.Sync(g.cfg)
 	for _, ln := range s.listeners {
-		l := edge.NewListener(ln, s.limits, edgeMetrics{s.metrics}, s.log, s.access, s.retryAfter)
+		l := edge.NewListener(ln, s.limits, edgeMetrics{s.metrics}, s.log, s.access, s.retryAfter).WithBackoff(s.floods)
 		if g.cfg.Gateway.ProxyProtocol {
 			l.ProxyProtocol(func(ip netip.Addr) bool { return s.current().trusts(ip) },
 				func() time.Duration { return s.current().handshakeTimeout })

@@ -799,6 +799,9 @@ func (c *conn) onReset(f *http2.RSTStreamFrame) error {
 	defer c.mu.Unlock()
 	s, err := c.lookup(f.Header())
 	if s != nil {
+		if err := c.spendEarlyResetLocked(s); err != nil { // see flood.go
+			return err
+		}
 		s.finishLocked(&StreamError{StreamID: s.id, Code: f.ErrCode, Remote: true})
 	}
 	c.forgetResetLocked(f.StreamID)

@@ -96,6 +96,11 @@ type Listener struct {
 	// proxy is set when the listener reads a PROXY header on each
 	// connection (proxied.go); nil otherwise.
 	proxy *proxyState
+
+	// backoff, when not nil, refuses the addresses cut for flooding
+	// (backoff.go).
+	backoff  Backoff
+	floodLog floodLog
 }
 
 // NewListener returns ln as the gateway serves it: limits (nil: none)
@@ -154,6 +159,9 @@ func (l *Listener) accept() (net.Conn, error) {
 			return c, nil
 		}
 		ip := remoteIP(c)
+		if l.refusedForFlood(c, ip) {
+			continue
+		}
 		s, status := l.limits.admit(ip)
 		if s == nil {
 			l.refuse(c, ip, status)

@@ -112,6 +112,9 @@ func (l *Listener) readProxyHeader(c net.Conn, peerIP netip.Addr, s *slot) {
 		pr.remote = net.TCPAddrFromAddrPort(netip.AddrPortFrom(ip, h.Source.Port()))
 	}
 	conn := newPeerConn(c, s, pr)
+	if l.refusedForFlood(conn, ip) { // closes conn, which frees s
+		return
+	}
 	if status := l.limits.charge(s, ip); status != 0 {
 		l.refuse(conn, ip, status) // closes conn, which frees s
 		return

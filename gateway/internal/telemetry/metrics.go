@@ -165,7 +165,7 @@ func NewMetrics(live Live) *Metrics {
 	}, []string{"errno"})
 	m.Refused = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "wsgate_connections_refused_total",
-		Help: "Client connections refused at accept, by limit: max_conns_per_ip (429), max_conns (503), proxy_untrusted (a peer outside trusted_proxies with proxy_protocol on; closed), proxy_header (a malformed, oversized or late PROXY header; closed).",
+		Help: "Client connections refused at accept, by limit: max_conns_per_ip (429), max_conns (503), proxy_untrusted (a peer outside trusted_proxies with proxy_protocol on; closed), proxy_header (a malformed, oversized or late PROXY header; closed), flood_backoff (an address cut for flooding lately, gateway.flood_backoff: 429, or closed before the TLS handshake).",
 	}, []string{"limit"})
 	m.LocalDialErrors = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "wsgate_upstream_local_dial_errors_total",

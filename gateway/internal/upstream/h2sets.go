@@ -40,6 +40,7 @@ func (p *Pool) OpenH2(old *Pool, size int, cfg h2.Config, poll h2.SpreadPoller, 
 			Poller:       poll,
 		}
 		s.SetLost(lost, p.ConnectTimeout)
+		s.SetFloodBackoff(p.H2Backoff)
 		p.H2[n] = s
 	}
 }
@@ -66,6 +67,7 @@ func (p *Pool) RetireH2(next *Pool) {
 		case next != p:
 			s.SetDial(next.h2Dial(n.Addr()))
 			s.SetLost(next.h2Lost, next.ConnectTimeout)
+			s.SetFloodBackoff(next.H2Backoff)
 		}
 	}
 }

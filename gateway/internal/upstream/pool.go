@@ -22,6 +22,7 @@ import (
 	"github.com/wsgate/wsgate/conf"
 	"github.com/wsgate/wsgate/gateway/internal/upstream/h2"
 	"github.com/wsgate/wsgate/health"
+	"github.com/wsgate/wsgate/internal/penalty"
 	"github.com/wsgate/wsgate/internal/sockopt"
 	"github.com/wsgate/wsgate/internal/throttle"
 )
@@ -53,6 +54,10 @@ type Pool struct {
 	// h2Lost is the window over which the streams of a lost HTTP/2
 	// connection end (OpenH2's lost).
 	h2Lost time.Duration
+	// H2Backoff is how long each node's set does not dial the node
+	// after a connection it cut for flooding (h2.Set.SetFloodBackoff,
+	// gateway.flood_backoff); set before OpenH2.
+	H2Backoff penalty.Policy
 	// Conf is the config it was built from.
 	Conf *conf.Pool
 	// HealthConf is its checker's settings.

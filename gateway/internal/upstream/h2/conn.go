@@ -1035,8 +1035,11 @@ func (c *Conn) fail(err error) {
 		c.stall.Stop()
 		c.stall = nil
 	}
-	detach := c.detach
+	detach, set := c.detach, c.set
 	c.mu.Unlock()
+	if set != nil {
+		set.noteEnd(err) // before any re-dial (backoff.go)
+	}
 	if len(held) > 0 {
 		c.set.lost(held)
 	}

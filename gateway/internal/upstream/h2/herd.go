@@ -125,7 +125,7 @@ func (s *Set) endSpread(held []*Stream) {
 // nodeGone reports whether the set has no connection to the node that
 // takes a stream and cannot open one within connect (2s when 0). A set
 // closed meanwhile says nothing of the node: the drain that closed it
-// tells the clients.
+// tells the clients; nor does one backed off for a flood.
 func (s *Set) nodeGone(connect time.Duration) bool {
 	if connect <= 0 {
 		connect = 2 * time.Second
@@ -133,5 +133,7 @@ func (s *Set) nodeGone(connect time.Duration) bool {
 	ctx, cancel := context.WithTimeout(context.Background(), connect)
 	defer cancel()
 	_, err := s.pick(ctx)
-	return err != nil && !errors.Is(err, ErrSetClosed)
+	// A node backed off for a flood (backoff.go) is not dialed, and
+	// not known gone either: its clients' ends are spread as usual.
+	return err != nil && !errors.Is(err, ErrSetClosed) && !errors.Is(err, ErrBackoff)
 }

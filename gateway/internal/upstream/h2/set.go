@@ -10,6 +10,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/wsgate/wsgate/internal/penalty"
 	"golang.org/x/net/http2"
 )
 
@@ -57,6 +58,11 @@ type Set struct {
 	lostPol lostPolicy
 	lostWin atomic.Int64 // lostPol.window, read under a connection's lock
 	held    atomic.Int64
+	// flood is the back-off after connections cut for flooding,
+	// floodPol its policy, floodCuts their count (see backoff.go).
+	flood     penalty.Record
+	floodPol  penalty.Policy
+	floodCuts int
 }
 
 // A SpreadPoller is a Poller told which pollers (their tokens) read the
@@ -195,6 +201,14 @@ func (s *Set) pick(ctx context.Context) (*Conn, error) {
 				return nil, err
 			}
 			continue
+		}
+		if err := s.backoffLocked(time.Now()); err != nil {
+			// The node flooded lately: no dial (backoff.go).
+			s.mu.Unlock()
+			if best != nil {
+				return best, nil
+			}
+			return nil, err
 		}
 		s.pending++
 		if s.dialed == nil {
@@ -392,14 +406,19 @@ type SetStats struct {
 	// Polled counts the connections of Conns a Poller reads, and
 	// Pollers the distinct pollers that read them.
 	Polled, Pollers int
+	// FloodCuts counts the connections cut for flooding, and Backoff is
+	// how long the node is still not dialed for it (see backoff.go).
+	FloodCuts int
+	Backoff   time.Duration
 }
 
 // Stats returns the set's counts.
 func (s *Set) Stats() SetStats {
 	s.mu.Lock()
 	conns := append([]*Conn(nil), s.conns...)
+	cuts, backoff := s.floodCuts, s.flood.Left(time.Now())
 	s.mu.Unlock()
-	st := SetStats{Conns: len(conns), Closing: int(s.closing.Load()), Held: int(s.held.Load())}
+	st := SetStats{Conns: len(conns), Closing: int(s.closing.Load()), Held: int(s.held.Load()), FloodCuts: cuts, Backoff: backoff}
 	var owners []any
 	for _, c := range conns {
 		st.Streams += c.Stats().Streams
