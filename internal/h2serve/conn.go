@@ -14,6 +14,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/wsgate/wsgate/internal/h2core"
 	"github.com/wsgate/wsgate/internal/wake"
 	"golang.org/x/net/http2"
 	"golang.org/x/net/http2/hpack"
@@ -25,14 +26,7 @@ var ErrConnLost = errors.New("h2serve: connection lost")
 
 // connError is a connection error (RFC 9113 section 5.4.1): the
 // connection ends with GOAWAY carrying Code.
-type connError struct {
-	Code   http2.ErrCode
-	Reason string
-}
-
-func (e connError) Error() string {
-	return fmt.Sprintf("h2serve: connection error %v: %s", e.Code, e.Reason)
-}
+type connError = h2core.ConnError
 
 // StreamError is what Read and Write return on a stream that was reset:
 // by the client (Remote) or by this side.
@@ -74,8 +68,8 @@ type conn struct {
 	srv *Server
 	nc  net.Conn
 	cfg settings
-	fr  *http2.Framer // reads belong to the reader, writes to wmu
-	in  frameBudget   // what fr reads from; the reader's
+	fr  *http2.Framer     // reads belong to the reader, writes to wmu
+	in  h2core.ReadBudget // what fr reads from; the reader's
 
 	// wmu guards the queue of frames to write: the Framer's write side,
 	// the hpack encoder (whose state follows the order of header blocks
@@ -103,8 +97,9 @@ type conn struct {
 	streams    map[uint32]*Stream
 	lastID     uint32 // highest stream identifier the client used
 	goAwaySent bool
-	peerWindow int32  // the client's SETTINGS_INITIAL_WINDOW_SIZE
-	peerFrame  uint32 // the client's SETTINGS_MAX_FRAME_SIZE
+	peer       h2core.PeerSettings
+	peerWindow int32  // peer.InitialWindowSize, for the streams
+	peerFrame  uint32 // peer.MaxFrameSize, for the streams
 	sendWindow int64  // connection send window
 	// A stream's send window is peerWindow plus its sendDelta, so that
 	// a change of SETTINGS_INITIAL_WINDOW_SIZE applies to every stream
@@ -131,16 +126,11 @@ type conn struct {
 	// after its own reset is an error.
 	resets    []resetRecord
 	resetNext int
-	// ctrlTokens is what the client may still spend on frames that do
-	// no work (controlBurst at most): each costs one, DATA and HEADERS
-	// that do work earn one, and time refills controlRefill a second
-	// from ctrlAt. ctrlOwed, spent first, is two for each DATA frame
-	// sent (the WINDOW_UPDATEs it calls for), however many. A client
-	// that overspends is cut (ENHANCE_YOUR_CALM).
-	ctrlTokens  int
-	ctrlOwed    int64
-	ctrlBurst   int
-	ctrlAt      time.Time
+	// ctrl is what the client may still spend on frames that do no
+	// work: each costs one, DATA and HEADERS that do work earn one,
+	// and each DATA frame sent owes two (the WINDOW_UPDATEs it calls
+	// for). A client that overspends is cut (ENHANCE_YOUR_CALM).
+	ctrl        h2core.ControlBudget
 	recvWindow  int64  // what the client may still send on the connection
 	recvCredit  uint32 // received bytes not yet given back
 	err         error  // set once the connection is ending
@@ -172,19 +162,19 @@ func newConn(s *Server, nc net.Conn) *conn {
 		closing:    make(chan struct{}),
 		written:    make(chan struct{}),
 		streams:    make(map[uint32]*Stream),
+		peer:       h2core.NewPeerSettings(),
 		peerWindow: defaultWindow,
 		peerFrame:  defaultMaxFrameSize,
 		sendWindow: defaultWindow,
 		recvWindow: int64(cfg.connWindow),
 		gone:       wake.New(),
-		ctrlBurst:  controlBurst,
-		ctrlAt:     time.Now(),
 	}
+	burst := controlBurst
 	if s.ctrlBurst > 0 {
-		c.ctrlBurst = s.ctrlBurst
+		burst = s.ctrlBurst
 	}
-	c.ctrlTokens = c.ctrlBurst
-	c.in = frameBudget{r: bufio.NewReaderSize(nc, 16<<10), limit: readBudget(cfg.maxHeader)}
+	c.ctrl = h2core.NewControlBudget(burst, controlRefill, time.Now())
+	c.in = h2core.ReadBudget{R: bufio.NewReaderSize(nc, 16<<10), Limit: h2core.ReadLimit(cfg.maxHeader, defaultMaxFrameSize)}
 	c.fr = http2.NewFramer(&c.out, &c.in)
 	c.fr.SetMaxReadFrameSize(defaultMaxFrameSize)
 	c.fr.SetReuseFrames() // no frame is kept past the next read; DATA is copied
@@ -254,10 +244,10 @@ var errGoneAway = errors.New("h2serve: closed after GOAWAY")
 func (c *conn) readFrames() error {
 	first := true
 	for {
-		c.in.n = 0
+		c.in.Reset()
 		f, err := c.fr.ReadFrame()
-		if errors.Is(err, errHeaderFlood) {
-			return c.goAwayWith(connError{http2.ErrCodeEnhanceYourCalm, "a header block far over SETTINGS_MAX_HEADER_LIST_SIZE"})
+		if errors.Is(err, h2core.ErrHeaderFlood) {
+			return c.goAwayWith(connError{Code: http2.ErrCodeEnhanceYourCalm, Reason: "a header block far over SETTINGS_MAX_HEADER_LIST_SIZE"})
 		}
 		if err != nil {
 			var se http2.StreamError
@@ -278,16 +268,16 @@ func (c *conn) readFrames() error {
 				if d := c.fr.ErrorDetail(); d != nil {
 					reason = d.Error()
 				}
-				return c.goAwayWith(connError{http2.ErrCode(ce), reason})
+				return c.goAwayWith(connError{Code: http2.ErrCode(ce), Reason: reason})
 			case errors.Is(err, http2.ErrFrameTooLarge):
-				return c.goAwayWith(connError{http2.ErrCodeFrameSize, "frame larger than SETTINGS_MAX_FRAME_SIZE"})
+				return c.goAwayWith(connError{Code: http2.ErrCodeFrameSize, Reason: "frame larger than SETTINGS_MAX_FRAME_SIZE"})
 			}
 			return err
 		}
 		if first {
 			// The client preface ends with a SETTINGS frame (section 3.4).
 			if sf, ok := f.(*http2.SettingsFrame); !ok || sf.IsAck() {
-				return c.goAwayWith(connError{http2.ErrCodeProtocol, "first frame is not SETTINGS (RFC 9113 section 3.4)"})
+				return c.goAwayWith(connError{Code: http2.ErrCodeProtocol, Reason: "first frame is not SETTINGS (RFC 9113 section 3.4)"})
 			}
 			first = false
 		}
@@ -295,45 +285,6 @@ func (c *conn) readFrames() error {
 			return c.goAwayWith(err)
 		}
 	}
-}
-
-// errHeaderFlood is what frameBudget returns once one ReadFrame has read
-// more than its budget.
-var errHeaderFlood = errors.New("h2serve: one header block read past its budget")
-
-// readBudget is the most one ReadFrame may read: a header block's HEADERS
-// and CONTINUATION frames at four times maxHeader (hpack encodes a field
-// in little more than its size, and the Framer reads on to about twice the
-// limit before it answers a block over it), plus two frames of
-// SETTINGS_MAX_FRAME_SIZE with their headers; any other frame is one
-// frame.
-func readBudget(maxHeader uint32) int {
-	return 4*int(maxHeader) + 2*(defaultMaxFrameSize+9)
-}
-
-// frameBudget is the connection's reader as the Framer reads it: it fails
-// once the bytes read since n was last zeroed (before each ReadFrame) pass
-// limit. The Framer reads a header block's CONTINUATION frames within one
-// ReadFrame and bounds the fields they decode to, not the frames: a block
-// of hpack table size updates, which decode to nothing, would otherwise
-// be read for as long as the client sends it (a CONTINUATION flood,
-// CVE-2024-27316's kind).
-type frameBudget struct {
-	r     io.Reader
-	n     int
-	limit int
-}
-
-func (b *frameBudget) Read(p []byte) (int, error) {
-	if b.n >= b.limit {
-		return 0, errHeaderFlood
-	}
-	if len(p) > b.limit-b.n {
-		p = p[:b.limit-b.n]
-	}
-	n, err := b.r.Read(p)
-	b.n += n
-	return n, err
 }
 
 // goAwayWith queues GOAWAY for a connection error and returns err.
@@ -356,7 +307,7 @@ func (c *conn) goAwayWith(err error) error {
 func (c *conn) onStreamError(se http2.StreamError) error {
 	id := se.StreamID
 	if id == 0 || id%2 == 0 {
-		return connError{se.Code, "stream error on a stream the client cannot use"}
+		return connError{Code: se.Code, Reason: "stream error on a stream the client cannot use"}
 	}
 	c.mu.Lock()
 	if id > c.lastID {
@@ -400,7 +351,7 @@ func (c *conn) handle(f http2.Frame) error {
 		// The client opens no more streams; those open go on.
 		return nil
 	case *http2.PushPromiseFrame:
-		return connError{http2.ErrCodeProtocol, "PUSH_PROMISE from a client (RFC 9113 section 8.4)"}
+		return connError{Code: http2.ErrCodeProtocol, Reason: "PUSH_PROMISE from a client (RFC 9113 section 8.4)"}
 	case *http2.PriorityFrame:
 		if f.StreamDep == f.StreamID {
 			// A stream cannot depend on itself (RFC 9113 section 5.3.1).
@@ -413,7 +364,7 @@ func (c *conn) handle(f http2.Frame) error {
 }
 
 // spend charges one frame that does no work to the control budget
-// (ctrlTokens), and returns the connection error that cuts a client
+// (ctrl), and returns the connection error that cuts a client
 // whose budget is spent.
 func (c *conn) spend() error {
 	c.mu.Lock()
@@ -421,31 +372,10 @@ func (c *conn) spend() error {
 	return c.spendLocked()
 }
 
-func (c *conn) spendLocked() error {
-	if c.ctrlOwed > 0 {
-		c.ctrlOwed--
-		return nil
-	}
-	c.ctrlTokens--
-	if c.ctrlTokens >= 0 {
-		return nil
-	}
-	now := time.Now()
-	if refill := int(min(now.Sub(c.ctrlAt), time.Hour) * controlRefill / time.Second); refill > 0 {
-		c.ctrlAt = now
-		c.ctrlTokens = min(c.ctrlTokens+refill, c.ctrlBurst)
-	}
-	if c.ctrlTokens < 0 {
-		c.ctrlTokens = 0
-		return connError{http2.ErrCodeEnhanceYourCalm, "control frames far beyond the work they come with"}
-	}
-	return nil
-}
+func (c *conn) spendLocked() error { return c.ctrl.Spend(time.Now()) }
 
 // earnLocked credits n to the control budget, within its burst.
-func (c *conn) earnLocked(n int) {
-	c.ctrlTokens = min(c.ctrlTokens+n, c.ctrlBurst)
-}
+func (c *conn) earnLocked(n int) { c.ctrl.Earn(n) }
 
 // resetRecord is a stream this side reset: its id, what its
 // content-length still announced, and its send window (-1: none, or no
@@ -500,70 +430,54 @@ func (c *conn) lookup(h http2.FrameHeader) (*Stream, error) {
 		return s, nil
 	}
 	if h.StreamID%2 == 0 || h.StreamID > c.lastID {
-		return nil, connError{http2.ErrCodeProtocol, fmt.Sprintf("%v on idle stream %d", h.Type, h.StreamID)}
+		return nil, connError{Code: http2.ErrCodeProtocol, Reason: fmt.Sprintf("%v on idle stream %d", h.Type, h.StreamID)}
 	}
 	return nil, nil
 }
 
+// onSettings applies the client's SETTINGS (h2core.PeerSettings) and
+// acknowledges them.
 func (c *conn) onSettings(f *http2.SettingsFrame) error {
-	var table *uint32
 	c.mu.Lock()
-	err := f.ForeachSetting(func(s http2.Setting) error {
-		if err := s.Valid(); err != nil {
-			code := http2.ErrCodeProtocol
-			var ce http2.ConnectionError
-			if errors.As(err, &ce) {
-				code = http2.ErrCode(ce)
-			}
-			return connError{code, fmt.Sprintf("invalid setting %v", s)}
-		}
-		switch s.ID {
-		case http2.SettingHeaderTableSize:
-			v := s.Val
-			table = &v
-		case http2.SettingInitialWindowSize:
-			// A change applies to every open stream's send window, which
-			// may go negative (section 6.9.2): each is peerWindow plus
-			// the stream's sendDelta. Only when one might overflow are
-			// the streams walked.
-			w := int64(s.Val)
-			if w+c.deltaBound > maxWindow {
-				var most int64
-				for _, st := range c.streams {
-					c.srv.windowWork.Add(1)
-					if w+st.sendDelta > maxWindow {
-						return connError{http2.ErrCodeFlowControl, "SETTINGS_INITIAL_WINDOW_SIZE overflows a stream's window"}
-					}
-					most = max(most, st.sendDelta)
-				}
-				c.deltaBound = most
-			}
-			grew := w > int64(c.peerWindow)
-			c.peerWindow = int32(s.Val)
-			if grew {
-				c.wakeWindowWaitersLocked()
-			}
-		case http2.SettingMaxFrameSize:
-			c.peerFrame = s.Val
-		}
-		// The others limit what this side does not do (push, streams
-		// of its own, large response header blocks), or are unknown
-		// and ignored (section 6.5.2).
-		return nil
-	})
+	ch, err := c.peer.Apply(f, c.windowFitsLocked)
+	c.peerWindow, c.peerFrame = c.peer.InitialWindowSize, c.peer.MaxFrameSize
+	if ch.WindowGrew {
+		c.wakeWindowWaitersLocked()
+	}
 	c.mu.Unlock()
 	if err != nil {
 		return err
 	}
 	return c.queue(true, func(fr *http2.Framer) error {
-		if table != nil {
+		if ch.TableSizeSet {
 			// The encoder's table follows the decoder's size; the
 			// update is signalled in the next header block (RFC 7541
 			// section 6.3), which the queue orders after this point.
-			c.henc.SetMaxDynamicTableSizeLimit(*table)
+			c.henc.SetMaxDynamicTableSizeLimit(ch.TableSize)
 		}
 		return fr.WriteSettingsAck()
 	})
+}
+
+// windowFitsLocked reports whether every open stream's send window
+// stays within maxWindow with w as the client's
+// SETTINGS_INITIAL_WINDOW_SIZE (RFC 9113 section 6.9.2): each window is
+// the setting plus the stream's sendDelta, and only when one might
+// overflow (deltaBound) are the streams walked.
+func (c *conn) windowFitsLocked(w int64) bool {
+	if w+c.deltaBound <= maxWindow {
+		return true
+	}
+	var most int64
+	for _, st := range c.streams {
+		c.srv.windowWork.Add(1)
+		if w+st.sendDelta > maxWindow {
+			return false
+		}
+		most = max(most, st.sendDelta)
+	}
+	c.deltaBound = most
+	return true
 }
 
 func (c *conn) onHeaders(f *http2.MetaHeadersFrame) error {
@@ -598,7 +512,7 @@ func (c *conn) onHeaders(f *http2.MetaHeadersFrame) error {
 	if id%2 == 0 {
 		c.mu.Unlock()
 		// A client's streams are odd (section 5.1.1).
-		return connError{http2.ErrCodeProtocol, fmt.Sprintf("HEADERS on stream %d, not a client stream", id)}
+		return connError{Code: http2.ErrCodeProtocol, Reason: fmt.Sprintf("HEADERS on stream %d, not a client stream", id)}
 	}
 	if id <= c.lastID {
 		if r := c.resetOfLocked(id); r != nil {
@@ -618,7 +532,7 @@ func (c *conn) onHeaders(f *http2.MetaHeadersFrame) error {
 		c.mu.Unlock()
 		// A closed stream cannot be reopened (section 5.1), nor can a
 		// stream below one opened (section 5.1.1).
-		return connError{http2.ErrCodeProtocol, fmt.Sprintf("HEADERS on stream %d, closed or below the last one opened", id)}
+		return connError{Code: http2.ErrCodeProtocol, Reason: fmt.Sprintf("HEADERS on stream %d, closed or below the last one opened", id)}
 	}
 	c.lastID = id
 	var refuse http2.ErrCode
@@ -693,7 +607,7 @@ func (c *conn) onData(f *http2.DataFrame) error {
 	// 6.9.1); it counts against the connection even on a closed stream.
 	if int64(n) > c.recvWindow {
 		c.mu.Unlock()
-		return connError{http2.ErrCodeFlowControl, "DATA beyond the connection window"}
+		return connError{Code: http2.ErrCodeFlowControl, Reason: "DATA beyond the connection window"}
 	}
 	c.recvWindow -= int64(n)
 	c.recvCredit += n
@@ -811,7 +725,7 @@ func (c *conn) onWindowUpdate(f *http2.WindowUpdateFrame) error {
 		defer c.mu.Unlock()
 		c.sendWindow += int64(f.Increment)
 		if c.sendWindow > maxWindow {
-			return connError{http2.ErrCodeFlowControl, "WINDOW_UPDATE overflows the connection window (RFC 9113 section 6.9.1)"}
+			return connError{Code: http2.ErrCodeFlowControl, Reason: "WINDOW_UPDATE overflows the connection window (RFC 9113 section 6.9.1)"}
 		}
 		c.passConnWindowLocked()
 		return nil
@@ -990,7 +904,7 @@ func (c *conn) queueLocked(answer bool, write func(fr *http2.Framer) error) erro
 			// with it) and fail, whichever of them ends the connection
 			// first: lost to the flood (ErrConnLost), of code
 			// ENHANCE_YOUR_CALM.
-			c.werr = &connLostError{connError{http2.ErrCodeEnhanceYourCalm, "control frames faster than their answers are read"}}
+			c.werr = &connLostError{connError{Code: http2.ErrCodeEnhanceYourCalm, Reason: "control frames faster than their answers are read"}}
 			go c.fail(c.werr)
 			return c.werr
 		}

@@ -21,7 +21,7 @@
 // at a time than streams kept open; answers to control frames a client
 // does not read are bounded (PING, SETTINGS, resets), and so are header
 // blocks: their fields by MaxHeaderListSize (the Framer's check), their
-// bytes, CONTINUATION frames included, to four times that (frameBudget:
+// bytes, CONTINUATION frames included, to four times that (h2core.ReadBudget:
 // the Framer reads on through fragments that decode to no field).
 //
 // Per HTTP/2 connection a Server runs one reader goroutine, which

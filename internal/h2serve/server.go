@@ -36,7 +36,7 @@ const (
 	// but steadily is not cut for the size of what was queued for it.
 	writeChunk = 64 << 10
 	// controlBurst and controlRefill are a connection's budget of frames
-	// that do no work (see conn.ctrlTokens): a burst, and a refill a
+	// that do no work (see conn.ctrl, an h2core.ControlBudget): a burst, and a refill a
 	// second that keeps any keepalive PING of an idle connection free.
 	controlBurst  = 1000
 	controlRefill = 100

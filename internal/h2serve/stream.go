@@ -487,7 +487,7 @@ func (s *Stream) reserve(want int) (int, error) {
 			s.sendDelta -= n
 			c.sendWindow -= n
 			c.leaveWaitLocked(s) // and passes on what is left
-			c.ctrlOwed += 2      // the WINDOW_UPDATEs this DATA calls for
+			c.ctrl.Owe(2)        // the WINDOW_UPDATEs this DATA calls for
 			c.mu.Unlock()
 			return int(n), nil
 		}

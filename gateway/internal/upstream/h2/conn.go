@@ -13,6 +13,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/wsgate/wsgate/internal/h2core"
 	"github.com/wsgate/wsgate/internal/wake"
 	"golang.org/x/net/http2"
 	"golang.org/x/net/http2/hpack"
@@ -163,17 +164,15 @@ type Conn struct {
 	mu         sync.Mutex
 	streams    map[uint32]*Stream
 	nextID     uint32
-	maxStreams uint32 // the node's SETTINGS_MAX_CONCURRENT_STREAMS
-	peerWindow int32  // the node's SETTINGS_INITIAL_WINDOW_SIZE
+	peer       h2core.PeerSettings
+	peerWindow int32 // peer.InitialWindowSize, for the streams
 	// deltaMax bounds every open stream's sendDelta from above (at least
 	// 0, a new stream's): while deltaMax plus a new
 	// SETTINGS_INITIAL_WINDOW_SIZE is within the largest window, no
 	// stream's window can overflow, and the change needs no pass over
 	// the streams.
 	deltaMax   int64
-	peerFrame  uint32 // the node's SETTINGS_MAX_FRAME_SIZE
-	peerHeader uint32 // the node's SETTINGS_MAX_HEADER_LIST_SIZE; 0: none given
-	xconnect   bool   // the node's SETTINGS_ENABLE_CONNECT_PROTOCOL
+	peerFrame  uint32 // peer.MaxFrameSize, for the streams
 	sendWindow int64  // connection send window
 	// stall resets a stream when the send window stays spent (see
 	// Config.StallTimeout); credited counts the bytes the node has given
@@ -208,10 +207,8 @@ type Conn struct {
 	pendingTable *uint32
 
 	// The reader's own (readLoop's goroutine, or the poller's): the
-	// token bucket of the node's PING and SETTINGS frames (see
-	// controlBurst), its tokens as of ctrlAt.
-	ctrlTokens float64
-	ctrlAt     time.Time
+	// budget of the node's PING and SETTINGS frames (see controlBurst).
+	ctrl h2core.ControlBudget
 
 	// A polled connection's (see Poller): owner is the poller's token,
 	// detach has the poller let go of it. The rest belongs to the
@@ -255,7 +252,7 @@ func HandshakePolled(ctx context.Context, nc net.Conn, cfg Config, poll Poller) 
 		shareWaiting:  make(map[*Stream]struct{}),
 		streamWaiting: make(map[*Stream]struct{}),
 		nextID:        1,
-		maxStreams:    ^uint32(0), // no limit until the node sets one (section 6.5.2)
+		peer:          h2core.NewPeerSettings(),
 		peerWindow:    defaultWindow,
 		peerFrame:     defaultMaxFrameSize,
 		sendWindow:    defaultWindow,
@@ -263,8 +260,10 @@ func HandshakePolled(ctx context.Context, nc net.Conn, cfg Config, poll Poller) 
 		pings:         make(map[[8]byte]chan struct{}),
 		gone:          wake.New(),
 		pfd:           -1,
+		ctrl:          h2core.NewControlBudget(controlBurst, controlRate, time.Now()),
 	}
 	c.src.br = bufio.NewReaderSize(nc, 16<<10)
+	c.src.in = h2core.ReadBudget{R: c.src.br, Limit: h2core.ReadLimit(cfg.MaxHeaderBytes, defaultMaxFrameSize)}
 	c.fr = http2.NewFramer(frameQueue{c}, &c.src)
 	c.fr.SetMaxReadFrameSize(defaultMaxFrameSize)
 	c.fr.SetReuseFrames() // no frame is kept past the next read; DATA is copied
@@ -345,7 +344,7 @@ func (c *Conn) exchangeSettings() error {
 	if err != nil {
 		return err
 	}
-	if !c.xconnect {
+	if !c.peer.EnableConnectProtocol {
 		return ErrNoExtendedConnect
 	}
 	if err := c.queueFrames(func(fr *http2.Framer) error { return fr.WriteSettingsAck() }); err != nil {
@@ -368,61 +367,35 @@ func (c *Conn) writeHandshake() error {
 	return err
 }
 
-// applySettings takes the node's SETTINGS (RFC 9113 section 6.5.2) and
+// applySettings takes the node's SETTINGS (h2core.PeerSettings) and
 // reports whether streams' send windows grew. Called with c.mu held.
 func (c *Conn) applySettings(f *http2.SettingsFrame) (grew bool, err error) {
-	err = f.ForeachSetting(func(s http2.Setting) error {
-		if err := s.Valid(); err != nil {
-			return connError{http2.ErrCodeProtocol, fmt.Sprintf("invalid setting %v", s)}
-		}
-		switch s.ID {
-		case http2.SettingHeaderTableSize:
-			// The encoder's table may shrink to what the node decodes
-			// with; it never grows past hpack's default.
-			c.setHeaderTableSize(s.Val)
-		case http2.SettingMaxConcurrentStreams:
-			c.maxStreams = s.Val
-		case http2.SettingInitialWindowSize:
-			// A change applies to every open stream's send window, which
-			// may go negative or overflow (section 6.9.2): each window is
-			// the stream's sendDelta plus the setting, so the change is
-			// one assignment, whatever the number of streams.
-			if c.deltaMax+int64(s.Val) > maxWindow {
-				// Only a stream the node credited past the setting can
-				// overflow: find the exact bound, which a node can make
-				// stale only by a stream's DATA or end, not by SETTINGS.
-				c.deltaMax = 0
-				for _, st := range c.streams {
-					c.deltaMax = max(c.deltaMax, st.sendDelta)
-				}
-				if c.deltaMax+int64(s.Val) > maxWindow {
-					return connError{http2.ErrCodeFlowControl, "SETTINGS_INITIAL_WINDOW_SIZE overflows a stream's window"}
-				}
-			}
-			grew = grew || int32(s.Val) > c.peerWindow
-			c.peerWindow = int32(s.Val)
-		case http2.SettingMaxFrameSize:
-			c.peerFrame = s.Val
-		case http2.SettingMaxHeaderListSize:
-			c.peerHeader = s.Val
-		case http2.SettingEnableConnectProtocol:
-			// Once enabled it must not be withdrawn (RFC 8441 section 3).
-			if c.xconnect && s.Val == 0 {
-				return connError{http2.ErrCodeProtocol, "SETTINGS_ENABLE_CONNECT_PROTOCOL withdrawn"}
-			}
-			c.xconnect = s.Val == 1
-		}
-		// Unknown settings are ignored (section 6.5.2).
-		return nil
-	})
-	return grew, err
+	ch, err := c.peer.Apply(f, c.windowFitsLocked)
+	c.peerWindow, c.peerFrame = c.peer.InitialWindowSize, c.peer.MaxFrameSize
+	if ch.TableSizeSet {
+		// The encoder belongs to qmu, which cannot be taken under mu:
+		// the size applies before the next header block is encoded.
+		c.pendingTable = &ch.TableSize
+	}
+	return ch.WindowGrew, err
 }
 
-// setHeaderTableSize is deferred to the writer: the encoder belongs to
-// qmu, which cannot be taken under mu. The size update is applied before
-// the next header block is encoded.
-func (c *Conn) setHeaderTableSize(v uint32) {
-	c.pendingTable = &v
+// windowFitsLocked reports whether every open stream's send window stays
+// within maxWindow with w as the node's SETTINGS_INITIAL_WINDOW_SIZE
+// (RFC 9113 section 6.9.2): each window is the stream's sendDelta plus
+// the setting, so the change is one assignment, whatever the number of
+// streams. Only a stream the node credited past the setting can
+// overflow: then the exact bound is found, which a node can make stale
+// only by a stream's DATA or end, not by SETTINGS. Called with c.mu held.
+func (c *Conn) windowFitsLocked(w int64) bool {
+	if c.deltaMax+w <= maxWindow {
+		return true
+	}
+	c.deltaMax = 0
+	for _, st := range c.streams {
+		c.deltaMax = max(c.deltaMax, st.sendDelta)
+	}
+	return c.deltaMax+w <= maxWindow
 }
 
 // readLoop is the connection's one reader: it demultiplexes frames to
@@ -430,6 +403,7 @@ func (c *Conn) setHeaderTableSize(v uint32) {
 func (c *Conn) readLoop() {
 	defer close(c.readDone)
 	for {
+		c.src.in.Reset()
 		if err := c.onFrame(c.fr.ReadFrame()); err != nil {
 			c.endRead(err)
 			return
@@ -462,9 +436,11 @@ func (c *Conn) onFrame(f http2.Frame, err error) error {
 		if d := c.fr.ErrorDetail(); d != nil {
 			reason = d.Error()
 		}
-		err = connError{http2.ErrCode(ce), reason}
+		err = connError{Code: http2.ErrCode(ce), Reason: reason}
 	case errors.Is(err, http2.ErrFrameTooLarge):
-		err = connError{http2.ErrCodeFrameSize, "frame larger than SETTINGS_MAX_FRAME_SIZE"}
+		err = connError{Code: http2.ErrCodeFrameSize, Reason: "frame larger than SETTINGS_MAX_FRAME_SIZE"}
+	case errors.Is(err, h2core.ErrHeaderFlood):
+		err = connError{Code: http2.ErrCodeEnhanceYourCalm, Reason: "a header block far over SETTINGS_MAX_HEADER_LIST_SIZE"}
 	}
 	return err
 }
@@ -509,7 +485,7 @@ func (c *Conn) handle(f http2.Frame) error {
 		if f.IsAck() {
 			return nil
 		}
-		if err := c.spendControl(); err != nil {
+		if err := c.ctrl.Spend(time.Now()); err != nil {
 			return err
 		}
 		c.mu.Lock()
@@ -524,7 +500,7 @@ func (c *Conn) handle(f http2.Frame) error {
 		return c.answer(func(fr *http2.Framer) error { return fr.WriteSettingsAck() })
 	case *http2.PingFrame:
 		if !f.IsAck() {
-			if err := c.spendControl(); err != nil {
+			if err := c.ctrl.Spend(time.Now()); err != nil {
 				return err
 			}
 			return c.answer(func(fr *http2.Framer) error { return fr.WritePing(true, f.Data) })
@@ -538,7 +514,7 @@ func (c *Conn) handle(f http2.Frame) error {
 	case *http2.GoAwayFrame:
 		c.onGoAway(f)
 	case *http2.PushPromiseFrame:
-		return connError{http2.ErrCodeProtocol, "PUSH_PROMISE although SETTINGS_ENABLE_PUSH is 0 (RFC 9113 section 8.4)"}
+		return connError{Code: http2.ErrCodeProtocol, Reason: "PUSH_PROMISE although SETTINGS_ENABLE_PUSH is 0 (RFC 9113 section 8.4)"}
 	}
 	// PRIORITY, PRIORITY_UPDATE and unknown frame types are ignored
 	// (RFC 9113 sections 5.3.2 and 5.5).
@@ -554,7 +530,7 @@ func (c *Conn) lookup(h http2.FrameHeader) (*Stream, error) {
 		return s, nil
 	}
 	if h.StreamID%2 == 0 || h.StreamID >= c.nextID {
-		return nil, connError{http2.ErrCodeProtocol, fmt.Sprintf("%v on idle stream %d", h.Type, h.StreamID)}
+		return nil, connError{Code: http2.ErrCodeProtocol, Reason: fmt.Sprintf("%v on idle stream %d", h.Type, h.StreamID)}
 	}
 	return nil, nil
 }
@@ -566,7 +542,7 @@ func (c *Conn) onData(f *http2.DataFrame) error {
 	// 6.9.1); it counts against the connection even on a closed stream.
 	if int64(n) > c.recvWindow {
 		c.mu.Unlock()
-		return connError{http2.ErrCodeFlowControl, "DATA beyond the connection window"}
+		return connError{Code: http2.ErrCodeFlowControl, Reason: "DATA beyond the connection window"}
 	}
 	c.recvWindow -= int64(n)
 	c.recvCredit += n
@@ -743,7 +719,7 @@ func (c *Conn) onWindowUpdate(f *http2.WindowUpdateFrame) error {
 		c.credited += uint64(f.Increment)
 		c.sendWindow += int64(f.Increment)
 		if c.sendWindow > maxWindow {
-			return connError{http2.ErrCodeFlowControl, "WINDOW_UPDATE overflows the connection window (RFC 9113 section 6.9.1)"}
+			return connError{Code: http2.ErrCodeFlowControl, Reason: "WINDOW_UPDATE overflows the connection window (RFC 9113 section 6.9.1)"}
 		}
 		c.passWindowLocked()
 		return nil
@@ -889,7 +865,7 @@ func (c *Conn) answer(write func(fr *http2.Framer) error) error {
 	err := write(c.fr)
 	c.answered += len(c.queue) - before
 	if err == nil && c.answered > maxAnswerBytes {
-		err = connError{http2.ErrCodeEnhanceYourCalm, fmt.Sprintf("the node sends control frames faster than it reads their answers (%d bytes of answers unwritten)", c.answered)}
+		err = connError{Code: http2.ErrCodeEnhanceYourCalm, Reason: fmt.Sprintf("the node sends control frames faster than it reads their answers (%d bytes of answers unwritten)", c.answered)}
 		// No more writes: the GOAWAY would queue behind what the node
 		// does not read.
 		c.werr = &connLostError{err}
@@ -899,24 +875,6 @@ func (c *Conn) answer(write func(fr *http2.Framer) error) error {
 		return err
 	}
 	c.Kick()
-	return nil
-}
-
-// spendControl takes a token for a PING or SETTINGS frame from the
-// node (see controlBurst); without one, the node floods, and the error
-// returned cuts its connection. Called by the reader.
-func (c *Conn) spendControl() error {
-	now := time.Now()
-	if c.ctrlAt.IsZero() {
-		c.ctrlTokens = controlBurst
-	} else {
-		c.ctrlTokens = min(controlBurst, c.ctrlTokens+now.Sub(c.ctrlAt).Seconds()*controlRate)
-	}
-	c.ctrlAt = now
-	if c.ctrlTokens < 1 {
-		return connError{http2.ErrCodeEnhanceYourCalm, fmt.Sprintf("more than %d PING and SETTINGS frames at once, or %d a second", controlBurst, controlRate)}
-	}
-	c.ctrlTokens--
 	return nil
 }
 
@@ -1129,10 +1087,10 @@ func (c *Conn) queueStream(req *Request) (*Stream, error) {
 	case c.goAway || c.nextID > maxWindow:
 		c.mu.Unlock()
 		return nil, ErrGoingAway
-	case uint32(len(c.streams)) >= c.maxStreams:
+	case uint32(len(c.streams)) >= c.peer.MaxConcurrentStreams:
 		c.mu.Unlock()
 		return nil, ErrFull
-	case c.peerHeader > 0 && headerListSize(req, schemeOf(c.nc)) > uint64(c.peerHeader):
+	case c.peer.MaxHeaderListSize > 0 && headerListSize(req, schemeOf(c.nc)) > uint64(c.peer.MaxHeaderListSize):
 		c.mu.Unlock()
 		return nil, ErrRequestTooLarge
 	}

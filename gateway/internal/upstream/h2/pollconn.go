@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"encoding/binary"
 	"fmt"
+	"github.com/wsgate/wsgate/internal/h2core"
 	"github.com/wsgate/wsgate/internal/rawio"
 	"io"
 	"net"
@@ -24,10 +25,13 @@ import (
 type Poller func(nc net.Conn, c *Conn) (owner any, detach func())
 
 // frameSource is the Framer's reader: the handshake and readLoop read the
-// socket through br; on a poller, PollRead hands the Framer one complete
-// frame, or one header block with its CONTINUATION frames, at a time in b.
+// socket through br, within in's budget per ReadFrame (a CONTINUATION
+// flood); on a poller, PollRead hands the Framer one complete frame, or
+// one header block with its CONTINUATION frames (maxHeaderGroup at
+// most), at a time in b.
 type frameSource struct {
 	br *bufio.Reader
+	in h2core.ReadBudget // reads br
 	b  []byte
 }
 
@@ -38,7 +42,7 @@ func (s *frameSource) Read(p []byte) (int, error) {
 		return n, nil
 	}
 	if s.br != nil {
-		return s.br.Read(p)
+		return s.in.Read(p)
 	}
 	return 0, io.ErrUnexpectedEOF
 }
@@ -118,7 +122,7 @@ func (c *Conn) handleBuffered() error {
 		end, need := frameGroupEnd(c.rb[off:])
 		if end == 0 {
 			if need > maxHeaderGroup+frameHeaderLen {
-				return connError{http2.ErrCodeEnhanceYourCalm, "header block larger than 64 KiB before decoding"}
+				return connError{Code: http2.ErrCodeEnhanceYourCalm, Reason: "header block larger than 64 KiB before decoding"}
 			}
 			if need > cap(c.rb) {
 				grown := make([]byte, len(c.rb)-off, max(need, 2*cap(c.rb)))
