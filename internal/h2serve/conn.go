@@ -48,19 +48,6 @@ func (e *StreamError) Error() string {
 	return fmt.Sprintf("h2serve: stream %d reset by %s: %v", e.StreamID, by, e.Code)
 }
 
-// outBuffer is the Framer's writer: encoded frames queue in it until the
-// connection's writer takes them. Each Write is one whole frame.
-type outBuffer struct {
-	b      []byte
-	frames int
-}
-
-func (o *outBuffer) Write(p []byte) (int, error) {
-	o.b = append(o.b, p...)
-	o.frames++
-	return len(p), nil
-}
-
 // conn is one HTTP/2 connection from a client. Its reader (serve)
 // demultiplexes frames to streams; its writer (pumpWrites) writes what is
 // queued. Lock order: wmu before mu.
@@ -71,25 +58,18 @@ type conn struct {
 	fr  *http2.Framer     // reads belong to the reader, writes to wmu
 	in  h2core.ReadBudget // what fr reads from; the reader's
 
-	// wmu guards the queue of frames to write: the Framer's write side,
-	// the hpack encoder (whose state follows the order of header blocks
-	// in the queue) and the buffers.
-	wmu   sync.Mutex
-	out   outBuffer
-	spare []byte
-	henc  *hpack.Encoder
-	hbuf  bytes.Buffer
-	werr  error // once set, nothing more is queued
-	// answered counts the bytes of answers to the peer (see
-	// maxAnswerBytes) queued or being written: the writer uncounts
-	// those it took once its write of them returned.
-	answered int
+	// wmu guards the queue of frames to write (q, whose lock it is:
+	// the Framer's write side), the hpack encoder (whose state follows
+	// the order of header blocks in the queue) and what follows.
+	wmu  sync.Mutex
+	q    *h2core.Queue
+	henc *hpack.Encoder
+	hbuf bytes.Buffer
 	// roomWaiters are the streams whose Write waits for the queue to
 	// drop below WriteQueue; the writer wakes them each time it takes
 	// the queue.
 	roomWaiters []*Stream
 
-	wake    chan struct{} // capacity 1: frames are queued
 	closing chan struct{} // closed by fail: write what is queued, then close
 	written chan struct{} // closed when the writer has returned
 
@@ -158,7 +138,6 @@ func newConn(s *Server, nc net.Conn) *conn {
 		srv:        s,
 		nc:         nc,
 		cfg:        cfg,
-		wake:       wake.New(),
 		closing:    make(chan struct{}),
 		written:    make(chan struct{}),
 		streams:    make(map[uint32]*Stream),
@@ -175,7 +154,18 @@ func newConn(s *Server, nc net.Conn) *conn {
 	}
 	c.ctrl = h2core.NewControlBudget(burst, controlRefill, time.Now())
 	c.in = h2core.ReadBudget{R: bufio.NewReaderSize(nc, 16<<10), Limit: h2core.ReadLimit(cfg.maxHeader, defaultMaxFrameSize)}
-	c.fr = http2.NewFramer(&c.out, &c.in)
+	c.q = h2core.NewQueue(&c.wmu, h2core.QueueConfig{
+		WriteTimeout:   cfg.writeTimeout,
+		MaxAnswerBytes: maxAnswerBytes,
+		KeepCap:        keepOutCap,
+		Lost:           func(cause error) error { return &connLostError{cause} },
+		// One cause for the writer, the reader (whose queue fails with
+		// it) and fail, whichever of them ends the connection first:
+		// lost to the flood (ErrConnLost), of code ENHANCE_YOUR_CALM.
+		Cut:   func(err error) { go c.fail(err) },
+		Taken: c.roomMadeLocked,
+	})
+	c.fr = c.q.NewFramer(&c.in)
 	c.fr.SetMaxReadFrameSize(defaultMaxFrameSize)
 	c.fr.SetReuseFrames() // no frame is kept past the next read; DATA is copied
 	c.fr.ReadMetaHeaders = hpack.NewDecoder(headerTableSize, nil)
@@ -880,8 +870,9 @@ func (c *conn) resetStream(id uint32, code http2.ErrCode, err error) {
 
 // queue runs write with the Framer under wmu, which appends its frames to
 // the connection's queue, and wakes the writer. answer says the frames
-// answer the peer (see maxAnswerBytes). It fails only once the connection
-// is ending.
+// answer the peer (h2core.Queue.AnswerLocked: counted against
+// maxAnswerBytes until written). It fails only once the connection is
+// ending.
 func (c *conn) queue(answer bool, write func(fr *http2.Framer) error) error {
 	c.wmu.Lock()
 	defer c.wmu.Unlock()
@@ -889,40 +880,27 @@ func (c *conn) queue(answer bool, write func(fr *http2.Framer) error) error {
 }
 
 func (c *conn) queueLocked(answer bool, write func(fr *http2.Framer) error) error {
-	if c.werr != nil {
-		return c.werr
-	}
-	before := len(c.out.b)
-	if err := write(c.fr); err != nil {
-		// The Framer refuses only frames this side got wrong.
-		return fmt.Errorf("h2serve: encode a frame: %w", err)
-	}
+	var err error
 	if answer {
-		c.answered += len(c.out.b) - before
-		if c.answered > maxAnswerBytes {
-			// One cause for the writer, the reader (whose queue fails
-			// with it) and fail, whichever of them ends the connection
-			// first: lost to the flood (ErrConnLost), of code
-			// ENHANCE_YOUR_CALM.
-			c.werr = &connLostError{connError{Code: http2.ErrCodeEnhanceYourCalm, Reason: "control frames faster than their answers are read"}}
-			go c.fail(c.werr)
-			return c.werr
-		}
+		err = c.q.AnswerLocked(write)
+	} else {
+		err = c.q.QueueLocked(write)
 	}
-	wake.Signal(c.wake)
-	return nil
+	if err == nil {
+		c.q.Kick()
+	}
+	return err
 }
 
 // pumpWrites is the connection's one writer: each time frames are queued
-// it takes all of them and writes them, each writeChunk within
-// WriteTimeout. When the connection ends it writes what is left (a
-// GOAWAY) and closes it.
+// it writes all of them (flush). When the connection ends it writes what
+// is left (a GOAWAY) and closes it.
 func (c *conn) pumpWrites() {
 	defer close(c.written)
 	defer c.nc.Close()
 	for {
 		select {
-		case <-c.wake:
+		case <-c.q.Kicked():
 		case <-c.gone:
 			c.mu.Lock()
 			done := c.goAwaySent && len(c.streams) == 0
@@ -936,59 +914,40 @@ func (c *conn) pumpWrites() {
 			return
 		}
 		if err := c.flush(); err != nil {
-			go c.fail(&connLostError{fmt.Errorf("write: %w", err)})
+			go c.fail(err)
 			<-c.closing
 			return
 		}
 	}
 }
 
-// flush writes what is queued. Taking the queue makes room in it: the
-// Writes waiting for some are woken, and queue what follows while this
-// is written.
+// flush writes what is queued, each 64 KiB within WriteTimeout
+// (h2core.Queue.Flush).
 func (c *conn) flush() error {
 	// Streams woken at the same moment as this writer (one message fanned
 	// out to many members) queue their frames now, and go in this write.
 	runtime.Gosched()
-	c.wmu.Lock()
-	buf, frames := c.out.b, c.out.frames
-	c.out.b, c.out.frames, c.spare = c.spare[:0], 0, nil
-	// The answers taken stay counted until they are written: a client
-	// that does not read holds maxAnswerBytes of them at most, queued
-	// and being written together.
-	answers := c.answered
-	if len(c.roomWaiters) > 0 {
-		c.mu.Lock()
-		for _, s := range c.roomWaiters {
-			s.roomWait = false
-			wake.Signal(s.wwake)
-		}
-		c.mu.Unlock()
-		clear(c.roomWaiters)
-		c.roomWaiters = c.roomWaiters[:0]
-	}
-	c.wmu.Unlock()
-	if len(buf) == 0 {
-		return nil
-	}
-	var err error
-	for off := 0; off < len(buf) && err == nil; {
-		// The deadline is for progress: each chunk has WriteTimeout.
-		end := min(off+writeChunk, len(buf))
-		_ = c.nc.SetWriteDeadline(time.Now().Add(c.cfg.writeTimeout))
-		var n int
-		n, err = c.nc.Write(buf[off:end])
-		off += n
-		c.srv.writes.Add(1)
-	}
-	c.srv.frames.Add(uint64(frames))
-	c.wmu.Lock()
-	c.answered -= answers
-	if cap(buf) <= keepOutCap {
-		c.spare = buf[:0]
-	}
-	c.wmu.Unlock()
+	st, err := c.q.Flush(c.nc)
+	c.srv.writes.Add(uint64(st.Writes))
+	c.srv.frames.Add(uint64(st.Frames))
 	return err
+}
+
+// roomMadeLocked wakes the Writes waiting for room in the queue: the
+// writer took it, and they queue what follows while it is written.
+// Called with wmu held.
+func (c *conn) roomMadeLocked() {
+	if len(c.roomWaiters) == 0 {
+		return
+	}
+	c.mu.Lock()
+	for _, s := range c.roomWaiters {
+		s.roomWait = false
+		wake.Signal(s.wwake)
+	}
+	c.mu.Unlock()
+	clear(c.roomWaiters)
+	c.roomWaiters = c.roomWaiters[:0]
 }
 
 // connLostError wraps why a connection was lost; it matches ErrConnLost.
@@ -1049,9 +1008,7 @@ func (c *conn) fail(err error) {
 		s.finishLocked(lost)
 	}
 	c.mu.Unlock()
-	if c.werr == nil {
-		c.werr = lost
-	}
+	c.q.FailLocked(lost)
 	c.wmu.Unlock()
 	close(c.closing)
 }

@@ -436,7 +436,7 @@ func (s *Stream) waitRoom() error {
 	c := s.c
 	for {
 		c.wmu.Lock()
-		if c.werr != nil || len(c.out.b) < c.cfg.writeQueue {
+		if c.q.ErrLocked() != nil || c.q.LenLocked() < c.cfg.writeQueue {
 			c.wmu.Unlock()
 			return nil
 		}

@@ -39,8 +39,9 @@ const (
 	// maxAnswerBytes bounds the frames queued in answer to the node (PING
 	// and SETTINGS acknowledgements) that have not left for the network:
 	// a node that sends them faster than it reads their answers is
-	// flooding, and its connection is cut (ENHANCE_YOUR_CALM).
-	maxAnswerBytes = 1 << 20
+	// flooding, and its connection is cut (ENHANCE_YOUR_CALM,
+	// h2core.Queue.AnswerLocked).
+	maxAnswerBytes = h2core.MaxAnswerBytes
 	// controlBurst and controlRate bound the PING and SETTINGS frames a
 	// node may send (a token bucket: controlBurst at once, controlRate a
 	// second after): each costs this side a pass of its reader and an
@@ -48,10 +49,6 @@ const (
 	// them is cut (ENHANCE_YOUR_CALM).
 	controlBurst = 1000
 	controlRate  = 1000
-	// writeChunk is the most of the queue one network write takes: each
-	// gets Config.WriteTimeout of its own, so that a node that reads
-	// slowly but steadily is never cut for the size of what was queued.
-	writeChunk = 64 << 10
 )
 
 // Config is how a Conn behaves; the zero value is usable.
@@ -137,29 +134,19 @@ type Conn struct {
 	readDone chan struct{} // closed when the reader goroutine returned
 	away     chan struct{} // closed once the connection takes no new stream
 
-	// qmu guards the frame queue and what must follow its order: the
-	// Framer's write side (which appends to queue, see frameQueue), the
-	// hpack encoder (whose state must follow the order of header blocks
-	// on the wire), stream identifiers (which must rise in that order,
-	// RFC 9113 section 5.1.1) and werr. Frames are queued under it, never
-	// written: it is held across no network I/O. Lock order: wmu before
+	// qmu guards the frame queue (q, whose lock it is: the Framer's
+	// write side) and what must follow its order: the hpack encoder
+	// (whose state must follow the order of header blocks on the wire)
+	// and stream identifiers (which must rise in that order, RFC 9113
+	// section 5.1.1). Frames are queued under it, never written: it is
+	// held across no network I/O. Lock order: the queue's writer before
 	// qmu before mu.
-	qmu   sync.Mutex
-	queue []byte // frames queued, not yet taken by a flush
-	spare []byte // the queue's other buffer, given back by the last flush
-	henc  *hpack.Encoder
-	hbuf  bytes.Buffer
-	werr  error
-	// answered counts the bytes of answers to the node (see
-	// maxAnswerBytes) queued or being written: a flush takes them off
-	// only once its write has put them on the network.
-	answered int
-	// wmu serializes writes to the network: its holder takes everything
-	// queued and writes it in one write, bounded by Config.WriteTimeout
-	// (see flush). flushWake wakes the flusher goroutine (see Kick).
-	wmu       sync.Mutex
-	flushers  atomic.Int32 // flushes waiting for wmu
-	flushWake chan struct{}
+	qmu  sync.Mutex
+	q    *h2core.Queue
+	henc *hpack.Encoder
+	hbuf bytes.Buffer
+	// nbWrite is writeNB, made once (see flushNB).
+	nbWrite func([]byte) (int, error)
 
 	mu         sync.Mutex
 	streams    map[uint32]*Stream
@@ -245,7 +232,6 @@ func HandshakePolled(ctx context.Context, nc net.Conn, cfg Config, poll Poller) 
 	c := &Conn{
 		nc:            nc,
 		cfg:           cfg,
-		flushWake:     wake.New(),
 		readDone:      make(chan struct{}),
 		away:          make(chan struct{}),
 		streams:       make(map[uint32]*Stream),
@@ -264,7 +250,13 @@ func HandshakePolled(ctx context.Context, nc net.Conn, cfg Config, poll Poller) 
 	}
 	c.src.br = bufio.NewReaderSize(nc, 16<<10)
 	c.src.in = h2core.ReadBudget{R: c.src.br, Limit: h2core.ReadLimit(cfg.MaxHeaderBytes, defaultMaxFrameSize)}
-	c.fr = http2.NewFramer(frameQueue{c}, &c.src)
+	c.q = h2core.NewQueue(&c.qmu, h2core.QueueConfig{
+		WriteTimeout:   cfg.WriteTimeout,
+		MaxAnswerBytes: maxAnswerBytes,
+		Lost:           func(cause error) error { return &connLostError{cause} },
+	})
+	c.nbWrite = c.writeNB
+	c.fr = c.q.NewFramer(&c.src)
 	c.fr.SetMaxReadFrameSize(defaultMaxFrameSize)
 	c.fr.SetReuseFrames() // no frame is kept past the next read; DATA is copied
 	c.fr.ReadMetaHeaders = hpack.NewDecoder(headerTableSize, nil)
@@ -308,7 +300,7 @@ func (c *Conn) handshake(ctx context.Context) error {
 
 func (c *Conn) exchangeSettings() error {
 	c.qmu.Lock()
-	c.queue = append(c.queue, http2.ClientPreface...)
+	c.q.AppendLocked([]byte(http2.ClientPreface)...)
 	// This side's SETTINGS must follow the preface (RFC 9113 section 3.4).
 	err := c.fr.WriteSettings(
 		http2.Setting{ID: http2.SettingEnablePush, Val: 0},
@@ -359,11 +351,7 @@ func (c *Conn) exchangeSettings() error {
 // writeHandshake writes what is queued during the handshake, under the
 // deadline the handshake's context set on the connection.
 func (c *Conn) writeHandshake() error {
-	c.qmu.Lock()
-	b := c.queue
-	c.queue = nil
-	c.qmu.Unlock()
-	_, err := c.nc.Write(b)
+	_, err := c.q.FlushNow(c.nc, 0, nil)
 	return err
 }
 
@@ -773,9 +761,7 @@ func (c *Conn) resetStream(id uint32, code http2.ErrCode, err error) {
 		s.finishLocked(err)
 	}
 	c.mu.Unlock()
-	if c.werr == nil {
-		c.fr.WriteRSTStream(id, code)
-	}
+	c.q.QueueLocked(func(fr *http2.Framer) error { return fr.WriteRSTStream(id, code) })
 	c.qmu.Unlock()
 	c.Kick()
 }
@@ -822,24 +808,10 @@ func (c *Conn) wakeSendersLocked() {
 	}
 }
 
-// frameQueue is the Framer's writer: it appends each frame to the queue.
-// The Framer writes only with qmu held.
-type frameQueue struct{ c *Conn }
-
-func (q frameQueue) Write(p []byte) (int, error) {
-	q.c.queue = append(q.c.queue, p...)
-	return len(p), nil
-}
-
 // queueFrames runs write with the Framer under qmu: its frames join the
 // queue, in order, for the next flush.
 func (c *Conn) queueFrames(write func(fr *http2.Framer) error) error {
-	c.qmu.Lock()
-	defer c.qmu.Unlock()
-	if c.werr != nil {
-		return c.werr
-	}
-	return write(c.fr)
+	return c.q.Queue(write)
 }
 
 // writeFrames queues write's frames and flushes: it returns once they are
@@ -856,22 +828,7 @@ func (c *Conn) writeFrames(write func(fr *http2.Framer) error) error {
 // it, the node sends faster than it reads, and the connection is cut
 // with the error returned (which ends the reader).
 func (c *Conn) answer(write func(fr *http2.Framer) error) error {
-	c.qmu.Lock()
-	if c.werr != nil {
-		c.qmu.Unlock()
-		return nil // the connection is ending already
-	}
-	before := len(c.queue)
-	err := write(c.fr)
-	c.answered += len(c.queue) - before
-	if err == nil && c.answered > maxAnswerBytes {
-		err = connError{Code: http2.ErrCodeEnhanceYourCalm, Reason: fmt.Sprintf("the node sends control frames faster than it reads their answers (%d bytes of answers unwritten)", c.answered)}
-		// No more writes: the GOAWAY would queue behind what the node
-		// does not read.
-		c.werr = &connLostError{err}
-	}
-	c.qmu.Unlock()
-	if err != nil {
+	if err := c.q.Answer(write); err != nil {
 		return err
 	}
 	c.Kick()
@@ -888,14 +845,14 @@ func (c *Conn) sendFrames(write func(fr *http2.Framer) error) {
 
 // Kick has the connection's flusher goroutine write what is queued soon.
 // It never blocks.
-func (c *Conn) Kick() { wake.Signal(c.flushWake) }
+func (c *Conn) Kick() { c.q.Kick() }
 
 // flushLoop is the connection's flusher: it writes what is queued each
 // time it is kicked, until the connection ends.
 func (c *Conn) flushLoop() {
 	for {
 		select {
-		case <-c.flushWake:
+		case <-c.q.Kicked():
 			c.flush()
 		case <-c.readDone:
 			return
@@ -903,70 +860,13 @@ func (c *Conn) flushLoop() {
 	}
 }
 
-// flush has everything queued written in one write, under wmu. When
-// another flush waits for wmu behind this one, this one leaves the
-// queue, its own frames included, to it: the last flush of a burst
-// always writes (it finds no flush waiting, or one that will find none
-// after it), so frames many streams queue at one moment (a room's fan-out
-// through the node's clients) leave in one write rather than one each. A
+// flush has everything queued written (h2core.Queue.Flush: each 64 KiB
+// within Config.WriteTimeout, a burst of flushes left to the last). A
 // failed write loses the connection.
 func (c *Conn) flush() error {
-	c.flushers.Add(1)
-	c.wmu.Lock()
-	c.flushers.Add(-1)
-	defer c.wmu.Unlock()
-	if c.flushers.Load() > 0 {
-		c.qmu.Lock()
-		defer c.qmu.Unlock()
-		return c.werr
-	}
-	return c.flushLocked(0)
-}
-
-// keepQueueCap is the largest queue buffer kept for reuse after a flush.
-const keepQueueCap = 64 << 10
-
-// flushLocked writes what is queued, each writeChunk within
-// Config.WriteTimeout, or all of it within total when total is not 0.
-func (c *Conn) flushLocked(total time.Duration) error {
-	c.qmu.Lock()
-	if c.werr != nil || len(c.queue) == 0 {
-		err := c.werr
-		c.qmu.Unlock()
+	if _, err := c.q.Flush(c.nc); err != nil {
+		c.fail(err)
 		return err
-	}
-	b, answered := c.queue, c.answered
-	c.queue, c.spare = c.spare[:0], nil
-	c.qmu.Unlock()
-	var err error
-	if total > 0 {
-		c.nc.SetWriteDeadline(time.Now().Add(total))
-	}
-	for off := 0; off < len(b) && err == nil; {
-		// The deadline is for progress: each chunk has WriteTimeout.
-		end := min(off+writeChunk, len(b))
-		if total == 0 {
-			c.nc.SetWriteDeadline(time.Now().Add(c.cfg.WriteTimeout))
-		}
-		var n int
-		n, err = c.nc.Write(b[off:end])
-		off += n
-	}
-	c.qmu.Lock()
-	if err == nil {
-		c.answered -= answered // they left
-	}
-	if cap(b) <= keepQueueCap {
-		c.spare = b[:0]
-	}
-	if err != nil && c.werr == nil {
-		c.werr = &connLostError{fmt.Errorf("write: %w", err)}
-	}
-	werr := c.werr
-	c.qmu.Unlock()
-	if err != nil {
-		c.fail(werr)
-		return werr
 	}
 	return nil
 }
@@ -1075,8 +975,8 @@ func (c *Conn) startStream(req *Request) (*Stream, error) {
 func (c *Conn) queueStream(req *Request) (*Stream, error) {
 	c.qmu.Lock()
 	defer c.qmu.Unlock()
-	if c.werr != nil {
-		return nil, c.werr
+	if err := c.q.ErrLocked(); err != nil {
+		return nil, err
 	}
 	c.mu.Lock()
 	switch {
@@ -1246,14 +1146,9 @@ func (c *Conn) Close() error {
 	// The GOAWAY is a courtesy: it goes only if no write is under way (a
 	// stalled one would hold Close for its write timeout before this
 	// one's own); closing the socket ends a stalled write at once.
-	if c.wmu.TryLock() {
-		if c.queueFrames(func(fr *http2.Framer) error { return fr.WriteGoAway(0, http2.ErrCodeNo, nil) }) == nil {
-			// One WriteTimeout for all: Close does not wait for a
-			// slow node to take a backlog.
-			c.flushLocked(c.cfg.WriteTimeout)
-		}
-		c.wmu.Unlock()
-	}
+	// One WriteTimeout for all: Close does not wait for a slow node to
+	// take a backlog.
+	c.q.FlushNow(c.nc, c.cfg.WriteTimeout, func(fr *http2.Framer) error { return fr.WriteGoAway(0, http2.ErrCodeNo, nil) })
 	c.fail(errors.New("closed by the gateway"))
 	<-c.readDone
 	return nil

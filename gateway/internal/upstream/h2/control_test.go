@@ -159,21 +159,19 @@ func TestAnswersCountUntilWritten(t *testing.T) {
 	n.nc.(*net.TCPConn).SetReadBuffer(16 << 10)
 	ack := func(fr *http2.Framer) error { return fr.WritePing(true, [8]byte{}) }
 	const frame = 9 + 8
-	// 60% of the bound, queued while the flusher waits for the write
+	// 60% of the bound, queued while the flusher waits for the queue's
 	// lock, so that it takes them in one write, which blocks.
-	c.wmu.Lock()
+	c.qmu.Lock()
 	for range maxAnswerBytes * 6 / 10 / frame {
-		if err := c.answer(ack); err != nil {
-			c.wmu.Unlock()
+		if err := c.q.AnswerLocked(ack); err != nil {
+			c.qmu.Unlock()
 			t.Fatalf("60%% of the bound: %v", err)
 		}
 	}
-	c.wmu.Unlock()
+	c.qmu.Unlock()
+	c.Kick()
 	for i := 0; ; i++ {
-		c.qmu.Lock()
-		taken := len(c.queue) == 0
-		c.qmu.Unlock()
-		if taken {
+		if taken := c.queued() == 0; taken {
 			break
 		}
 		if i == 10000 {
