@@ -414,3 +414,34 @@ func TestWindowWaitersWokenOneByOne(t *testing.T) {
 		}
 	}
 }
+
+// TestNodeContinuationFloodCut pins a node's CONTINUATION flood: a
+// response header block of fragments that decode to nothing (hpack
+// table size updates) was read for as long as the node sent it by a
+// connection its own goroutine reads (only a poller bounded the block).
+// Either reader now cuts it (ENHANCE_YOUR_CALM): the goroutine's by
+// h2core.ReadBudget, the poller's by maxHeaderGroup.
+func TestNodeContinuationFloodCut(t *testing.T) {
+	c, n, err := newFakeNode(t, Config{}, xconnect)
+	if err != nil {
+		t.Fatal(err)
+	}
+	res := openAsync(c, &Request{Authority: "n", Path: "/"})
+	hf := n.nextHeaders()
+	n.discard()
+	frag := bytes.Repeat([]byte{0x20}, defaultMaxFrameSize) // table size update to 0
+	go func() {
+		if n.fr.WriteHeaders(http2.HeadersFrameParam{StreamID: hf.StreamID, BlockFragment: frag}) != nil {
+			return
+		}
+		for range 1000 { // 16 MiB at most, never END_HEADERS
+			if n.fr.WriteContinuation(hf.StreamID, false, frag) != nil {
+				return
+			}
+		}
+	}()
+	cutFor(t, c, "ENHANCE_YOUR_CALM")
+	if r := <-res; r.err == nil {
+		t.Fatal("the stream opened on a flood")
+	}
+}
