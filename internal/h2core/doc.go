@@ -10,7 +10,8 @@
 // the bytes one ReadFrame may read (a CONTINUATION flood); PeerSettings,
 // a peer's SETTINGS checked and applied, with what changed for the
 // role's streams; ConnError, the connection error that ends a connection
-// with GOAWAY.
+// with GOAWAY (Queue.GoAway), and ReadError, which sorts the Framer's
+// read errors into stream errors and connection errors.
 //
 // The package holds no connection: each role keeps its socket, its
 // reader, its streams and its locks, and calls these types under the

@@ -1,6 +1,7 @@
 package h2core
 
 import (
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -156,6 +157,18 @@ func (q *Queue) Answer(write func(fr *http2.Framer) error) error {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	return q.AnswerLocked(write)
+}
+
+// GoAway queues a GOAWAY for err when err is a ConnError (RFC 9113
+// section 5.4.1): its code, its reason as debug data, and last as the
+// last stream the peer opened that this side processed (0 for a client,
+// whose peer opens none). It reports whether one was queued.
+func (q *Queue) GoAway(last uint32, err error) bool {
+	var ce ConnError
+	if !errors.As(err, &ce) {
+		return false
+	}
+	return q.Queue(func(fr *http2.Framer) error { return fr.WriteGoAway(last, ce.Code, []byte(ce.Reason)) }) == nil
 }
 
 // AppendLocked queues p as it is: bytes the role framed itself (the

@@ -236,33 +236,19 @@ func (c *conn) readFrames() error {
 	for {
 		c.in.Reset()
 		f, err := c.fr.ReadFrame()
-		if errors.Is(err, h2core.ErrHeaderFlood) {
-			return c.goAwayWith(connError{Code: http2.ErrCodeEnhanceYourCalm, Reason: "a header block far over SETTINGS_MAX_HEADER_LIST_SIZE"})
-		}
 		if err != nil {
-			var se http2.StreamError
-			if errors.As(err, &se) {
-				if err := c.spend(); err != nil {
-					return c.goAwayWith(err)
-				}
-				if err := c.onStreamError(se); err != nil {
-					return c.goAwayWith(err)
-				}
-				first = false
-				continue
+			se, stream, end := h2core.ReadError(c.fr, err)
+			if !stream {
+				return c.goAwayWith(end)
 			}
-			var ce http2.ConnectionError
-			switch {
-			case errors.As(err, &ce):
-				reason := "malformed frame"
-				if d := c.fr.ErrorDetail(); d != nil {
-					reason = d.Error()
-				}
-				return c.goAwayWith(connError{Code: http2.ErrCode(ce), Reason: reason})
-			case errors.Is(err, http2.ErrFrameTooLarge):
-				return c.goAwayWith(connError{Code: http2.ErrCodeFrameSize, Reason: "frame larger than SETTINGS_MAX_FRAME_SIZE"})
+			if err := c.spend(); err != nil {
+				return c.goAwayWith(err)
 			}
-			return err
+			if err := c.onStreamError(se); err != nil {
+				return c.goAwayWith(err)
+			}
+			first = false
+			continue
 		}
 		if first {
 			// The client preface ends with a SETTINGS frame (section 3.4).
@@ -279,14 +265,11 @@ func (c *conn) readFrames() error {
 
 // goAwayWith queues GOAWAY for a connection error and returns err.
 func (c *conn) goAwayWith(err error) error {
-	var ce connError
-	if errors.As(err, &ce) {
-		c.mu.Lock()
-		last := c.lastID
-		c.mu.Unlock()
-		_ = c.queue(false, func(fr *http2.Framer) error {
-			return fr.WriteGoAway(last, ce.Code, []byte(ce.Reason))
-		})
+	c.mu.Lock()
+	last := c.lastID
+	c.mu.Unlock()
+	if c.q.GoAway(last, err) {
+		c.q.Kick()
 	}
 	return err
 }

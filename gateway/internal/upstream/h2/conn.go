@@ -405,30 +405,17 @@ func (c *Conn) onFrame(f http2.Frame, err error) error {
 	if err == nil {
 		return c.handle(f)
 	}
-	var se http2.StreamError
-	if errors.As(err, &se) {
-		// A stream error on a stream never opened is a connection
-		// error: no RST_STREAM on an idle stream (RFC 9113 section 5.1).
-		c.mu.Lock()
-		_, err = c.lookup(http2.FrameHeader{StreamID: se.StreamID})
-		c.mu.Unlock()
-		if err == nil {
-			c.resetStream(se.StreamID, se.Code, nil)
-			return nil
-		}
+	se, stream, end := h2core.ReadError(c.fr, err)
+	if !stream {
+		return end
 	}
-	var ce http2.ConnectionError
-	switch {
-	case errors.As(err, &ce):
-		reason := "malformed frame or header block over the bound"
-		if d := c.fr.ErrorDetail(); d != nil {
-			reason = d.Error()
-		}
-		err = connError{Code: http2.ErrCode(ce), Reason: reason}
-	case errors.Is(err, http2.ErrFrameTooLarge):
-		err = connError{Code: http2.ErrCodeFrameSize, Reason: "frame larger than SETTINGS_MAX_FRAME_SIZE"}
-	case errors.Is(err, h2core.ErrHeaderFlood):
-		err = connError{Code: http2.ErrCodeEnhanceYourCalm, Reason: "a header block far over SETTINGS_MAX_HEADER_LIST_SIZE"}
+	// A stream error on a stream never opened is a connection error: no
+	// RST_STREAM on an idle stream (RFC 9113 section 5.1).
+	c.mu.Lock()
+	_, err = c.lookup(http2.FrameHeader{StreamID: se.StreamID})
+	c.mu.Unlock()
+	if err == nil {
+		c.resetStream(se.StreamID, se.Code, nil)
 	}
 	return err
 }
@@ -447,7 +434,9 @@ func (c *Conn) endRead(err error) {
 		// WriteTimeout per chunk: the connection ends within one
 		// WriteTimeout all the same.
 		cut := time.AfterFunc(c.cfg.WriteTimeout, func() { c.fail(err) })
-		c.writeFrames(func(fr *http2.Framer) error { return fr.WriteGoAway(0, ce.Code, nil) })
+		if c.q.GoAway(0, ce) {
+			c.flush()
+		}
 		cut.Stop()
 		c.fail(err)
 	}
