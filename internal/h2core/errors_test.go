@@ -40,7 +40,7 @@ func TestReadError(t *testing.T) {
 				r = &ReadBudget{R: &wire, Limit: tc.limit}
 			}
 			fr := http2.NewFramer(io.Discard, r)
-			fr.SetMaxReadFrameSize(DefaultMaxFrameSize)
+			fr.SetMaxReadFrameSize(16384)
 			fr.ReadMetaHeaders = hpack.NewDecoder(4096, nil)
 			_, err := fr.ReadFrame()
 			if err == nil {

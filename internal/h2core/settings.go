@@ -7,18 +7,6 @@ import (
 	"golang.org/x/net/http2"
 )
 
-const (
-	// DefaultWindow is the initial flow-control window of a connection
-	// and of every stream (RFC 9113 section 6.9.2).
-	DefaultWindow = 65535
-	// MaxWindow is the largest flow-control window (RFC 9113 section
-	// 6.9.1).
-	MaxWindow = 1<<31 - 1
-	// DefaultMaxFrameSize is SETTINGS_MAX_FRAME_SIZE's initial value, the
-	// largest frame either side may send until the other raises it.
-	DefaultMaxFrameSize = 16384
-)
-
 // PeerSettings are the peer's SETTINGS (RFC 9113 section 6.5.2) as they
 // stand, those either role acts on. The zero value is not the initial
 // one: start from NewPeerSettings. It is not safe for concurrent use:
@@ -46,9 +34,9 @@ type PeerSettings struct {
 // SETTINGS frame.
 func NewPeerSettings() PeerSettings {
 	return PeerSettings{
-		MaxConcurrentStreams: ^uint32(0),
-		InitialWindowSize:    DefaultWindow,
-		MaxFrameSize:         DefaultMaxFrameSize,
+		MaxConcurrentStreams: ^uint32(0), // no limit (RFC 9113 section 6.5.2)
+		InitialWindowSize:    65535,      // section 6.9.2
+		MaxFrameSize:         16384,      // section 4.2
 	}
 }
 
@@ -70,7 +58,7 @@ type SettingsChange struct {
 // Apply checks f's settings, in order (RFC 9113 section 6.5.3), and
 // applies them. fits is asked, before each SETTINGS_INITIAL_WINDOW_SIZE
 // applies, whether every open stream's send window stays within
-// MaxWindow with window as the setting (section 6.9.2): the role knows
+// 2^31-1 with window as the setting (section 6.9.2): the role knows
 // its streams. The error is a ConnError: PROTOCOL_ERROR for a value out
 // of its bounds (FLOW_CONTROL_ERROR for a window, FRAME_SIZE_ERROR...
 // as section 6.5.2 says) or for an extended CONNECT withdrawn (RFC 8441
