@@ -78,9 +78,10 @@ type conn struct {
 	lastID     uint32 // highest stream identifier the client used
 	goAwaySent bool
 	peer       h2core.PeerSettings
-	peerWindow int32  // peer.InitialWindowSize, for the streams
-	peerFrame  uint32 // peer.MaxFrameSize, for the streams
-	sendWindow int64  // connection send window
+	windowFits func(int64) bool // windowFitsLocked, made once
+	peerWindow int32            // peer.InitialWindowSize, for the streams
+	peerFrame  uint32           // peer.MaxFrameSize, for the streams
+	sendWindow int64            // connection send window
 	// A stream's send window is peerWindow plus its sendDelta, so that
 	// a change of SETTINGS_INITIAL_WINDOW_SIZE applies to every stream
 	// (RFC 9113 section 6.9.2) without visiting them. deltaBound is at
@@ -166,6 +167,7 @@ func newConn(s *Server, nc net.Conn) *conn {
 		Taken: c.roomMadeLocked,
 	})
 	c.fr = c.q.NewFramer(&c.in)
+	c.windowFits = c.windowFitsLocked
 	c.fr.SetMaxReadFrameSize(defaultMaxFrameSize)
 	c.fr.SetReuseFrames() // no frame is kept past the next read; DATA is copied
 	c.fr.ReadMetaHeaders = hpack.NewDecoder(headerTableSize, nil)
@@ -412,7 +414,7 @@ func (c *conn) lookup(h http2.FrameHeader) (*Stream, error) {
 // acknowledges them.
 func (c *conn) onSettings(f *http2.SettingsFrame) error {
 	c.mu.Lock()
-	ch, err := c.peer.Apply(f, c.windowFitsLocked)
+	ch, err := c.peer.Apply(f, c.windowFits)
 	c.peerWindow, c.peerFrame = c.peer.InitialWindowSize, c.peer.MaxFrameSize
 	if ch.WindowGrew {
 		c.wakeWindowWaitersLocked()

@@ -152,7 +152,8 @@ type Conn struct {
 	streams    map[uint32]*Stream
 	nextID     uint32
 	peer       h2core.PeerSettings
-	peerWindow int32 // peer.InitialWindowSize, for the streams
+	windowFits func(int64) bool // windowFitsLocked, made once
+	peerWindow int32            // peer.InitialWindowSize, for the streams
 	// deltaMax bounds every open stream's sendDelta from above (at least
 	// 0, a new stream's): while deltaMax plus a new
 	// SETTINGS_INITIAL_WINDOW_SIZE is within the largest window, no
@@ -256,6 +257,7 @@ func HandshakePolled(ctx context.Context, nc net.Conn, cfg Config, poll Poller) 
 		Lost:           func(cause error) error { return &connLostError{cause} },
 	})
 	c.nbWrite = c.writeNB
+	c.windowFits = c.windowFitsLocked
 	c.fr = c.q.NewFramer(&c.src)
 	c.fr.SetMaxReadFrameSize(defaultMaxFrameSize)
 	c.fr.SetReuseFrames() // no frame is kept past the next read; DATA is copied
@@ -358,12 +360,13 @@ func (c *Conn) writeHandshake() error {
 // applySettings takes the node's SETTINGS (h2core.PeerSettings) and
 // reports whether streams' send windows grew. Called with c.mu held.
 func (c *Conn) applySettings(f *http2.SettingsFrame) (grew bool, err error) {
-	ch, err := c.peer.Apply(f, c.windowFitsLocked)
+	ch, err := c.peer.Apply(f, c.windowFits)
 	c.peerWindow, c.peerFrame = c.peer.InitialWindowSize, c.peer.MaxFrameSize
 	if ch.TableSizeSet {
 		// The encoder belongs to qmu, which cannot be taken under mu:
 		// the size applies before the next header block is encoded.
-		c.pendingTable = &ch.TableSize
+		table := ch.TableSize
+		c.pendingTable = &table
 	}
 	return ch.WindowGrew, err
 }

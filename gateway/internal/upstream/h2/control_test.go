@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/wsgate/wsgate/internal/h2core"
 	"golang.org/x/net/http2"
 )
 
@@ -41,7 +42,8 @@ func settingsFrames(tb testing.TB, vals ...uint32) []*http2.SettingsFrame {
 func BenchmarkSettingsChange(b *testing.B) {
 	for _, n := range []int{10, 10000} {
 		b.Run(fmt.Sprint(n, "streams"), func(b *testing.B) {
-			c := &Conn{streams: map[uint32]*Stream{}, shareWaiting: map[*Stream]struct{}{}, peerWindow: defaultWindow}
+			c := &Conn{streams: map[uint32]*Stream{}, shareWaiting: map[*Stream]struct{}{}, peer: h2core.NewPeerSettings(), peerWindow: defaultWindow}
+			c.windowFits = c.windowFitsLocked
 			c.streamWaiting = map[*Stream]struct{}{}
 			for i := range n {
 				id := uint32(2*i + 1)
