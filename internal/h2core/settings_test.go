@@ -93,3 +93,40 @@ func TestPeerSettingsBounds(t *testing.T) {
 		})
 	}
 }
+
+// FuzzPeerSettings applies SETTINGS frames of any payload, as the
+// Framer reads them, and holds what Apply leaves to the protocol's
+// bounds: a value out of them is an error, never applied.
+func FuzzPeerSettings(f *testing.F) {
+	f.Add([]byte{0, 4, 0, 1, 0, 0}, []byte{0, 5, 0, 0, 0x40, 0})
+	f.Add([]byte{0, 8, 0, 0, 0, 1}, []byte{0, 8, 0, 0, 0, 0})
+	f.Add([]byte{0, 4, 0x7f, 0xff, 0xff, 0xff}, []byte{0, 1, 0, 0, 0, 0, 0, 3, 0, 0, 0, 0})
+	f.Fuzz(func(t *testing.T, first, second []byte) {
+		p := NewPeerSettings()
+		for _, payload := range [][]byte{first, second} {
+			var wire bytes.Buffer
+			if err := http2.NewFramer(&wire, nil).WriteRawFrame(http2.FrameSettings, 0, 0, payload); err != nil {
+				t.Fatal(err)
+			}
+			fr, err := http2.NewFramer(nil, &wire).ReadFrame()
+			if err != nil {
+				return // the Framer refuses it (a length not a multiple of 6, a window past 2^31-1)
+			}
+			before := p
+			_, err = p.Apply(fr.(*http2.SettingsFrame), func(w int64) bool { return w <= 1<<20 })
+			var ce ConnError
+			if err != nil && !errors.As(err, &ce) {
+				t.Fatalf("Apply = %v, not a connection error", err)
+			}
+			if p.MaxFrameSize < 16384 || p.MaxFrameSize > 1<<24-1 || p.InitialWindowSize < 0 || p.InitialWindowSize > 1<<20 {
+				t.Fatalf("applied out of bounds: %+v", p)
+			}
+			if before.EnableConnectProtocol && !p.EnableConnectProtocol {
+				t.Fatalf("extended CONNECT withdrawn without an error: %+v", p)
+			}
+			if err != nil {
+				return
+			}
+		}
+	})
+}
