@@ -29,7 +29,7 @@ func writesFail(c *rawConn, n int, write func(i int) error) bool {
 // MaxHeaderListSize, hpack table size updates (after a field, where they
 // are an hpack error, or from the block's start, where they are allowed
 // and decode to nothing: the Framer read those on for good, 64 MiB in
-// under a second, until frameBudget), or one string longer than the
+// under a second, until h2core.ReadBudget), or one string longer than the
 // limit whose bytes never end. 4,000 frames of 16 KiB (64 MiB) are far
 // beyond what any of them may read.
 func TestContinuationFlood(t *testing.T) {

@@ -14,6 +14,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/wsgate/wsgate/internal/h2core"
 	"github.com/wsgate/wsgate/internal/wake"
 	"golang.org/x/net/http2"
 	"golang.org/x/net/http2/hpack"
@@ -25,14 +26,7 @@ var ErrConnLost = errors.New("h2serve: connection lost")
 
 // connError is a connection error (RFC 9113 section 5.4.1): the
 // connection ends with GOAWAY carrying Code.
-type connError struct {
-	Code   http2.ErrCode
-	Reason string
-}
-
-func (e connError) Error() string {
-	return fmt.Sprintf("h2serve: connection error %v: %s", e.Code, e.Reason)
-}
+type connError = h2core.ConnError
 
 // StreamError is what Read and Write return on a stream that was reset:
 // by the client (Remote) or by this side.
@@ -54,19 +48,6 @@ func (e *StreamError) Error() string {
 	return fmt.Sprintf("h2serve: stream %d reset by %s: %v", e.StreamID, by, e.Code)
 }
 
-// outBuffer is the Framer's writer: encoded frames queue in it until the
-// connection's writer takes them. Each Write is one whole frame.
-type outBuffer struct {
-	b      []byte
-	frames int
-}
-
-func (o *outBuffer) Write(p []byte) (int, error) {
-	o.b = append(o.b, p...)
-	o.frames++
-	return len(p), nil
-}
-
 // conn is one HTTP/2 connection from a client. Its reader (serve)
 // demultiplexes frames to streams; its writer (pumpWrites) writes what is
 // queued. Lock order: wmu before mu.
@@ -74,28 +55,21 @@ type conn struct {
 	srv *Server
 	nc  net.Conn
 	cfg settings
-	fr  *http2.Framer // reads belong to the reader, writes to wmu
-	in  frameBudget   // what fr reads from; the reader's
+	fr  *http2.Framer     // reads belong to the reader, writes to wmu
+	in  h2core.ReadBudget // what fr reads from; the reader's
 
-	// wmu guards the queue of frames to write: the Framer's write side,
-	// the hpack encoder (whose state follows the order of header blocks
-	// in the queue) and the buffers.
-	wmu   sync.Mutex
-	out   outBuffer
-	spare []byte
-	henc  *hpack.Encoder
-	hbuf  bytes.Buffer
-	werr  error // once set, nothing more is queued
-	// answered counts the bytes of answers to the peer (see
-	// maxAnswerBytes) queued or being written: the writer uncounts
-	// those it took once its write of them returned.
-	answered int
+	// wmu guards the queue of frames to write (q, whose lock it is:
+	// the Framer's write side), the hpack encoder (whose state follows
+	// the order of header blocks in the queue) and what follows.
+	wmu  sync.Mutex
+	q    *h2core.Queue
+	henc *hpack.Encoder
+	hbuf bytes.Buffer
 	// roomWaiters are the streams whose Write waits for the queue to
 	// drop below WriteQueue; the writer wakes them each time it takes
 	// the queue.
 	roomWaiters []*Stream
 
-	wake    chan struct{} // capacity 1: frames are queued
 	closing chan struct{} // closed by fail: write what is queued, then close
 	written chan struct{} // closed when the writer has returned
 
@@ -103,9 +77,11 @@ type conn struct {
 	streams    map[uint32]*Stream
 	lastID     uint32 // highest stream identifier the client used
 	goAwaySent bool
-	peerWindow int32  // the client's SETTINGS_INITIAL_WINDOW_SIZE
-	peerFrame  uint32 // the client's SETTINGS_MAX_FRAME_SIZE
-	sendWindow int64  // connection send window
+	peer       h2core.PeerSettings
+	windowFits func(int64) bool // windowFitsLocked, made once
+	peerWindow int32            // peer.InitialWindowSize, for the streams
+	peerFrame  uint32           // peer.MaxFrameSize, for the streams
+	sendWindow int64            // connection send window
 	// A stream's send window is peerWindow plus its sendDelta, so that
 	// a change of SETTINGS_INITIAL_WINDOW_SIZE applies to every stream
 	// (RFC 9113 section 6.9.2) without visiting them. deltaBound is at
@@ -131,16 +107,11 @@ type conn struct {
 	// after its own reset is an error.
 	resets    []resetRecord
 	resetNext int
-	// ctrlTokens is what the client may still spend on frames that do
-	// no work (controlBurst at most): each costs one, DATA and HEADERS
-	// that do work earn one, and time refills controlRefill a second
-	// from ctrlAt. ctrlOwed, spent first, is two for each DATA frame
-	// sent (the WINDOW_UPDATEs it calls for), however many. A client
-	// that overspends is cut (ENHANCE_YOUR_CALM).
-	ctrlTokens  int
-	ctrlOwed    int64
-	ctrlBurst   int
-	ctrlAt      time.Time
+	// ctrl is what the client may still spend on frames that do no
+	// work: each costs one, DATA and HEADERS that do work earn one,
+	// and each DATA frame sent owes two (the WINDOW_UPDATEs it calls
+	// for). A client that overspends is cut (ENHANCE_YOUR_CALM).
+	ctrl        h2core.ControlBudget
 	recvWindow  int64  // what the client may still send on the connection
 	recvCredit  uint32 // received bytes not yet given back
 	err         error  // set once the connection is ending
@@ -168,24 +139,35 @@ func newConn(s *Server, nc net.Conn) *conn {
 		srv:        s,
 		nc:         nc,
 		cfg:        cfg,
-		wake:       wake.New(),
 		closing:    make(chan struct{}),
 		written:    make(chan struct{}),
 		streams:    make(map[uint32]*Stream),
+		peer:       h2core.NewPeerSettings(),
 		peerWindow: defaultWindow,
 		peerFrame:  defaultMaxFrameSize,
 		sendWindow: defaultWindow,
 		recvWindow: int64(cfg.connWindow),
 		gone:       wake.New(),
-		ctrlBurst:  controlBurst,
-		ctrlAt:     time.Now(),
 	}
+	burst := controlBurst
 	if s.ctrlBurst > 0 {
-		c.ctrlBurst = s.ctrlBurst
+		burst = s.ctrlBurst
 	}
-	c.ctrlTokens = c.ctrlBurst
-	c.in = frameBudget{r: bufio.NewReaderSize(nc, 16<<10), limit: readBudget(cfg.maxHeader)}
-	c.fr = http2.NewFramer(&c.out, &c.in)
+	c.ctrl = h2core.NewControlBudget(burst, controlRefill, time.Now())
+	c.in = h2core.ReadBudget{R: bufio.NewReaderSize(nc, 16<<10), Limit: h2core.ReadLimit(cfg.maxHeader, defaultMaxFrameSize)}
+	c.q = h2core.NewQueue(&c.wmu, h2core.QueueConfig{
+		WriteTimeout:   cfg.writeTimeout,
+		MaxAnswerBytes: maxAnswerBytes,
+		KeepCap:        keepOutCap,
+		Lost:           func(cause error) error { return &connLostError{cause} },
+		// One cause for the writer, the reader (whose queue fails with
+		// it) and fail, whichever of them ends the connection first:
+		// lost to the flood (ErrConnLost), of code ENHANCE_YOUR_CALM.
+		Cut:   func(err error) { go c.fail(err) },
+		Taken: c.roomMadeLocked,
+	})
+	c.fr = c.q.NewFramer(&c.in)
+	c.windowFits = c.windowFitsLocked
 	c.fr.SetMaxReadFrameSize(defaultMaxFrameSize)
 	c.fr.SetReuseFrames() // no frame is kept past the next read; DATA is copied
 	c.fr.ReadMetaHeaders = hpack.NewDecoder(headerTableSize, nil)
@@ -254,40 +236,26 @@ var errGoneAway = errors.New("h2serve: closed after GOAWAY")
 func (c *conn) readFrames() error {
 	first := true
 	for {
-		c.in.n = 0
+		c.in.Reset()
 		f, err := c.fr.ReadFrame()
-		if errors.Is(err, errHeaderFlood) {
-			return c.goAwayWith(connError{http2.ErrCodeEnhanceYourCalm, "a header block far over SETTINGS_MAX_HEADER_LIST_SIZE"})
-		}
 		if err != nil {
-			var se http2.StreamError
-			if errors.As(err, &se) {
-				if err := c.spend(); err != nil {
-					return c.goAwayWith(err)
-				}
-				if err := c.onStreamError(se); err != nil {
-					return c.goAwayWith(err)
-				}
-				first = false
-				continue
+			se, stream, end := h2core.ReadError(c.fr, err)
+			if !stream {
+				return c.goAwayWith(end)
 			}
-			var ce http2.ConnectionError
-			switch {
-			case errors.As(err, &ce):
-				reason := "malformed frame"
-				if d := c.fr.ErrorDetail(); d != nil {
-					reason = d.Error()
-				}
-				return c.goAwayWith(connError{http2.ErrCode(ce), reason})
-			case errors.Is(err, http2.ErrFrameTooLarge):
-				return c.goAwayWith(connError{http2.ErrCodeFrameSize, "frame larger than SETTINGS_MAX_FRAME_SIZE"})
+			if err := c.spend(); err != nil {
+				return c.goAwayWith(err)
 			}
-			return err
+			if err := c.onStreamError(se); err != nil {
+				return c.goAwayWith(err)
+			}
+			first = false
+			continue
 		}
 		if first {
 			// The client preface ends with a SETTINGS frame (section 3.4).
 			if sf, ok := f.(*http2.SettingsFrame); !ok || sf.IsAck() {
-				return c.goAwayWith(connError{http2.ErrCodeProtocol, "first frame is not SETTINGS (RFC 9113 section 3.4)"})
+				return c.goAwayWith(connError{Code: http2.ErrCodeProtocol, Reason: "first frame is not SETTINGS (RFC 9113 section 3.4)"})
 			}
 			first = false
 		}
@@ -297,55 +265,13 @@ func (c *conn) readFrames() error {
 	}
 }
 
-// errHeaderFlood is what frameBudget returns once one ReadFrame has read
-// more than its budget.
-var errHeaderFlood = errors.New("h2serve: one header block read past its budget")
-
-// readBudget is the most one ReadFrame may read: a header block's HEADERS
-// and CONTINUATION frames at four times maxHeader (hpack encodes a field
-// in little more than its size, and the Framer reads on to about twice the
-// limit before it answers a block over it), plus two frames of
-// SETTINGS_MAX_FRAME_SIZE with their headers; any other frame is one
-// frame.
-func readBudget(maxHeader uint32) int {
-	return 4*int(maxHeader) + 2*(defaultMaxFrameSize+9)
-}
-
-// frameBudget is the connection's reader as the Framer reads it: it fails
-// once the bytes read since n was last zeroed (before each ReadFrame) pass
-// limit. The Framer reads a header block's CONTINUATION frames within one
-// ReadFrame and bounds the fields they decode to, not the frames: a block
-// of hpack table size updates, which decode to nothing, would otherwise
-// be read for as long as the client sends it (a CONTINUATION flood,
-// CVE-2024-27316's kind).
-type frameBudget struct {
-	r     io.Reader
-	n     int
-	limit int
-}
-
-func (b *frameBudget) Read(p []byte) (int, error) {
-	if b.n >= b.limit {
-		return 0, errHeaderFlood
-	}
-	if len(p) > b.limit-b.n {
-		p = p[:b.limit-b.n]
-	}
-	n, err := b.r.Read(p)
-	b.n += n
-	return n, err
-}
-
 // goAwayWith queues GOAWAY for a connection error and returns err.
 func (c *conn) goAwayWith(err error) error {
-	var ce connError
-	if errors.As(err, &ce) {
-		c.mu.Lock()
-		last := c.lastID
-		c.mu.Unlock()
-		_ = c.queue(false, func(fr *http2.Framer) error {
-			return fr.WriteGoAway(last, ce.Code, []byte(ce.Reason))
-		})
+	c.mu.Lock()
+	last := c.lastID
+	c.mu.Unlock()
+	if c.q.GoAway(last, err) {
+		c.q.Kick()
 	}
 	return err
 }
@@ -356,7 +282,7 @@ func (c *conn) goAwayWith(err error) error {
 func (c *conn) onStreamError(se http2.StreamError) error {
 	id := se.StreamID
 	if id == 0 || id%2 == 0 {
-		return connError{se.Code, "stream error on a stream the client cannot use"}
+		return connError{Code: se.Code, Reason: "stream error on a stream the client cannot use"}
 	}
 	c.mu.Lock()
 	if id > c.lastID {
@@ -400,7 +326,7 @@ func (c *conn) handle(f http2.Frame) error {
 		// The client opens no more streams; those open go on.
 		return nil
 	case *http2.PushPromiseFrame:
-		return connError{http2.ErrCodeProtocol, "PUSH_PROMISE from a client (RFC 9113 section 8.4)"}
+		return connError{Code: http2.ErrCodeProtocol, Reason: "PUSH_PROMISE from a client (RFC 9113 section 8.4)"}
 	case *http2.PriorityFrame:
 		if f.StreamDep == f.StreamID {
 			// A stream cannot depend on itself (RFC 9113 section 5.3.1).
@@ -413,7 +339,7 @@ func (c *conn) handle(f http2.Frame) error {
 }
 
 // spend charges one frame that does no work to the control budget
-// (ctrlTokens), and returns the connection error that cuts a client
+// (ctrl), and returns the connection error that cuts a client
 // whose budget is spent.
 func (c *conn) spend() error {
 	c.mu.Lock()
@@ -421,31 +347,10 @@ func (c *conn) spend() error {
 	return c.spendLocked()
 }
 
-func (c *conn) spendLocked() error {
-	if c.ctrlOwed > 0 {
-		c.ctrlOwed--
-		return nil
-	}
-	c.ctrlTokens--
-	if c.ctrlTokens >= 0 {
-		return nil
-	}
-	now := time.Now()
-	if refill := int(min(now.Sub(c.ctrlAt), time.Hour) * controlRefill / time.Second); refill > 0 {
-		c.ctrlAt = now
-		c.ctrlTokens = min(c.ctrlTokens+refill, c.ctrlBurst)
-	}
-	if c.ctrlTokens < 0 {
-		c.ctrlTokens = 0
-		return connError{http2.ErrCodeEnhanceYourCalm, "control frames far beyond the work they come with"}
-	}
-	return nil
-}
+func (c *conn) spendLocked() error { return c.ctrl.Spend(time.Now()) }
 
 // earnLocked credits n to the control budget, within its burst.
-func (c *conn) earnLocked(n int) {
-	c.ctrlTokens = min(c.ctrlTokens+n, c.ctrlBurst)
-}
+func (c *conn) earnLocked(n int) { c.ctrl.Earn(n) }
 
 // resetRecord is a stream this side reset: its id, what its
 // content-length still announced, and its send window (-1: none, or no
@@ -500,70 +405,54 @@ func (c *conn) lookup(h http2.FrameHeader) (*Stream, error) {
 		return s, nil
 	}
 	if h.StreamID%2 == 0 || h.StreamID > c.lastID {
-		return nil, connError{http2.ErrCodeProtocol, fmt.Sprintf("%v on idle stream %d", h.Type, h.StreamID)}
+		return nil, connError{Code: http2.ErrCodeProtocol, Reason: fmt.Sprintf("%v on idle stream %d", h.Type, h.StreamID)}
 	}
 	return nil, nil
 }
 
+// onSettings applies the client's SETTINGS (h2core.PeerSettings) and
+// acknowledges them.
 func (c *conn) onSettings(f *http2.SettingsFrame) error {
-	var table *uint32
 	c.mu.Lock()
-	err := f.ForeachSetting(func(s http2.Setting) error {
-		if err := s.Valid(); err != nil {
-			code := http2.ErrCodeProtocol
-			var ce http2.ConnectionError
-			if errors.As(err, &ce) {
-				code = http2.ErrCode(ce)
-			}
-			return connError{code, fmt.Sprintf("invalid setting %v", s)}
-		}
-		switch s.ID {
-		case http2.SettingHeaderTableSize:
-			v := s.Val
-			table = &v
-		case http2.SettingInitialWindowSize:
-			// A change applies to every open stream's send window, which
-			// may go negative (section 6.9.2): each is peerWindow plus
-			// the stream's sendDelta. Only when one might overflow are
-			// the streams walked.
-			w := int64(s.Val)
-			if w+c.deltaBound > maxWindow {
-				var most int64
-				for _, st := range c.streams {
-					c.srv.windowWork.Add(1)
-					if w+st.sendDelta > maxWindow {
-						return connError{http2.ErrCodeFlowControl, "SETTINGS_INITIAL_WINDOW_SIZE overflows a stream's window"}
-					}
-					most = max(most, st.sendDelta)
-				}
-				c.deltaBound = most
-			}
-			grew := w > int64(c.peerWindow)
-			c.peerWindow = int32(s.Val)
-			if grew {
-				c.wakeWindowWaitersLocked()
-			}
-		case http2.SettingMaxFrameSize:
-			c.peerFrame = s.Val
-		}
-		// The others limit what this side does not do (push, streams
-		// of its own, large response header blocks), or are unknown
-		// and ignored (section 6.5.2).
-		return nil
-	})
+	ch, err := c.peer.Apply(f, c.windowFits)
+	c.peerWindow, c.peerFrame = c.peer.InitialWindowSize, c.peer.MaxFrameSize
+	if ch.WindowGrew {
+		c.wakeWindowWaitersLocked()
+	}
 	c.mu.Unlock()
 	if err != nil {
 		return err
 	}
 	return c.queue(true, func(fr *http2.Framer) error {
-		if table != nil {
+		if ch.TableSizeSet {
 			// The encoder's table follows the decoder's size; the
 			// update is signalled in the next header block (RFC 7541
 			// section 6.3), which the queue orders after this point.
-			c.henc.SetMaxDynamicTableSizeLimit(*table)
+			c.henc.SetMaxDynamicTableSizeLimit(ch.TableSize)
 		}
 		return fr.WriteSettingsAck()
 	})
+}
+
+// windowFitsLocked reports whether every open stream's send window
+// stays within maxWindow with w as the client's
+// SETTINGS_INITIAL_WINDOW_SIZE (RFC 9113 section 6.9.2): each window is
+// the setting plus the stream's sendDelta, and only when one might
+// overflow (deltaBound) are the streams walked.
+func (c *conn) windowFitsLocked(w int64) bool {
+	if w+c.deltaBound <= maxWindow {
+		return true
+	}
+	var most int64
+	for _, st := range c.streams {
+		c.srv.windowWork.Add(1)
+		if w+st.sendDelta > maxWindow {
+			return false
+		}
+		most = max(most, st.sendDelta)
+	}
+	c.deltaBound = most
+	return true
 }
 
 func (c *conn) onHeaders(f *http2.MetaHeadersFrame) error {
@@ -598,7 +487,7 @@ func (c *conn) onHeaders(f *http2.MetaHeadersFrame) error {
 	if id%2 == 0 {
 		c.mu.Unlock()
 		// A client's streams are odd (section 5.1.1).
-		return connError{http2.ErrCodeProtocol, fmt.Sprintf("HEADERS on stream %d, not a client stream", id)}
+		return connError{Code: http2.ErrCodeProtocol, Reason: fmt.Sprintf("HEADERS on stream %d, not a client stream", id)}
 	}
 	if id <= c.lastID {
 		if r := c.resetOfLocked(id); r != nil {
@@ -618,7 +507,7 @@ func (c *conn) onHeaders(f *http2.MetaHeadersFrame) error {
 		c.mu.Unlock()
 		// A closed stream cannot be reopened (section 5.1), nor can a
 		// stream below one opened (section 5.1.1).
-		return connError{http2.ErrCodeProtocol, fmt.Sprintf("HEADERS on stream %d, closed or below the last one opened", id)}
+		return connError{Code: http2.ErrCodeProtocol, Reason: fmt.Sprintf("HEADERS on stream %d, closed or below the last one opened", id)}
 	}
 	c.lastID = id
 	var refuse http2.ErrCode
@@ -693,7 +582,7 @@ func (c *conn) onData(f *http2.DataFrame) error {
 	// 6.9.1); it counts against the connection even on a closed stream.
 	if int64(n) > c.recvWindow {
 		c.mu.Unlock()
-		return connError{http2.ErrCodeFlowControl, "DATA beyond the connection window"}
+		return connError{Code: http2.ErrCodeFlowControl, Reason: "DATA beyond the connection window"}
 	}
 	c.recvWindow -= int64(n)
 	c.recvCredit += n
@@ -814,7 +703,7 @@ func (c *conn) onWindowUpdate(f *http2.WindowUpdateFrame) error {
 		defer c.mu.Unlock()
 		c.sendWindow += int64(f.Increment)
 		if c.sendWindow > maxWindow {
-			return connError{http2.ErrCodeFlowControl, "WINDOW_UPDATE overflows the connection window (RFC 9113 section 6.9.1)"}
+			return connError{Code: http2.ErrCodeFlowControl, Reason: "WINDOW_UPDATE overflows the connection window (RFC 9113 section 6.9.1)"}
 		}
 		c.passConnWindowLocked()
 		return nil
@@ -969,8 +858,9 @@ func (c *conn) resetStream(id uint32, code http2.ErrCode, err error) {
 
 // queue runs write with the Framer under wmu, which appends its frames to
 // the connection's queue, and wakes the writer. answer says the frames
-// answer the peer (see maxAnswerBytes). It fails only once the connection
-// is ending.
+// answer the peer (h2core.Queue.AnswerLocked: counted against
+// maxAnswerBytes until written). It fails only once the connection is
+// ending.
 func (c *conn) queue(answer bool, write func(fr *http2.Framer) error) error {
 	c.wmu.Lock()
 	defer c.wmu.Unlock()
@@ -978,40 +868,27 @@ func (c *conn) queue(answer bool, write func(fr *http2.Framer) error) error {
 }
 
 func (c *conn) queueLocked(answer bool, write func(fr *http2.Framer) error) error {
-	if c.werr != nil {
-		return c.werr
-	}
-	before := len(c.out.b)
-	if err := write(c.fr); err != nil {
-		// The Framer refuses only frames this side got wrong.
-		return fmt.Errorf("h2serve: encode a frame: %w", err)
-	}
+	var err error
 	if answer {
-		c.answered += len(c.out.b) - before
-		if c.answered > maxAnswerBytes {
-			// One cause for the writer, the reader (whose queue fails
-			// with it) and fail, whichever of them ends the connection
-			// first: lost to the flood (ErrConnLost), of code
-			// ENHANCE_YOUR_CALM.
-			c.werr = &connLostError{connError{http2.ErrCodeEnhanceYourCalm, "control frames faster than their answers are read"}}
-			go c.fail(c.werr)
-			return c.werr
-		}
+		err = c.q.AnswerLocked(write)
+	} else {
+		err = c.q.QueueLocked(write)
 	}
-	wake.Signal(c.wake)
-	return nil
+	if err == nil {
+		c.q.Kick()
+	}
+	return err
 }
 
 // pumpWrites is the connection's one writer: each time frames are queued
-// it takes all of them and writes them, each writeChunk within
-// WriteTimeout. When the connection ends it writes what is left (a
-// GOAWAY) and closes it.
+// it writes all of them (flush). When the connection ends it writes what
+// is left (a GOAWAY) and closes it.
 func (c *conn) pumpWrites() {
 	defer close(c.written)
 	defer c.nc.Close()
 	for {
 		select {
-		case <-c.wake:
+		case <-c.q.Kicked():
 		case <-c.gone:
 			c.mu.Lock()
 			done := c.goAwaySent && len(c.streams) == 0
@@ -1025,59 +902,40 @@ func (c *conn) pumpWrites() {
 			return
 		}
 		if err := c.flush(); err != nil {
-			go c.fail(&connLostError{fmt.Errorf("write: %w", err)})
+			go c.fail(err)
 			<-c.closing
 			return
 		}
 	}
 }
 
-// flush writes what is queued. Taking the queue makes room in it: the
-// Writes waiting for some are woken, and queue what follows while this
-// is written.
+// flush writes what is queued, each 64 KiB within WriteTimeout
+// (h2core.Queue.Flush).
 func (c *conn) flush() error {
 	// Streams woken at the same moment as this writer (one message fanned
 	// out to many members) queue their frames now, and go in this write.
 	runtime.Gosched()
-	c.wmu.Lock()
-	buf, frames := c.out.b, c.out.frames
-	c.out.b, c.out.frames, c.spare = c.spare[:0], 0, nil
-	// The answers taken stay counted until they are written: a client
-	// that does not read holds maxAnswerBytes of them at most, queued
-	// and being written together.
-	answers := c.answered
-	if len(c.roomWaiters) > 0 {
-		c.mu.Lock()
-		for _, s := range c.roomWaiters {
-			s.roomWait = false
-			wake.Signal(s.wwake)
-		}
-		c.mu.Unlock()
-		clear(c.roomWaiters)
-		c.roomWaiters = c.roomWaiters[:0]
-	}
-	c.wmu.Unlock()
-	if len(buf) == 0 {
-		return nil
-	}
-	var err error
-	for off := 0; off < len(buf) && err == nil; {
-		// The deadline is for progress: each chunk has WriteTimeout.
-		end := min(off+writeChunk, len(buf))
-		_ = c.nc.SetWriteDeadline(time.Now().Add(c.cfg.writeTimeout))
-		var n int
-		n, err = c.nc.Write(buf[off:end])
-		off += n
-		c.srv.writes.Add(1)
-	}
-	c.srv.frames.Add(uint64(frames))
-	c.wmu.Lock()
-	c.answered -= answers
-	if cap(buf) <= keepOutCap {
-		c.spare = buf[:0]
-	}
-	c.wmu.Unlock()
+	st, err := c.q.Flush(c.nc)
+	c.srv.writes.Add(uint64(st.Writes))
+	c.srv.frames.Add(uint64(st.Frames))
 	return err
+}
+
+// roomMadeLocked wakes the Writes waiting for room in the queue: the
+// writer took it, and they queue what follows while it is written.
+// Called with wmu held.
+func (c *conn) roomMadeLocked() {
+	if len(c.roomWaiters) == 0 {
+		return
+	}
+	c.mu.Lock()
+	for _, s := range c.roomWaiters {
+		s.roomWait = false
+		wake.Signal(s.wwake)
+	}
+	c.mu.Unlock()
+	clear(c.roomWaiters)
+	c.roomWaiters = c.roomWaiters[:0]
 }
 
 // connLostError wraps why a connection was lost; it matches ErrConnLost.
@@ -1138,9 +996,7 @@ func (c *conn) fail(err error) {
 		s.finishLocked(lost)
 	}
 	c.mu.Unlock()
-	if c.werr == nil {
-		c.werr = lost
-	}
+	c.q.FailLocked(lost)
 	c.wmu.Unlock()
 	close(c.closing)
 }

@@ -21,8 +21,12 @@
 // at a time than streams kept open; answers to control frames a client
 // does not read are bounded (PING, SETTINGS, resets), and so are header
 // blocks: their fields by MaxHeaderListSize (the Framer's check), their
-// bytes, CONTINUATION frames included, to four times that (frameBudget:
+// bytes, CONTINUATION frames included, to four times that (h2core.ReadBudget:
 // the Framer reads on through fragments that decode to no field).
+//
+// The connection-level rules (the write queue and its deadlines, the
+// answer and control-frame bounds, SETTINGS checks) are internal/h2core's,
+// which the gateway's client role shares.
 //
 // Per HTTP/2 connection a Server runs one reader goroutine, which
 // demultiplexes frames to streams, and one writer goroutine, which takes

@@ -27,16 +27,12 @@ const (
 	// writes.
 	keepOutCap = 256 << 10
 	// maxAnswerBytes bounds the frames queued in answer to the peer (PING
-	// and SETTINGS acknowledgements, resets) between two writes: a peer
-	// that sends them faster than it reads is flooding, and is cut off
-	// with ENHANCE_YOUR_CALM.
+	// and SETTINGS acknowledgements, resets) until they are written: a
+	// peer that sends them faster than it reads is flooding, and is cut
+	// off with ENHANCE_YOUR_CALM (h2core.Queue.AnswerLocked).
 	maxAnswerBytes = 1 << 20
-	// writeChunk is the most of the queue one network write takes: each
-	// write gets WriteTimeout of its own, so a client that reads slowly
-	// but steadily is not cut for the size of what was queued for it.
-	writeChunk = 64 << 10
 	// controlBurst and controlRefill are a connection's budget of frames
-	// that do no work (see conn.ctrlTokens): a burst, and a refill a
+	// that do no work (see conn.ctrl, an h2core.ControlBudget): a burst, and a refill a
 	// second that keeps any keepalive PING of an idle connection free.
 	controlBurst  = 1000
 	controlRefill = 100

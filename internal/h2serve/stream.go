@@ -436,7 +436,7 @@ func (s *Stream) waitRoom() error {
 	c := s.c
 	for {
 		c.wmu.Lock()
-		if c.werr != nil || len(c.out.b) < c.cfg.writeQueue {
+		if c.q.ErrLocked() != nil || c.q.LenLocked() < c.cfg.writeQueue {
 			c.wmu.Unlock()
 			return nil
 		}
@@ -487,7 +487,7 @@ func (s *Stream) reserve(want int) (int, error) {
 			s.sendDelta -= n
 			c.sendWindow -= n
 			c.leaveWaitLocked(s) // and passes on what is left
-			c.ctrlOwed += 2      // the WINDOW_UPDATEs this DATA calls for
+			c.ctrl.Owe(2)        // the WINDOW_UPDATEs this DATA calls for
 			c.mu.Unlock()
 			return int(n), nil
 		}

@@ -13,6 +13,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/wsgate/wsgate/internal/h2core"
 	"github.com/wsgate/wsgate/internal/wake"
 	"golang.org/x/net/http2"
 	"golang.org/x/net/http2/hpack"
@@ -38,8 +39,9 @@ const (
 	// maxAnswerBytes bounds the frames queued in answer to the node (PING
 	// and SETTINGS acknowledgements) that have not left for the network:
 	// a node that sends them faster than it reads their answers is
-	// flooding, and its connection is cut (ENHANCE_YOUR_CALM).
-	maxAnswerBytes = 1 << 20
+	// flooding, and its connection is cut (ENHANCE_YOUR_CALM,
+	// h2core.Queue.AnswerLocked).
+	maxAnswerBytes = h2core.MaxAnswerBytes
 	// controlBurst and controlRate bound the PING and SETTINGS frames a
 	// node may send (a token bucket: controlBurst at once, controlRate a
 	// second after): each costs this side a pass of its reader and an
@@ -47,10 +49,6 @@ const (
 	// them is cut (ENHANCE_YOUR_CALM).
 	controlBurst = 1000
 	controlRate  = 1000
-	// writeChunk is the most of the queue one network write takes: each
-	// gets Config.WriteTimeout of its own, so that a node that reads
-	// slowly but steadily is never cut for the size of what was queued.
-	writeChunk = 64 << 10
 )
 
 // Config is how a Conn behaves; the zero value is usable.
@@ -136,44 +134,33 @@ type Conn struct {
 	readDone chan struct{} // closed when the reader goroutine returned
 	away     chan struct{} // closed once the connection takes no new stream
 
-	// qmu guards the frame queue and what must follow its order: the
-	// Framer's write side (which appends to queue, see frameQueue), the
-	// hpack encoder (whose state must follow the order of header blocks
-	// on the wire), stream identifiers (which must rise in that order,
-	// RFC 9113 section 5.1.1) and werr. Frames are queued under it, never
-	// written: it is held across no network I/O. Lock order: wmu before
+	// qmu guards the frame queue (q, whose lock it is: the Framer's
+	// write side) and what must follow its order: the hpack encoder
+	// (whose state must follow the order of header blocks on the wire)
+	// and stream identifiers (which must rise in that order, RFC 9113
+	// section 5.1.1). Frames are queued under it, never written: it is
+	// held across no network I/O. Lock order: the queue's writer before
 	// qmu before mu.
-	qmu   sync.Mutex
-	queue []byte // frames queued, not yet taken by a flush
-	spare []byte // the queue's other buffer, given back by the last flush
-	henc  *hpack.Encoder
-	hbuf  bytes.Buffer
-	werr  error
-	// answered counts the bytes of answers to the node (see
-	// maxAnswerBytes) queued or being written: a flush takes them off
-	// only once its write has put them on the network.
-	answered int
-	// wmu serializes writes to the network: its holder takes everything
-	// queued and writes it in one write, bounded by Config.WriteTimeout
-	// (see flush). flushWake wakes the flusher goroutine (see Kick).
-	wmu       sync.Mutex
-	flushers  atomic.Int32 // flushes waiting for wmu
-	flushWake chan struct{}
+	qmu  sync.Mutex
+	q    *h2core.Queue
+	henc *hpack.Encoder
+	hbuf bytes.Buffer
+	// nbWrite is writeNB, made once (see flushNB).
+	nbWrite func([]byte) (int, error)
 
 	mu         sync.Mutex
 	streams    map[uint32]*Stream
 	nextID     uint32
-	maxStreams uint32 // the node's SETTINGS_MAX_CONCURRENT_STREAMS
-	peerWindow int32  // the node's SETTINGS_INITIAL_WINDOW_SIZE
+	peer       h2core.PeerSettings
+	windowFits func(int64) bool // windowFitsLocked, made once
+	peerWindow int32            // peer.InitialWindowSize, for the streams
 	// deltaMax bounds every open stream's sendDelta from above (at least
 	// 0, a new stream's): while deltaMax plus a new
 	// SETTINGS_INITIAL_WINDOW_SIZE is within the largest window, no
 	// stream's window can overflow, and the change needs no pass over
 	// the streams.
 	deltaMax   int64
-	peerFrame  uint32 // the node's SETTINGS_MAX_FRAME_SIZE
-	peerHeader uint32 // the node's SETTINGS_MAX_HEADER_LIST_SIZE; 0: none given
-	xconnect   bool   // the node's SETTINGS_ENABLE_CONNECT_PROTOCOL
+	peerFrame  uint32 // peer.MaxFrameSize, for the streams
 	sendWindow int64  // connection send window
 	// stall resets a stream when the send window stays spent (see
 	// Config.StallTimeout); credited counts the bytes the node has given
@@ -208,10 +195,8 @@ type Conn struct {
 	pendingTable *uint32
 
 	// The reader's own (readLoop's goroutine, or the poller's): the
-	// token bucket of the node's PING and SETTINGS frames (see
-	// controlBurst), its tokens as of ctrlAt.
-	ctrlTokens float64
-	ctrlAt     time.Time
+	// budget of the node's PING and SETTINGS frames (see controlBurst).
+	ctrl h2core.ControlBudget
 
 	// A polled connection's (see Poller): owner is the poller's token,
 	// detach has the poller let go of it. The rest belongs to the
@@ -248,14 +233,13 @@ func HandshakePolled(ctx context.Context, nc net.Conn, cfg Config, poll Poller) 
 	c := &Conn{
 		nc:            nc,
 		cfg:           cfg,
-		flushWake:     wake.New(),
 		readDone:      make(chan struct{}),
 		away:          make(chan struct{}),
 		streams:       make(map[uint32]*Stream),
 		shareWaiting:  make(map[*Stream]struct{}),
 		streamWaiting: make(map[*Stream]struct{}),
 		nextID:        1,
-		maxStreams:    ^uint32(0), // no limit until the node sets one (section 6.5.2)
+		peer:          h2core.NewPeerSettings(),
 		peerWindow:    defaultWindow,
 		peerFrame:     defaultMaxFrameSize,
 		sendWindow:    defaultWindow,
@@ -263,9 +247,18 @@ func HandshakePolled(ctx context.Context, nc net.Conn, cfg Config, poll Poller) 
 		pings:         make(map[[8]byte]chan struct{}),
 		gone:          wake.New(),
 		pfd:           -1,
+		ctrl:          h2core.NewControlBudget(controlBurst, controlRate, time.Now()),
 	}
 	c.src.br = bufio.NewReaderSize(nc, 16<<10)
-	c.fr = http2.NewFramer(frameQueue{c}, &c.src)
+	c.src.in = h2core.ReadBudget{R: c.src.br, Limit: h2core.ReadLimit(cfg.MaxHeaderBytes, defaultMaxFrameSize)}
+	c.q = h2core.NewQueue(&c.qmu, h2core.QueueConfig{
+		WriteTimeout:   cfg.WriteTimeout,
+		MaxAnswerBytes: maxAnswerBytes,
+		Lost:           func(cause error) error { return &connLostError{cause} },
+	})
+	c.nbWrite = c.writeNB
+	c.windowFits = c.windowFitsLocked
+	c.fr = c.q.NewFramer(&c.src)
 	c.fr.SetMaxReadFrameSize(defaultMaxFrameSize)
 	c.fr.SetReuseFrames() // no frame is kept past the next read; DATA is copied
 	c.fr.ReadMetaHeaders = hpack.NewDecoder(headerTableSize, nil)
@@ -309,7 +302,7 @@ func (c *Conn) handshake(ctx context.Context) error {
 
 func (c *Conn) exchangeSettings() error {
 	c.qmu.Lock()
-	c.queue = append(c.queue, http2.ClientPreface...)
+	c.q.AppendLocked([]byte(http2.ClientPreface)...)
 	// This side's SETTINGS must follow the preface (RFC 9113 section 3.4).
 	err := c.fr.WriteSettings(
 		http2.Setting{ID: http2.SettingEnablePush, Val: 0},
@@ -345,7 +338,7 @@ func (c *Conn) exchangeSettings() error {
 	if err != nil {
 		return err
 	}
-	if !c.xconnect {
+	if !c.peer.EnableConnectProtocol {
 		return ErrNoExtendedConnect
 	}
 	if err := c.queueFrames(func(fr *http2.Framer) error { return fr.WriteSettingsAck() }); err != nil {
@@ -360,69 +353,40 @@ func (c *Conn) exchangeSettings() error {
 // writeHandshake writes what is queued during the handshake, under the
 // deadline the handshake's context set on the connection.
 func (c *Conn) writeHandshake() error {
-	c.qmu.Lock()
-	b := c.queue
-	c.queue = nil
-	c.qmu.Unlock()
-	_, err := c.nc.Write(b)
+	_, err := c.q.FlushNow(c.nc, 0, nil)
 	return err
 }
 
-// applySettings takes the node's SETTINGS (RFC 9113 section 6.5.2) and
+// applySettings takes the node's SETTINGS (h2core.PeerSettings) and
 // reports whether streams' send windows grew. Called with c.mu held.
 func (c *Conn) applySettings(f *http2.SettingsFrame) (grew bool, err error) {
-	err = f.ForeachSetting(func(s http2.Setting) error {
-		if err := s.Valid(); err != nil {
-			return connError{http2.ErrCodeProtocol, fmt.Sprintf("invalid setting %v", s)}
-		}
-		switch s.ID {
-		case http2.SettingHeaderTableSize:
-			// The encoder's table may shrink to what the node decodes
-			// with; it never grows past hpack's default.
-			c.setHeaderTableSize(s.Val)
-		case http2.SettingMaxConcurrentStreams:
-			c.maxStreams = s.Val
-		case http2.SettingInitialWindowSize:
-			// A change applies to every open stream's send window, which
-			// may go negative or overflow (section 6.9.2): each window is
-			// the stream's sendDelta plus the setting, so the change is
-			// one assignment, whatever the number of streams.
-			if c.deltaMax+int64(s.Val) > maxWindow {
-				// Only a stream the node credited past the setting can
-				// overflow: find the exact bound, which a node can make
-				// stale only by a stream's DATA or end, not by SETTINGS.
-				c.deltaMax = 0
-				for _, st := range c.streams {
-					c.deltaMax = max(c.deltaMax, st.sendDelta)
-				}
-				if c.deltaMax+int64(s.Val) > maxWindow {
-					return connError{http2.ErrCodeFlowControl, "SETTINGS_INITIAL_WINDOW_SIZE overflows a stream's window"}
-				}
-			}
-			grew = grew || int32(s.Val) > c.peerWindow
-			c.peerWindow = int32(s.Val)
-		case http2.SettingMaxFrameSize:
-			c.peerFrame = s.Val
-		case http2.SettingMaxHeaderListSize:
-			c.peerHeader = s.Val
-		case http2.SettingEnableConnectProtocol:
-			// Once enabled it must not be withdrawn (RFC 8441 section 3).
-			if c.xconnect && s.Val == 0 {
-				return connError{http2.ErrCodeProtocol, "SETTINGS_ENABLE_CONNECT_PROTOCOL withdrawn"}
-			}
-			c.xconnect = s.Val == 1
-		}
-		// Unknown settings are ignored (section 6.5.2).
-		return nil
-	})
-	return grew, err
+	ch, err := c.peer.Apply(f, c.windowFits)
+	c.peerWindow, c.peerFrame = c.peer.InitialWindowSize, c.peer.MaxFrameSize
+	if ch.TableSizeSet {
+		// The encoder belongs to qmu, which cannot be taken under mu:
+		// the size applies before the next header block is encoded.
+		table := ch.TableSize
+		c.pendingTable = &table
+	}
+	return ch.WindowGrew, err
 }
 
-// setHeaderTableSize is deferred to the writer: the encoder belongs to
-// qmu, which cannot be taken under mu. The size update is applied before
-// the next header block is encoded.
-func (c *Conn) setHeaderTableSize(v uint32) {
-	c.pendingTable = &v
+// windowFitsLocked reports whether every open stream's send window stays
+// within maxWindow with w as the node's SETTINGS_INITIAL_WINDOW_SIZE
+// (RFC 9113 section 6.9.2): each window is the stream's sendDelta plus
+// the setting, so the change is one assignment, whatever the number of
+// streams. Only a stream the node credited past the setting can
+// overflow: then the exact bound is found, which a node can make stale
+// only by a stream's DATA or end, not by SETTINGS. Called with c.mu held.
+func (c *Conn) windowFitsLocked(w int64) bool {
+	if c.deltaMax+w <= maxWindow {
+		return true
+	}
+	c.deltaMax = 0
+	for _, st := range c.streams {
+		c.deltaMax = max(c.deltaMax, st.sendDelta)
+	}
+	return c.deltaMax+w <= maxWindow
 }
 
 // readLoop is the connection's one reader: it demultiplexes frames to
@@ -430,6 +394,7 @@ func (c *Conn) setHeaderTableSize(v uint32) {
 func (c *Conn) readLoop() {
 	defer close(c.readDone)
 	for {
+		c.src.in.Reset()
 		if err := c.onFrame(c.fr.ReadFrame()); err != nil {
 			c.endRead(err)
 			return
@@ -443,28 +408,17 @@ func (c *Conn) onFrame(f http2.Frame, err error) error {
 	if err == nil {
 		return c.handle(f)
 	}
-	var se http2.StreamError
-	if errors.As(err, &se) {
-		// A stream error on a stream never opened is a connection
-		// error: no RST_STREAM on an idle stream (RFC 9113 section 5.1).
-		c.mu.Lock()
-		_, err = c.lookup(http2.FrameHeader{StreamID: se.StreamID})
-		c.mu.Unlock()
-		if err == nil {
-			c.resetStream(se.StreamID, se.Code, nil)
-			return nil
-		}
+	se, stream, end := h2core.ReadError(c.fr, err)
+	if !stream {
+		return end
 	}
-	var ce http2.ConnectionError
-	switch {
-	case errors.As(err, &ce):
-		reason := "malformed frame or header block over the bound"
-		if d := c.fr.ErrorDetail(); d != nil {
-			reason = d.Error()
-		}
-		err = connError{http2.ErrCode(ce), reason}
-	case errors.Is(err, http2.ErrFrameTooLarge):
-		err = connError{http2.ErrCodeFrameSize, "frame larger than SETTINGS_MAX_FRAME_SIZE"}
+	// A stream error on a stream never opened is a connection error: no
+	// RST_STREAM on an idle stream (RFC 9113 section 5.1).
+	c.mu.Lock()
+	_, err = c.lookup(http2.FrameHeader{StreamID: se.StreamID})
+	c.mu.Unlock()
+	if err == nil {
+		c.resetStream(se.StreamID, se.Code, nil)
 	}
 	return err
 }
@@ -483,7 +437,9 @@ func (c *Conn) endRead(err error) {
 		// WriteTimeout per chunk: the connection ends within one
 		// WriteTimeout all the same.
 		cut := time.AfterFunc(c.cfg.WriteTimeout, func() { c.fail(err) })
-		c.writeFrames(func(fr *http2.Framer) error { return fr.WriteGoAway(0, ce.Code, nil) })
+		if c.q.GoAway(0, ce) {
+			c.flush()
+		}
 		cut.Stop()
 		c.fail(err)
 	}
@@ -509,7 +465,7 @@ func (c *Conn) handle(f http2.Frame) error {
 		if f.IsAck() {
 			return nil
 		}
-		if err := c.spendControl(); err != nil {
+		if err := c.ctrl.Spend(time.Now()); err != nil {
 			return err
 		}
 		c.mu.Lock()
@@ -524,7 +480,7 @@ func (c *Conn) handle(f http2.Frame) error {
 		return c.answer(func(fr *http2.Framer) error { return fr.WriteSettingsAck() })
 	case *http2.PingFrame:
 		if !f.IsAck() {
-			if err := c.spendControl(); err != nil {
+			if err := c.ctrl.Spend(time.Now()); err != nil {
 				return err
 			}
 			return c.answer(func(fr *http2.Framer) error { return fr.WritePing(true, f.Data) })
@@ -538,7 +494,7 @@ func (c *Conn) handle(f http2.Frame) error {
 	case *http2.GoAwayFrame:
 		c.onGoAway(f)
 	case *http2.PushPromiseFrame:
-		return connError{http2.ErrCodeProtocol, "PUSH_PROMISE although SETTINGS_ENABLE_PUSH is 0 (RFC 9113 section 8.4)"}
+		return connError{Code: http2.ErrCodeProtocol, Reason: "PUSH_PROMISE although SETTINGS_ENABLE_PUSH is 0 (RFC 9113 section 8.4)"}
 	}
 	// PRIORITY, PRIORITY_UPDATE and unknown frame types are ignored
 	// (RFC 9113 sections 5.3.2 and 5.5).
@@ -554,7 +510,7 @@ func (c *Conn) lookup(h http2.FrameHeader) (*Stream, error) {
 		return s, nil
 	}
 	if h.StreamID%2 == 0 || h.StreamID >= c.nextID {
-		return nil, connError{http2.ErrCodeProtocol, fmt.Sprintf("%v on idle stream %d", h.Type, h.StreamID)}
+		return nil, connError{Code: http2.ErrCodeProtocol, Reason: fmt.Sprintf("%v on idle stream %d", h.Type, h.StreamID)}
 	}
 	return nil, nil
 }
@@ -566,7 +522,7 @@ func (c *Conn) onData(f *http2.DataFrame) error {
 	// 6.9.1); it counts against the connection even on a closed stream.
 	if int64(n) > c.recvWindow {
 		c.mu.Unlock()
-		return connError{http2.ErrCodeFlowControl, "DATA beyond the connection window"}
+		return connError{Code: http2.ErrCodeFlowControl, Reason: "DATA beyond the connection window"}
 	}
 	c.recvWindow -= int64(n)
 	c.recvCredit += n
@@ -743,7 +699,7 @@ func (c *Conn) onWindowUpdate(f *http2.WindowUpdateFrame) error {
 		c.credited += uint64(f.Increment)
 		c.sendWindow += int64(f.Increment)
 		if c.sendWindow > maxWindow {
-			return connError{http2.ErrCodeFlowControl, "WINDOW_UPDATE overflows the connection window (RFC 9113 section 6.9.1)"}
+			return connError{Code: http2.ErrCodeFlowControl, Reason: "WINDOW_UPDATE overflows the connection window (RFC 9113 section 6.9.1)"}
 		}
 		c.passWindowLocked()
 		return nil
@@ -797,9 +753,7 @@ func (c *Conn) resetStream(id uint32, code http2.ErrCode, err error) {
 		s.finishLocked(err)
 	}
 	c.mu.Unlock()
-	if c.werr == nil {
-		c.fr.WriteRSTStream(id, code)
-	}
+	c.q.QueueLocked(func(fr *http2.Framer) error { return fr.WriteRSTStream(id, code) })
 	c.qmu.Unlock()
 	c.Kick()
 }
@@ -846,24 +800,10 @@ func (c *Conn) wakeSendersLocked() {
 	}
 }
 
-// frameQueue is the Framer's writer: it appends each frame to the queue.
-// The Framer writes only with qmu held.
-type frameQueue struct{ c *Conn }
-
-func (q frameQueue) Write(p []byte) (int, error) {
-	q.c.queue = append(q.c.queue, p...)
-	return len(p), nil
-}
-
 // queueFrames runs write with the Framer under qmu: its frames join the
 // queue, in order, for the next flush.
 func (c *Conn) queueFrames(write func(fr *http2.Framer) error) error {
-	c.qmu.Lock()
-	defer c.qmu.Unlock()
-	if c.werr != nil {
-		return c.werr
-	}
-	return write(c.fr)
+	return c.q.Queue(write)
 }
 
 // writeFrames queues write's frames and flushes: it returns once they are
@@ -880,43 +820,10 @@ func (c *Conn) writeFrames(write func(fr *http2.Framer) error) error {
 // it, the node sends faster than it reads, and the connection is cut
 // with the error returned (which ends the reader).
 func (c *Conn) answer(write func(fr *http2.Framer) error) error {
-	c.qmu.Lock()
-	if c.werr != nil {
-		c.qmu.Unlock()
-		return nil // the connection is ending already
-	}
-	before := len(c.queue)
-	err := write(c.fr)
-	c.answered += len(c.queue) - before
-	if err == nil && c.answered > maxAnswerBytes {
-		err = connError{http2.ErrCodeEnhanceYourCalm, fmt.Sprintf("the node sends control frames faster than it reads their answers (%d bytes of answers unwritten)", c.answered)}
-		// No more writes: the GOAWAY would queue behind what the node
-		// does not read.
-		c.werr = &connLostError{err}
-	}
-	c.qmu.Unlock()
-	if err != nil {
+	if err := c.q.Answer(write); err != nil {
 		return err
 	}
 	c.Kick()
-	return nil
-}
-
-// spendControl takes a token for a PING or SETTINGS frame from the
-// node (see controlBurst); without one, the node floods, and the error
-// returned cuts its connection. Called by the reader.
-func (c *Conn) spendControl() error {
-	now := time.Now()
-	if c.ctrlAt.IsZero() {
-		c.ctrlTokens = controlBurst
-	} else {
-		c.ctrlTokens = min(controlBurst, c.ctrlTokens+now.Sub(c.ctrlAt).Seconds()*controlRate)
-	}
-	c.ctrlAt = now
-	if c.ctrlTokens < 1 {
-		return connError{http2.ErrCodeEnhanceYourCalm, fmt.Sprintf("more than %d PING and SETTINGS frames at once, or %d a second", controlBurst, controlRate)}
-	}
-	c.ctrlTokens--
 	return nil
 }
 
@@ -930,14 +837,14 @@ func (c *Conn) sendFrames(write func(fr *http2.Framer) error) {
 
 // Kick has the connection's flusher goroutine write what is queued soon.
 // It never blocks.
-func (c *Conn) Kick() { wake.Signal(c.flushWake) }
+func (c *Conn) Kick() { c.q.Kick() }
 
 // flushLoop is the connection's flusher: it writes what is queued each
 // time it is kicked, until the connection ends.
 func (c *Conn) flushLoop() {
 	for {
 		select {
-		case <-c.flushWake:
+		case <-c.q.Kicked():
 			c.flush()
 		case <-c.readDone:
 			return
@@ -945,70 +852,13 @@ func (c *Conn) flushLoop() {
 	}
 }
 
-// flush has everything queued written in one write, under wmu. When
-// another flush waits for wmu behind this one, this one leaves the
-// queue, its own frames included, to it: the last flush of a burst
-// always writes (it finds no flush waiting, or one that will find none
-// after it), so frames many streams queue at one moment (a room's fan-out
-// through the node's clients) leave in one write rather than one each. A
+// flush has everything queued written (h2core.Queue.Flush: each 64 KiB
+// within Config.WriteTimeout, a burst of flushes left to the last). A
 // failed write loses the connection.
 func (c *Conn) flush() error {
-	c.flushers.Add(1)
-	c.wmu.Lock()
-	c.flushers.Add(-1)
-	defer c.wmu.Unlock()
-	if c.flushers.Load() > 0 {
-		c.qmu.Lock()
-		defer c.qmu.Unlock()
-		return c.werr
-	}
-	return c.flushLocked(0)
-}
-
-// keepQueueCap is the largest queue buffer kept for reuse after a flush.
-const keepQueueCap = 64 << 10
-
-// flushLocked writes what is queued, each writeChunk within
-// Config.WriteTimeout, or all of it within total when total is not 0.
-func (c *Conn) flushLocked(total time.Duration) error {
-	c.qmu.Lock()
-	if c.werr != nil || len(c.queue) == 0 {
-		err := c.werr
-		c.qmu.Unlock()
+	if _, err := c.q.Flush(c.nc); err != nil {
+		c.fail(err)
 		return err
-	}
-	b, answered := c.queue, c.answered
-	c.queue, c.spare = c.spare[:0], nil
-	c.qmu.Unlock()
-	var err error
-	if total > 0 {
-		c.nc.SetWriteDeadline(time.Now().Add(total))
-	}
-	for off := 0; off < len(b) && err == nil; {
-		// The deadline is for progress: each chunk has WriteTimeout.
-		end := min(off+writeChunk, len(b))
-		if total == 0 {
-			c.nc.SetWriteDeadline(time.Now().Add(c.cfg.WriteTimeout))
-		}
-		var n int
-		n, err = c.nc.Write(b[off:end])
-		off += n
-	}
-	c.qmu.Lock()
-	if err == nil {
-		c.answered -= answered // they left
-	}
-	if cap(b) <= keepQueueCap {
-		c.spare = b[:0]
-	}
-	if err != nil && c.werr == nil {
-		c.werr = &connLostError{fmt.Errorf("write: %w", err)}
-	}
-	werr := c.werr
-	c.qmu.Unlock()
-	if err != nil {
-		c.fail(werr)
-		return werr
 	}
 	return nil
 }
@@ -1120,8 +970,8 @@ func (c *Conn) startStream(req *Request) (*Stream, error) {
 func (c *Conn) queueStream(req *Request) (*Stream, error) {
 	c.qmu.Lock()
 	defer c.qmu.Unlock()
-	if c.werr != nil {
-		return nil, c.werr
+	if err := c.q.ErrLocked(); err != nil {
+		return nil, err
 	}
 	c.mu.Lock()
 	switch {
@@ -1132,10 +982,10 @@ func (c *Conn) queueStream(req *Request) (*Stream, error) {
 	case c.goAway || c.nextID > maxWindow:
 		c.mu.Unlock()
 		return nil, ErrGoingAway
-	case uint32(len(c.streams)) >= c.maxStreams:
+	case uint32(len(c.streams)) >= c.peer.MaxConcurrentStreams:
 		c.mu.Unlock()
 		return nil, ErrFull
-	case c.peerHeader > 0 && headerListSize(req, schemeOf(c.nc)) > uint64(c.peerHeader):
+	case c.peer.MaxHeaderListSize > 0 && headerListSize(req, schemeOf(c.nc)) > uint64(c.peer.MaxHeaderListSize):
 		c.mu.Unlock()
 		return nil, ErrRequestTooLarge
 	}
@@ -1291,14 +1141,9 @@ func (c *Conn) Close() error {
 	// The GOAWAY is a courtesy: it goes only if no write is under way (a
 	// stalled one would hold Close for its write timeout before this
 	// one's own); closing the socket ends a stalled write at once.
-	if c.wmu.TryLock() {
-		if c.queueFrames(func(fr *http2.Framer) error { return fr.WriteGoAway(0, http2.ErrCodeNo, nil) }) == nil {
-			// One WriteTimeout for all: Close does not wait for a
-			// slow node to take a backlog.
-			c.flushLocked(c.cfg.WriteTimeout)
-		}
-		c.wmu.Unlock()
-	}
+	// One WriteTimeout for all: Close does not wait for a slow node to
+	// take a backlog.
+	c.q.FlushNow(c.nc, c.cfg.WriteTimeout, func(fr *http2.Framer) error { return fr.WriteGoAway(0, http2.ErrCodeNo, nil) })
 	c.fail(errors.New("closed by the gateway"))
 	<-c.readDone
 	return nil

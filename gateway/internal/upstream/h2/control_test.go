@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/wsgate/wsgate/internal/h2core"
 	"golang.org/x/net/http2"
 )
 
@@ -41,7 +42,8 @@ func settingsFrames(tb testing.TB, vals ...uint32) []*http2.SettingsFrame {
 func BenchmarkSettingsChange(b *testing.B) {
 	for _, n := range []int{10, 10000} {
 		b.Run(fmt.Sprint(n, "streams"), func(b *testing.B) {
-			c := &Conn{streams: map[uint32]*Stream{}, shareWaiting: map[*Stream]struct{}{}, peerWindow: defaultWindow}
+			c := &Conn{streams: map[uint32]*Stream{}, shareWaiting: map[*Stream]struct{}{}, peer: h2core.NewPeerSettings(), peerWindow: defaultWindow}
+			c.windowFits = c.windowFitsLocked
 			c.streamWaiting = map[*Stream]struct{}{}
 			for i := range n {
 				id := uint32(2*i + 1)
@@ -159,21 +161,19 @@ func TestAnswersCountUntilWritten(t *testing.T) {
 	n.nc.(*net.TCPConn).SetReadBuffer(16 << 10)
 	ack := func(fr *http2.Framer) error { return fr.WritePing(true, [8]byte{}) }
 	const frame = 9 + 8
-	// 60% of the bound, queued while the flusher waits for the write
+	// 60% of the bound, queued while the flusher waits for the queue's
 	// lock, so that it takes them in one write, which blocks.
-	c.wmu.Lock()
+	c.qmu.Lock()
 	for range maxAnswerBytes * 6 / 10 / frame {
-		if err := c.answer(ack); err != nil {
-			c.wmu.Unlock()
+		if err := c.q.AnswerLocked(ack); err != nil {
+			c.qmu.Unlock()
 			t.Fatalf("60%% of the bound: %v", err)
 		}
 	}
-	c.wmu.Unlock()
+	c.qmu.Unlock()
+	c.Kick()
 	for i := 0; ; i++ {
-		c.qmu.Lock()
-		taken := len(c.queue) == 0
-		c.qmu.Unlock()
-		if taken {
+		if taken := c.queued() == 0; taken {
 			break
 		}
 		if i == 10000 {
@@ -414,5 +414,36 @@ func TestWindowWaitersWokenOneByOne(t *testing.T) {
 		if err := <-done; err != nil {
 			t.Fatal(err)
 		}
+	}
+}
+
+// TestNodeContinuationFloodCut pins a node's CONTINUATION flood: a
+// response header block of fragments that decode to nothing (hpack
+// table size updates) was read for as long as the node sent it by a
+// connection its own goroutine reads (only a poller bounded the block).
+// Either reader now cuts it (ENHANCE_YOUR_CALM): the goroutine's by
+// h2core.ReadBudget, the poller's by maxHeaderGroup.
+func TestNodeContinuationFloodCut(t *testing.T) {
+	c, n, err := newFakeNode(t, Config{}, xconnect)
+	if err != nil {
+		t.Fatal(err)
+	}
+	res := openAsync(c, &Request{Authority: "n", Path: "/"})
+	hf := n.nextHeaders()
+	n.discard()
+	frag := bytes.Repeat([]byte{0x20}, defaultMaxFrameSize) // table size update to 0
+	go func() {
+		if n.fr.WriteHeaders(http2.HeadersFrameParam{StreamID: hf.StreamID, BlockFragment: frag}) != nil {
+			return
+		}
+		for range 1000 { // 16 MiB at most, never END_HEADERS
+			if n.fr.WriteContinuation(hf.StreamID, false, frag) != nil {
+				return
+			}
+		}
+	}()
+	cutFor(t, c, "ENHANCE_YOUR_CALM")
+	if r := <-res; r.err == nil {
+		t.Fatal("the stream opened on a flood")
 	}
 }

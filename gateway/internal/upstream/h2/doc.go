@@ -10,13 +10,15 @@
 // (RFC 9113 section 3.4), stream states (section 5.1), flow control in both
 // directions (sections 5.2 and 6.9), GOAWAY, PING and RST_STREAM.
 //
-// One Conn is one TCP connection with one reader goroutine that
-// demultiplexes frames to its streams; frames written by many streams are
-// serialized by one mutex, and every network write (each 64 KiB of it)
-// is bounded by Config.WriteTimeout. What a node can make a connection
-// queue or compute is bounded too: its answers (maxAnswerBytes), its
-// PING and SETTINGS frames (controlBurst), and a SETTINGS change costs
-// the same whatever the number of streams. A Stream is a net.Conn, so that the existing stream
+// One Conn is one TCP connection with one reader (a goroutine, or a
+// Poller) that demultiplexes frames to its streams; frames written by
+// many streams are queued in one internal/h2core Queue, and every network
+// write (each 64 KiB of it) is bounded by Config.WriteTimeout. What a
+// node can make a connection queue or compute is bounded too, by the
+// rules internal/h2core holds for both HTTP/2 roles: its answers
+// (maxAnswerBytes), its PING and SETTINGS frames (controlBurst), the
+// bytes of one header block, and a SETTINGS change costs the same
+// whatever the number of streams. A Stream is a net.Conn, so that the existing stream
 // engine can relay a WebSocket over it unchanged; the stream's receive
 // window bounds what is buffered for it, so a reader that stops reading
 // stops the node sending on that stream only.

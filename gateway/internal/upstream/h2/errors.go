@@ -4,6 +4,8 @@ import (
 	"errors"
 	"fmt"
 
+	"github.com/wsgate/wsgate/internal/h2core"
+
 	"golang.org/x/net/http2"
 )
 
@@ -89,11 +91,4 @@ func (e *connLostError) Unwrap() error { return ErrConnLost }
 
 // connError is a connection error this side detected (RFC 9113 section
 // 5.4.1): it sends GOAWAY with Code and closes the connection.
-type connError struct {
-	Code   http2.ErrCode
-	Reason string
-}
-
-func (e connError) Error() string {
-	return fmt.Sprintf("h2: connection error %v: %s", e.Code, e.Reason)
-}
+type connError = h2core.ConnError

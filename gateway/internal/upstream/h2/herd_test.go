@@ -212,8 +212,4 @@ func TestSetEndsLostStreamsAtOnceWhenNodeGone(t *testing.T) {
 }
 
 // queued is how many bytes wait in c's queue.
-func (c *Conn) queued() int {
-	c.qmu.Lock()
-	defer c.qmu.Unlock()
-	return len(c.queue)
-}
+func (c *Conn) queued() int { return c.q.Len() }

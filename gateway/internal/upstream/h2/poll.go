@@ -57,8 +57,8 @@ func (s *Stream) WriteNB(bufs [][]byte) (int, error) {
 	}
 	c.qmu.Lock()
 	defer c.qmu.Unlock()
-	if c.werr != nil {
-		return 0, c.werr
+	if err := c.q.ErrLocked(); err != nil {
+		return 0, err
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -86,14 +86,16 @@ func (s *Stream) WriteNB(bufs [][]byte) (int, error) {
 		}
 		// One DATA frame of n bytes gathered from bufs (RFC 9113
 		// section 6.1), appended to the queue as the Framer would.
-		c.queue = binary.BigEndian.AppendUint32(c.queue, uint32(n)<<8|uint32(http2.FrameData))
-		c.queue = append(c.queue, 0) // flags: END_STREAM goes by CloseWrite
-		c.queue = binary.BigEndian.AppendUint32(c.queue, s.id)
+		var head [frameHeaderLen]byte
+		binary.BigEndian.PutUint32(head[:4], uint32(n)<<8|uint32(http2.FrameData))
+		// head[4], the flags, is 0: END_STREAM goes by CloseWrite.
+		binary.BigEndian.PutUint32(head[5:], s.id)
+		c.q.AppendLocked(head[:]...)
 		taken += n
 		for n > 0 {
 			b := bufs[seg][off:]
 			k := min(n, len(b))
-			c.queue = append(c.queue, b[:k]...)
+			c.q.AppendLocked(b[:k]...)
 			n -= k
 			if off += k; off == len(bufs[seg]) {
 				seg, off = seg+1, 0

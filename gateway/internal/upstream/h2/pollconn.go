@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"encoding/binary"
 	"fmt"
+	"github.com/wsgate/wsgate/internal/h2core"
 	"github.com/wsgate/wsgate/internal/rawio"
 	"io"
 	"net"
@@ -24,10 +25,13 @@ import (
 type Poller func(nc net.Conn, c *Conn) (owner any, detach func())
 
 // frameSource is the Framer's reader: the handshake and readLoop read the
-// socket through br; on a poller, PollRead hands the Framer one complete
-// frame, or one header block with its CONTINUATION frames, at a time in b.
+// socket through br, within in's budget per ReadFrame (a CONTINUATION
+// flood); on a poller, PollRead hands the Framer one complete frame, or
+// one header block with its CONTINUATION frames (maxHeaderGroup at
+// most), at a time in b.
 type frameSource struct {
 	br *bufio.Reader
+	in h2core.ReadBudget // reads br
 	b  []byte
 }
 
@@ -38,7 +42,7 @@ func (s *frameSource) Read(p []byte) (int, error) {
 		return n, nil
 	}
 	if s.br != nil {
-		return s.br.Read(p)
+		return s.in.Read(p)
 	}
 	return 0, io.ErrUnexpectedEOF
 }
@@ -118,7 +122,7 @@ func (c *Conn) handleBuffered() error {
 		end, need := frameGroupEnd(c.rb[off:])
 		if end == 0 {
 			if need > maxHeaderGroup+frameHeaderLen {
-				return connError{http2.ErrCodeEnhanceYourCalm, "header block larger than 64 KiB before decoding"}
+				return connError{Code: http2.ErrCodeEnhanceYourCalm, Reason: "header block larger than 64 KiB before decoding"}
 			}
 			if need > cap(c.rb) {
 				grown := make([]byte, len(c.rb)-off, max(need, 2*cap(c.rb)))
@@ -203,52 +207,27 @@ func (c *Conn) pollEnded() {
 }
 
 // flushNB writes what is queued now, without blocking, on the poller of a
-// polled connection; what the socket does not take goes, in order, to
-// the flusher goroutine. When a flush is under way, or the connection is
-// not polled, it is Kick.
+// polled connection (h2core.Queue.FlushNB); what the socket does not
+// take goes, in order, to the flusher goroutine. When a flush is under
+// way, or the connection is not polled, it is Kick.
 func (c *Conn) flushNB() {
-	if c.pfd < 0 || !c.wmu.TryLock() {
+	if c.pfd < 0 {
 		c.Kick()
 		return
 	}
-	defer c.wmu.Unlock()
-	c.qmu.Lock()
-	if c.werr != nil || len(c.queue) == 0 {
-		c.qmu.Unlock()
-		return
+	if err := c.q.FlushNB(c.nbWrite); err != nil {
+		c.fail(err)
 	}
-	b, answered := c.queue, c.answered
-	c.queue, c.spare = c.spare[:0], nil
-	c.qmu.Unlock()
+}
+
+// writeNB writes b to the poller's descriptor of the socket without
+// blocking: a full socket takes less, with no error.
+func (c *Conn) writeNB(b []byte) (int, error) {
 	n, err := rawio.Write(c.pfd, b)
 	if err == unix.EAGAIN {
-		n, err = 0, nil
+		return 0, nil
 	}
-	c.qmu.Lock()
-	switch {
-	case err != nil:
-		if c.werr == nil {
-			c.werr = &connLostError{fmt.Errorf("write: %w", err)}
-		}
-		werr := c.werr
-		c.qmu.Unlock()
-		c.fail(werr)
-		return
-	case n < len(b):
-		// The rest goes first, before what was queued meanwhile. Its
-		// answers stay counted: the next flush takes them off once it
-		// wrote them, with the rest of its queue.
-		rest := append(b[n:len(b):len(b)], c.queue...)
-		c.queue = rest
-		c.qmu.Unlock()
-		c.Kick()
-		return
-	}
-	c.answered -= answered // they left
-	if cap(b) <= keepQueueCap {
-		c.spare = b[:0]
-	}
-	c.qmu.Unlock()
+	return n, err
 }
 
 // Polled reports whether a Poller reads the connection.

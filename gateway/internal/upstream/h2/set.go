@@ -293,7 +293,7 @@ func (c *Conn) room() (int, bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	n := len(c.streams)
-	return n, c.err == nil && !c.goAway && c.nextID <= retireIDAt && uint32(n) < c.maxStreams
+	return n, c.err == nil && !c.goAway && c.nextID <= retireIDAt && uint32(n) < c.peer.MaxConcurrentStreams
 }
 
 // retireIDAt is the last stream identifier a connection of a Set is

@@ -90,13 +90,7 @@ func TestOpenBoundedBehindStalledWrite(t *testing.T) {
 	// The node reads no more: one DATA frame of 8 MiB fills the sockets'
 	// buffers and its write waits, holding the connection's writer.
 	go st.Write(make([]byte, big))
-	waitFor(t, "the write to stall", func() bool {
-		if c.wmu.TryLock() {
-			c.wmu.Unlock()
-			return false
-		}
-		return true
-	})
+	waitFor(t, "the write to stall", c.q.Writing)
 	done := make(chan error, 1)
 	go func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
