@@ -14,6 +14,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/wsgate/wsgate/internal/h2core"
 	"github.com/wsgate/wsgate/internal/wake"
 	"golang.org/x/net/http2"
 	"golang.org/x/net/http2/hpack"
@@ -129,8 +130,7 @@ type conn struct {
 	// reset it (PROTOCOL_ERROR), as they would have an open stream. A
 	// RST_STREAM from the client takes its stream off: what it sends
 	// after its own reset is an error.
-	resets    []resetRecord
-	resetNext int
+	resets h2core.ResetRecords
 	// ctrlTokens is what the client may still spend on frames that do
 	// no work (controlBurst at most): each costs one, DATA and HEADERS
 	// that do work earn one, and time refills controlRefill a second
@@ -184,6 +184,7 @@ func newConn(s *Server, nc net.Conn) *conn {
 		c.ctrlBurst = s.ctrlBurst
 	}
 	c.ctrlTokens = c.ctrlBurst
+	c.resets.Init(recentResets)
 	c.in = frameBudget{r: bufio.NewReaderSize(nc, 16<<10), limit: readBudget(cfg.maxHeader)}
 	c.fr = http2.NewFramer(&c.out, &c.in)
 	c.fr.SetMaxReadFrameSize(defaultMaxFrameSize)
@@ -447,50 +448,6 @@ func (c *conn) earnLocked(n int) {
 	c.ctrlTokens = min(c.ctrlTokens+n, c.ctrlBurst)
 }
 
-// resetRecord is a stream this side reset: its id, what its
-// content-length still announced, and its send window (-1: none, or no
-// longer checked).
-type resetRecord struct {
-	id     uint32
-	left   int64
-	window int64
-}
-
-// recordResetLocked remembers that this side reset stream id, whose
-// request body still had left bytes to come and whose send window was
-// window.
-func (c *conn) recordResetLocked(id uint32, left, window int64) {
-	if r := c.resetOfLocked(id); r != nil {
-		r.left, r.window = -1, -1
-		return
-	}
-	if len(c.resets) < recentResets {
-		c.resets = append(c.resets, resetRecord{id, left, window})
-		return
-	}
-	c.resets[c.resetNext] = resetRecord{id, left, window}
-	c.resetNext = (c.resetNext + 1) % recentResets
-}
-
-// resetOfLocked returns the record of stream id if this side reset it
-// lately, else nil.
-func (c *conn) resetOfLocked(id uint32) *resetRecord {
-	for i := range c.resets {
-		if c.resets[i].id == id {
-			return &c.resets[i]
-		}
-	}
-	return nil
-}
-
-// forgetResetLocked takes stream id off the records: the client reset it
-// too.
-func (c *conn) forgetResetLocked(id uint32) {
-	if r := c.resetOfLocked(id); r != nil {
-		r.id = 0 // no client stream has id 0
-	}
-}
-
 // lookup finds the stream a frame is for. A stream the client has not
 // opened is idle, and a frame on it a connection error (RFC 9113 section
 // 5.1); nil with no error is a stream that has ended, whose late frames
@@ -574,14 +531,14 @@ func (c *conn) onHeaders(f *http2.MetaHeadersFrame) error {
 		// Trailers: they end the stream (RFC 9113 section 8.1).
 		var code http2.ErrCode
 		switch {
-		case s.remoteEnded:
+		case s.core.RemoteEnded:
 			code = http2.ErrCodeStreamClosed
 		case !f.StreamEnded(), selfDep, len(f.PseudoFields()) > 0:
 			code = http2.ErrCodeProtocol // trailers end the stream and hold no pseudo-header field (section 8.1)
-		case s.bodyLeft > 0:
+		case s.core.BodyLeft() > 0:
 			code = http2.ErrCodeProtocol // short of its content-length (section 8.1.1)
 		default:
-			s.remoteEnded = true
+			s.core.RemoteEnded = true
 			s.readableLocked()
 			s.maybeEndLocked()
 		}
@@ -601,13 +558,13 @@ func (c *conn) onHeaders(f *http2.MetaHeadersFrame) error {
 		return connError{http2.ErrCodeProtocol, fmt.Sprintf("HEADERS on stream %d, not a client stream", id)}
 	}
 	if id <= c.lastID {
-		if r := c.resetOfLocked(id); r != nil {
+		if r := c.resets.Of(id); r != nil {
 			// Sent before the client saw this side's reset: ignored
 			// (section 5.1), though its block was decoded, as the
 			// connection's hpack state requires; unless it is not
 			// trailers, or ends a body short of its content-length.
-			malformed := !f.StreamEnded() || selfDep || len(f.PseudoFields()) > 0 || r.left > 0
-			r.left = -1
+			malformed := !f.StreamEnded() || selfDep || len(f.PseudoFields()) > 0 || r.Left > 0
+			r.Left = -1
 			err := c.spendLocked()
 			c.mu.Unlock()
 			if err == nil && malformed {
@@ -657,17 +614,13 @@ func (c *conn) onHeaders(f *http2.MetaHeadersFrame) error {
 		c.resetStream(id, refuse, nil)
 		return nil
 	}
-	s := &Stream{
-		c:           c,
-		id:          id,
-		req:         req,
-		recvWindow:  int32(c.cfg.streamWindow),
-		remoteEnded: f.StreamEnded(),
-		bodyLeft:    -1,
-	}
+	s := &Stream{c: c, id: id, req: req}
+	bodyLen := int64(-1)
 	if req != nil && req.ContentLength >= 0 {
-		s.bodyLeft = req.ContentLength
+		bodyLen = req.ContentLength
 	}
+	s.core.Init(c.cfg.streamWindow, bodyLen)
+	s.core.RemoteEnded = f.StreamEnded()
 	c.earnLocked(1)
 	c.streams[id] = s
 	if c.idle != nil {
@@ -704,57 +657,30 @@ func (c *conn) onData(f *http2.DataFrame) error {
 	useful := false
 	switch {
 	case s == nil && err == nil:
-		r := c.resetOfLocked(f.StreamID)
+		r := c.resets.Of(f.StreamID)
 		switch {
 		case r == nil:
 			// A stream that ended, not by this side's reset (section
 			// 5.1, "closed").
 			resetCode = http2.ErrCodeStreamClosed
-		case r.left >= 0 && (int64(len(data)) > r.left || f.StreamEnded() && int64(len(data)) != r.left):
+		case r.Left >= 0 && (int64(len(data)) > r.Left || f.StreamEnded() && int64(len(data)) != r.Left):
 			// Ignored, but off its content-length all the same.
-			r.left = -1
+			r.Left = -1
 			resetCode = http2.ErrCodeProtocol
-		case r.left >= 0:
-			r.left -= int64(len(data))
+		case r.Left >= 0:
+			r.Left -= int64(len(data))
 		}
 	case s != nil:
-		switch {
-		case int64(n) > int64(s.recvWindow):
-			resetCode = http2.ErrCodeFlowControl
-		case s.remoteEnded:
-			resetCode = http2.ErrCodeStreamClosed // half-closed (remote), section 5.1
-		case s.bodyLeft >= 0 && (int64(len(data)) > s.bodyLeft || f.StreamEnded() && int64(len(data)) != s.bodyLeft):
-			// The DATA do not add up to the content-length: malformed
-			// (section 8.1.1).
-			resetCode = http2.ErrCodeProtocol
-		default:
+		// Beyond the stream's window, after its END_STREAM or off its
+		// content-length: a stream error (h2core.Stream.CheckData).
+		if resetCode = s.core.CheckData(n, len(data), f.StreamEnded()); resetCode == 0 {
 			useful = len(data) > 0 || f.StreamEnded()
-			if s.bodyLeft >= 0 {
-				s.bodyLeft -= int64(len(data))
-			}
-			s.recvWindow -= int32(n)
-			s.recvCredit += n - uint32(len(data)) // padding is consumed on arrival
-			if s.readClosed {
-				// Nobody reads any more: discard, and give the window
-				// back so that the client can finish.
-				s.recvCredit += uint32(len(data))
-			} else if len(data) > 0 {
-				if s.roff > 0 && len(s.rbuf)+len(data) > cap(s.rbuf) {
-					// Move the unread part to the front rather than grow:
-					// what a stream holds stays within its window.
-					m := copy(s.rbuf, s.rbuf[s.roff:])
-					s.rbuf, s.roff = s.rbuf[:m], 0
-				}
-				s.rbuf = append(s.rbuf, data...)
+			var buffered int
+			buffered, streamInc = s.core.TakeData(n, data, f.StreamEnded(), false)
+			if buffered > 0 || f.StreamEnded() {
 				s.readableLocked()
 			}
-			if f.StreamEnded() {
-				s.remoteEnded = true
-				s.readableLocked()
-				s.maybeEndLocked()
-			} else if s.recvCredit >= c.cfg.streamWindow/2 {
-				streamInc = s.takeCreditLocked()
-			}
+			s.maybeEndLocked()
 		}
 	}
 	if err == nil {
@@ -801,7 +727,7 @@ func (c *conn) onReset(f *http2.RSTStreamFrame) error {
 	if s != nil {
 		s.finishLocked(&StreamError{StreamID: s.id, Code: f.ErrCode, Remote: true})
 	}
-	c.forgetResetLocked(f.StreamID)
+	c.resets.Forget(f.StreamID)
 	return err
 }
 
@@ -819,13 +745,13 @@ func (c *conn) onWindowUpdate(f *http2.WindowUpdateFrame) error {
 	s, err := c.lookup(f.Header())
 	if s == nil {
 		var overflow bool
-		if r := c.resetOfLocked(f.StreamID); err == nil && r != nil && r.window >= 0 {
+		if r := c.resets.Of(f.StreamID); err == nil && r != nil && r.Window >= 0 {
 			// Answered in full and reset (NO_ERROR) before the client
 			// was done: what it sent before it saw the reset is still
 			// checked, as the body is against its content-length.
-			r.window += int64(f.Increment)
-			if overflow = r.window > maxWindow; overflow {
-				r.window = -1
+			r.Window += int64(f.Increment)
+			if overflow = r.Window > maxWindow; overflow {
+				r.Window = -1
 			}
 		}
 		c.mu.Unlock()
@@ -954,11 +880,11 @@ func (c *conn) resetStream(id uint32, code http2.ErrCode, err error) {
 		if code == http2.ErrCodeNo {
 			// An answered request: its body, and the window the
 			// client may still be giving it, are still checked.
-			left, window = s.bodyLeft, s.sendWindowLocked()
+			left, window = s.core.BodyLeft(), s.sendWindowLocked()
 		}
 		s.finishLocked(err)
 	}
-	c.recordResetLocked(id, left, window)
+	c.resets.Record(id, left, window)
 	c.mu.Unlock()
 	c.queueLocked(true, func(fr *http2.Framer) error { return fr.WriteRSTStream(id, code) })
 	c.wmu.Unlock()

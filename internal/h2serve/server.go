@@ -20,9 +20,6 @@ const (
 	// headerTableSize is the hpack dynamic table this side decodes with,
 	// SETTINGS_HEADER_TABLE_SIZE's initial value, never changed.
 	headerTableSize = 4096
-	// keepBufCap is the largest receive buffer a stream keeps once read
-	// empty; a larger one is dropped, so an idle stream holds little.
-	keepBufCap = 1024
 	// keepOutCap is the largest write buffer a connection keeps between
 	// writes.
 	keepOutCap = 256 << 10

@@ -3,13 +3,13 @@ package h2serve
 import (
 	"container/list"
 	"errors"
-	"io"
 	"net"
 	"net/http"
 	"strconv"
 	"strings"
 	"time"
 
+	"github.com/wsgate/wsgate/internal/h2core"
 	"github.com/wsgate/wsgate/internal/wake"
 	"golang.org/x/net/http2"
 	"golang.org/x/net/http2/hpack"
@@ -50,23 +50,13 @@ type Stream struct {
 	// streams waiting for send window (connWaiters, windowWaiters).
 	connAt *list.Element
 	heapAt int
-	// bodyLeft is what the request's content-length still announces,
-	// -1 without one: DATA beyond it, or END_STREAM short of it, is
-	// malformed (RFC 9113 section 8.1.1).
-	bodyLeft    int64
-	recvWindow  int32  // what the client may still send
-	recvCredit  uint32 // consumed bytes not yet given back by WINDOW_UPDATE
-	onReadable  func() // set by Detach: called when Read would not wait
-	rbuf        []byte // received, not yet read: rbuf[roff:]
-	roff        int
-	headSent    bool // the response's HEADERS are queued
-	localEnded  bool // END_STREAM queued or about to be: no more Write
-	remoteEnded bool // END_STREAM received
-	readClosed  bool // Close called: nobody reads any more
-	ended       bool // no longer counted by the connection
+	// core is the stream's state, its receive half (the request's
+	// content-length checked on it) and its send window.
+	core       h2core.Stream
+	onReadable func() // set by Detach: called when Read would not wait
+	headSent   bool   // the response's HEADERS are queued
 	// done, made by the first Done, is closed once the stream ends.
 	done      chan struct{}
-	err       error
 	rdeadline time.Time
 	wdeadline time.Time
 }
@@ -110,6 +100,7 @@ func (s *Stream) Detach(onReadable func()) {
 	c := s.c
 	c.mu.Lock()
 	s.onReadable = onReadable
+	s.core.Release()
 	c.mu.Unlock()
 	s.detached = true
 	s.req = nil
@@ -177,7 +168,7 @@ func (s *Stream) Respond(status int, h http.Header, body []byte) error {
 		}
 	}
 	c.mu.Lock()
-	stop := !s.ended && !s.remoteEnded
+	stop := !s.core.Ended && !s.core.RemoteEnded
 	c.mu.Unlock()
 	if stop {
 		time.AfterFunc(earlyAnswerGrace, func() {
@@ -201,11 +192,11 @@ func (s *Stream) writeHead(status int, h http.Header, end bool) error {
 	c.mu.Lock()
 	var err error
 	switch {
-	case s.err != nil:
-		err = s.err
+	case s.core.Err != nil:
+		err = s.core.Err
 	case s.headSent:
 		err = errAnswered
-	case s.ended || s.readClosed:
+	case s.core.Ended || s.core.ReadClosed:
 		err = net.ErrClosed
 	}
 	if err != nil {
@@ -214,7 +205,7 @@ func (s *Stream) writeHead(status int, h http.Header, end bool) error {
 	}
 	s.headSent = true
 	if end {
-		s.localEnded = true
+		s.core.LocalEnded = true
 	}
 	frame := int(c.peerFrame)
 	c.mu.Unlock()
@@ -253,43 +244,32 @@ func (s *Stream) writeHead(status int, h http.Header, end bool) error {
 	})
 	if err == nil && end {
 		c.mu.Lock()
+		s.core.EndSent = true
 		s.maybeEndLocked()
 		c.mu.Unlock()
 	}
 	return err
 }
 
-// takeCreditLocked returns the consumed bytes to give back to the client's
-// send window by WINDOW_UPDATE.
-func (s *Stream) takeCreditLocked() uint32 {
-	inc := s.recvCredit
-	s.recvWindow += int32(inc)
-	s.recvCredit = 0
-	return inc
-}
-
 // maybeEndLocked ends the stream once both sides sent END_STREAM (RFC 9113
 // section 5.1, "closed").
 func (s *Stream) maybeEndLocked() {
-	if s.localEnded && s.remoteEnded {
+	if s.core.BothEnded() {
 		s.finishLocked(nil)
 	}
 }
 
-// finishLocked removes the stream from the connection. With an error it
-// also drops what is buffered: Read and Write return err from now on.
+// finishLocked removes the stream from the connection. With an error,
+// Write returns err from now on, and Read once it has returned what was
+// received before (h2core.Stream.Read).
 func (s *Stream) finishLocked(err error) {
 	c := s.c
-	if err != nil && s.err == nil {
-		s.err = err
-		s.rbuf, s.roff = nil, 0
-	}
+	first := s.core.Finish(err)
 	s.readableLocked()
 	wake.Signal(s.wwake)
-	if s.ended {
+	if !first {
 		return
 	}
-	s.ended = true
 	if s.done != nil {
 		close(s.done)
 	}
@@ -312,14 +292,16 @@ func (s *Stream) Done() <-chan struct{} {
 	defer c.mu.Unlock()
 	if s.done == nil {
 		s.done = make(chan struct{})
-		if s.ended {
+		if s.core.Ended {
 			close(s.done)
 		}
 	}
 	return s.done
 }
 
-// Read reads what the client sent on the stream.
+// Read reads what the client sent on the stream: what came before a
+// reset or a lost connection first, and io.EOF once the client ended its
+// side, whatever ended the stream after.
 func (s *Stream) Read(p []byte) (int, error) {
 	for {
 		n, ch, dl, err := s.tryRead(p, true)
@@ -340,49 +322,58 @@ func (s *Stream) TryRead(p []byte) (int, error) {
 	return n, err
 }
 
+// WaitRead waits, as long as the read deadline allows, until a Read
+// would not wait: bytes are buffered, the client ended its side, or the
+// stream ended. It holds no buffer while it waits, so that a reader that
+// takes one only once there is something to read (internal/pollread)
+// costs an idle stream none (a detached stream drops its own receive
+// buffer each time it is read empty). One goroutine reads a stream at a
+// time.
+func (s *Stream) WaitRead() error {
+	c := s.c
+	for {
+		c.mu.Lock()
+		ready := s.core.Readable()
+		if !ready && s.rwake == nil {
+			s.rwake = wake.New()
+		}
+		ch, dl := s.rwake, s.rdeadline
+		c.mu.Unlock()
+		if ready {
+			return nil
+		}
+		if err := wake.Wait(ch, dl); err != nil {
+			return err
+		}
+	}
+}
+
+// Err returns why the stream failed (reset by either side, its
+// connection lost), net.ErrClosed after Close, or nil: what Read
+// returns once it has read what came before, asked without reading.
+func (s *Stream) Err() error {
+	c := s.c
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if s.core.ReadClosed {
+		return net.ErrClosed
+	}
+	return s.core.Err
+}
+
 // tryRead reads what is buffered, or returns Read's error, or else 0, a
 // nil error, and (with wait) the channel to wait for more on and the read
 // deadline to wait until.
 func (s *Stream) tryRead(p []byte, wait bool) (int, chan struct{}, time.Time, error) {
 	c := s.c
 	c.mu.Lock()
-	if s.readClosed {
-		c.mu.Unlock()
-		return 0, nil, time.Time{}, net.ErrClosed
-	}
-	if s.roff < len(s.rbuf) {
-		n := copy(p, s.rbuf[s.roff:])
-		s.roff += n
-		if s.roff == len(s.rbuf) {
-			s.roff = 0
-			s.rbuf = s.rbuf[:0]
-			if cap(s.rbuf) > keepBufCap || s.onReadable != nil {
-				s.rbuf = nil
-			}
-		}
-		// The reader consumed n bytes: the client may send them again
-		// (RFC 9113 section 6.9), in updates of half a window.
-		var inc uint32
-		if !s.remoteEnded && !s.ended {
-			s.recvCredit += uint32(n)
-			if s.recvCredit >= c.cfg.streamWindow/2 {
-				inc = s.takeCreditLocked()
-			}
-		}
+	n, inc, err, ready := s.core.Read(p)
+	if ready {
 		c.mu.Unlock()
 		if inc > 0 {
 			_ = c.queue(false, func(fr *http2.Framer) error { return fr.WriteWindowUpdate(s.id, inc) })
 		}
-		return n, nil, time.Time{}, nil
-	}
-	if s.err != nil {
-		err := s.err
-		c.mu.Unlock()
-		return 0, nil, time.Time{}, err
-	}
-	if s.remoteEnded {
-		c.mu.Unlock()
-		return 0, nil, time.Time{}, io.EOF
+		return n, nil, time.Time{}, err
 	}
 	if wait && s.rwake == nil {
 		s.rwake = wake.New()
@@ -441,7 +432,7 @@ func (s *Stream) waitRoom() error {
 			return nil
 		}
 		c.mu.Lock()
-		if s.err != nil || s.localEnded || s.ended {
+		if s.core.Err != nil || s.core.LocalEnded || s.core.Ended {
 			c.mu.Unlock()
 			c.wmu.Unlock()
 			return nil
@@ -469,15 +460,15 @@ func (s *Stream) reserve(want int) (int, error) {
 	for {
 		c.mu.Lock()
 		switch {
-		case s.err != nil:
-			err := s.err
+		case s.core.Err != nil:
+			err := s.core.Err
 			c.leaveWaitLocked(s)
 			c.mu.Unlock()
 			return 0, err
 		case !s.headSent:
 			c.mu.Unlock()
 			return 0, errNoResponse
-		case s.localEnded || s.ended:
+		case s.core.LocalEnded || s.core.Ended:
 			c.leaveWaitLocked(s)
 			c.mu.Unlock()
 			return 0, net.ErrClosed
@@ -520,9 +511,9 @@ func (s *Stream) writable(n int) error {
 	defer c.mu.Unlock()
 	var err error
 	switch {
-	case s.err != nil:
-		err = s.err
-	case s.localEnded || s.ended:
+	case s.core.Err != nil:
+		err = s.core.Err
+	case s.core.LocalEnded || s.core.Ended:
 		err = net.ErrClosed
 	default:
 		return nil
@@ -540,15 +531,16 @@ func (s *Stream) closeWrite() error {
 	c.wmu.Lock()
 	defer c.wmu.Unlock()
 	c.mu.Lock()
-	if s.localEnded || s.ended || s.err != nil || !s.headSent {
+	if s.core.LocalEnded || s.core.Ended || s.core.Err != nil || !s.headSent {
 		c.mu.Unlock()
 		return nil
 	}
-	s.localEnded = true
+	s.core.LocalEnded = true
 	wake.Signal(s.wwake)
 	c.mu.Unlock()
 	err := c.queueLocked(false, func(fr *http2.Framer) error { return fr.WriteData(s.id, true, nil) })
 	c.mu.Lock()
+	s.core.EndSent = err == nil
 	s.maybeEndLocked()
 	c.mu.Unlock()
 	return err
@@ -563,26 +555,19 @@ func (s *Stream) closeWrite() error {
 func (s *Stream) Close() error {
 	c := s.c
 	c.mu.Lock()
-	if s.ended {
-		s.readClosed = true
+	if s.core.Ended {
+		s.core.CloseRead()
 		c.mu.Unlock()
 		return nil
 	}
 	if !s.headSent {
-		s.readClosed = true
+		s.core.CloseRead() // the window it gives back goes with the reset
 		c.mu.Unlock()
 		c.resetStream(s.id, http2.ErrCodeInternal, net.ErrClosed)
 		return nil
 	}
-	var inc uint32
-	if !s.readClosed {
-		s.readClosed = true
-		dropped := len(s.rbuf) - s.roff
-		s.rbuf, s.roff = nil, 0
-		if !s.remoteEnded {
-			s.recvCredit += uint32(dropped)
-			inc = s.takeCreditLocked()
-		}
+	_, inc, first := s.core.CloseRead()
+	if first {
 		wake.Signal(s.rwake)
 		// A client that never ends its side would hold the stream, and
 		// a place under MAX_CONCURRENT_STREAMS, for good.
@@ -600,7 +585,7 @@ func (s *Stream) Close() error {
 func (s *Stream) abort() {
 	c := s.c
 	c.mu.Lock()
-	open := !s.ended
+	open := !s.core.Ended
 	c.mu.Unlock()
 	if open {
 		c.resetStream(s.id, http2.ErrCodeCancel, net.ErrClosed)

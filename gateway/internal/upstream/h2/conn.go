@@ -31,10 +31,6 @@ const (
 	// headerTableSize is the hpack dynamic table this side decodes with,
 	// SETTINGS_HEADER_TABLE_SIZE's initial value, never changed.
 	headerTableSize = 4096
-	// keepBufCap is the largest receive buffer a stream keeps once a Read
-	// has drained it; larger ones are dropped, so that an idle stream
-	// holds no buffer.
-	keepBufCap = 4096
 	// maxAnswerBytes bounds the frames queued in answer to the node (PING
 	// and SETTINGS acknowledgements) that have not left for the network:
 	// a node that sends them faster than it reads their answers is
@@ -574,59 +570,38 @@ func (c *Conn) onData(f *http2.DataFrame) error {
 	var streamInc uint32
 	var resetCode http2.ErrCode
 	if s != nil {
-		data := f.Data()
-		beyond := int64(n) > int64(s.recvWindow)
-		if !beyond {
-			s.recvWindow -= int32(n)
-			s.recvCredit += n - uint32(len(data)) // padding is consumed on arrival
-		}
-		switch {
-		case beyond:
-			// Beyond the stream's window while the connection's holds:
-			// a stream error (section 6.9.1 leaves the choice), so that
-			// one stream's excess costs the connection's others nothing.
-			// What the stream received before stays readable.
-			resetCode = http2.ErrCodeFlowControl
-		case s.remoteEnded:
-			// Half-closed (remote): section 5.1.
-			resetCode = http2.ErrCodeStreamClosed
-		case s.status == 0:
+		data, end := f.Data(), f.StreamEnded()
+		// Beyond the stream's window (a stream error, so that one
+		// stream's excess costs the connection's others nothing, and
+		// what the stream received before stays readable) or after its
+		// END_STREAM: h2core.Stream.CheckData.
+		resetCode = s.core.CheckData(n, len(data), end)
+		if resetCode == 0 && s.status == 0 {
 			// DATA before the response's HEADERS is malformed (section 8.1).
 			resetCode = http2.ErrCodeProtocol
-		case !s.ok():
-			// A refusal's body is kept up to MaxBody for OpenWebSocket.
-			room := min(c.cfg.MaxBody-len(s.body), len(data))
-			s.body = append(s.body, data[:room]...)
-			s.recvCredit += uint32(len(data))
-			if len(s.body) >= c.cfg.MaxBody {
-				s.respond()
-			}
-		case s.readClosed:
-			// Nobody reads any more: discard, and give the window back so
-			// that the node can finish.
-			s.recvCredit += uint32(len(data))
-		default:
-			if s.roff > 0 && len(s.rbuf)+len(data) > cap(s.rbuf) {
-				// Move the unread part to the front rather than grow:
-				// what a stream holds stays within its window however
-				// its reader keeps pace.
-				n := copy(s.rbuf, s.rbuf[s.roff:])
-				s.rbuf, s.roff = s.rbuf[:n], 0
-			}
-			s.rbuf = append(s.rbuf, data...)
-			c.buffered += len(data)
-			s.wakeReader()
 		}
-		if resetCode == 0 && f.StreamEnded() {
-			s.remoteEnded = true
-			if !s.ok() {
-				s.respond()
+		if resetCode == 0 {
+			refusal := !s.ok()
+			if refusal {
+				// A refusal's body is kept up to MaxBody for OpenWebSocket.
+				room := min(c.cfg.MaxBody-len(s.body), len(data))
+				s.body = append(s.body, data[:room]...)
+				if len(s.body) >= c.cfg.MaxBody {
+					s.respond()
+				}
 			}
-			s.wakeReader()
+			// Buffered for Read, or discarded with its window given
+			// back when nobody reads any more (Close).
+			buffered, inc := s.core.TakeData(n, data, end, refusal)
+			c.buffered += buffered
+			streamInc = inc
+			if buffered > 0 || end {
+				if end && refusal {
+					s.respond()
+				}
+				s.wakeReader()
+			}
 			s.maybeEndLocked()
-		}
-		if resetCode == 0 && !s.remoteEnded && s.recvCredit >= c.cfg.StreamWindow/2 {
-			streamInc = s.takeCreditLocked()
 		}
 	}
 	connInc := uint32(0)
@@ -672,7 +647,7 @@ func (c *Conn) onHeaders(f *http2.MetaHeadersFrame) error {
 	switch {
 	case f.Truncated:
 		resetCode, resetErr = http2.ErrCodeCancel, ErrHeaderTooLarge
-	case s.remoteEnded:
+	case s.core.RemoteEnded:
 		resetCode = http2.ErrCodeStreamClosed
 	case s.status != 0:
 		// Trailers: they must end the stream (RFC 9113 section 8.1).
@@ -680,7 +655,7 @@ func (c *Conn) onHeaders(f *http2.MetaHeadersFrame) error {
 			resetCode = http2.ErrCodeProtocol
 			break
 		}
-		s.remoteEnded = true
+		s.core.RemoteEnded = true
 		if !s.ok() {
 			s.respond()
 		}
@@ -703,9 +678,9 @@ func (c *Conn) onHeaders(f *http2.MetaHeadersFrame) error {
 			s.status = code
 			s.respHeader = fieldsToHeader(f.RegularFields())
 			if f.StreamEnded() {
-				s.remoteEnded = true
+				s.core.RemoteEnded = true
 			}
-			if s.ok() || s.remoteEnded {
+			if s.ok() || s.core.RemoteEnded {
 				s.respond()
 			}
 			s.wakeReader()
@@ -725,10 +700,10 @@ func (c *Conn) onReset(f *http2.RSTStreamFrame) error {
 	s, err := c.lookup(f.Header())
 	switch {
 	case s == nil:
-	case f.ErrCode == http2.ErrCodeNo && s.remoteEnded:
+	case f.ErrCode == http2.ErrCodeNo && s.core.RemoteEnded:
 		// A complete response, then a request to stop sending without
 		// error: the response stands (RFC 9113 section 8.1).
-		s.localEnded, s.endSent = true, true
+		s.core.LocalEnded, s.core.EndSent = true, true
 		s.finishLocked(nil)
 	default:
 		s.finishLocked(&StreamError{StreamID: s.id, Code: f.ErrCode, Remote: true})
@@ -1078,8 +1053,8 @@ func (c *Conn) OpenWebSocket(ctx context.Context, req *Request) (*Stream, *Respo
 		return nil, nil, afterRequest{fmt.Errorf("h2: wait for the node's response: %w", ctx.Err())}
 	}
 	c.mu.Lock()
-	err = s.err
-	if s.status != 0 && (s.remoteEnded || s.ok() && s.roff < len(s.rbuf)) {
+	err = s.core.Err
+	if s.status != 0 && (s.core.RemoteEnded || s.ok() && s.core.Buffered() > 0) {
 		// A response came, and the node's first bytes or its end: what
 		// ended the stream after them is the stream's to report (an
 		// open WebSocket's Read returns what the node sent first, a
@@ -1137,11 +1112,11 @@ func (c *Conn) queueStream(req *Request) (*Stream, error) {
 		return nil, ErrRequestTooLarge
 	}
 	s := &Stream{
-		c:          c,
-		id:         c.nextID,
-		recvWindow: int32(c.cfg.StreamWindow),
-		responded:  make(chan struct{}),
+		c:         c,
+		id:        c.nextID,
+		responded: make(chan struct{}),
 	}
+	s.core.Init(c.cfg.StreamWindow, -1)
 	c.nextID += 2
 	c.streams[s.id] = s
 	maxFrame := c.peerFrame
@@ -1366,7 +1341,7 @@ func (c *Conn) stalled(from uint64) {
 	var worst *Stream
 	if c.credited == from {
 		for _, s := range c.streams {
-			if !s.ended && s.uncredited > 0 && (worst == nil || s.uncredited > worst.uncredited) {
+			if !s.core.Ended && s.uncredited > 0 && (worst == nil || s.uncredited > worst.uncredited) {
 				worst = s
 			}
 		}

@@ -69,9 +69,9 @@ func (s *Stream) WriteNB(bufs [][]byte) (int, error) {
 	s.waitStreamLocked(false)
 	s.waitShareLocked(false)
 	switch {
-	case s.err != nil:
-		return 0, s.err
-	case s.localEnded || s.ended:
+	case s.core.Err != nil:
+		return 0, s.core.Err
+	case s.core.LocalEnded || s.core.Ended:
 		return 0, net.ErrClosed
 	case s.held != nil:
 		return want, nil // lost meanwhile: see herd.go

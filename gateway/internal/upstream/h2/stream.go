@@ -2,10 +2,10 @@ package h2
 
 import (
 	"container/list"
-	"io"
 	"net"
 	"time"
 
+	"github.com/wsgate/wsgate/internal/h2core"
 	"github.com/wsgate/wsgate/internal/wake"
 	"golang.org/x/net/http2"
 )
@@ -58,22 +58,15 @@ type Stream struct {
 	// waitingStream: a Write (or WriteNB) stopped on the stream's own
 	// send window (s is in Conn.streamWaiting).
 	waitingStream bool
-	recvWindow    int32  // what the node may still send
-	recvCredit    uint32 // consumed bytes not yet given back by WINDOW_UPDATE
-	rbuf          []byte // received, not yet read: rbuf[roff:]
-	roff          int
-	status        int
-	respHeader    map[string][]string
-	body          []byte
-	didRespond    bool
-	localEnded    bool // END_STREAM about to be sent: no more Write
-	endSent       bool // END_STREAM written
-	remoteEnded   bool // END_STREAM received
-	readClosed    bool // Close or Abort called: nobody reads any more
-	ended         bool // no longer counted by the connection
-	err           error
-	rdeadline     time.Time
-	wdeadline     time.Time
+	// core is the stream's state, its receive half and its send
+	// window.
+	core       h2core.Stream
+	status     int
+	respHeader map[string][]string
+	body       []byte
+	didRespond bool
+	rdeadline  time.Time
+	wdeadline  time.Time
 }
 
 // ID returns the stream identifier.
@@ -92,43 +85,32 @@ func (s *Stream) respond() {
 	}
 }
 
-// takeCreditLocked returns the consumed bytes to give back to the node's
-// send window by WINDOW_UPDATE.
-func (s *Stream) takeCreditLocked() uint32 {
-	inc := s.recvCredit
-	s.recvWindow += int32(inc)
-	s.recvCredit = 0
-	return inc
-}
-
 // maybeEndLocked ends the stream once both sides sent END_STREAM (RFC 9113
 // section 5.1, "closed").
 func (s *Stream) maybeEndLocked() {
-	if s.endSent && s.remoteEnded {
+	if s.core.BothEnded() {
 		s.finishLocked(nil)
 	}
 }
 
 // finishLocked removes the stream from the connection. With an error,
 // Write returns err from now on, and Read once it has returned what was
-// received before (see readLocked): a node's last bytes, its WebSocket
-// close frame among them, are read even when a reset follows them at
-// once (HAProxy resets a stream microseconds after its END_STREAM).
+// received before (h2core.Stream.Read): a node's last bytes, its
+// WebSocket close frame among them, are read even when a reset follows
+// them at once (HAProxy resets a stream microseconds after its
+// END_STREAM).
 func (s *Stream) finishLocked(err error) {
 	c := s.c
-	if err != nil && s.err == nil {
-		s.err = err
-	}
+	first := s.core.Finish(err)
 	s.respond()
 	wake.Signal(s.rwake)
 	wake.Signal(s.wwake)
 	if s.notify != nil {
 		s.notify()
 	}
-	if s.ended {
+	if !first {
 		return
 	}
-	s.ended = true
 	// It waits for nothing any more: a stream that ended waiting for the
 	// connection's window would hold every other at its StreamSendLimit.
 	s.waitWindowLocked(false)
@@ -192,44 +174,13 @@ func (s *Stream) Read(p []byte) (int, error) {
 	}
 }
 
-// readLocked is a Read that does not wait: ready is false when it would
-// have; inc is the window to give back to the node by WINDOW_UPDATE.
-// Called with c.mu held.
+// readLocked is a Read that does not wait (h2core.Stream.Read): ready
+// is false when it would have; inc is the window to give back to the
+// node by WINDOW_UPDATE. Called with c.mu held.
 func (s *Stream) readLocked(p []byte) (n int, inc uint32, err error, ready bool) {
-	c := s.c
-	// What came before an error is read first, and after the node's
-	// END_STREAM the stream's end is io.EOF whatever ended it after: a
-	// reset of a stream whose response is complete loses nothing (RFC
-	// 9113 section 8.1 lets a server stop a request it has answered).
-	switch {
-	case s.readClosed:
-		return 0, 0, net.ErrClosed, true
-	case s.roff < len(s.rbuf):
-		n = copy(p, s.rbuf[s.roff:])
-		s.roff += n
-		c.buffered -= n
-		if s.roff == len(s.rbuf) {
-			s.roff = 0
-			s.rbuf = s.rbuf[:0]
-			if cap(s.rbuf) > keepBufCap {
-				s.rbuf = nil
-			}
-		}
-		// The reader consumed n bytes: the node may send them again
-		// (RFC 9113 section 6.9), in updates of half a window.
-		if !s.remoteEnded && !s.ended {
-			s.recvCredit += uint32(n)
-			if s.recvCredit >= c.cfg.StreamWindow/2 {
-				inc = s.takeCreditLocked()
-			}
-		}
-		return n, inc, nil, true
-	case s.remoteEnded:
-		return 0, 0, io.EOF, true
-	case s.err != nil:
-		return 0, 0, s.err, true
-	}
-	return 0, 0, nil, false
+	n, inc, err, ready = s.core.Read(p)
+	s.c.buffered -= n
+	return n, inc, err, ready
 }
 
 // WaitRead waits, as long as the read deadline allows, until a Read
@@ -241,7 +192,7 @@ func (s *Stream) WaitRead() error {
 	c := s.c
 	for {
 		c.mu.Lock()
-		ready := s.readClosed || s.err != nil || s.roff < len(s.rbuf) || s.remoteEnded
+		ready := s.core.Readable()
 		dl, ch := s.rdeadline, s.readWakeLocked()
 		c.mu.Unlock()
 		if ready {
@@ -299,12 +250,12 @@ func (s *Stream) reserve(want int) (int, error) {
 		s.waitStreamLocked(false)
 		s.waitShareLocked(false)
 		switch {
-		case s.err != nil:
-			err := s.err
+		case s.core.Err != nil:
+			err := s.core.Err
 			c.passWindowLocked()
 			c.mu.Unlock()
 			return 0, err
-		case s.localEnded || s.ended:
+		case s.core.LocalEnded || s.core.Ended:
 			c.passWindowLocked()
 			c.mu.Unlock()
 			return 0, net.ErrClosed
@@ -438,9 +389,9 @@ func (s *Stream) writable(n int) error {
 	defer c.mu.Unlock()
 	var err error
 	switch {
-	case s.err != nil:
-		err = s.err
-	case s.localEnded || s.ended:
+	case s.core.Err != nil:
+		err = s.core.Err
+	case s.core.LocalEnded || s.core.Ended:
 		err = net.ErrClosed
 	default:
 		return nil
@@ -459,7 +410,7 @@ func (s *Stream) writable(n int) error {
 func (s *Stream) queueable() bool {
 	s.c.mu.Lock()
 	defer s.c.mu.Unlock()
-	return s.err == nil
+	return s.core.Err == nil
 }
 
 // windowUpdate returns the queueing of a WINDOW_UPDATE of inc for the
@@ -480,7 +431,7 @@ func (s *Stream) windowUpdate(inc uint32) func(fr *http2.Framer) error {
 func (s *Stream) CloseWrite() error {
 	c := s.c
 	c.mu.Lock()
-	if s.localEnded || s.ended || s.err != nil {
+	if s.core.LocalEnded || s.core.Ended || s.core.Err != nil {
 		c.mu.Unlock()
 		return nil
 	}
@@ -490,7 +441,7 @@ func (s *Stream) CloseWrite() error {
 		c.mu.Unlock()
 		return nil
 	}
-	s.localEnded = true
+	s.core.LocalEnded = true
 	wake.Signal(s.wwake)
 	c.mu.Unlock()
 	err := c.queueFrames(func(fr *http2.Framer) error {
@@ -502,7 +453,7 @@ func (s *Stream) CloseWrite() error {
 	c.mu.Lock()
 	// Counted until END_STREAM is queued, ahead of any stream opened
 	// after, so that a new stream never exceeds the node's limit.
-	s.endSent = err == nil
+	s.core.EndSent = err == nil
 	s.maybeEndLocked()
 	c.mu.Unlock()
 	c.Kick()
@@ -517,24 +468,15 @@ func (s *Stream) CloseWrite() error {
 func (s *Stream) Close() error {
 	c := s.c
 	c.mu.Lock()
-	if !s.readClosed {
-		s.readClosed = true
-		dropped := len(s.rbuf) - s.roff
-		c.buffered -= dropped
-		s.rbuf, s.roff = nil, 0
-		if !s.remoteEnded {
-			s.recvCredit += uint32(dropped)
-		}
+	dropped, inc, first := s.core.CloseRead()
+	c.buffered -= dropped
+	if first {
 		s.wakeReader()
-		if !s.ended {
+		if !s.core.Ended {
 			// A node that never ends its side would hold the stream,
 			// and a place under its MAX_CONCURRENT_STREAMS, for good.
 			s.linger = time.AfterFunc(c.cfg.WriteTimeout, s.Abort)
 		}
-	}
-	inc := uint32(0)
-	if !s.remoteEnded && !s.ended && s.recvCredit > 0 {
-		inc = s.takeCreditLocked()
 	}
 	c.mu.Unlock()
 	if inc > 0 {
@@ -548,10 +490,9 @@ func (s *Stream) Close() error {
 func (s *Stream) Abort() {
 	c := s.c
 	c.mu.Lock()
-	s.readClosed = true
-	c.buffered -= len(s.rbuf) - s.roff
-	s.rbuf, s.roff = nil, 0
-	wasOpen := !s.ended
+	dropped, _, _ := s.core.CloseRead() // the window it gives back goes with the reset
+	c.buffered -= dropped
+	wasOpen := !s.core.Ended
 	c.mu.Unlock()
 	if wasOpen {
 		c.resetStream(s.id, http2.ErrCodeCancel, net.ErrClosed)
