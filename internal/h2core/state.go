@@ -1,11 +1,12 @@
 package h2core
 
 // Stream is what both roles keep of one stream: its state, its receive
-// half and, once send.go's types hold it, its send window. Its holder
-// guards it with its connection's lock and readies it with Recv.Init.
+// half and its send window. Its holder guards it with its connection's
+// lock and readies it with Recv.Init.
 type Stream struct {
 	State
 	Recv
+	Send
 }
 
 // State is where a stream is in its life (RFC 9113 section 5.1), as both

@@ -3,8 +3,6 @@ package h2serve
 import (
 	"bufio"
 	"bytes"
-	"container/heap"
-	"container/list"
 	"errors"
 	"fmt"
 	"io"
@@ -104,24 +102,11 @@ type conn struct {
 	streams    map[uint32]*Stream
 	lastID     uint32 // highest stream identifier the client used
 	goAwaySent bool
-	peerWindow int32  // the client's SETTINGS_INITIAL_WINDOW_SIZE
 	peerFrame  uint32 // the client's SETTINGS_MAX_FRAME_SIZE
-	sendWindow int64  // connection send window
-	// A stream's send window is peerWindow plus its sendDelta, so that
-	// a change of SETTINGS_INITIAL_WINDOW_SIZE applies to every stream
-	// (RFC 9113 section 6.9.2) without visiting them. deltaBound is at
-	// least the largest sendDelta of an open stream: while peerWindow
-	// plus it stays within maxWindow no stream can overflow, and a
-	// change is checked without a walk.
-	deltaBound int64
-	// connWaiters are the streams whose Write waits for connection
-	// window, in the order they came; each one woken takes some and
-	// wakes the next while some is left (passConnWindowLocked), so a
-	// WINDOW_UPDATE wakes one stream, not all. windowWaiters are those
-	// waiting for window of their own, the largest sendDelta first: a
-	// larger SETTINGS_INITIAL_WINDOW_SIZE wakes those it opens.
-	connWaiters   list.List
-	windowWaiters waitHeap
+	// send is the connection's send window and its streams' writers
+	// waiting for window (h2core.ConnSend): a WINDOW_UPDATE wakes one,
+	// a larger SETTINGS_INITIAL_WINDOW_SIZE those it opens.
+	send h2core.ConnSend[*writer]
 	// resets are the streams this side reset lately (a ring of
 	// recentResets): frames the client sent before it saw the reset are
 	// ignored (RFC 9113 section 5.1, "closed"), trailers included, where
@@ -172,9 +157,7 @@ func newConn(s *Server, nc net.Conn) *conn {
 		closing:    make(chan struct{}),
 		written:    make(chan struct{}),
 		streams:    make(map[uint32]*Stream),
-		peerWindow: defaultWindow,
 		peerFrame:  defaultMaxFrameSize,
-		sendWindow: defaultWindow,
 		recvWindow: int64(cfg.connWindow),
 		gone:       wake.New(),
 		ctrlBurst:  controlBurst,
@@ -185,6 +168,7 @@ func newConn(s *Server, nc net.Conn) *conn {
 	}
 	c.ctrlTokens = c.ctrlBurst
 	c.resets.Init(recentResets)
+	c.send.Init()
 	c.in = frameBudget{r: bufio.NewReaderSize(nc, 16<<10), limit: readBudget(cfg.maxHeader)}
 	c.fr = http2.NewFramer(&c.out, &c.in)
 	c.fr.SetMaxReadFrameSize(defaultMaxFrameSize)
@@ -480,25 +464,10 @@ func (c *conn) onSettings(f *http2.SettingsFrame) error {
 			table = &v
 		case http2.SettingInitialWindowSize:
 			// A change applies to every open stream's send window, which
-			// may go negative (section 6.9.2): each is peerWindow plus
-			// the stream's sendDelta. Only when one might overflow are
-			// the streams walked.
-			w := int64(s.Val)
-			if w+c.deltaBound > maxWindow {
-				var most int64
-				for _, st := range c.streams {
-					c.srv.windowWork.Add(1)
-					if w+st.sendDelta > maxWindow {
-						return connError{http2.ErrCodeFlowControl, "SETTINGS_INITIAL_WINDOW_SIZE overflows a stream's window"}
-					}
-					most = max(most, st.sendDelta)
-				}
-				c.deltaBound = most
-			}
-			grew := w > int64(c.peerWindow)
-			c.peerWindow = int32(s.Val)
-			if grew {
-				c.wakeWindowWaitersLocked()
+			// may go negative (section 6.9.2), without visiting them
+			// unless one might overflow (h2core.ConnSend.SetPeerWindow).
+			if c.send.SetPeerWindow(s.Val, c.writers) {
+				return connError{http2.ErrCodeFlowControl, "SETTINGS_INITIAL_WINDOW_SIZE overflows a stream's window"}
 			}
 		case http2.SettingMaxFrameSize:
 			c.peerFrame = s.Val
@@ -735,11 +704,9 @@ func (c *conn) onWindowUpdate(f *http2.WindowUpdateFrame) error {
 	c.mu.Lock()
 	if f.StreamID == 0 {
 		defer c.mu.Unlock()
-		c.sendWindow += int64(f.Increment)
-		if c.sendWindow > maxWindow {
+		if c.send.ConnUpdate(f.Increment) {
 			return connError{http2.ErrCodeFlowControl, "WINDOW_UPDATE overflows the connection window (RFC 9113 section 6.9.1)"}
 		}
-		c.passConnWindowLocked()
 		return nil
 	}
 	s, err := c.lookup(f.Header())
@@ -760,15 +727,8 @@ func (c *conn) onWindowUpdate(f *http2.WindowUpdateFrame) error {
 		}
 		return err
 	}
-	s.sendDelta += int64(f.Increment)
-	c.deltaBound = max(c.deltaBound, s.sendDelta)
-	overflow := s.sendWindowLocked() > maxWindow
-	if s.heapAt > 0 {
-		// Waiting for window of its own: it may go on.
-		heap.Remove(&c.windowWaiters, s.heapAt-1)
-		c.srv.windowWork.Add(1)
-		wake.Signal(s.wwake)
-	}
+	// A writer waiting for window of its own may go on.
+	overflow := c.send.StreamUpdate(s.writer(), f.Increment)
 	c.mu.Unlock()
 	if overflow {
 		c.resetStream(s.id, http2.ErrCodeFlowControl, nil) // a stream error (section 6.9.1)
@@ -776,94 +736,15 @@ func (c *conn) onWindowUpdate(f *http2.WindowUpdateFrame) error {
 	return nil
 }
 
-// passConnWindowLocked wakes the first stream waiting for connection
-// window, while there is some: it takes what it needs and passes on
-// what is left (Stream.reserve), so that a WINDOW_UPDATE costs one
-// wakeup, however many streams wait.
-func (c *conn) passConnWindowLocked() {
-	if c.sendWindow <= 0 {
-		return
-	}
-	e := c.connWaiters.Front()
-	if e == nil {
-		return
-	}
-	s := c.connWaiters.Remove(e).(*Stream)
-	s.connAt = nil
-	c.srv.windowWork.Add(1)
-	wake.Signal(s.wwake)
-}
-
-// wakeWindowWaitersLocked wakes the streams waiting for window of their
-// own that a larger SETTINGS_INITIAL_WINDOW_SIZE opened, and no others.
-func (c *conn) wakeWindowWaitersLocked() {
-	for len(c.windowWaiters) > 0 && c.windowWaiters[0].sendWindowLocked() > 0 {
-		s := heap.Pop(&c.windowWaiters).(*Stream)
+// writers yields the connection's streams as writers, each visit
+// counted as window work. Called with c.mu held.
+func (c *conn) writers(yield func(*writer) bool) {
+	for _, s := range c.streams {
 		c.srv.windowWork.Add(1)
-		wake.Signal(s.wwake)
-	}
-}
-
-// waitWindowLocked puts s among the streams waiting for send window:
-// its own when that is spent, else the connection's.
-func (c *conn) waitWindowLocked(s *Stream) {
-	if s.sendWindowLocked() <= 0 {
-		if s.connAt != nil {
-			c.connWaiters.Remove(s.connAt)
-			s.connAt = nil
+		if !yield(s.writer()) {
+			return
 		}
-		if s.heapAt == 0 {
-			heap.Push(&c.windowWaiters, s)
-		}
-		return
 	}
-	if s.heapAt > 0 {
-		heap.Remove(&c.windowWaiters, s.heapAt-1)
-	}
-	if s.connAt == nil {
-		s.connAt = c.connWaiters.PushBack(s)
-	}
-}
-
-// leaveWaitLocked takes s off the streams waiting for send window, and
-// passes on the connection window it may have been woken for.
-func (c *conn) leaveWaitLocked(s *Stream) {
-	if s.connAt != nil {
-		c.connWaiters.Remove(s.connAt)
-		s.connAt = nil
-	}
-	if s.heapAt > 0 {
-		heap.Remove(&c.windowWaiters, s.heapAt-1)
-	}
-	c.passConnWindowLocked()
-}
-
-// waitHeap is a heap of the streams waiting for window of their own, the
-// one with the largest sendDelta (the first a larger
-// SETTINGS_INITIAL_WINDOW_SIZE opens) first. A stream's heapAt is its
-// index plus one, 0 when it is not in the heap.
-type waitHeap []*Stream
-
-func (h waitHeap) Len() int           { return len(h) }
-func (h waitHeap) Less(i, j int) bool { return h[i].sendDelta > h[j].sendDelta }
-func (h waitHeap) Swap(i, j int) {
-	h[i], h[j] = h[j], h[i]
-	h[i].heapAt, h[j].heapAt = i+1, j+1
-}
-
-func (h *waitHeap) Push(x any) {
-	s := x.(*Stream)
-	s.heapAt = len(*h) + 1
-	*h = append(*h, s)
-}
-
-func (h *waitHeap) Pop() any {
-	old := *h
-	s := old[len(old)-1]
-	old[len(old)-1] = nil
-	*h = old[:len(old)-1]
-	s.heapAt = 0
-	return s
 }
 
 // resetStream ends stream id with err (a *StreamError of code when nil)
@@ -880,7 +761,7 @@ func (c *conn) resetStream(id uint32, code http2.ErrCode, err error) {
 		if code == http2.ErrCodeNo {
 			// An answered request: its body, and the window the
 			// client may still be giving it, are still checked.
-			left, window = s.core.BodyLeft(), s.sendWindowLocked()
+			left, window = s.core.BodyLeft(), c.send.StreamWindow(s.writer())
 		}
 		s.finishLocked(err)
 	}

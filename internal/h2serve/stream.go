@@ -1,7 +1,6 @@
 package h2serve
 
 import (
-	"container/list"
 	"errors"
 	"net"
 	"net/http"
@@ -42,14 +41,6 @@ type Stream struct {
 	// with TryRead, or never short of send window, holds neither.
 	rwake chan struct{}
 	wwake chan struct{}
-	// sendDelta is the stream's send window (RFC 9113 section 6.9) less
-	// the client's SETTINGS_INITIAL_WINDOW_SIZE (conn.peerWindow): the
-	// WINDOW_UPDATEs received less the DATA sent.
-	sendDelta int64
-	// connAt and heapAt place the stream among its connection's
-	// streams waiting for send window (connWaiters, windowWaiters).
-	connAt *list.Element
-	heapAt int
 	// core is the stream's state, its receive half (the request's
 	// content-length checked on it) and its send window.
 	core       h2core.Stream
@@ -270,6 +261,9 @@ func (s *Stream) finishLocked(err error) {
 	if !first {
 		return
 	}
+	// It waits for no window any more; woken for the connection's, it
+	// passes it on.
+	c.send.Leave(s.writer())
 	if s.done != nil {
 		close(s.done)
 	}
@@ -462,46 +456,53 @@ func (s *Stream) reserve(want int) (int, error) {
 		switch {
 		case s.core.Err != nil:
 			err := s.core.Err
-			c.leaveWaitLocked(s)
+			c.send.Leave(s.writer())
 			c.mu.Unlock()
 			return 0, err
 		case !s.headSent:
 			c.mu.Unlock()
 			return 0, errNoResponse
 		case s.core.LocalEnded || s.core.Ended:
-			c.leaveWaitLocked(s)
+			c.send.Leave(s.writer())
 			c.mu.Unlock()
 			return 0, net.ErrClosed
 		}
-		n := min(int64(want), s.sendWindowLocked(), c.sendWindow, int64(c.peerFrame))
-		if n > 0 {
-			s.sendDelta -= n
-			c.sendWindow -= n
-			c.leaveWaitLocked(s) // and passes on what is left
-			c.ctrlOwed += 2      // the WINDOW_UPDATEs this DATA calls for
+		if n := c.send.Take(s.writer(), want, int(c.peerFrame)); n > 0 {
+			c.send.Leave(s.writer()) // and passes on what is left
+			c.ctrlOwed += 2          // the WINDOW_UPDATEs this DATA calls for
 			c.mu.Unlock()
-			return int(n), nil
+			return n, nil
 		}
 		if s.wwake == nil {
 			s.wwake = wake.New()
 		}
-		c.waitWindowLocked(s)
-		if s.sendWindowLocked() <= 0 {
-			c.passConnWindowLocked() // what woke it is for another
-		}
+		c.send.Wait(s.writer())
 		ch, dl := s.wwake, s.wdeadline
 		c.mu.Unlock()
 		if err := wake.Wait(ch, dl); err != nil {
 			c.mu.Lock()
-			c.leaveWaitLocked(s)
+			c.send.Leave(s.writer())
 			c.mu.Unlock()
 			return 0, err
 		}
 	}
 }
 
-// sendWindowLocked is what the stream may still send.
-func (s *Stream) sendWindowLocked() int64 { return int64(s.c.peerWindow) + s.sendDelta }
+// writer is a Stream as its connection's send window sees it
+// (h2core.Writer), a type of its own so that Stream's methods stay its
+// API.
+type writer Stream
+
+func (s *Stream) writer() *writer { return (*writer)(s) }
+
+// SendHalf returns the stream's send window.
+func (w *writer) SendHalf() *h2core.Send { return &w.core.Send }
+
+// WakeWrite wakes the stream's Write: a window it waits for grew.
+func (w *writer) WakeWrite() {
+	w.c.srv.windowWork.Add(1)
+	wake.Signal(w.wwake)
+}
 
 // writable reports, with wmu held, whether n bytes reserved for DATA may
 // still go: nil, or the error Write returns after giving the window back.
@@ -518,9 +519,7 @@ func (s *Stream) writable(n int) error {
 	default:
 		return nil
 	}
-	s.sendDelta += int64(n)
-	c.sendWindow += int64(n)
-	c.passConnWindowLocked() // the connection's window is back for the others
+	c.send.GiveBack(s.writer(), n) // the connection's window is back for the others
 	return err
 }
 

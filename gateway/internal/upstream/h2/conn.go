@@ -3,7 +3,6 @@ package h2
 import (
 	"bufio"
 	"bytes"
-	"container/list"
 	"context"
 	"encoding/binary"
 	"errors"
@@ -13,6 +12,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/wsgate/wsgate/internal/h2core"
 	"github.com/wsgate/wsgate/internal/wake"
 	"golang.org/x/net/http2"
 	"golang.org/x/net/http2/hpack"
@@ -160,45 +160,29 @@ type Conn struct {
 	streams    map[uint32]*Stream
 	nextID     uint32
 	maxStreams uint32 // the node's SETTINGS_MAX_CONCURRENT_STREAMS
-	peerWindow int32  // the node's SETTINGS_INITIAL_WINDOW_SIZE
-	// deltaMax bounds every open stream's sendDelta from above (at least
-	// 0, a new stream's): while deltaMax plus a new
-	// SETTINGS_INITIAL_WINDOW_SIZE is within the largest window, no
-	// stream's window can overflow, and the change needs no pass over
-	// the streams.
-	deltaMax   int64
 	peerFrame  uint32 // the node's SETTINGS_MAX_FRAME_SIZE
 	peerHeader uint32 // the node's SETTINGS_MAX_HEADER_LIST_SIZE; 0: none given
 	xconnect   bool   // the node's SETTINGS_ENABLE_CONNECT_PROTOCOL
-	sendWindow int64  // connection send window
+	// send is the connection's send window and its streams' writers
+	// waiting for window (h2core.ConnSend): a WINDOW_UPDATE wakes one,
+	// which takes what it needs and passes on what is left, so that it
+	// costs one wakeup however many streams wait; its ShareLimit is
+	// Config.StreamSendLimit.
+	send h2core.ConnSend[*writer]
 	// stall resets a stream when the send window stays spent (see
-	// Config.StallTimeout); credited counts the bytes the node has given
-	// back to the connection's window, so that it knows whether any came
-	// since it was armed; windowWaiting holds the streams whose Write
-	// (or WriteNB) waits for the connection's window, in the order they
-	// came: a WINDOW_UPDATE wakes the first only, which takes what it
-	// needs and passes on what is left (passWindowLocked), so that a
-	// WINDOW_UPDATE costs one wakeup however many streams wait.
-	// shareWaiting holds the streams held at their StreamSendLimit while
-	// others wait, the only ones woken when the last waiter leaves.
-	// writerWakes counts the wakeups of writers (tests read it).
-	stall         *time.Timer
-	credited      uint64
-	windowWaiting list.List
-	shareWaiting  map[*Stream]struct{}
-	writerWakes   int64
-	// streamWaiting holds the streams whose last Write or WriteNB
-	// stopped on the stream's own send window, the only ones a larger
-	// SETTINGS_INITIAL_WINDOW_SIZE wakes.
-	streamWaiting map[*Stream]struct{}
-	recvWindow    int64  // what the node may still send on the connection
-	recvCredit    uint32 // received bytes not yet given back by WINDOW_UPDATE
-	goAway        bool   // GOAWAY received, or Shutdown called (see goAwayLocked)
-	err           error  // set once the connection is lost; then every stream ends
-	pings         map[[8]byte]chan struct{}
-	pingSeq       uint64
-	buffered      int           // bytes received and not read, over all streams
-	gone          chan struct{} // signalled (capacity 1) when a stream ends
+	// Config.StallTimeout), unless the node gave some of it back
+	// (send.Credited) since it was armed. writerWakes counts the
+	// wakeups of writers (tests read it).
+	stall       *time.Timer
+	writerWakes int64
+	recvWindow  int64  // what the node may still send on the connection
+	recvCredit  uint32 // received bytes not yet given back by WINDOW_UPDATE
+	goAway      bool   // GOAWAY received, or Shutdown called (see goAwayLocked)
+	err         error  // set once the connection is lost; then every stream ends
+	pings       map[[8]byte]chan struct{}
+	pingSeq     uint64
+	buffered    int           // bytes received and not read, over all streams
+	gone        chan struct{} // signalled (capacity 1) when a stream ends
 	// pendingTable is the node's SETTINGS_HEADER_TABLE_SIZE not yet given
 	// to the encoder, which belongs to qmu.
 	pendingTable *uint32
@@ -242,24 +226,22 @@ func Handshake(ctx context.Context, nc net.Conn, cfg Config) (*Conn, error) {
 func HandshakePolled(ctx context.Context, nc net.Conn, cfg Config, poll Poller) (*Conn, error) {
 	cfg = cfg.withDefaults()
 	c := &Conn{
-		nc:            nc,
-		cfg:           cfg,
-		flushWake:     wake.New(),
-		readDone:      make(chan struct{}),
-		away:          make(chan struct{}),
-		streams:       make(map[uint32]*Stream),
-		shareWaiting:  make(map[*Stream]struct{}),
-		streamWaiting: make(map[*Stream]struct{}),
-		nextID:        1,
-		maxStreams:    ^uint32(0), // no limit until the node sets one (section 6.5.2)
-		peerWindow:    defaultWindow,
-		peerFrame:     defaultMaxFrameSize,
-		sendWindow:    defaultWindow,
-		recvWindow:    int64(cfg.ConnWindow),
-		pings:         make(map[[8]byte]chan struct{}),
-		gone:          wake.New(),
-		pfd:           -1,
+		nc:         nc,
+		cfg:        cfg,
+		flushWake:  wake.New(),
+		readDone:   make(chan struct{}),
+		away:       make(chan struct{}),
+		streams:    make(map[uint32]*Stream),
+		nextID:     1,
+		maxStreams: ^uint32(0), // no limit until the node sets one (section 6.5.2)
+		peerFrame:  defaultMaxFrameSize,
+		recvWindow: int64(cfg.ConnWindow),
+		pings:      make(map[[8]byte]chan struct{}),
+		gone:       wake.New(),
+		pfd:        -1,
 	}
+	c.send.Init()
+	c.send.ShareLimit = int64(cfg.StreamSendLimit)
 	c.src.br = bufio.NewReaderSize(nc, 16<<10)
 	c.fr = http2.NewFramer(frameQueue{c}, &c.src)
 	c.fr.SetMaxReadFrameSize(defaultMaxFrameSize)
@@ -336,7 +318,7 @@ func (c *Conn) exchangeSettings() error {
 		return fmt.Errorf("h2: the node's first frame is %v, not SETTINGS (RFC 9113 section 3.4)", f.Header())
 	}
 	c.mu.Lock()
-	_, err = c.applySettings(sf)
+	err = c.applySettings(sf)
 	c.mu.Unlock()
 	if err != nil {
 		return err
@@ -364,10 +346,10 @@ func (c *Conn) writeHandshake() error {
 	return err
 }
 
-// applySettings takes the node's SETTINGS (RFC 9113 section 6.5.2) and
-// reports whether streams' send windows grew. Called with c.mu held.
-func (c *Conn) applySettings(f *http2.SettingsFrame) (grew bool, err error) {
-	err = f.ForeachSetting(func(s http2.Setting) error {
+// applySettings takes the node's SETTINGS (RFC 9113 section 6.5.2).
+// Called with c.mu held.
+func (c *Conn) applySettings(f *http2.SettingsFrame) error {
+	return f.ForeachSetting(func(s http2.Setting) error {
 		if err := s.Valid(); err != nil {
 			return connError{http2.ErrCodeProtocol, fmt.Sprintf("invalid setting %v", s)}
 		}
@@ -380,23 +362,12 @@ func (c *Conn) applySettings(f *http2.SettingsFrame) (grew bool, err error) {
 			c.maxStreams = s.Val
 		case http2.SettingInitialWindowSize:
 			// A change applies to every open stream's send window, which
-			// may go negative or overflow (section 6.9.2): each window is
-			// the stream's sendDelta plus the setting, so the change is
-			// one assignment, whatever the number of streams.
-			if c.deltaMax+int64(s.Val) > maxWindow {
-				// Only a stream the node credited past the setting can
-				// overflow: find the exact bound, which a node can make
-				// stale only by a stream's DATA or end, not by SETTINGS.
-				c.deltaMax = 0
-				for _, st := range c.streams {
-					c.deltaMax = max(c.deltaMax, st.sendDelta)
-				}
-				if c.deltaMax+int64(s.Val) > maxWindow {
-					return connError{http2.ErrCodeFlowControl, "SETTINGS_INITIAL_WINDOW_SIZE overflows a stream's window"}
-				}
+			// may go negative or overflow (section 6.9.2), without
+			// visiting them unless one might overflow; it wakes the
+			// writers it opens (h2core.ConnSend.SetPeerWindow).
+			if c.send.SetPeerWindow(s.Val, c.writers) {
+				return connError{http2.ErrCodeFlowControl, "SETTINGS_INITIAL_WINDOW_SIZE overflows a stream's window"}
 			}
-			grew = grew || int32(s.Val) > c.peerWindow
-			c.peerWindow = int32(s.Val)
 		case http2.SettingMaxFrameSize:
 			c.peerFrame = s.Val
 		case http2.SettingMaxHeaderListSize:
@@ -411,7 +382,16 @@ func (c *Conn) applySettings(f *http2.SettingsFrame) (grew bool, err error) {
 		// Unknown settings are ignored (section 6.5.2).
 		return nil
 	})
-	return grew, err
+}
+
+// writers yields the connection's streams as writers. Called with c.mu
+// held.
+func (c *Conn) writers(yield func(*writer) bool) {
+	for _, s := range c.streams {
+		if !yield(s.writer()) {
+			return
+		}
+	}
 }
 
 // setHeaderTableSize is deferred to the writer: the encoder belongs to
@@ -509,10 +489,7 @@ func (c *Conn) handle(f http2.Frame) error {
 			return err
 		}
 		c.mu.Lock()
-		grew, err := c.applySettings(f)
-		if grew {
-			c.wakeSendersLocked()
-		}
+		err := c.applySettings(f)
 		c.mu.Unlock()
 		if err != nil {
 			return err
@@ -715,12 +692,9 @@ func (c *Conn) onWindowUpdate(f *http2.WindowUpdateFrame) error {
 	c.mu.Lock()
 	if f.StreamID == 0 {
 		defer c.mu.Unlock()
-		c.credited += uint64(f.Increment)
-		c.sendWindow += int64(f.Increment)
-		if c.sendWindow > maxWindow {
+		if c.send.ConnUpdate(f.Increment) {
 			return connError{http2.ErrCodeFlowControl, "WINDOW_UPDATE overflows the connection window (RFC 9113 section 6.9.1)"}
 		}
-		c.passWindowLocked()
 		return nil
 	}
 	s, err := c.lookup(f.Header())
@@ -728,11 +702,9 @@ func (c *Conn) onWindowUpdate(f *http2.WindowUpdateFrame) error {
 		c.mu.Unlock()
 		return err
 	}
-	s.sendDelta += int64(f.Increment)
-	c.deltaMax = max(c.deltaMax, s.sendDelta)
-	s.uncredited = max(0, s.uncredited-int64(f.Increment))
-	overflow := s.sendWindowLocked() > maxWindow
-	s.wakeWriter()
+	// A writer waiting for window of its own, or held at its
+	// StreamSendLimit, may go on.
+	overflow := c.send.StreamUpdate(s.writer(), f.Increment)
 	c.mu.Unlock()
 	if overflow {
 		// A stream error (section 6.9.1).
@@ -777,48 +749,6 @@ func (c *Conn) resetStream(id uint32, code http2.ErrCode, err error) {
 	}
 	c.qmu.Unlock()
 	c.Kick()
-}
-
-// passWindowLocked wakes the first stream waiting for the connection's
-// window, while there is some: it takes what it needs and calls this
-// again to pass on what is left (see reserve, WriteNB), so that a
-// WINDOW_UPDATE wakes one stream, not all. Called with c.mu held.
-func (c *Conn) passWindowLocked() {
-	if c.sendWindow <= 0 {
-		return
-	}
-	e := c.windowWaiting.Front()
-	if e == nil {
-		return
-	}
-	s := c.windowWaiting.Remove(e).(*Stream)
-	s.windowAt = nil
-	s.wakeWriter()
-	c.windowWaitersLeftLocked(s)
-}
-
-// windowWaitersLeftLocked wakes the streams held at their StreamSendLimit
-// (see takeWindowLocked) once no stream waits for the connection's window,
-// except s: the one leaving, which would only wait again. Called with c.mu
-// held.
-func (c *Conn) windowWaitersLeftLocked(s *Stream) {
-	if c.windowWaiting.Len() > 0 {
-		return
-	}
-	for o := range c.shareWaiting {
-		if o != s {
-			o.waitShareLocked(false)
-			o.wakeWriter()
-		}
-	}
-}
-
-// wakeSendersLocked tells the streams waiting for their own send window
-// that it grew. Called with c.mu held.
-func (c *Conn) wakeSendersLocked() {
-	for s := range c.streamWaiting {
-		s.wakeWriter()
-	}
 }
 
 // frameQueue is the Framer's writer: it appends each frame to the queue.
@@ -1316,10 +1246,10 @@ func (c *Conn) GoingAway() <-chan struct{} { return c.away }
 // armStallLocked starts the stall timer, unless it runs: a stream waits
 // for connection window. Called with c.mu held.
 func (c *Conn) armStallLocked() {
-	if c.stall != nil || c.err != nil || c.windowWaiting.Len() == 0 {
+	if c.stall != nil || c.err != nil || c.send.ConnWaiters() == 0 {
 		return
 	}
-	from := c.credited
+	from := c.send.Credited()
 	c.stall = time.AfterFunc(c.cfg.StallTimeout, func() { c.stalled(from) })
 }
 
@@ -1334,18 +1264,18 @@ func (c *Conn) armStallLocked() {
 func (c *Conn) stalled(from uint64) {
 	c.mu.Lock()
 	c.stall = nil
-	if c.err != nil || c.sendWindow > 0 || c.windowWaiting.Len() == 0 {
+	if c.err != nil || c.send.Window() > 0 || c.send.ConnWaiters() == 0 {
 		c.mu.Unlock()
 		return
 	}
 	var worst *Stream
-	if c.credited == from {
+	if c.send.Credited() == from {
 		for _, s := range c.streams {
-			if !s.core.Ended && s.uncredited > 0 && (worst == nil || s.uncredited > worst.uncredited) {
+			if u := c.send.Uncredited(s.writer()); !s.core.Ended && u > 0 && (worst == nil || u > c.send.Uncredited(worst.writer())) {
 				worst = s
 			}
 		}
-		if worst != nil && c.windowWaiting.Len() == 1 && worst.windowAt != nil {
+		if worst != nil && c.send.ConnWaiters() == 1 && c.send.WaitsForConn(worst.writer()) {
 			worst = nil // the only one waiting is the one that holds it
 		}
 	}

@@ -46,7 +46,7 @@ func (c *Conn) holdLostLocked(err error) []*Stream {
 		}
 		s.held = err
 		// A write waiting for window gives up and drops its bytes.
-		s.waitWindowLocked(false)
+		c.send.Unwait(s.writer())
 		wake.Signal(s.wwake)
 		if s.wantWrite {
 			s.wantWrite = false

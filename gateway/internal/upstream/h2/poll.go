@@ -64,10 +64,8 @@ func (s *Stream) WriteNB(bufs [][]byte) (int, error) {
 	defer c.mu.Unlock()
 	// Woken to take the connection's window, it passes what is left on
 	// (deferred calls run last first: before the unlock).
-	defer c.passWindowLocked()
-	s.waitWindowLocked(false)
-	s.waitStreamLocked(false)
-	s.waitShareLocked(false)
+	defer c.send.Pass()
+	c.send.Unwait(s.writer())
 	switch {
 	case s.core.Err != nil:
 		return 0, s.core.Err
@@ -78,7 +76,7 @@ func (s *Stream) WriteNB(bufs [][]byte) (int, error) {
 	}
 	taken, seg, off := 0, 0, 0 // bufs[seg][off:] is next
 	for taken < want {
-		n := s.takeWindowLocked(want - taken)
+		n := c.send.Take(s.writer(), want-taken, int(c.peerFrame))
 		if n == 0 {
 			s.waitLocked()
 			s.wantWrite = s.notify != nil

@@ -1,7 +1,6 @@
 package h2
 
 import (
-	"container/list"
 	"net"
 	"time"
 
@@ -45,19 +44,6 @@ type Stream struct {
 	held error
 
 	// Under c.mu:
-	// sendDelta is what this side may still send (RFC 9113 section 6.9)
-	// less the node's SETTINGS_INITIAL_WINDOW_SIZE (see sendWindowLocked).
-	sendDelta  int64
-	uncredited int64 // DATA sent that the node has not credited back to the stream (Config.StreamSendLimit)
-	// windowAt: a Write waits for the connection's send window, at
-	// windowAt in Conn.windowWaiting; nil when it does not.
-	windowAt *list.Element
-	// waitingShare: a Write (or WriteNB) stopped at the stream's
-	// StreamSendLimit while others wait (s is in Conn.shareWaiting).
-	waitingShare bool
-	// waitingStream: a Write (or WriteNB) stopped on the stream's own
-	// send window (s is in Conn.streamWaiting).
-	waitingStream bool
 	// core is the stream's state, its receive half and its send
 	// window.
 	core       h2core.Stream
@@ -113,12 +99,9 @@ func (s *Stream) finishLocked(err error) {
 	}
 	// It waits for nothing any more: a stream that ended waiting for the
 	// connection's window would hold every other at its StreamSendLimit.
-	s.waitWindowLocked(false)
-	s.waitStreamLocked(false)
-	s.waitShareLocked(false)
 	s.wantWrite = false
 	// Woken to take the connection's window, it passes it on.
-	c.passWindowLocked()
+	c.send.Leave(s.writer())
 	if s.linger != nil {
 		s.linger.Stop()
 	}
@@ -143,14 +126,24 @@ func (s *Stream) wakeReader() {
 	}
 }
 
-// wakeWriter wakes the stream's writer: a send window may have grown.
+// writer is a Stream as its connection's send window sees it
+// (h2core.Writer), a type of its own so that Stream's methods stay its
+// API.
+type writer Stream
+
+func (s *Stream) writer() *writer { return (*writer)(s) }
+
+// SendHalf returns the stream's send window.
+func (w *writer) SendHalf() *h2core.Send { return &w.core.Send }
+
+// WakeWrite wakes the stream's writer: a send window may have grown.
 // Called with c.mu held.
-func (s *Stream) wakeWriter() {
-	s.c.writerWakes++
-	wake.Signal(s.wwake)
-	if s.wantWrite {
-		s.wantWrite = false
-		s.notify()
+func (w *writer) WakeWrite() {
+	w.c.writerWakes++
+	wake.Signal(w.wwake)
+	if w.wantWrite {
+		w.wantWrite = false
+		w.notify()
 	}
 }
 
@@ -246,26 +239,24 @@ func (s *Stream) reserve(want int) (int, error) {
 	c := s.c
 	for {
 		c.mu.Lock()
-		s.waitWindowLocked(false)
-		s.waitStreamLocked(false)
-		s.waitShareLocked(false)
+		c.send.Unwait(s.writer())
 		switch {
 		case s.core.Err != nil:
 			err := s.core.Err
-			c.passWindowLocked()
+			c.send.Pass()
 			c.mu.Unlock()
 			return 0, err
 		case s.core.LocalEnded || s.core.Ended:
-			c.passWindowLocked()
+			c.send.Pass()
 			c.mu.Unlock()
 			return 0, net.ErrClosed
 		case s.held != nil:
 			c.mu.Unlock()
 			return 0, errHeld
 		}
-		if n := s.takeWindowLocked(want); n > 0 {
+		if n := c.send.Take(s.writer(), want, int(c.peerFrame)); n > 0 {
 			// What is left goes to the next waiting stream.
-			c.passWindowLocked()
+			c.send.Pass()
 			c.mu.Unlock()
 			return n, nil
 		}
@@ -278,106 +269,20 @@ func (s *Stream) reserve(want int) (int, error) {
 		c.mu.Unlock()
 		if err := wake.Wait(ch, dl); err != nil {
 			c.mu.Lock()
-			s.waitWindowLocked(false)
-			s.waitShareLocked(false)
-			c.passWindowLocked()
+			c.send.Leave(s.writer())
 			c.mu.Unlock()
 			return 0, err
 		}
 	}
 }
 
-// takeWindowLocked takes up to want bytes, at most one frame's, of send
-// window from the stream and the connection; 0 when there is none to
-// take. Called with c.mu held.
-func (s *Stream) takeWindowLocked(want int) int {
-	c := s.c
-	// Past its StreamSendLimit a stream waits only while another waits
-	// for the connection's window: alone, it may use what the node gives
-	// (a node may credit a stream only once half its window is spent,
-	// which a hard limit would never reach).
-	share := int64(c.cfg.StreamSendLimit) - s.uncredited
-	if share <= 0 && c.windowWaiting.Len() == 0 {
-		share = maxWindow
-	}
-	n := min(int64(want), s.sendWindowLocked(), c.sendWindow, int64(c.peerFrame), share)
-	if n <= 0 {
-		return 0
-	}
-	s.sendDelta -= n
-	c.sendWindow -= n
-	s.uncredited += n
-	return int(n)
-}
-
-// sendWindowLocked is what the stream may still send: a change of the
-// node's SETTINGS_INITIAL_WINDOW_SIZE applies to it without touching it.
-// Called with c.mu held.
-func (s *Stream) sendWindowLocked() int64 { return s.sendDelta + int64(s.c.peerWindow) }
-
-// waitLocked marks the stream as waiting for the window that stopped it
-// (takeWindowLocked found none): the connection's, which arms the stall
-// timer, or its own. Called with c.mu held.
+// waitLocked has the stream wait for the window that stopped it
+// (h2core.ConnSend.Wait); waiting for the connection's arms the stall
+// timer. Called with c.mu held.
 func (s *Stream) waitLocked() {
-	c := s.c
-	switch {
-	case c.sendWindow <= 0:
-		s.waitWindowLocked(true)
-		c.armStallLocked()
-	case s.sendWindowLocked() <= 0:
-		s.waitStreamLocked(true)
-	default:
-		// Held at its StreamSendLimit while others wait.
-		s.waitShareLocked(true)
+	if s.c.send.Wait(s.writer()) {
+		s.c.armStallLocked()
 	}
-}
-
-// waitShareLocked marks the stream as held at its StreamSendLimit while
-// others wait for the connection's window, or no longer. Called with c.mu
-// held.
-func (s *Stream) waitShareLocked(waiting bool) {
-	if s.waitingShare == waiting {
-		return
-	}
-	s.waitingShare = waiting
-	if waiting {
-		s.c.shareWaiting[s] = struct{}{}
-	} else {
-		delete(s.c.shareWaiting, s)
-	}
-}
-
-// waitStreamLocked marks the stream as waiting for its own send window,
-// which a SETTINGS_INITIAL_WINDOW_SIZE may grow, or no longer. Called
-// with c.mu held.
-func (s *Stream) waitStreamLocked(waiting bool) {
-	if s.waitingStream == waiting {
-		return
-	}
-	s.waitingStream = waiting
-	if waiting {
-		s.c.streamWaiting[s] = struct{}{}
-	} else {
-		delete(s.c.streamWaiting, s)
-	}
-}
-
-// waitWindowLocked marks the stream as waiting for the connection's send
-// window, last in line, or no longer; when the last waiter leaves, the
-// streams held at their StreamSendLimit may go on (see reserve). Called
-// with c.mu held.
-func (s *Stream) waitWindowLocked(waiting bool) {
-	c := s.c
-	if (s.windowAt != nil) == waiting {
-		return
-	}
-	if waiting {
-		s.windowAt = c.windowWaiting.PushBack(s)
-		return
-	}
-	c.windowWaiting.Remove(s.windowAt)
-	s.windowAt = nil
-	c.windowWaitersLeftLocked(s)
 }
 
 // writable reports, with the connection's write lock held, whether n
@@ -396,10 +301,7 @@ func (s *Stream) writable(n int) error {
 	default:
 		return nil
 	}
-	s.sendDelta += int64(n)
-	c.sendWindow += int64(n)
-	s.uncredited -= int64(n)
-	c.passWindowLocked() // the connection's window is back for the others
+	c.send.GiveBack(s.writer(), n) // the connection's window is back for the others
 	return err
 }
 
