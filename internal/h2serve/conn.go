@@ -583,7 +583,7 @@ func (c *conn) onHeaders(f *http2.MetaHeadersFrame) error {
 		c.resetStream(id, refuse, nil)
 		return nil
 	}
-	s := &Stream{c: c, id: id, req: req}
+	s := &Stream{c: c, id: id, req: req, connect: req != nil && req.Method == http.MethodConnect}
 	bodyLen := int64(-1)
 	if req != nil && req.ContentLength >= 0 {
 		bodyLen = req.ContentLength

@@ -31,6 +31,9 @@ type Stream struct {
 	// detached is set by Detach, on the Handler's goroutine before it
 	// returns.
 	detached bool
+	// connect: the request is a CONNECT, whose refusal by Respond is
+	// reset at once.
+	connect bool
 	// roomWait is set, under c.wmu, while the stream is one of the
 	// connection's roomWaiters.
 	roomWait bool
@@ -125,14 +128,17 @@ func (s *Stream) WriteHeader(status int, h http.Header) error {
 
 // Respond sends a complete response: status, the fields of h, a
 // content-length and body, ending this side of the stream with
-// END_STREAM, then, earlyAnswerGrace later, RST_STREAM(NO_ERROR) if the
-// client has not ended its side (RFC 9113 section 8.1 lets a server stop
-// a request it has answered); what the client sent after the reset
-// crossed it is ignored,
-// though still checked against its content-length and the form of
-// trailers (see conn.resets). Without a
-// write deadline set, the body gets WriteTimeout to find send window; a
-// body that cannot go resets the stream (CANCEL).
+// END_STREAM. A request the client has not ended stays half-closed
+// (local) until it does (RFC 9113 section 8.1), its frames handled as on
+// any open stream: once the Handler returned, its DATA is discarded and
+// its window given back, checked against its content-length, and the
+// stream is reset (CANCEL) if the client has not ended it within
+// WriteTimeout (Close). A CONNECT refused this way is reset at once
+// (NO_ERROR), which its client waits for; what the client sent after the
+// reset crossed it is ignored, though still checked against the
+// stream's window (see conn.resets). Without a write deadline set, the
+// body gets WriteTimeout to find send window; a body that cannot go
+// resets the stream (CANCEL).
 func (s *Stream) Respond(status int, h http.Header, body []byte) error {
 	h = h.Clone()
 	if h == nil {
@@ -159,17 +165,10 @@ func (s *Stream) Respond(status int, h http.Header, body []byte) error {
 		}
 	}
 	c.mu.Lock()
-	stop := !s.core.Ended && !s.core.RemoteEnded
+	stop := s.connect && !s.core.Ended && !s.core.RemoteEnded
 	c.mu.Unlock()
 	if stop {
-		time.AfterFunc(earlyAnswerGrace, func() {
-			c.mu.Lock()
-			open := c.streams[s.id] == s
-			c.mu.Unlock()
-			if open {
-				c.resetStream(s.id, http2.ErrCodeNo, net.ErrClosed)
-			}
-		})
+		c.resetStream(s.id, http2.ErrCodeNo, net.ErrClosed)
 	}
 	return nil
 }
