@@ -191,3 +191,45 @@ func (s *Stream) CloseRead() (dropped int, inc uint32, first bool) {
 	}
 	return dropped, inc, first
 }
+
+// ConnRecv is a connection's receive window (RFC 9113 section 6.9). What
+// DATA takes of it is owed back at once, whatever its stream does with
+// the data (buffers, discards, or resets the stream), since each stream's
+// own window bounds what it holds: a stream whose reader stopped never
+// holds the connection. It goes back in updates of half the window.
+type ConnRecv struct {
+	size   uint32 // the window this side advertised
+	window int64  // what the peer may still send
+	credit uint32 // received bytes not yet given back
+}
+
+// Init readies c for a connection whose advertised receive window is
+// size.
+func (c *ConnRecv) Init(size uint32) {
+	c.size = size
+	c.window = int64(size)
+}
+
+// Take counts a DATA frame of length n (padding included) against the
+// window, and reports false, taking nothing, when it goes beyond it: a
+// connection FLOW_CONTROL_ERROR (section 6.9.1), on a closed stream too.
+func (c *ConnRecv) Take(n uint32) bool {
+	if int64(n) > c.window {
+		return false
+	}
+	c.window -= int64(n)
+	c.credit += n
+	return true
+}
+
+// Credit returns the connection WINDOW_UPDATE to send now: what is owed
+// once it reaches half the window, else 0.
+func (c *ConnRecv) Credit() uint32 {
+	if c.credit < c.size/2 {
+		return 0
+	}
+	inc := c.credit
+	c.window += int64(inc)
+	c.credit = 0
+	return inc
+}

@@ -201,3 +201,34 @@ func TestReceiveBufferKeptOrReleased(t *testing.T) {
 		t.Fatalf("buffer grew from %d to %d (buffered %d) while it had room at its front", c, s.BufCap(), s.Buffered())
 	}
 }
+
+// TestConnRecv pins the connection's receive window: DATA past it is
+// refused (a connection FLOW_CONTROL_ERROR) and takes nothing; what DATA
+// took goes back once half the window is owed.
+func TestConnRecv(t *testing.T) {
+	var c ConnRecv
+	c.Init(100)
+	steps := []struct {
+		n       uint32
+		ok      bool
+		credit  uint32
+		leftAft int64
+	}{
+		{49, true, 0, 51},
+		{52, false, 0, 51},
+		{1, true, 50, 100},
+		{100, true, 100, 100},
+		{101, false, 0, 100},
+	}
+	for i, st := range steps {
+		if ok := c.Take(st.n); ok != st.ok {
+			t.Fatalf("step %d: Take(%d) = %v, want %v", i, st.n, ok, st.ok)
+		}
+		if inc := c.Credit(); inc != st.credit {
+			t.Fatalf("step %d: WINDOW_UPDATE of %d, want %d", i, inc, st.credit)
+		}
+		if c.window != st.leftAft {
+			t.Fatalf("step %d: window %d, want %d", i, c.window, st.leftAft)
+		}
+	}
+}

@@ -126,9 +126,8 @@ type conn struct {
 	ctrlOwed    int64
 	ctrlBurst   int
 	ctrlAt      time.Time
-	recvWindow  int64  // what the client may still send on the connection
-	recvCredit  uint32 // received bytes not yet given back
-	err         error  // set once the connection is ending
+	recv        h2core.ConnRecv // the connection's receive window
+	err         error           // set once the connection is ending
 	gone        chan struct{}
 	handlerDone sync.WaitGroup
 	// handlers counts the streams whose Handler (or refusal) still runs,
@@ -150,18 +149,17 @@ type conn struct {
 func newConn(s *Server, nc net.Conn) *conn {
 	cfg := s.settings()
 	c := &conn{
-		srv:        s,
-		nc:         nc,
-		cfg:        cfg,
-		wake:       wake.New(),
-		closing:    make(chan struct{}),
-		written:    make(chan struct{}),
-		streams:    make(map[uint32]*Stream),
-		peerFrame:  defaultMaxFrameSize,
-		recvWindow: int64(cfg.connWindow),
-		gone:       wake.New(),
-		ctrlBurst:  controlBurst,
-		ctrlAt:     time.Now(),
+		srv:       s,
+		nc:        nc,
+		cfg:       cfg,
+		wake:      wake.New(),
+		closing:   make(chan struct{}),
+		written:   make(chan struct{}),
+		streams:   make(map[uint32]*Stream),
+		peerFrame: defaultMaxFrameSize,
+		gone:      wake.New(),
+		ctrlBurst: controlBurst,
+		ctrlAt:    time.Now(),
 	}
 	if s.ctrlBurst > 0 {
 		c.ctrlBurst = s.ctrlBurst
@@ -169,6 +167,7 @@ func newConn(s *Server, nc net.Conn) *conn {
 	c.ctrlTokens = c.ctrlBurst
 	c.resets.Init(recentResets)
 	c.send.Init()
+	c.recv.Init(cfg.connWindow)
 	c.in = frameBudget{r: bufio.NewReaderSize(nc, 16<<10), limit: readBudget(cfg.maxHeader)}
 	c.fr = http2.NewFramer(&c.out, &c.in)
 	c.fr.SetMaxReadFrameSize(defaultMaxFrameSize)
@@ -613,12 +612,10 @@ func (c *conn) onData(f *http2.DataFrame) error {
 	c.mu.Lock()
 	// DATA beyond the advertised window is a flow-control error (section
 	// 6.9.1); it counts against the connection even on a closed stream.
-	if int64(n) > c.recvWindow {
+	if !c.recv.Take(n) {
 		c.mu.Unlock()
 		return connError{http2.ErrCodeFlowControl, "DATA beyond the connection window"}
 	}
-	c.recvWindow -= int64(n)
-	c.recvCredit += n
 	s, err := c.lookup(f.Header())
 	var streamInc uint32
 	var resetCode http2.ErrCode
@@ -659,12 +656,7 @@ func (c *conn) onData(f *http2.DataFrame) error {
 			err = c.spendLocked()
 		}
 	}
-	connInc := uint32(0)
-	if c.recvCredit >= c.cfg.connWindow/2 {
-		connInc = c.recvCredit
-		c.recvWindow += int64(connInc)
-		c.recvCredit = 0
-	}
+	connInc := c.recv.Credit()
 	id := f.StreamID
 	c.mu.Unlock()
 	if err != nil {

@@ -175,10 +175,9 @@ type Conn struct {
 	// wakeups of writers (tests read it).
 	stall       *time.Timer
 	writerWakes int64
-	recvWindow  int64  // what the node may still send on the connection
-	recvCredit  uint32 // received bytes not yet given back by WINDOW_UPDATE
-	goAway      bool   // GOAWAY received, or Shutdown called (see goAwayLocked)
-	err         error  // set once the connection is lost; then every stream ends
+	recv        h2core.ConnRecv // the connection's receive window
+	goAway      bool            // GOAWAY received, or Shutdown called (see goAwayLocked)
+	err         error           // set once the connection is lost; then every stream ends
 	pings       map[[8]byte]chan struct{}
 	pingSeq     uint64
 	buffered    int           // bytes received and not read, over all streams
@@ -235,12 +234,12 @@ func HandshakePolled(ctx context.Context, nc net.Conn, cfg Config, poll Poller) 
 		nextID:     1,
 		maxStreams: ^uint32(0), // no limit until the node sets one (section 6.5.2)
 		peerFrame:  defaultMaxFrameSize,
-		recvWindow: int64(cfg.ConnWindow),
 		pings:      make(map[[8]byte]chan struct{}),
 		gone:       wake.New(),
 		pfd:        -1,
 	}
 	c.send.Init()
+	c.recv.Init(cfg.ConnWindow)
 	c.send.ShareLimit = int64(cfg.StreamSendLimit)
 	c.src.br = bufio.NewReaderSize(nc, 16<<10)
 	c.fr = http2.NewFramer(frameQueue{c}, &c.src)
@@ -537,12 +536,10 @@ func (c *Conn) onData(f *http2.DataFrame) error {
 	c.mu.Lock()
 	// DATA beyond the advertised window is a flow-control error (section
 	// 6.9.1); it counts against the connection even on a closed stream.
-	if int64(n) > c.recvWindow {
+	if !c.recv.Take(n) {
 		c.mu.Unlock()
 		return connError{http2.ErrCodeFlowControl, "DATA beyond the connection window"}
 	}
-	c.recvWindow -= int64(n)
-	c.recvCredit += n
 	s, err := c.lookup(f.Header())
 	var streamInc uint32
 	var resetCode http2.ErrCode
@@ -581,12 +578,7 @@ func (c *Conn) onData(f *http2.DataFrame) error {
 			s.maybeEndLocked()
 		}
 	}
-	connInc := uint32(0)
-	if c.recvCredit >= c.cfg.ConnWindow/2 {
-		connInc = c.recvCredit
-		c.recvWindow += int64(connInc)
-		c.recvCredit = 0
-	}
+	connInc := c.recv.Credit()
 	id := f.StreamID
 	c.mu.Unlock()
 	if err != nil {
