@@ -342,7 +342,7 @@ func readStreamedBody(ctx *fasthttp.RequestCtx) admit.Refusal {
 // (bad_request, RFC 9113 section 8.1.1).
 func goneRefusal(ctx *fasthttp.RequestCtx) admit.Refusal {
 	if cs, ok := ctx.Conn().(*clientStream); ok {
-		if _, err := cs.TryRead(nil); isMalformedBody(err) {
+		if isMalformedBody(cs.Err()) {
 			return admit.Reject(fasthttp.StatusBadRequest, "bad_request", "request body off its content-length (RFC 9113 section 8.1.1)")
 		}
 	}
@@ -419,8 +419,7 @@ func (c *clientStream) Close() error {
 // connection lost) while its request is being admitted (upgrade.Gone).
 // A stream whose client only ended its side is not gone.
 func (c *clientStream) Gone() bool {
-	_, err := c.TryRead(nil)
-	return err != nil && !errors.Is(err, io.EOF)
+	return c.Err() != nil
 }
 
 // Handshake does nothing: the connection's TLS handshake is done.

@@ -41,12 +41,9 @@ func NewPeerSettings() PeerSettings {
 }
 
 // SettingsChange is what one SETTINGS frame changed that the role
-// applies beyond PeerSettings: to its streams and its hpack encoder.
+// applies beyond PeerSettings and its streams' windows: its hpack
+// encoder's table.
 type SettingsChange struct {
-	// WindowGrew is true when a SETTINGS_INITIAL_WINDOW_SIZE raised the
-	// streams' send windows: the streams waiting for window of their
-	// own may go on.
-	WindowGrew bool
 	// TableSize, when TableSizeSet, is the peer's last
 	// SETTINGS_HEADER_TABLE_SIZE: the encoder's dynamic table may use
 	// no more (RFC 7541 section 4.2); the size update goes in the next
@@ -56,17 +53,17 @@ type SettingsChange struct {
 }
 
 // Apply checks f's settings, in order (RFC 9113 section 6.5.3), and
-// applies them. fits is asked, before each SETTINGS_INITIAL_WINDOW_SIZE
-// applies, whether every open stream's send window stays within
-// 2^31-1 with window as the setting (section 6.9.2): the role knows
-// its streams. The error is a ConnError: PROTOCOL_ERROR for a value out
+// applies them. window applies each SETTINGS_INITIAL_WINDOW_SIZE to the
+// role's streams (ConnSend.SetPeerWindow: the role knows its streams),
+// or reports that a stream's send window would pass 2^31-1 with it
+// (section 6.9.2), changing nothing. The error is a ConnError: PROTOCOL_ERROR for a value out
 // of its bounds (FLOW_CONTROL_ERROR for a window, FRAME_SIZE_ERROR...
 // as section 6.5.2 says) or for an extended CONNECT withdrawn (RFC 8441
 // section 3), FLOW_CONTROL_ERROR for a window that overflows. Unknown
 // settings are ignored; so are those that limit what neither role does
 // (SETTINGS_ENABLE_PUSH, once in bounds: this side never pushes, a
 // client never may).
-func (p *PeerSettings) Apply(f *http2.SettingsFrame, fits func(window int64) bool) (SettingsChange, error) {
+func (p *PeerSettings) Apply(f *http2.SettingsFrame, window func(v uint32) (overflow bool)) (SettingsChange, error) {
 	var ch SettingsChange
 	err := f.ForeachSetting(func(s http2.Setting) error {
 		if err := s.Valid(); err != nil {
@@ -83,10 +80,9 @@ func (p *PeerSettings) Apply(f *http2.SettingsFrame, fits func(window int64) boo
 		case http2.SettingMaxConcurrentStreams:
 			p.MaxConcurrentStreams = s.Val
 		case http2.SettingInitialWindowSize:
-			if fits != nil && !fits(int64(s.Val)) {
+			if window != nil && window(s.Val) {
 				return ConnError{http2.ErrCodeFlowControl, "SETTINGS_INITIAL_WINDOW_SIZE overflows a stream's window"}
 			}
-			ch.WindowGrew = ch.WindowGrew || int32(s.Val) > p.InitialWindowSize
 			p.InitialWindowSize = int32(s.Val)
 		case http2.SettingMaxFrameSize:
 			p.MaxFrameSize = s.Val

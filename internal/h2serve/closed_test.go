@@ -40,9 +40,11 @@ func pingRoundTrip(t *testing.T, c *rawConn, data [8]byte) {
 // the reset. DATA on a stream that ended otherwise was ignored: it is
 // answered RST_STREAM(STREAM_CLOSED). A stream that depends on itself, and
 // DATA off the request's content-length, reset the stream
-// (PROTOCOL_ERROR), even once an early answer reset it (NO_ERROR), and so
-// does a WINDOW_UPDATE past 2^31-1 (FLOW_CONTROL_ERROR). The
-// connection goes on through all of them.
+// (PROTOCOL_ERROR), also once answered in full, and so does a
+// WINDOW_UPDATE past 2^31-1 (FLOW_CONTROL_ERROR), also once a refused
+// CONNECT was reset (NO_ERROR). A request answered before the client
+// ended it stays open until it does: no reset. The connection goes on
+// through all of them.
 func TestFramesOnClosedStreams(t *testing.T) {
 	srv := &h2serve.Server{Handler: func(s *h2serve.Stream) {
 		switch s.Request().Path {
@@ -50,6 +52,9 @@ func TestFramesOnClosedStreams(t *testing.T) {
 			return // no response: the stream is reset (INTERNAL_ERROR)
 		case "/hold":
 			_, _ = io.Copy(io.Discard, s) // until the stream is reset
+			return
+		case "/refuse":
+			_ = s.Respond(404, nil, []byte("no"))
 			return
 		}
 		_ = s.Respond(200, nil, []byte("ok"))
@@ -96,8 +101,7 @@ func TestFramesOnClosedStreams(t *testing.T) {
 	reset(7, http2.ErrCodeProtocol)
 	// Streams 9, 11 and 13: DATA short of, or beyond, the content-length,
 	// and content-lengths that disagree.
-	// Their handler reads the body, so that no early answer's reset
-	// (NO_ERROR) can come first.
+	// Their handler reads the body.
 	_ = c.fr.WriteHeaders(http2.HeadersFrameParam{StreamID: 9, BlockFragment: post("/hold", "4"), EndHeaders: true})
 	_ = c.fr.WriteData(9, true, []byte("abc"))
 	reset(9, http2.ErrCodeProtocol)
@@ -106,27 +110,44 @@ func TestFramesOnClosedStreams(t *testing.T) {
 	reset(11, http2.ErrCodeProtocol)
 	_ = c.fr.WriteHeaders(http2.HeadersFrameParam{StreamID: 13, BlockFragment: append(post("/x", "2"), headerBlock("content-length", "3")...), EndHeaders: true})
 	reset(13, http2.ErrCodeProtocol)
-	// Streams 15 and 17: answered in full at once, so reset with
-	// NO_ERROR before the client's body came; the body is still checked
-	// against its content-length, and valid trailers are ignored.
+	// Streams 15, 17 and 19: answered in full at once, before the
+	// client ended them, they stay open until it does (half-closed
+	// (local)): the body is still checked against its content-length,
+	// valid trailers end the stream, a WINDOW_UPDATE past 2^31-1 is a
+	// stream error (RFC 9113 section 6.9.1), as h2spec's 6.9.1/3
+	// expects (it failed when an early answer's reset came first).
+	answered := func(id uint32) {
+		t.Helper()
+		c.until(t, fmt.Sprintf("stream %d's answer", id), func(f http2.Frame) bool {
+			if r, ok := f.(*http2.RSTStreamFrame); ok && r.StreamID == id {
+				t.Fatalf("stream %d answered early was reset (%v)", id, r.ErrCode)
+			}
+			d, ok := f.(*http2.DataFrame)
+			return ok && d.StreamID == id && d.StreamEnded()
+		})
+	}
 	_ = c.fr.WriteHeaders(http2.HeadersFrameParam{StreamID: 15, BlockFragment: post("/", "4"), EndHeaders: true})
-	reset(15, http2.ErrCodeNo)
+	answered(15)
 	_ = c.fr.WriteData(15, true, []byte("abc"))
 	reset(15, http2.ErrCodeProtocol)
 	_ = c.fr.WriteHeaders(http2.HeadersFrameParam{StreamID: 17, BlockFragment: post("/", "4"), EndHeaders: true})
-	reset(17, http2.ErrCodeNo)
+	answered(17)
 	_ = c.fr.WriteData(17, false, []byte("abcd"))
 	_ = c.fr.WriteHeaders(http2.HeadersFrameParam{StreamID: 17, BlockFragment: headerBlock("x-trailer", "1"), EndHeaders: true, EndStream: true})
-	// Stream 19: answered in full at once and reset with NO_ERROR;
-	// WINDOW_UPDATEs the client sent before it saw the reset are still
-	// checked, and taking the window past 2^31-1 is a stream error
-	// (RFC 9113 section 6.9.1), as h2spec's 6.9.1/3 expects whichever
-	// comes first (it failed when the answer did).
 	_ = c.fr.WriteHeaders(http2.HeadersFrameParam{StreamID: 19, BlockFragment: post("/", "4"), EndHeaders: true})
-	reset(19, http2.ErrCodeNo)
+	answered(19)
 	_ = c.fr.WriteWindowUpdate(19, 1<<31-1)
 	_ = c.fr.WriteWindowUpdate(19, 1<<31-1)
 	reset(19, http2.ErrCodeFlowControl)
+	// Stream 21: a CONNECT refused is reset at once (NO_ERROR); the
+	// WINDOW_UPDATEs the client sent before it saw the reset are still
+	// checked.
+	connect := headerBlock(":method", "CONNECT", ":protocol", "websocket", ":scheme", "http", ":authority", "a", ":path", "/refuse")
+	_ = c.fr.WriteHeaders(http2.HeadersFrameParam{StreamID: 21, BlockFragment: connect, EndHeaders: true})
+	reset(21, http2.ErrCodeNo)
+	_ = c.fr.WriteWindowUpdate(21, 1<<31-1)
+	_ = c.fr.WriteWindowUpdate(21, 1<<31-1)
+	reset(21, http2.ErrCodeFlowControl)
 	pingRoundTrip(t, c, [8]byte{2})
 }
 

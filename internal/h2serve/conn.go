@@ -3,8 +3,6 @@ package h2serve
 import (
 	"bufio"
 	"bytes"
-	"container/heap"
-	"container/list"
 	"errors"
 	"fmt"
 	"io"
@@ -77,26 +75,15 @@ type conn struct {
 	streams    map[uint32]*Stream
 	lastID     uint32 // highest stream identifier the client used
 	goAwaySent bool
-	peer       h2core.PeerSettings
-	windowFits func(int64) bool // windowFitsLocked, made once
-	peerWindow int32            // peer.InitialWindowSize, for the streams
-	peerFrame  uint32           // peer.MaxFrameSize, for the streams
-	sendWindow int64            // connection send window
-	// A stream's send window is peerWindow plus its sendDelta, so that
-	// a change of SETTINGS_INITIAL_WINDOW_SIZE applies to every stream
-	// (RFC 9113 section 6.9.2) without visiting them. deltaBound is at
-	// least the largest sendDelta of an open stream: while peerWindow
-	// plus it stays within maxWindow no stream can overflow, and a
-	// change is checked without a walk.
-	deltaBound int64
-	// connWaiters are the streams whose Write waits for connection
-	// window, in the order they came; each one woken takes some and
-	// wakes the next while some is left (passConnWindowLocked), so a
-	// WINDOW_UPDATE wakes one stream, not all. windowWaiters are those
-	// waiting for window of their own, the largest sendDelta first: a
-	// larger SETTINGS_INITIAL_WINDOW_SIZE wakes those it opens.
-	connWaiters   list.List
-	windowWaiters waitHeap
+	peer       h2core.PeerSettings // the client's SETTINGS
+	peerFrame  uint32              // peer.MaxFrameSize, for the streams
+	// setWindow applies a SETTINGS_INITIAL_WINDOW_SIZE to the streams
+	// (send.SetPeerWindow over them), made once.
+	setWindow func(v uint32) (overflow bool)
+	// send is the connection's send window and its streams' writers
+	// waiting for window (h2core.ConnSend): a WINDOW_UPDATE wakes one,
+	// a larger SETTINGS_INITIAL_WINDOW_SIZE those it opens.
+	send h2core.ConnSend[*writer]
 	// resets are the streams this side reset lately (a ring of
 	// recentResets): frames the client sent before it saw the reset are
 	// ignored (RFC 9113 section 5.1, "closed"), trailers included, where
@@ -105,16 +92,14 @@ type conn struct {
 	// reset it (PROTOCOL_ERROR), as they would have an open stream. A
 	// RST_STREAM from the client takes its stream off: what it sends
 	// after its own reset is an error.
-	resets    []resetRecord
-	resetNext int
+	resets h2core.ResetRecords
 	// ctrl is what the client may still spend on frames that do no
 	// work: each costs one, DATA and HEADERS that do work earn one,
 	// and each DATA frame sent owes two (the WINDOW_UPDATEs it calls
 	// for). A client that overspends is cut (ENHANCE_YOUR_CALM).
 	ctrl        h2core.ControlBudget
-	recvWindow  int64  // what the client may still send on the connection
-	recvCredit  uint32 // received bytes not yet given back
-	err         error  // set once the connection is ending
+	recv        h2core.ConnRecv // the connection's receive window
+	err         error           // set once the connection is ending
 	gone        chan struct{}
 	handlerDone sync.WaitGroup
 	// handlers counts the streams whose Handler (or refusal) still runs,
@@ -136,24 +121,25 @@ type conn struct {
 func newConn(s *Server, nc net.Conn) *conn {
 	cfg := s.settings()
 	c := &conn{
-		srv:        s,
-		nc:         nc,
-		cfg:        cfg,
-		closing:    make(chan struct{}),
-		written:    make(chan struct{}),
-		streams:    make(map[uint32]*Stream),
-		peer:       h2core.NewPeerSettings(),
-		peerWindow: defaultWindow,
-		peerFrame:  defaultMaxFrameSize,
-		sendWindow: defaultWindow,
-		recvWindow: int64(cfg.connWindow),
-		gone:       wake.New(),
+		srv:       s,
+		nc:        nc,
+		cfg:       cfg,
+		closing:   make(chan struct{}),
+		written:   make(chan struct{}),
+		streams:   make(map[uint32]*Stream),
+		peer:      h2core.NewPeerSettings(),
+		peerFrame: defaultMaxFrameSize,
+		gone:      wake.New(),
 	}
 	burst := controlBurst
 	if s.ctrlBurst > 0 {
 		burst = s.ctrlBurst
 	}
 	c.ctrl = h2core.NewControlBudget(burst, controlRefill, time.Now())
+	c.resets.Init(recentResets)
+	c.send.Init()
+	c.recv.Init(cfg.connWindow)
+	c.setWindow = func(v uint32) bool { return c.send.SetPeerWindow(v, c.writers) }
 	c.in = h2core.ReadBudget{R: bufio.NewReaderSize(nc, 16<<10), Limit: h2core.ReadLimit(cfg.maxHeader, defaultMaxFrameSize)}
 	c.q = h2core.NewQueue(&c.wmu, h2core.QueueConfig{
 		WriteTimeout:   cfg.writeTimeout,
@@ -167,7 +153,6 @@ func newConn(s *Server, nc net.Conn) *conn {
 		Taken: c.roomMadeLocked,
 	})
 	c.fr = c.q.NewFramer(&c.in)
-	c.windowFits = c.windowFitsLocked
 	c.fr.SetMaxReadFrameSize(defaultMaxFrameSize)
 	c.fr.SetReuseFrames() // no frame is kept past the next read; DATA is copied
 	c.fr.ReadMetaHeaders = hpack.NewDecoder(headerTableSize, nil)
@@ -352,50 +337,6 @@ func (c *conn) spendLocked() error { return c.ctrl.Spend(time.Now()) }
 // earnLocked credits n to the control budget, within its burst.
 func (c *conn) earnLocked(n int) { c.ctrl.Earn(n) }
 
-// resetRecord is a stream this side reset: its id, what its
-// content-length still announced, and its send window (-1: none, or no
-// longer checked).
-type resetRecord struct {
-	id     uint32
-	left   int64
-	window int64
-}
-
-// recordResetLocked remembers that this side reset stream id, whose
-// request body still had left bytes to come and whose send window was
-// window.
-func (c *conn) recordResetLocked(id uint32, left, window int64) {
-	if r := c.resetOfLocked(id); r != nil {
-		r.left, r.window = -1, -1
-		return
-	}
-	if len(c.resets) < recentResets {
-		c.resets = append(c.resets, resetRecord{id, left, window})
-		return
-	}
-	c.resets[c.resetNext] = resetRecord{id, left, window}
-	c.resetNext = (c.resetNext + 1) % recentResets
-}
-
-// resetOfLocked returns the record of stream id if this side reset it
-// lately, else nil.
-func (c *conn) resetOfLocked(id uint32) *resetRecord {
-	for i := range c.resets {
-		if c.resets[i].id == id {
-			return &c.resets[i]
-		}
-	}
-	return nil
-}
-
-// forgetResetLocked takes stream id off the records: the client reset it
-// too.
-func (c *conn) forgetResetLocked(id uint32) {
-	if r := c.resetOfLocked(id); r != nil {
-		r.id = 0 // no client stream has id 0
-	}
-}
-
 // lookup finds the stream a frame is for. A stream the client has not
 // opened is idle, and a frame on it a connection error (RFC 9113 section
 // 5.1); nil with no error is a stream that has ended, whose late frames
@@ -414,11 +355,8 @@ func (c *conn) lookup(h http2.FrameHeader) (*Stream, error) {
 // acknowledges them.
 func (c *conn) onSettings(f *http2.SettingsFrame) error {
 	c.mu.Lock()
-	ch, err := c.peer.Apply(f, c.windowFits)
-	c.peerWindow, c.peerFrame = c.peer.InitialWindowSize, c.peer.MaxFrameSize
-	if ch.WindowGrew {
-		c.wakeWindowWaitersLocked()
-	}
+	ch, err := c.peer.Apply(f, c.setWindow)
+	c.peerFrame = c.peer.MaxFrameSize
 	c.mu.Unlock()
 	if err != nil {
 		return err
@@ -434,27 +372,6 @@ func (c *conn) onSettings(f *http2.SettingsFrame) error {
 	})
 }
 
-// windowFitsLocked reports whether every open stream's send window
-// stays within maxWindow with w as the client's
-// SETTINGS_INITIAL_WINDOW_SIZE (RFC 9113 section 6.9.2): each window is
-// the setting plus the stream's sendDelta, and only when one might
-// overflow (deltaBound) are the streams walked.
-func (c *conn) windowFitsLocked(w int64) bool {
-	if w+c.deltaBound <= maxWindow {
-		return true
-	}
-	var most int64
-	for _, st := range c.streams {
-		c.srv.windowWork.Add(1)
-		if w+st.sendDelta > maxWindow {
-			return false
-		}
-		most = max(most, st.sendDelta)
-	}
-	c.deltaBound = most
-	return true
-}
-
 func (c *conn) onHeaders(f *http2.MetaHeadersFrame) error {
 	id := f.StreamID
 	selfDep := f.HasPriority() && f.Priority.StreamDep == id
@@ -463,14 +380,14 @@ func (c *conn) onHeaders(f *http2.MetaHeadersFrame) error {
 		// Trailers: they end the stream (RFC 9113 section 8.1).
 		var code http2.ErrCode
 		switch {
-		case s.remoteEnded:
+		case s.core.RemoteEnded:
 			code = http2.ErrCodeStreamClosed
 		case !f.StreamEnded(), selfDep, len(f.PseudoFields()) > 0:
 			code = http2.ErrCodeProtocol // trailers end the stream and hold no pseudo-header field (section 8.1)
-		case s.bodyLeft > 0:
+		case s.core.BodyLeft() > 0:
 			code = http2.ErrCodeProtocol // short of its content-length (section 8.1.1)
 		default:
-			s.remoteEnded = true
+			s.core.RemoteEnded = true
 			s.readableLocked()
 			s.maybeEndLocked()
 		}
@@ -490,13 +407,13 @@ func (c *conn) onHeaders(f *http2.MetaHeadersFrame) error {
 		return connError{Code: http2.ErrCodeProtocol, Reason: fmt.Sprintf("HEADERS on stream %d, not a client stream", id)}
 	}
 	if id <= c.lastID {
-		if r := c.resetOfLocked(id); r != nil {
+		if r := c.resets.Of(id); r != nil {
 			// Sent before the client saw this side's reset: ignored
 			// (section 5.1), though its block was decoded, as the
 			// connection's hpack state requires; unless it is not
 			// trailers, or ends a body short of its content-length.
-			malformed := !f.StreamEnded() || selfDep || len(f.PseudoFields()) > 0 || r.left > 0
-			r.left = -1
+			malformed := !f.StreamEnded() || selfDep || len(f.PseudoFields()) > 0 || r.Left > 0
+			r.Left = -1
 			err := c.spendLocked()
 			c.mu.Unlock()
 			if err == nil && malformed {
@@ -546,17 +463,13 @@ func (c *conn) onHeaders(f *http2.MetaHeadersFrame) error {
 		c.resetStream(id, refuse, nil)
 		return nil
 	}
-	s := &Stream{
-		c:           c,
-		id:          id,
-		req:         req,
-		recvWindow:  int32(c.cfg.streamWindow),
-		remoteEnded: f.StreamEnded(),
-		bodyLeft:    -1,
-	}
+	s := &Stream{c: c, id: id, req: req, connect: req != nil && req.Method == http.MethodConnect}
+	bodyLen := int64(-1)
 	if req != nil && req.ContentLength >= 0 {
-		s.bodyLeft = req.ContentLength
+		bodyLen = req.ContentLength
 	}
+	s.core.Init(c.cfg.streamWindow, bodyLen)
+	s.core.RemoteEnded = f.StreamEnded()
 	c.earnLocked(1)
 	c.streams[id] = s
 	if c.idle != nil {
@@ -580,12 +493,10 @@ func (c *conn) onData(f *http2.DataFrame) error {
 	c.mu.Lock()
 	// DATA beyond the advertised window is a flow-control error (section
 	// 6.9.1); it counts against the connection even on a closed stream.
-	if int64(n) > c.recvWindow {
+	if !c.recv.Take(n) {
 		c.mu.Unlock()
 		return connError{Code: http2.ErrCodeFlowControl, Reason: "DATA beyond the connection window"}
 	}
-	c.recvWindow -= int64(n)
-	c.recvCredit += n
 	s, err := c.lookup(f.Header())
 	var streamInc uint32
 	var resetCode http2.ErrCode
@@ -593,57 +504,30 @@ func (c *conn) onData(f *http2.DataFrame) error {
 	useful := false
 	switch {
 	case s == nil && err == nil:
-		r := c.resetOfLocked(f.StreamID)
+		r := c.resets.Of(f.StreamID)
 		switch {
 		case r == nil:
 			// A stream that ended, not by this side's reset (section
 			// 5.1, "closed").
 			resetCode = http2.ErrCodeStreamClosed
-		case r.left >= 0 && (int64(len(data)) > r.left || f.StreamEnded() && int64(len(data)) != r.left):
+		case r.Left >= 0 && (int64(len(data)) > r.Left || f.StreamEnded() && int64(len(data)) != r.Left):
 			// Ignored, but off its content-length all the same.
-			r.left = -1
+			r.Left = -1
 			resetCode = http2.ErrCodeProtocol
-		case r.left >= 0:
-			r.left -= int64(len(data))
+		case r.Left >= 0:
+			r.Left -= int64(len(data))
 		}
 	case s != nil:
-		switch {
-		case int64(n) > int64(s.recvWindow):
-			resetCode = http2.ErrCodeFlowControl
-		case s.remoteEnded:
-			resetCode = http2.ErrCodeStreamClosed // half-closed (remote), section 5.1
-		case s.bodyLeft >= 0 && (int64(len(data)) > s.bodyLeft || f.StreamEnded() && int64(len(data)) != s.bodyLeft):
-			// The DATA do not add up to the content-length: malformed
-			// (section 8.1.1).
-			resetCode = http2.ErrCodeProtocol
-		default:
+		// Beyond the stream's window, after its END_STREAM or off its
+		// content-length: a stream error (h2core.Stream.CheckData).
+		if resetCode = s.core.CheckData(n, len(data), f.StreamEnded()); resetCode == 0 {
 			useful = len(data) > 0 || f.StreamEnded()
-			if s.bodyLeft >= 0 {
-				s.bodyLeft -= int64(len(data))
-			}
-			s.recvWindow -= int32(n)
-			s.recvCredit += n - uint32(len(data)) // padding is consumed on arrival
-			if s.readClosed {
-				// Nobody reads any more: discard, and give the window
-				// back so that the client can finish.
-				s.recvCredit += uint32(len(data))
-			} else if len(data) > 0 {
-				if s.roff > 0 && len(s.rbuf)+len(data) > cap(s.rbuf) {
-					// Move the unread part to the front rather than grow:
-					// what a stream holds stays within its window.
-					m := copy(s.rbuf, s.rbuf[s.roff:])
-					s.rbuf, s.roff = s.rbuf[:m], 0
-				}
-				s.rbuf = append(s.rbuf, data...)
+			var buffered int
+			buffered, streamInc = s.core.TakeData(n, data, f.StreamEnded(), false)
+			if buffered > 0 || f.StreamEnded() {
 				s.readableLocked()
 			}
-			if f.StreamEnded() {
-				s.remoteEnded = true
-				s.readableLocked()
-				s.maybeEndLocked()
-			} else if s.recvCredit >= c.cfg.streamWindow/2 {
-				streamInc = s.takeCreditLocked()
-			}
+			s.maybeEndLocked()
 		}
 	}
 	if err == nil {
@@ -653,12 +537,7 @@ func (c *conn) onData(f *http2.DataFrame) error {
 			err = c.spendLocked()
 		}
 	}
-	connInc := uint32(0)
-	if c.recvCredit >= c.cfg.connWindow/2 {
-		connInc = c.recvCredit
-		c.recvWindow += int64(connInc)
-		c.recvCredit = 0
-	}
+	connInc := c.recv.Credit()
 	id := f.StreamID
 	c.mu.Unlock()
 	if err != nil {
@@ -693,7 +572,7 @@ func (c *conn) onReset(f *http2.RSTStreamFrame) error {
 		}
 		s.finishLocked(&StreamError{StreamID: s.id, Code: f.ErrCode, Remote: true})
 	}
-	c.forgetResetLocked(f.StreamID)
+	c.resets.Forget(f.StreamID)
 	return err
 }
 
@@ -701,23 +580,21 @@ func (c *conn) onWindowUpdate(f *http2.WindowUpdateFrame) error {
 	c.mu.Lock()
 	if f.StreamID == 0 {
 		defer c.mu.Unlock()
-		c.sendWindow += int64(f.Increment)
-		if c.sendWindow > maxWindow {
+		if c.send.ConnUpdate(f.Increment) {
 			return connError{Code: http2.ErrCodeFlowControl, Reason: "WINDOW_UPDATE overflows the connection window (RFC 9113 section 6.9.1)"}
 		}
-		c.passConnWindowLocked()
 		return nil
 	}
 	s, err := c.lookup(f.Header())
 	if s == nil {
 		var overflow bool
-		if r := c.resetOfLocked(f.StreamID); err == nil && r != nil && r.window >= 0 {
+		if r := c.resets.Of(f.StreamID); err == nil && r != nil && r.Window >= 0 {
 			// Answered in full and reset (NO_ERROR) before the client
 			// was done: what it sent before it saw the reset is still
 			// checked, as the body is against its content-length.
-			r.window += int64(f.Increment)
-			if overflow = r.window > maxWindow; overflow {
-				r.window = -1
+			r.Window += int64(f.Increment)
+			if overflow = r.Window > maxWindow; overflow {
+				r.Window = -1
 			}
 		}
 		c.mu.Unlock()
@@ -726,15 +603,8 @@ func (c *conn) onWindowUpdate(f *http2.WindowUpdateFrame) error {
 		}
 		return err
 	}
-	s.sendDelta += int64(f.Increment)
-	c.deltaBound = max(c.deltaBound, s.sendDelta)
-	overflow := s.sendWindowLocked() > maxWindow
-	if s.heapAt > 0 {
-		// Waiting for window of its own: it may go on.
-		heap.Remove(&c.windowWaiters, s.heapAt-1)
-		c.srv.windowWork.Add(1)
-		wake.Signal(s.wwake)
-	}
+	// A writer waiting for window of its own may go on.
+	overflow := c.send.StreamUpdate(s.writer(), f.Increment)
 	c.mu.Unlock()
 	if overflow {
 		c.resetStream(s.id, http2.ErrCodeFlowControl, nil) // a stream error (section 6.9.1)
@@ -742,94 +612,15 @@ func (c *conn) onWindowUpdate(f *http2.WindowUpdateFrame) error {
 	return nil
 }
 
-// passConnWindowLocked wakes the first stream waiting for connection
-// window, while there is some: it takes what it needs and passes on
-// what is left (Stream.reserve), so that a WINDOW_UPDATE costs one
-// wakeup, however many streams wait.
-func (c *conn) passConnWindowLocked() {
-	if c.sendWindow <= 0 {
-		return
-	}
-	e := c.connWaiters.Front()
-	if e == nil {
-		return
-	}
-	s := c.connWaiters.Remove(e).(*Stream)
-	s.connAt = nil
-	c.srv.windowWork.Add(1)
-	wake.Signal(s.wwake)
-}
-
-// wakeWindowWaitersLocked wakes the streams waiting for window of their
-// own that a larger SETTINGS_INITIAL_WINDOW_SIZE opened, and no others.
-func (c *conn) wakeWindowWaitersLocked() {
-	for len(c.windowWaiters) > 0 && c.windowWaiters[0].sendWindowLocked() > 0 {
-		s := heap.Pop(&c.windowWaiters).(*Stream)
+// writers yields the connection's streams as writers, each visit
+// counted as window work. Called with c.mu held.
+func (c *conn) writers(yield func(*writer) bool) {
+	for _, s := range c.streams {
 		c.srv.windowWork.Add(1)
-		wake.Signal(s.wwake)
-	}
-}
-
-// waitWindowLocked puts s among the streams waiting for send window:
-// its own when that is spent, else the connection's.
-func (c *conn) waitWindowLocked(s *Stream) {
-	if s.sendWindowLocked() <= 0 {
-		if s.connAt != nil {
-			c.connWaiters.Remove(s.connAt)
-			s.connAt = nil
+		if !yield(s.writer()) {
+			return
 		}
-		if s.heapAt == 0 {
-			heap.Push(&c.windowWaiters, s)
-		}
-		return
 	}
-	if s.heapAt > 0 {
-		heap.Remove(&c.windowWaiters, s.heapAt-1)
-	}
-	if s.connAt == nil {
-		s.connAt = c.connWaiters.PushBack(s)
-	}
-}
-
-// leaveWaitLocked takes s off the streams waiting for send window, and
-// passes on the connection window it may have been woken for.
-func (c *conn) leaveWaitLocked(s *Stream) {
-	if s.connAt != nil {
-		c.connWaiters.Remove(s.connAt)
-		s.connAt = nil
-	}
-	if s.heapAt > 0 {
-		heap.Remove(&c.windowWaiters, s.heapAt-1)
-	}
-	c.passConnWindowLocked()
-}
-
-// waitHeap is a heap of the streams waiting for window of their own, the
-// one with the largest sendDelta (the first a larger
-// SETTINGS_INITIAL_WINDOW_SIZE opens) first. A stream's heapAt is its
-// index plus one, 0 when it is not in the heap.
-type waitHeap []*Stream
-
-func (h waitHeap) Len() int           { return len(h) }
-func (h waitHeap) Less(i, j int) bool { return h[i].sendDelta > h[j].sendDelta }
-func (h waitHeap) Swap(i, j int) {
-	h[i], h[j] = h[j], h[i]
-	h[i].heapAt, h[j].heapAt = i+1, j+1
-}
-
-func (h *waitHeap) Push(x any) {
-	s := x.(*Stream)
-	s.heapAt = len(*h) + 1
-	*h = append(*h, s)
-}
-
-func (h *waitHeap) Pop() any {
-	old := *h
-	s := old[len(old)-1]
-	old[len(old)-1] = nil
-	*h = old[:len(old)-1]
-	s.heapAt = 0
-	return s
 }
 
 // resetStream ends stream id with err (a *StreamError of code when nil)
@@ -846,11 +637,11 @@ func (c *conn) resetStream(id uint32, code http2.ErrCode, err error) {
 		if code == http2.ErrCodeNo {
 			// An answered request: its body, and the window the
 			// client may still be giving it, are still checked.
-			left, window = s.bodyLeft, s.sendWindowLocked()
+			left, window = s.core.BodyLeft(), c.send.StreamWindow(s.writer())
 		}
 		s.finishLocked(err)
 	}
-	c.recordResetLocked(id, left, window)
+	c.resets.Record(id, left, window)
 	c.mu.Unlock()
 	c.queueLocked(true, func(fr *http2.Framer) error { return fr.WriteRSTStream(id, code) })
 	c.wmu.Unlock()

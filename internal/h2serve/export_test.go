@@ -20,3 +20,10 @@ func AnyConnFailed(s *Server) bool {
 	}
 	return false
 }
+
+// RecvBufCap is the capacity of the receive buffer s holds (0: none).
+func RecvBufCap(s *Stream) int {
+	s.c.mu.Lock()
+	defer s.c.mu.Unlock()
+	return s.core.BufCap()
+}

@@ -20,9 +20,6 @@ const (
 	// headerTableSize is the hpack dynamic table this side decodes with,
 	// SETTINGS_HEADER_TABLE_SIZE's initial value, never changed.
 	headerTableSize = 4096
-	// keepBufCap is the largest receive buffer a stream keeps once read
-	// empty; a larger one is dropped, so an idle stream holds little.
-	keepBufCap = 1024
 	// keepOutCap is the largest write buffer a connection keeps between
 	// writes.
 	keepOutCap = 256 << 10
@@ -40,14 +37,6 @@ const (
 	// connection remembers, to ignore what the client sent on them
 	// before it saw the reset.
 	recentResets = 64
-	// earlyAnswerGrace is how long a request answered in full before the
-	// client ended it stays open before its RST_STREAM(NO_ERROR) (RFC
-	// 9113 section 8.1): frames the client sent before it saw the answer
-	// arrive within it on any nearby client, and are handled as on an
-	// open stream (a WINDOW_UPDATE past 2^31-1 is FLOW_CONTROL_ERROR,
-	// DATA off the content-length PROTOCOL_ERROR) rather than found
-	// behind a reset that came first.
-	earlyAnswerGrace = 100 * time.Millisecond
 )
 
 // Server serves HTTP/2 connections whose preface has been read (see

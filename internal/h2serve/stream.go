@@ -1,15 +1,14 @@
 package h2serve
 
 import (
-	"container/list"
 	"errors"
-	"io"
 	"net"
 	"net/http"
 	"strconv"
 	"strings"
 	"time"
 
+	"github.com/wsgate/wsgate/internal/h2core"
 	"github.com/wsgate/wsgate/internal/wake"
 	"golang.org/x/net/http2"
 	"golang.org/x/net/http2/hpack"
@@ -32,6 +31,9 @@ type Stream struct {
 	// detached is set by Detach, on the Handler's goroutine before it
 	// returns.
 	detached bool
+	// connect: the request is a CONNECT, whose refusal by Respond is
+	// reset at once.
+	connect bool
 	// roomWait is set, under c.wmu, while the stream is one of the
 	// connection's roomWaiters.
 	roomWait bool
@@ -42,31 +44,13 @@ type Stream struct {
 	// with TryRead, or never short of send window, holds neither.
 	rwake chan struct{}
 	wwake chan struct{}
-	// sendDelta is the stream's send window (RFC 9113 section 6.9) less
-	// the client's SETTINGS_INITIAL_WINDOW_SIZE (conn.peerWindow): the
-	// WINDOW_UPDATEs received less the DATA sent.
-	sendDelta int64
-	// connAt and heapAt place the stream among its connection's
-	// streams waiting for send window (connWaiters, windowWaiters).
-	connAt *list.Element
-	heapAt int
-	// bodyLeft is what the request's content-length still announces,
-	// -1 without one: DATA beyond it, or END_STREAM short of it, is
-	// malformed (RFC 9113 section 8.1.1).
-	bodyLeft    int64
-	recvWindow  int32  // what the client may still send
-	recvCredit  uint32 // consumed bytes not yet given back by WINDOW_UPDATE
-	onReadable  func() // set by Detach: called when Read would not wait
-	rbuf        []byte // received, not yet read: rbuf[roff:]
-	roff        int
-	headSent    bool // the response's HEADERS are queued
-	localEnded  bool // END_STREAM queued or about to be: no more Write
-	remoteEnded bool // END_STREAM received
-	readClosed  bool // Close called: nobody reads any more
-	ended       bool // no longer counted by the connection
+	// core is the stream's state, its receive half (the request's
+	// content-length checked on it) and its send window.
+	core       h2core.Stream
+	onReadable func() // set by Detach: called when Read would not wait
+	headSent   bool   // the response's HEADERS are queued
 	// done, made by the first Done, is closed once the stream ends.
 	done      chan struct{}
-	err       error
 	rdeadline time.Time
 	wdeadline time.Time
 }
@@ -110,6 +94,7 @@ func (s *Stream) Detach(onReadable func()) {
 	c := s.c
 	c.mu.Lock()
 	s.onReadable = onReadable
+	s.core.Release()
 	c.mu.Unlock()
 	s.detached = true
 	s.req = nil
@@ -143,14 +128,17 @@ func (s *Stream) WriteHeader(status int, h http.Header) error {
 
 // Respond sends a complete response: status, the fields of h, a
 // content-length and body, ending this side of the stream with
-// END_STREAM, then, earlyAnswerGrace later, RST_STREAM(NO_ERROR) if the
-// client has not ended its side (RFC 9113 section 8.1 lets a server stop
-// a request it has answered); what the client sent after the reset
-// crossed it is ignored,
-// though still checked against its content-length and the form of
-// trailers (see conn.resets). Without a
-// write deadline set, the body gets WriteTimeout to find send window; a
-// body that cannot go resets the stream (CANCEL).
+// END_STREAM. A request the client has not ended stays half-closed
+// (local) until it does (RFC 9113 section 8.1), its frames handled as on
+// any open stream: once the Handler returned, its DATA is discarded and
+// its window given back, checked against its content-length, and the
+// stream is reset (CANCEL) if the client has not ended it within
+// WriteTimeout (Close). A CONNECT refused this way is reset at once
+// (NO_ERROR), which its client waits for; what the client sent after the
+// reset crossed it is ignored, though still checked against the
+// stream's window (see conn.resets). Without a write deadline set, the
+// body gets WriteTimeout to find send window; a body that cannot go
+// resets the stream (CANCEL).
 func (s *Stream) Respond(status int, h http.Header, body []byte) error {
 	h = h.Clone()
 	if h == nil {
@@ -177,17 +165,10 @@ func (s *Stream) Respond(status int, h http.Header, body []byte) error {
 		}
 	}
 	c.mu.Lock()
-	stop := !s.ended && !s.remoteEnded
+	stop := s.connect && !s.core.Ended && !s.core.RemoteEnded
 	c.mu.Unlock()
 	if stop {
-		time.AfterFunc(earlyAnswerGrace, func() {
-			c.mu.Lock()
-			open := c.streams[s.id] == s
-			c.mu.Unlock()
-			if open {
-				c.resetStream(s.id, http2.ErrCodeNo, net.ErrClosed)
-			}
-		})
+		c.resetStream(s.id, http2.ErrCodeNo, net.ErrClosed)
 	}
 	return nil
 }
@@ -201,11 +182,11 @@ func (s *Stream) writeHead(status int, h http.Header, end bool) error {
 	c.mu.Lock()
 	var err error
 	switch {
-	case s.err != nil:
-		err = s.err
+	case s.core.Err != nil:
+		err = s.core.Err
 	case s.headSent:
 		err = errAnswered
-	case s.ended || s.readClosed:
+	case s.core.Ended || s.core.ReadClosed:
 		err = net.ErrClosed
 	}
 	if err != nil {
@@ -214,7 +195,7 @@ func (s *Stream) writeHead(status int, h http.Header, end bool) error {
 	}
 	s.headSent = true
 	if end {
-		s.localEnded = true
+		s.core.LocalEnded = true
 	}
 	frame := int(c.peerFrame)
 	c.mu.Unlock()
@@ -253,43 +234,35 @@ func (s *Stream) writeHead(status int, h http.Header, end bool) error {
 	})
 	if err == nil && end {
 		c.mu.Lock()
+		s.core.EndSent = true
 		s.maybeEndLocked()
 		c.mu.Unlock()
 	}
 	return err
 }
 
-// takeCreditLocked returns the consumed bytes to give back to the client's
-// send window by WINDOW_UPDATE.
-func (s *Stream) takeCreditLocked() uint32 {
-	inc := s.recvCredit
-	s.recvWindow += int32(inc)
-	s.recvCredit = 0
-	return inc
-}
-
 // maybeEndLocked ends the stream once both sides sent END_STREAM (RFC 9113
 // section 5.1, "closed").
 func (s *Stream) maybeEndLocked() {
-	if s.localEnded && s.remoteEnded {
+	if s.core.BothEnded() {
 		s.finishLocked(nil)
 	}
 }
 
-// finishLocked removes the stream from the connection. With an error it
-// also drops what is buffered: Read and Write return err from now on.
+// finishLocked removes the stream from the connection. With an error,
+// Write returns err from now on, and Read once it has returned what was
+// received before (h2core.Stream.Read).
 func (s *Stream) finishLocked(err error) {
 	c := s.c
-	if err != nil && s.err == nil {
-		s.err = err
-		s.rbuf, s.roff = nil, 0
-	}
+	first := s.core.Finish(err)
 	s.readableLocked()
 	wake.Signal(s.wwake)
-	if s.ended {
+	if !first {
 		return
 	}
-	s.ended = true
+	// It waits for no window any more; woken for the connection's, it
+	// passes it on.
+	c.send.Leave(s.writer())
 	if s.done != nil {
 		close(s.done)
 	}
@@ -312,14 +285,16 @@ func (s *Stream) Done() <-chan struct{} {
 	defer c.mu.Unlock()
 	if s.done == nil {
 		s.done = make(chan struct{})
-		if s.ended {
+		if s.core.Ended {
 			close(s.done)
 		}
 	}
 	return s.done
 }
 
-// Read reads what the client sent on the stream.
+// Read reads what the client sent on the stream: what came before a
+// reset or a lost connection first, and io.EOF once the client ended its
+// side, whatever ended the stream after.
 func (s *Stream) Read(p []byte) (int, error) {
 	for {
 		n, ch, dl, err := s.tryRead(p, true)
@@ -340,49 +315,58 @@ func (s *Stream) TryRead(p []byte) (int, error) {
 	return n, err
 }
 
+// WaitRead waits, as long as the read deadline allows, until a Read
+// would not wait: bytes are buffered, the client ended its side, or the
+// stream ended. It holds no buffer while it waits, so that a reader that
+// takes one only once there is something to read (internal/pollread)
+// costs an idle stream none (a detached stream drops its own receive
+// buffer each time it is read empty). One goroutine reads a stream at a
+// time.
+func (s *Stream) WaitRead() error {
+	c := s.c
+	for {
+		c.mu.Lock()
+		ready := s.core.Readable()
+		if !ready && s.rwake == nil {
+			s.rwake = wake.New()
+		}
+		ch, dl := s.rwake, s.rdeadline
+		c.mu.Unlock()
+		if ready {
+			return nil
+		}
+		if err := wake.Wait(ch, dl); err != nil {
+			return err
+		}
+	}
+}
+
+// Err returns why the stream failed (reset by either side, its
+// connection lost), net.ErrClosed after Close, or nil: what Read
+// returns once it has read what came before, asked without reading.
+func (s *Stream) Err() error {
+	c := s.c
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if s.core.ReadClosed {
+		return net.ErrClosed
+	}
+	return s.core.Err
+}
+
 // tryRead reads what is buffered, or returns Read's error, or else 0, a
 // nil error, and (with wait) the channel to wait for more on and the read
 // deadline to wait until.
 func (s *Stream) tryRead(p []byte, wait bool) (int, chan struct{}, time.Time, error) {
 	c := s.c
 	c.mu.Lock()
-	if s.readClosed {
-		c.mu.Unlock()
-		return 0, nil, time.Time{}, net.ErrClosed
-	}
-	if s.roff < len(s.rbuf) {
-		n := copy(p, s.rbuf[s.roff:])
-		s.roff += n
-		if s.roff == len(s.rbuf) {
-			s.roff = 0
-			s.rbuf = s.rbuf[:0]
-			if cap(s.rbuf) > keepBufCap || s.onReadable != nil {
-				s.rbuf = nil
-			}
-		}
-		// The reader consumed n bytes: the client may send them again
-		// (RFC 9113 section 6.9), in updates of half a window.
-		var inc uint32
-		if !s.remoteEnded && !s.ended {
-			s.recvCredit += uint32(n)
-			if s.recvCredit >= c.cfg.streamWindow/2 {
-				inc = s.takeCreditLocked()
-			}
-		}
+	n, inc, err, ready := s.core.Read(p)
+	if ready {
 		c.mu.Unlock()
 		if inc > 0 {
 			_ = c.queue(false, func(fr *http2.Framer) error { return fr.WriteWindowUpdate(s.id, inc) })
 		}
-		return n, nil, time.Time{}, nil
-	}
-	if s.err != nil {
-		err := s.err
-		c.mu.Unlock()
-		return 0, nil, time.Time{}, err
-	}
-	if s.remoteEnded {
-		c.mu.Unlock()
-		return 0, nil, time.Time{}, io.EOF
+		return n, nil, time.Time{}, err
 	}
 	if wait && s.rwake == nil {
 		s.rwake = wake.New()
@@ -441,7 +425,7 @@ func (s *Stream) waitRoom() error {
 			return nil
 		}
 		c.mu.Lock()
-		if s.err != nil || s.localEnded || s.ended {
+		if s.core.Err != nil || s.core.LocalEnded || s.core.Ended {
 			c.mu.Unlock()
 			c.wmu.Unlock()
 			return nil
@@ -469,48 +453,55 @@ func (s *Stream) reserve(want int) (int, error) {
 	for {
 		c.mu.Lock()
 		switch {
-		case s.err != nil:
-			err := s.err
-			c.leaveWaitLocked(s)
+		case s.core.Err != nil:
+			err := s.core.Err
+			c.send.Leave(s.writer())
 			c.mu.Unlock()
 			return 0, err
 		case !s.headSent:
 			c.mu.Unlock()
 			return 0, errNoResponse
-		case s.localEnded || s.ended:
-			c.leaveWaitLocked(s)
+		case s.core.LocalEnded || s.core.Ended:
+			c.send.Leave(s.writer())
 			c.mu.Unlock()
 			return 0, net.ErrClosed
 		}
-		n := min(int64(want), s.sendWindowLocked(), c.sendWindow, int64(c.peerFrame))
-		if n > 0 {
-			s.sendDelta -= n
-			c.sendWindow -= n
-			c.leaveWaitLocked(s) // and passes on what is left
-			c.ctrl.Owe(2)        // the WINDOW_UPDATEs this DATA calls for
+		if n := c.send.Take(s.writer(), want, int(c.peerFrame)); n > 0 {
+			c.send.Leave(s.writer()) // and passes on what is left
+			c.ctrl.Owe(2)            // the WINDOW_UPDATEs this DATA calls for
 			c.mu.Unlock()
-			return int(n), nil
+			return n, nil
 		}
 		if s.wwake == nil {
 			s.wwake = wake.New()
 		}
-		c.waitWindowLocked(s)
-		if s.sendWindowLocked() <= 0 {
-			c.passConnWindowLocked() // what woke it is for another
-		}
+		c.send.Wait(s.writer())
 		ch, dl := s.wwake, s.wdeadline
 		c.mu.Unlock()
 		if err := wake.Wait(ch, dl); err != nil {
 			c.mu.Lock()
-			c.leaveWaitLocked(s)
+			c.send.Leave(s.writer())
 			c.mu.Unlock()
 			return 0, err
 		}
 	}
 }
 
-// sendWindowLocked is what the stream may still send.
-func (s *Stream) sendWindowLocked() int64 { return int64(s.c.peerWindow) + s.sendDelta }
+// writer is a Stream as its connection's send window sees it
+// (h2core.Writer), a type of its own so that Stream's methods stay its
+// API.
+type writer Stream
+
+func (s *Stream) writer() *writer { return (*writer)(s) }
+
+// SendHalf returns the stream's send window.
+func (w *writer) SendHalf() *h2core.Send { return &w.core.Send }
+
+// WakeWrite wakes the stream's Write: a window it waits for grew.
+func (w *writer) WakeWrite() {
+	w.c.srv.windowWork.Add(1)
+	wake.Signal(w.wwake)
+}
 
 // writable reports, with wmu held, whether n bytes reserved for DATA may
 // still go: nil, or the error Write returns after giving the window back.
@@ -520,16 +511,14 @@ func (s *Stream) writable(n int) error {
 	defer c.mu.Unlock()
 	var err error
 	switch {
-	case s.err != nil:
-		err = s.err
-	case s.localEnded || s.ended:
+	case s.core.Err != nil:
+		err = s.core.Err
+	case s.core.LocalEnded || s.core.Ended:
 		err = net.ErrClosed
 	default:
 		return nil
 	}
-	s.sendDelta += int64(n)
-	c.sendWindow += int64(n)
-	c.passConnWindowLocked() // the connection's window is back for the others
+	c.send.GiveBack(s.writer(), n) // the connection's window is back for the others
 	return err
 }
 
@@ -540,15 +529,16 @@ func (s *Stream) closeWrite() error {
 	c.wmu.Lock()
 	defer c.wmu.Unlock()
 	c.mu.Lock()
-	if s.localEnded || s.ended || s.err != nil || !s.headSent {
+	if s.core.LocalEnded || s.core.Ended || s.core.Err != nil || !s.headSent {
 		c.mu.Unlock()
 		return nil
 	}
-	s.localEnded = true
+	s.core.LocalEnded = true
 	wake.Signal(s.wwake)
 	c.mu.Unlock()
 	err := c.queueLocked(false, func(fr *http2.Framer) error { return fr.WriteData(s.id, true, nil) })
 	c.mu.Lock()
+	s.core.EndSent = err == nil
 	s.maybeEndLocked()
 	c.mu.Unlock()
 	return err
@@ -563,26 +553,19 @@ func (s *Stream) closeWrite() error {
 func (s *Stream) Close() error {
 	c := s.c
 	c.mu.Lock()
-	if s.ended {
-		s.readClosed = true
+	if s.core.Ended {
+		s.core.CloseRead()
 		c.mu.Unlock()
 		return nil
 	}
 	if !s.headSent {
-		s.readClosed = true
+		s.core.CloseRead() // the window it gives back goes with the reset
 		c.mu.Unlock()
 		c.resetStream(s.id, http2.ErrCodeInternal, net.ErrClosed)
 		return nil
 	}
-	var inc uint32
-	if !s.readClosed {
-		s.readClosed = true
-		dropped := len(s.rbuf) - s.roff
-		s.rbuf, s.roff = nil, 0
-		if !s.remoteEnded {
-			s.recvCredit += uint32(dropped)
-			inc = s.takeCreditLocked()
-		}
+	_, inc, first := s.core.CloseRead()
+	if first {
 		wake.Signal(s.rwake)
 		// A client that never ends its side would hold the stream, and
 		// a place under MAX_CONCURRENT_STREAMS, for good.
@@ -600,7 +583,7 @@ func (s *Stream) Close() error {
 func (s *Stream) abort() {
 	c := s.c
 	c.mu.Lock()
-	open := !s.ended
+	open := !s.core.Ended
 	c.mu.Unlock()
 	if open {
 		c.resetStream(s.id, http2.ErrCodeCancel, net.ErrClosed)

@@ -138,9 +138,9 @@ func TestCutForFlood(t *testing.T) {
 		err  error
 		want bool
 	}{
-		{&connLostError{connError{http2.ErrCodeEnhanceYourCalm, "flood"}}, true},
-		{connError{http2.ErrCodeEnhanceYourCalm, "flood"}, true},
-		{&connLostError{connError{http2.ErrCodeProtocol, "bad"}}, false},
+		{&connLostError{connError{Code: http2.ErrCodeEnhanceYourCalm, Reason: "flood"}}, true},
+		{connError{Code: http2.ErrCodeEnhanceYourCalm, Reason: "flood"}, true},
+		{&connLostError{connError{Code: http2.ErrCodeProtocol, Reason: "bad"}}, false},
 		{&connLostError{io.EOF}, false},
 		{nil, false},
 	} {

@@ -3,7 +3,6 @@ package h2
 import (
 	"bufio"
 	"bytes"
-	"container/list"
 	"context"
 	"encoding/binary"
 	"errors"
@@ -32,10 +31,6 @@ const (
 	// headerTableSize is the hpack dynamic table this side decodes with,
 	// SETTINGS_HEADER_TABLE_SIZE's initial value, never changed.
 	headerTableSize = 4096
-	// keepBufCap is the largest receive buffer a stream keeps once a Read
-	// has drained it; larger ones are dropped, so that an idle stream
-	// holds no buffer.
-	keepBufCap = 4096
 	// maxAnswerBytes bounds the frames queued in answer to the node (PING
 	// and SETTINGS acknowledgements) that have not left for the network:
 	// a node that sends them faster than it reads their answers is
@@ -148,48 +143,33 @@ type Conn struct {
 	// nbWrite is writeNB, made once (see flushNB).
 	nbWrite func([]byte) (int, error)
 
-	mu         sync.Mutex
-	streams    map[uint32]*Stream
-	nextID     uint32
-	peer       h2core.PeerSettings
-	windowFits func(int64) bool // windowFitsLocked, made once
-	peerWindow int32            // peer.InitialWindowSize, for the streams
-	// deltaMax bounds every open stream's sendDelta from above (at least
-	// 0, a new stream's): while deltaMax plus a new
-	// SETTINGS_INITIAL_WINDOW_SIZE is within the largest window, no
-	// stream's window can overflow, and the change needs no pass over
-	// the streams.
-	deltaMax   int64
-	peerFrame  uint32 // peer.MaxFrameSize, for the streams
-	sendWindow int64  // connection send window
+	mu        sync.Mutex
+	streams   map[uint32]*Stream
+	nextID    uint32
+	peer      h2core.PeerSettings // the node's SETTINGS
+	peerFrame uint32              // peer.MaxFrameSize, for the streams
+	// setWindow applies a SETTINGS_INITIAL_WINDOW_SIZE to the streams
+	// (send.SetPeerWindow over them), made once.
+	setWindow func(v uint32) (overflow bool)
+	// send is the connection's send window and its streams' writers
+	// waiting for window (h2core.ConnSend): a WINDOW_UPDATE wakes one,
+	// which takes what it needs and passes on what is left, so that it
+	// costs one wakeup however many streams wait; its ShareLimit is
+	// Config.StreamSendLimit.
+	send h2core.ConnSend[*writer]
 	// stall resets a stream when the send window stays spent (see
-	// Config.StallTimeout); credited counts the bytes the node has given
-	// back to the connection's window, so that it knows whether any came
-	// since it was armed; windowWaiting holds the streams whose Write
-	// (or WriteNB) waits for the connection's window, in the order they
-	// came: a WINDOW_UPDATE wakes the first only, which takes what it
-	// needs and passes on what is left (passWindowLocked), so that a
-	// WINDOW_UPDATE costs one wakeup however many streams wait.
-	// shareWaiting holds the streams held at their StreamSendLimit while
-	// others wait, the only ones woken when the last waiter leaves.
-	// writerWakes counts the wakeups of writers (tests read it).
-	stall         *time.Timer
-	credited      uint64
-	windowWaiting list.List
-	shareWaiting  map[*Stream]struct{}
-	writerWakes   int64
-	// streamWaiting holds the streams whose last Write or WriteNB
-	// stopped on the stream's own send window, the only ones a larger
-	// SETTINGS_INITIAL_WINDOW_SIZE wakes.
-	streamWaiting map[*Stream]struct{}
-	recvWindow    int64  // what the node may still send on the connection
-	recvCredit    uint32 // received bytes not yet given back by WINDOW_UPDATE
-	goAway        bool   // GOAWAY received, or Shutdown called (see goAwayLocked)
-	err           error  // set once the connection is lost; then every stream ends
-	pings         map[[8]byte]chan struct{}
-	pingSeq       uint64
-	buffered      int           // bytes received and not read, over all streams
-	gone          chan struct{} // signalled (capacity 1) when a stream ends
+	// Config.StallTimeout), unless the node gave some of it back
+	// (send.Credited) since it was armed. writerWakes counts the
+	// wakeups of writers (tests read it).
+	stall       *time.Timer
+	writerWakes int64
+	recv        h2core.ConnRecv // the connection's receive window
+	goAway      bool            // GOAWAY received, or Shutdown called (see goAwayLocked)
+	err         error           // set once the connection is lost; then every stream ends
+	pings       map[[8]byte]chan struct{}
+	pingSeq     uint64
+	buffered    int           // bytes received and not read, over all streams
+	gone        chan struct{} // signalled (capacity 1) when a stream ends
 	// pendingTable is the node's SETTINGS_HEADER_TABLE_SIZE not yet given
 	// to the encoder, which belongs to qmu.
 	pendingTable *uint32
@@ -231,24 +211,22 @@ func Handshake(ctx context.Context, nc net.Conn, cfg Config) (*Conn, error) {
 func HandshakePolled(ctx context.Context, nc net.Conn, cfg Config, poll Poller) (*Conn, error) {
 	cfg = cfg.withDefaults()
 	c := &Conn{
-		nc:            nc,
-		cfg:           cfg,
-		readDone:      make(chan struct{}),
-		away:          make(chan struct{}),
-		streams:       make(map[uint32]*Stream),
-		shareWaiting:  make(map[*Stream]struct{}),
-		streamWaiting: make(map[*Stream]struct{}),
-		nextID:        1,
-		peer:          h2core.NewPeerSettings(),
-		peerWindow:    defaultWindow,
-		peerFrame:     defaultMaxFrameSize,
-		sendWindow:    defaultWindow,
-		recvWindow:    int64(cfg.ConnWindow),
-		pings:         make(map[[8]byte]chan struct{}),
-		gone:          wake.New(),
-		pfd:           -1,
-		ctrl:          h2core.NewControlBudget(controlBurst, controlRate, time.Now()),
+		nc:        nc,
+		cfg:       cfg,
+		readDone:  make(chan struct{}),
+		away:      make(chan struct{}),
+		streams:   make(map[uint32]*Stream),
+		nextID:    1,
+		peer:      h2core.NewPeerSettings(),
+		peerFrame: defaultMaxFrameSize,
+		pings:     make(map[[8]byte]chan struct{}),
+		gone:      wake.New(),
+		pfd:       -1,
+		ctrl:      h2core.NewControlBudget(controlBurst, controlRate, time.Now()),
 	}
+	c.send.Init()
+	c.recv.Init(cfg.ConnWindow)
+	c.send.ShareLimit = int64(cfg.StreamSendLimit)
 	c.src.br = bufio.NewReaderSize(nc, 16<<10)
 	c.src.in = h2core.ReadBudget{R: c.src.br, Limit: h2core.ReadLimit(cfg.MaxHeaderBytes, defaultMaxFrameSize)}
 	c.q = h2core.NewQueue(&c.qmu, h2core.QueueConfig{
@@ -257,7 +235,7 @@ func HandshakePolled(ctx context.Context, nc net.Conn, cfg Config, poll Poller) 
 		Lost:           func(cause error) error { return &connLostError{cause} },
 	})
 	c.nbWrite = c.writeNB
-	c.windowFits = c.windowFitsLocked
+	c.setWindow = func(v uint32) bool { return c.send.SetPeerWindow(v, c.writers) }
 	c.fr = c.q.NewFramer(&c.src)
 	c.fr.SetMaxReadFrameSize(defaultMaxFrameSize)
 	c.fr.SetReuseFrames() // no frame is kept past the next read; DATA is copied
@@ -333,7 +311,7 @@ func (c *Conn) exchangeSettings() error {
 		return fmt.Errorf("h2: the node's first frame is %v, not SETTINGS (RFC 9113 section 3.4)", f.Header())
 	}
 	c.mu.Lock()
-	_, err = c.applySettings(sf)
+	err = c.applySettings(sf)
 	c.mu.Unlock()
 	if err != nil {
 		return err
@@ -357,36 +335,30 @@ func (c *Conn) writeHandshake() error {
 	return err
 }
 
-// applySettings takes the node's SETTINGS (h2core.PeerSettings) and
-// reports whether streams' send windows grew. Called with c.mu held.
-func (c *Conn) applySettings(f *http2.SettingsFrame) (grew bool, err error) {
-	ch, err := c.peer.Apply(f, c.windowFits)
-	c.peerWindow, c.peerFrame = c.peer.InitialWindowSize, c.peer.MaxFrameSize
+// applySettings takes the node's SETTINGS (h2core.PeerSettings); a
+// SETTINGS_INITIAL_WINDOW_SIZE applies to every open stream's send
+// window, which may go negative (RFC 9113 section 6.9.2), and wakes the
+// writers it opens (h2core.ConnSend.SetPeerWindow). Called with c.mu held.
+func (c *Conn) applySettings(f *http2.SettingsFrame) error {
+	ch, err := c.peer.Apply(f, c.setWindow)
+	c.peerFrame = c.peer.MaxFrameSize
 	if ch.TableSizeSet {
 		// The encoder belongs to qmu, which cannot be taken under mu:
 		// the size applies before the next header block is encoded.
 		table := ch.TableSize
 		c.pendingTable = &table
 	}
-	return ch.WindowGrew, err
+	return err
 }
 
-// windowFitsLocked reports whether every open stream's send window stays
-// within maxWindow with w as the node's SETTINGS_INITIAL_WINDOW_SIZE
-// (RFC 9113 section 6.9.2): each window is the stream's sendDelta plus
-// the setting, so the change is one assignment, whatever the number of
-// streams. Only a stream the node credited past the setting can
-// overflow: then the exact bound is found, which a node can make stale
-// only by a stream's DATA or end, not by SETTINGS. Called with c.mu held.
-func (c *Conn) windowFitsLocked(w int64) bool {
-	if c.deltaMax+w <= maxWindow {
-		return true
+// writers yields the connection's streams as writers. Called with c.mu
+// held.
+func (c *Conn) writers(yield func(*writer) bool) {
+	for _, s := range c.streams {
+		if !yield(s.writer()) {
+			return
+		}
 	}
-	c.deltaMax = 0
-	for _, st := range c.streams {
-		c.deltaMax = max(c.deltaMax, st.sendDelta)
-	}
-	return c.deltaMax+w <= maxWindow
 }
 
 // readLoop is the connection's one reader: it demultiplexes frames to
@@ -469,10 +441,7 @@ func (c *Conn) handle(f http2.Frame) error {
 			return err
 		}
 		c.mu.Lock()
-		grew, err := c.applySettings(f)
-		if grew {
-			c.wakeSendersLocked()
-		}
+		err := c.applySettings(f)
 		c.mu.Unlock()
 		if err != nil {
 			return err
@@ -520,77 +489,49 @@ func (c *Conn) onData(f *http2.DataFrame) error {
 	c.mu.Lock()
 	// DATA beyond the advertised window is a flow-control error (section
 	// 6.9.1); it counts against the connection even on a closed stream.
-	if int64(n) > c.recvWindow {
+	if !c.recv.Take(n) {
 		c.mu.Unlock()
 		return connError{Code: http2.ErrCodeFlowControl, Reason: "DATA beyond the connection window"}
 	}
-	c.recvWindow -= int64(n)
-	c.recvCredit += n
 	s, err := c.lookup(f.Header())
 	var streamInc uint32
 	var resetCode http2.ErrCode
 	if s != nil {
-		data := f.Data()
-		beyond := int64(n) > int64(s.recvWindow)
-		if !beyond {
-			s.recvWindow -= int32(n)
-			s.recvCredit += n - uint32(len(data)) // padding is consumed on arrival
-		}
-		switch {
-		case beyond:
-			// Beyond the stream's window while the connection's holds:
-			// a stream error (section 6.9.1 leaves the choice), so that
-			// one stream's excess costs the connection's others nothing.
-			// What the stream received before stays readable.
-			resetCode = http2.ErrCodeFlowControl
-		case s.remoteEnded:
-			// Half-closed (remote): section 5.1.
-			resetCode = http2.ErrCodeStreamClosed
-		case s.status == 0:
+		data, end := f.Data(), f.StreamEnded()
+		// Beyond the stream's window (a stream error, so that one
+		// stream's excess costs the connection's others nothing, and
+		// what the stream received before stays readable) or after its
+		// END_STREAM: h2core.Stream.CheckData.
+		resetCode = s.core.CheckData(n, len(data), end)
+		if resetCode == 0 && s.status == 0 {
 			// DATA before the response's HEADERS is malformed (section 8.1).
 			resetCode = http2.ErrCodeProtocol
-		case !s.ok():
-			// A refusal's body is kept up to MaxBody for OpenWebSocket.
-			room := min(c.cfg.MaxBody-len(s.body), len(data))
-			s.body = append(s.body, data[:room]...)
-			s.recvCredit += uint32(len(data))
-			if len(s.body) >= c.cfg.MaxBody {
-				s.respond()
-			}
-		case s.readClosed:
-			// Nobody reads any more: discard, and give the window back so
-			// that the node can finish.
-			s.recvCredit += uint32(len(data))
-		default:
-			if s.roff > 0 && len(s.rbuf)+len(data) > cap(s.rbuf) {
-				// Move the unread part to the front rather than grow:
-				// what a stream holds stays within its window however
-				// its reader keeps pace.
-				n := copy(s.rbuf, s.rbuf[s.roff:])
-				s.rbuf, s.roff = s.rbuf[:n], 0
-			}
-			s.rbuf = append(s.rbuf, data...)
-			c.buffered += len(data)
-			s.wakeReader()
 		}
-		if resetCode == 0 && f.StreamEnded() {
-			s.remoteEnded = true
-			if !s.ok() {
-				s.respond()
+		if resetCode == 0 {
+			refusal := !s.ok()
+			if refusal {
+				// A refusal's body is kept up to MaxBody for OpenWebSocket.
+				room := min(c.cfg.MaxBody-len(s.body), len(data))
+				s.body = append(s.body, data[:room]...)
+				if len(s.body) >= c.cfg.MaxBody {
+					s.respond()
+				}
 			}
-			s.wakeReader()
+			// Buffered for Read, or discarded with its window given
+			// back when nobody reads any more (Close).
+			buffered, inc := s.core.TakeData(n, data, end, refusal)
+			c.buffered += buffered
+			streamInc = inc
+			if buffered > 0 || end {
+				if end && refusal {
+					s.respond()
+				}
+				s.wakeReader()
+			}
 			s.maybeEndLocked()
 		}
-		if resetCode == 0 && !s.remoteEnded && s.recvCredit >= c.cfg.StreamWindow/2 {
-			streamInc = s.takeCreditLocked()
-		}
 	}
-	connInc := uint32(0)
-	if c.recvCredit >= c.cfg.ConnWindow/2 {
-		connInc = c.recvCredit
-		c.recvWindow += int64(connInc)
-		c.recvCredit = 0
-	}
+	connInc := c.recv.Credit()
 	id := f.StreamID
 	c.mu.Unlock()
 	if err != nil {
@@ -628,7 +569,7 @@ func (c *Conn) onHeaders(f *http2.MetaHeadersFrame) error {
 	switch {
 	case f.Truncated:
 		resetCode, resetErr = http2.ErrCodeCancel, ErrHeaderTooLarge
-	case s.remoteEnded:
+	case s.core.RemoteEnded:
 		resetCode = http2.ErrCodeStreamClosed
 	case s.status != 0:
 		// Trailers: they must end the stream (RFC 9113 section 8.1).
@@ -636,7 +577,7 @@ func (c *Conn) onHeaders(f *http2.MetaHeadersFrame) error {
 			resetCode = http2.ErrCodeProtocol
 			break
 		}
-		s.remoteEnded = true
+		s.core.RemoteEnded = true
 		if !s.ok() {
 			s.respond()
 		}
@@ -659,9 +600,9 @@ func (c *Conn) onHeaders(f *http2.MetaHeadersFrame) error {
 			s.status = code
 			s.respHeader = fieldsToHeader(f.RegularFields())
 			if f.StreamEnded() {
-				s.remoteEnded = true
+				s.core.RemoteEnded = true
 			}
-			if s.ok() || s.remoteEnded {
+			if s.ok() || s.core.RemoteEnded {
 				s.respond()
 			}
 			s.wakeReader()
@@ -681,10 +622,10 @@ func (c *Conn) onReset(f *http2.RSTStreamFrame) error {
 	s, err := c.lookup(f.Header())
 	switch {
 	case s == nil:
-	case f.ErrCode == http2.ErrCodeNo && s.remoteEnded:
+	case f.ErrCode == http2.ErrCodeNo && s.core.RemoteEnded:
 		// A complete response, then a request to stop sending without
 		// error: the response stands (RFC 9113 section 8.1).
-		s.localEnded, s.endSent = true, true
+		s.core.LocalEnded, s.core.EndSent = true, true
 		s.finishLocked(nil)
 	default:
 		s.finishLocked(&StreamError{StreamID: s.id, Code: f.ErrCode, Remote: true})
@@ -696,12 +637,9 @@ func (c *Conn) onWindowUpdate(f *http2.WindowUpdateFrame) error {
 	c.mu.Lock()
 	if f.StreamID == 0 {
 		defer c.mu.Unlock()
-		c.credited += uint64(f.Increment)
-		c.sendWindow += int64(f.Increment)
-		if c.sendWindow > maxWindow {
+		if c.send.ConnUpdate(f.Increment) {
 			return connError{Code: http2.ErrCodeFlowControl, Reason: "WINDOW_UPDATE overflows the connection window (RFC 9113 section 6.9.1)"}
 		}
-		c.passWindowLocked()
 		return nil
 	}
 	s, err := c.lookup(f.Header())
@@ -709,11 +647,9 @@ func (c *Conn) onWindowUpdate(f *http2.WindowUpdateFrame) error {
 		c.mu.Unlock()
 		return err
 	}
-	s.sendDelta += int64(f.Increment)
-	c.deltaMax = max(c.deltaMax, s.sendDelta)
-	s.uncredited = max(0, s.uncredited-int64(f.Increment))
-	overflow := s.sendWindowLocked() > maxWindow
-	s.wakeWriter()
+	// A writer waiting for window of its own, or held at its
+	// StreamSendLimit, may go on.
+	overflow := c.send.StreamUpdate(s.writer(), f.Increment)
 	c.mu.Unlock()
 	if overflow {
 		// A stream error (section 6.9.1).
@@ -756,48 +692,6 @@ func (c *Conn) resetStream(id uint32, code http2.ErrCode, err error) {
 	c.q.QueueLocked(func(fr *http2.Framer) error { return fr.WriteRSTStream(id, code) })
 	c.qmu.Unlock()
 	c.Kick()
-}
-
-// passWindowLocked wakes the first stream waiting for the connection's
-// window, while there is some: it takes what it needs and calls this
-// again to pass on what is left (see reserve, WriteNB), so that a
-// WINDOW_UPDATE wakes one stream, not all. Called with c.mu held.
-func (c *Conn) passWindowLocked() {
-	if c.sendWindow <= 0 {
-		return
-	}
-	e := c.windowWaiting.Front()
-	if e == nil {
-		return
-	}
-	s := c.windowWaiting.Remove(e).(*Stream)
-	s.windowAt = nil
-	s.wakeWriter()
-	c.windowWaitersLeftLocked(s)
-}
-
-// windowWaitersLeftLocked wakes the streams held at their StreamSendLimit
-// (see takeWindowLocked) once no stream waits for the connection's window,
-// except s: the one leaving, which would only wait again. Called with c.mu
-// held.
-func (c *Conn) windowWaitersLeftLocked(s *Stream) {
-	if c.windowWaiting.Len() > 0 {
-		return
-	}
-	for o := range c.shareWaiting {
-		if o != s {
-			o.waitShareLocked(false)
-			o.wakeWriter()
-		}
-	}
-}
-
-// wakeSendersLocked tells the streams waiting for their own send window
-// that it grew. Called with c.mu held.
-func (c *Conn) wakeSendersLocked() {
-	for s := range c.streamWaiting {
-		s.wakeWriter()
-	}
 }
 
 // queueFrames runs write with the Framer under qmu: its frames join the
@@ -931,8 +825,8 @@ func (c *Conn) OpenWebSocket(ctx context.Context, req *Request) (*Stream, *Respo
 		return nil, nil, afterRequest{fmt.Errorf("h2: wait for the node's response: %w", ctx.Err())}
 	}
 	c.mu.Lock()
-	err = s.err
-	if s.status != 0 && (s.remoteEnded || s.ok() && s.roff < len(s.rbuf)) {
+	err = s.core.Err
+	if s.status != 0 && (s.core.RemoteEnded || s.ok() && s.core.Buffered() > 0) {
 		// A response came, and the node's first bytes or its end: what
 		// ended the stream after them is the stream's to report (an
 		// open WebSocket's Read returns what the node sent first, a
@@ -990,11 +884,11 @@ func (c *Conn) queueStream(req *Request) (*Stream, error) {
 		return nil, ErrRequestTooLarge
 	}
 	s := &Stream{
-		c:          c,
-		id:         c.nextID,
-		recvWindow: int32(c.cfg.StreamWindow),
-		responded:  make(chan struct{}),
+		c:         c,
+		id:        c.nextID,
+		responded: make(chan struct{}),
 	}
+	s.core.Init(c.cfg.StreamWindow, -1)
 	c.nextID += 2
 	c.streams[s.id] = s
 	maxFrame := c.peerFrame
@@ -1189,10 +1083,10 @@ func (c *Conn) GoingAway() <-chan struct{} { return c.away }
 // armStallLocked starts the stall timer, unless it runs: a stream waits
 // for connection window. Called with c.mu held.
 func (c *Conn) armStallLocked() {
-	if c.stall != nil || c.err != nil || c.windowWaiting.Len() == 0 {
+	if c.stall != nil || c.err != nil || c.send.ConnWaiters() == 0 {
 		return
 	}
-	from := c.credited
+	from := c.send.Credited()
 	c.stall = time.AfterFunc(c.cfg.StallTimeout, func() { c.stalled(from) })
 }
 
@@ -1207,18 +1101,18 @@ func (c *Conn) armStallLocked() {
 func (c *Conn) stalled(from uint64) {
 	c.mu.Lock()
 	c.stall = nil
-	if c.err != nil || c.sendWindow > 0 || c.windowWaiting.Len() == 0 {
+	if c.err != nil || c.send.Window() > 0 || c.send.ConnWaiters() == 0 {
 		c.mu.Unlock()
 		return
 	}
 	var worst *Stream
-	if c.credited == from {
+	if c.send.Credited() == from {
 		for _, s := range c.streams {
-			if !s.ended && s.uncredited > 0 && (worst == nil || s.uncredited > worst.uncredited) {
+			if u := c.send.Uncredited(s.writer()); !s.core.Ended && u > 0 && (worst == nil || u > c.send.Uncredited(worst.writer())) {
 				worst = s
 			}
 		}
-		if worst != nil && c.windowWaiting.Len() == 1 && worst.windowAt != nil {
+		if worst != nil && c.send.ConnWaiters() == 1 && c.send.WaitsForConn(worst.writer()) {
 			worst = nil // the only one waiting is the one that holds it
 		}
 	}

@@ -42,9 +42,9 @@ func settingsFrames(tb testing.TB, vals ...uint32) []*http2.SettingsFrame {
 func BenchmarkSettingsChange(b *testing.B) {
 	for _, n := range []int{10, 10000} {
 		b.Run(fmt.Sprint(n, "streams"), func(b *testing.B) {
-			c := &Conn{streams: map[uint32]*Stream{}, shareWaiting: map[*Stream]struct{}{}, peer: h2core.NewPeerSettings(), peerWindow: defaultWindow}
-			c.windowFits = c.windowFitsLocked
-			c.streamWaiting = map[*Stream]struct{}{}
+			c := &Conn{streams: map[uint32]*Stream{}, peer: h2core.NewPeerSettings()}
+			c.send.Init()
+			c.setWindow = func(v uint32) bool { return c.send.SetPeerWindow(v, c.writers) }
 			for i := range n {
 				id := uint32(2*i + 1)
 				c.streams[id] = &Stream{c: c, id: id}
@@ -54,10 +54,7 @@ func BenchmarkSettingsChange(b *testing.B) {
 			b.ResetTimer()
 			for i := range b.N {
 				c.mu.Lock()
-				grew, err := c.applySettings(fs[i%2])
-				if grew {
-					c.wakeSendersLocked()
-				}
+				err := c.applySettings(fs[i%2])
 				c.mu.Unlock()
 				if err != nil {
 					b.Fatal(err)
@@ -262,7 +259,7 @@ func backlogNode(t *testing.T, cfg Config, size int) (c *Conn, acked chan struct
 	n.nc.SetDeadline(time.Time{})
 	for i := 0; ; i++ { // the node's WINDOW_UPDATE is in
 		c.mu.Lock()
-		in := c.sendWindow >= 8<<20
+		in := c.send.Window() >= 8<<20
 		c.mu.Unlock()
 		if in {
 			break
@@ -371,7 +368,7 @@ func TestWindowWaitersWokenOneByOne(t *testing.T) {
 	deadline := time.Now().Add(20 * time.Second)
 	for {
 		c.mu.Lock()
-		w := c.windowWaiting.Len()
+		w := c.send.ConnWaiters()
 		c.mu.Unlock()
 		if w == waiters {
 			break

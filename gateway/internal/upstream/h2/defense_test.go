@@ -32,7 +32,7 @@ func TestFrozenStreamResetForAnother(t *testing.T) {
 	}()
 	for range 1000 { // until the sink holds the whole window
 		c.mu.Lock()
-		spent := c.sendWindow <= 0
+		spent := c.send.Window() <= 0
 		c.mu.Unlock()
 		if spent {
 			break
@@ -128,7 +128,7 @@ func TestStallTimerOnlyWhileWaiting(t *testing.T) {
 	}
 	time.Sleep(100 * time.Millisecond)
 	c.mu.Lock()
-	armed, waiters := c.stall != nil, c.windowWaiting.Len()
+	armed, waiters := c.stall != nil, c.send.ConnWaiters()
 	c.mu.Unlock()
 	if armed || waiters != 0 {
 		t.Errorf("with nobody waiting: stall timer armed %v, %d waiters", armed, waiters)

@@ -451,7 +451,7 @@ func TestReceiveBufferBoundedByWindow(t *testing.T) {
 	unread := func() int {
 		c.mu.Lock()
 		defer c.mu.Unlock()
-		return len(st.rbuf) - st.roff
+		return st.core.Buffered()
 	}
 	waitUnread := func(want int) {
 		t.Helper()
@@ -479,7 +479,7 @@ func TestReceiveBufferBoundedByWindow(t *testing.T) {
 			t.Fatal(err)
 		}
 		c.mu.Lock()
-		held := cap(st.rbuf)
+		held := st.core.BufCap()
 		c.mu.Unlock()
 		if held > 2*window {
 			t.Fatalf("round %d: the stream holds a %d-byte buffer, window %d", round, held, window)

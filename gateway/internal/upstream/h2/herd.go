@@ -41,12 +41,12 @@ func (c *Conn) holdLostLocked(err error) []*Stream {
 	}
 	var held []*Stream
 	for _, s := range c.streams {
-		if s.ended || s.err != nil || s.readClosed || !s.didRespond || !s.ok() || s.respHeader != nil {
+		if s.core.Ended || s.core.Err != nil || s.core.ReadClosed || !s.didRespond || !s.ok() || s.respHeader != nil {
 			continue // not (yet) a tunnel's: it ends now
 		}
 		s.held = err
 		// A write waiting for window gives up and drops its bytes.
-		s.waitWindowLocked(false)
+		c.send.Unwait(s.writer())
 		wake.Signal(s.wwake)
 		if s.wantWrite {
 			s.wantWrite = false
@@ -61,14 +61,14 @@ func (c *Conn) holdLostLocked(err error) []*Stream {
 func (s *Stream) heldNow() bool {
 	s.c.mu.Lock()
 	defer s.c.mu.Unlock()
-	return s.held != nil && s.err == nil
+	return s.held != nil && s.core.Err == nil
 }
 
 // endHeld ends a stream whose end was put off, with the connection's
 // loss, unless it has ended since.
 func (s *Stream) endHeld() {
 	s.c.mu.Lock()
-	if s.err == nil {
+	if s.core.Err == nil {
 		s.finishLocked(s.held)
 	}
 	s.c.mu.Unlock()

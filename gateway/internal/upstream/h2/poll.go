@@ -64,21 +64,19 @@ func (s *Stream) WriteNB(bufs [][]byte) (int, error) {
 	defer c.mu.Unlock()
 	// Woken to take the connection's window, it passes what is left on
 	// (deferred calls run last first: before the unlock).
-	defer c.passWindowLocked()
-	s.waitWindowLocked(false)
-	s.waitStreamLocked(false)
-	s.waitShareLocked(false)
+	defer c.send.Pass()
+	c.send.Unwait(s.writer())
 	switch {
-	case s.err != nil:
-		return 0, s.err
-	case s.localEnded || s.ended:
+	case s.core.Err != nil:
+		return 0, s.core.Err
+	case s.core.LocalEnded || s.core.Ended:
 		return 0, net.ErrClosed
 	case s.held != nil:
 		return want, nil // lost meanwhile: see herd.go
 	}
 	taken, seg, off := 0, 0, 0 // bufs[seg][off:] is next
 	for taken < want {
-		n := s.takeWindowLocked(want - taken)
+		n := c.send.Take(s.writer(), want-taken, int(c.peerFrame))
 		if n == 0 {
 			s.waitLocked()
 			s.wantWrite = s.notify != nil

@@ -30,7 +30,7 @@ func TestEndedStreamStopsWaiting(t *testing.T) {
 	}
 	a.Abort()
 	c.mu.Lock()
-	w := c.windowWaiting.Len()
+	w := c.send.ConnWaiters()
 	c.mu.Unlock()
 	if w != 0 {
 		t.Fatalf("%d streams wait for the window after the only waiting one ended", w)

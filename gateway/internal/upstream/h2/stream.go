@@ -1,11 +1,10 @@
 package h2
 
 import (
-	"container/list"
-	"io"
 	"net"
 	"time"
 
+	"github.com/wsgate/wsgate/internal/h2core"
 	"github.com/wsgate/wsgate/internal/wake"
 	"golang.org/x/net/http2"
 )
@@ -45,35 +44,15 @@ type Stream struct {
 	held error
 
 	// Under c.mu:
-	// sendDelta is what this side may still send (RFC 9113 section 6.9)
-	// less the node's SETTINGS_INITIAL_WINDOW_SIZE (see sendWindowLocked).
-	sendDelta  int64
-	uncredited int64 // DATA sent that the node has not credited back to the stream (Config.StreamSendLimit)
-	// windowAt: a Write waits for the connection's send window, at
-	// windowAt in Conn.windowWaiting; nil when it does not.
-	windowAt *list.Element
-	// waitingShare: a Write (or WriteNB) stopped at the stream's
-	// StreamSendLimit while others wait (s is in Conn.shareWaiting).
-	waitingShare bool
-	// waitingStream: a Write (or WriteNB) stopped on the stream's own
-	// send window (s is in Conn.streamWaiting).
-	waitingStream bool
-	recvWindow    int32  // what the node may still send
-	recvCredit    uint32 // consumed bytes not yet given back by WINDOW_UPDATE
-	rbuf          []byte // received, not yet read: rbuf[roff:]
-	roff          int
-	status        int
-	respHeader    map[string][]string
-	body          []byte
-	didRespond    bool
-	localEnded    bool // END_STREAM about to be sent: no more Write
-	endSent       bool // END_STREAM written
-	remoteEnded   bool // END_STREAM received
-	readClosed    bool // Close or Abort called: nobody reads any more
-	ended         bool // no longer counted by the connection
-	err           error
-	rdeadline     time.Time
-	wdeadline     time.Time
+	// core is the stream's state, its receive half and its send
+	// window.
+	core       h2core.Stream
+	status     int
+	respHeader map[string][]string
+	body       []byte
+	didRespond bool
+	rdeadline  time.Time
+	wdeadline  time.Time
 }
 
 // ID returns the stream identifier.
@@ -92,51 +71,37 @@ func (s *Stream) respond() {
 	}
 }
 
-// takeCreditLocked returns the consumed bytes to give back to the node's
-// send window by WINDOW_UPDATE.
-func (s *Stream) takeCreditLocked() uint32 {
-	inc := s.recvCredit
-	s.recvWindow += int32(inc)
-	s.recvCredit = 0
-	return inc
-}
-
 // maybeEndLocked ends the stream once both sides sent END_STREAM (RFC 9113
 // section 5.1, "closed").
 func (s *Stream) maybeEndLocked() {
-	if s.endSent && s.remoteEnded {
+	if s.core.BothEnded() {
 		s.finishLocked(nil)
 	}
 }
 
 // finishLocked removes the stream from the connection. With an error,
 // Write returns err from now on, and Read once it has returned what was
-// received before (see readLocked): a node's last bytes, its WebSocket
-// close frame among them, are read even when a reset follows them at
-// once (HAProxy resets a stream microseconds after its END_STREAM).
+// received before (h2core.Stream.Read): a node's last bytes, its
+// WebSocket close frame among them, are read even when a reset follows
+// them at once (HAProxy resets a stream microseconds after its
+// END_STREAM).
 func (s *Stream) finishLocked(err error) {
 	c := s.c
-	if err != nil && s.err == nil {
-		s.err = err
-	}
+	first := s.core.Finish(err)
 	s.respond()
 	wake.Signal(s.rwake)
 	wake.Signal(s.wwake)
 	if s.notify != nil {
 		s.notify()
 	}
-	if s.ended {
+	if !first {
 		return
 	}
-	s.ended = true
 	// It waits for nothing any more: a stream that ended waiting for the
 	// connection's window would hold every other at its StreamSendLimit.
-	s.waitWindowLocked(false)
-	s.waitStreamLocked(false)
-	s.waitShareLocked(false)
 	s.wantWrite = false
 	// Woken to take the connection's window, it passes it on.
-	c.passWindowLocked()
+	c.send.Leave(s.writer())
 	if s.linger != nil {
 		s.linger.Stop()
 	}
@@ -161,14 +126,24 @@ func (s *Stream) wakeReader() {
 	}
 }
 
-// wakeWriter wakes the stream's writer: a send window may have grown.
+// writer is a Stream as its connection's send window sees it
+// (h2core.Writer), a type of its own so that Stream's methods stay its
+// API.
+type writer Stream
+
+func (s *Stream) writer() *writer { return (*writer)(s) }
+
+// SendHalf returns the stream's send window.
+func (w *writer) SendHalf() *h2core.Send { return &w.core.Send }
+
+// WakeWrite wakes the stream's writer: a send window may have grown.
 // Called with c.mu held.
-func (s *Stream) wakeWriter() {
-	s.c.writerWakes++
-	wake.Signal(s.wwake)
-	if s.wantWrite {
-		s.wantWrite = false
-		s.notify()
+func (w *writer) WakeWrite() {
+	w.c.writerWakes++
+	wake.Signal(w.wwake)
+	if w.wantWrite {
+		w.wantWrite = false
+		w.notify()
 	}
 }
 
@@ -192,44 +167,13 @@ func (s *Stream) Read(p []byte) (int, error) {
 	}
 }
 
-// readLocked is a Read that does not wait: ready is false when it would
-// have; inc is the window to give back to the node by WINDOW_UPDATE.
-// Called with c.mu held.
+// readLocked is a Read that does not wait (h2core.Stream.Read): ready
+// is false when it would have; inc is the window to give back to the
+// node by WINDOW_UPDATE. Called with c.mu held.
 func (s *Stream) readLocked(p []byte) (n int, inc uint32, err error, ready bool) {
-	c := s.c
-	// What came before an error is read first, and after the node's
-	// END_STREAM the stream's end is io.EOF whatever ended it after: a
-	// reset of a stream whose response is complete loses nothing (RFC
-	// 9113 section 8.1 lets a server stop a request it has answered).
-	switch {
-	case s.readClosed:
-		return 0, 0, net.ErrClosed, true
-	case s.roff < len(s.rbuf):
-		n = copy(p, s.rbuf[s.roff:])
-		s.roff += n
-		c.buffered -= n
-		if s.roff == len(s.rbuf) {
-			s.roff = 0
-			s.rbuf = s.rbuf[:0]
-			if cap(s.rbuf) > keepBufCap {
-				s.rbuf = nil
-			}
-		}
-		// The reader consumed n bytes: the node may send them again
-		// (RFC 9113 section 6.9), in updates of half a window.
-		if !s.remoteEnded && !s.ended {
-			s.recvCredit += uint32(n)
-			if s.recvCredit >= c.cfg.StreamWindow/2 {
-				inc = s.takeCreditLocked()
-			}
-		}
-		return n, inc, nil, true
-	case s.remoteEnded:
-		return 0, 0, io.EOF, true
-	case s.err != nil:
-		return 0, 0, s.err, true
-	}
-	return 0, 0, nil, false
+	n, inc, err, ready = s.core.Read(p)
+	s.c.buffered -= n
+	return n, inc, err, ready
 }
 
 // WaitRead waits, as long as the read deadline allows, until a Read
@@ -241,7 +185,7 @@ func (s *Stream) WaitRead() error {
 	c := s.c
 	for {
 		c.mu.Lock()
-		ready := s.readClosed || s.err != nil || s.roff < len(s.rbuf) || s.remoteEnded
+		ready := s.core.Readable()
 		dl, ch := s.rdeadline, s.readWakeLocked()
 		c.mu.Unlock()
 		if ready {
@@ -295,26 +239,24 @@ func (s *Stream) reserve(want int) (int, error) {
 	c := s.c
 	for {
 		c.mu.Lock()
-		s.waitWindowLocked(false)
-		s.waitStreamLocked(false)
-		s.waitShareLocked(false)
+		c.send.Unwait(s.writer())
 		switch {
-		case s.err != nil:
-			err := s.err
-			c.passWindowLocked()
+		case s.core.Err != nil:
+			err := s.core.Err
+			c.send.Pass()
 			c.mu.Unlock()
 			return 0, err
-		case s.localEnded || s.ended:
-			c.passWindowLocked()
+		case s.core.LocalEnded || s.core.Ended:
+			c.send.Pass()
 			c.mu.Unlock()
 			return 0, net.ErrClosed
 		case s.held != nil:
 			c.mu.Unlock()
 			return 0, errHeld
 		}
-		if n := s.takeWindowLocked(want); n > 0 {
+		if n := c.send.Take(s.writer(), want, int(c.peerFrame)); n > 0 {
 			// What is left goes to the next waiting stream.
-			c.passWindowLocked()
+			c.send.Pass()
 			c.mu.Unlock()
 			return n, nil
 		}
@@ -327,106 +269,20 @@ func (s *Stream) reserve(want int) (int, error) {
 		c.mu.Unlock()
 		if err := wake.Wait(ch, dl); err != nil {
 			c.mu.Lock()
-			s.waitWindowLocked(false)
-			s.waitShareLocked(false)
-			c.passWindowLocked()
+			c.send.Leave(s.writer())
 			c.mu.Unlock()
 			return 0, err
 		}
 	}
 }
 
-// takeWindowLocked takes up to want bytes, at most one frame's, of send
-// window from the stream and the connection; 0 when there is none to
-// take. Called with c.mu held.
-func (s *Stream) takeWindowLocked(want int) int {
-	c := s.c
-	// Past its StreamSendLimit a stream waits only while another waits
-	// for the connection's window: alone, it may use what the node gives
-	// (a node may credit a stream only once half its window is spent,
-	// which a hard limit would never reach).
-	share := int64(c.cfg.StreamSendLimit) - s.uncredited
-	if share <= 0 && c.windowWaiting.Len() == 0 {
-		share = maxWindow
-	}
-	n := min(int64(want), s.sendWindowLocked(), c.sendWindow, int64(c.peerFrame), share)
-	if n <= 0 {
-		return 0
-	}
-	s.sendDelta -= n
-	c.sendWindow -= n
-	s.uncredited += n
-	return int(n)
-}
-
-// sendWindowLocked is what the stream may still send: a change of the
-// node's SETTINGS_INITIAL_WINDOW_SIZE applies to it without touching it.
-// Called with c.mu held.
-func (s *Stream) sendWindowLocked() int64 { return s.sendDelta + int64(s.c.peerWindow) }
-
-// waitLocked marks the stream as waiting for the window that stopped it
-// (takeWindowLocked found none): the connection's, which arms the stall
-// timer, or its own. Called with c.mu held.
+// waitLocked has the stream wait for the window that stopped it
+// (h2core.ConnSend.Wait); waiting for the connection's arms the stall
+// timer. Called with c.mu held.
 func (s *Stream) waitLocked() {
-	c := s.c
-	switch {
-	case c.sendWindow <= 0:
-		s.waitWindowLocked(true)
-		c.armStallLocked()
-	case s.sendWindowLocked() <= 0:
-		s.waitStreamLocked(true)
-	default:
-		// Held at its StreamSendLimit while others wait.
-		s.waitShareLocked(true)
+	if s.c.send.Wait(s.writer()) {
+		s.c.armStallLocked()
 	}
-}
-
-// waitShareLocked marks the stream as held at its StreamSendLimit while
-// others wait for the connection's window, or no longer. Called with c.mu
-// held.
-func (s *Stream) waitShareLocked(waiting bool) {
-	if s.waitingShare == waiting {
-		return
-	}
-	s.waitingShare = waiting
-	if waiting {
-		s.c.shareWaiting[s] = struct{}{}
-	} else {
-		delete(s.c.shareWaiting, s)
-	}
-}
-
-// waitStreamLocked marks the stream as waiting for its own send window,
-// which a SETTINGS_INITIAL_WINDOW_SIZE may grow, or no longer. Called
-// with c.mu held.
-func (s *Stream) waitStreamLocked(waiting bool) {
-	if s.waitingStream == waiting {
-		return
-	}
-	s.waitingStream = waiting
-	if waiting {
-		s.c.streamWaiting[s] = struct{}{}
-	} else {
-		delete(s.c.streamWaiting, s)
-	}
-}
-
-// waitWindowLocked marks the stream as waiting for the connection's send
-// window, last in line, or no longer; when the last waiter leaves, the
-// streams held at their StreamSendLimit may go on (see reserve). Called
-// with c.mu held.
-func (s *Stream) waitWindowLocked(waiting bool) {
-	c := s.c
-	if (s.windowAt != nil) == waiting {
-		return
-	}
-	if waiting {
-		s.windowAt = c.windowWaiting.PushBack(s)
-		return
-	}
-	c.windowWaiting.Remove(s.windowAt)
-	s.windowAt = nil
-	c.windowWaitersLeftLocked(s)
 }
 
 // writable reports, with the connection's write lock held, whether n
@@ -438,17 +294,14 @@ func (s *Stream) writable(n int) error {
 	defer c.mu.Unlock()
 	var err error
 	switch {
-	case s.err != nil:
-		err = s.err
-	case s.localEnded || s.ended:
+	case s.core.Err != nil:
+		err = s.core.Err
+	case s.core.LocalEnded || s.core.Ended:
 		err = net.ErrClosed
 	default:
 		return nil
 	}
-	s.sendDelta += int64(n)
-	c.sendWindow += int64(n)
-	s.uncredited -= int64(n)
-	c.passWindowLocked() // the connection's window is back for the others
+	c.send.GiveBack(s.writer(), n) // the connection's window is back for the others
 	return err
 }
 
@@ -459,7 +312,7 @@ func (s *Stream) writable(n int) error {
 func (s *Stream) queueable() bool {
 	s.c.mu.Lock()
 	defer s.c.mu.Unlock()
-	return s.err == nil
+	return s.core.Err == nil
 }
 
 // windowUpdate returns the queueing of a WINDOW_UPDATE of inc for the
@@ -480,7 +333,7 @@ func (s *Stream) windowUpdate(inc uint32) func(fr *http2.Framer) error {
 func (s *Stream) CloseWrite() error {
 	c := s.c
 	c.mu.Lock()
-	if s.localEnded || s.ended || s.err != nil {
+	if s.core.LocalEnded || s.core.Ended || s.core.Err != nil {
 		c.mu.Unlock()
 		return nil
 	}
@@ -490,7 +343,7 @@ func (s *Stream) CloseWrite() error {
 		c.mu.Unlock()
 		return nil
 	}
-	s.localEnded = true
+	s.core.LocalEnded = true
 	wake.Signal(s.wwake)
 	c.mu.Unlock()
 	err := c.queueFrames(func(fr *http2.Framer) error {
@@ -502,7 +355,7 @@ func (s *Stream) CloseWrite() error {
 	c.mu.Lock()
 	// Counted until END_STREAM is queued, ahead of any stream opened
 	// after, so that a new stream never exceeds the node's limit.
-	s.endSent = err == nil
+	s.core.EndSent = err == nil
 	s.maybeEndLocked()
 	c.mu.Unlock()
 	c.Kick()
@@ -517,24 +370,15 @@ func (s *Stream) CloseWrite() error {
 func (s *Stream) Close() error {
 	c := s.c
 	c.mu.Lock()
-	if !s.readClosed {
-		s.readClosed = true
-		dropped := len(s.rbuf) - s.roff
-		c.buffered -= dropped
-		s.rbuf, s.roff = nil, 0
-		if !s.remoteEnded {
-			s.recvCredit += uint32(dropped)
-		}
+	dropped, inc, first := s.core.CloseRead()
+	c.buffered -= dropped
+	if first {
 		s.wakeReader()
-		if !s.ended {
+		if !s.core.Ended {
 			// A node that never ends its side would hold the stream,
 			// and a place under its MAX_CONCURRENT_STREAMS, for good.
 			s.linger = time.AfterFunc(c.cfg.WriteTimeout, s.Abort)
 		}
-	}
-	inc := uint32(0)
-	if !s.remoteEnded && !s.ended && s.recvCredit > 0 {
-		inc = s.takeCreditLocked()
 	}
 	c.mu.Unlock()
 	if inc > 0 {
@@ -548,10 +392,9 @@ func (s *Stream) Close() error {
 func (s *Stream) Abort() {
 	c := s.c
 	c.mu.Lock()
-	s.readClosed = true
-	c.buffered -= len(s.rbuf) - s.roff
-	s.rbuf, s.roff = nil, 0
-	wasOpen := !s.ended
+	dropped, _, _ := s.core.CloseRead() // the window it gives back goes with the reset
+	c.buffered -= dropped
+	wasOpen := !s.core.Ended
 	c.mu.Unlock()
 	if wasOpen {
 		c.resetStream(s.id, http2.ErrCodeCancel, net.ErrClosed)
