@@ -8,10 +8,20 @@
 // without blocking), with its bound on answers a peer does not read;
 // ControlBudget, the frames a peer may send that do no work; ReadBudget,
 // the bytes one ReadFrame may read (a CONTINUATION flood); PeerSettings,
-// a peer's SETTINGS checked and applied, with what changed for the
-// role's streams; ConnError, the connection error that ends a connection
-// with GOAWAY (Queue.GoAway), and ReadError, which sorts the Framer's
-// read errors into stream errors and connection errors.
+// a peer's SETTINGS checked and applied in order; ConnError, the
+// connection error that ends a connection with GOAWAY (Queue.GoAway),
+// and ReadError, which sorts the Framer's read errors into stream errors
+// and connection errors; ConnRecv, the connection's receive window, and
+// ConnSend, its send window with the writers waiting for it (one woken
+// per WINDOW_UPDATE, passing on what it leaves).
+//
+// Stream level: Stream, what both roles keep of a stream: its State
+// (END_STREAM each way, ended, failed), its Recv (what was received and
+// not read, the receive window and its credit, the content-length, the
+// order of reads before an error) and its Send (its send window, relative
+// to the peer's SETTINGS_INITIAL_WINDOW_SIZE so that a change of the
+// setting visits no stream); ResetRecords, the streams the server reset
+// lately, whose late frames it ignores.
 //
 // The package holds no connection: each role keeps its socket, its
 // reader, its streams and its locks, and calls these types under the

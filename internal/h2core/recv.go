@@ -1,11 +1,3 @@
-// The HTTP/2 connection core both roles use: the server role
-// (internal/h2serve) and the client role (gateway/internal/upstream/h2)
-// keep each stream's receive half (Recv, this file), its state (State,
-// state.go) and its send window (Send and ConnSend, send.go) in these
-// types, so that a rule of RFC 9113 is written, and fixed, once. None of
-// them locks: each is guarded by the lock of the connection its stream
-// belongs to, which its holder takes around every call.
-
 package h2core
 
 import (
