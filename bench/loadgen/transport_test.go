@@ -16,6 +16,7 @@ import (
 	"github.com/wsgate/wsgate/gateway"
 	"github.com/wsgate/wsgate/internal/testca"
 	"github.com/wsgate/wsgate/internal/testproc"
+	"github.com/wsgate/wsgate/internal/wsframe"
 )
 
 // writeCA makes a test CA and a server certificate for 127.0.0.1 and
@@ -292,4 +293,68 @@ func TestKillOverTransports(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestH2FrozenStreamBounded: of two members on one HTTP/2 connection,
+// one does not read; a third sends them 800 KiB. The reader gets every
+// message, and what the frozen one holds unread stays within its
+// stream's window: the relay is stopped by flow control, not by an
+// unbounded buffer in wsload.
+func TestH2FrozenStreamBounded(t *testing.T) {
+	rs, addrs := startRelays(t, 1)
+	tg, err := ParseTarget("ws://" + addrs[0] + "/room/frozen")
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := Dialer{H2: NewH2Pool(8), Timeout: 5 * time.Second}
+	defer d.H2.Close()
+	dial := func() *Conn {
+		c, err := d.Dial(context.Background(), tg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return c
+	}
+	frozen, reader, sender := dial(), dial(), dial()
+	if frozen.LocalAddr().String() != reader.LocalAddr().String() {
+		t.Fatalf("two connections (%v, %v), want one", frozen.LocalAddr(), reader.LocalAddr())
+	}
+	const msgs, size = 100, 8 << 10
+	got := make(chan int, msgs)
+	go func() {
+		n := 0
+		_, _ = reader.ReadLoop(func(_ wsframe.Opcode, p []byte) {
+			if len(p) == size {
+				n++
+				got <- n
+			}
+		})
+	}()
+	go func() { _, _ = sender.ReadLoop(func(wsframe.Opcode, []byte) {}) }()
+	time.Sleep(100 * time.Millisecond) // all three joined
+	payload := make([]byte, size)
+	for range msgs {
+		if err := sender.Write(wsframe.OpBinary, payload); err != nil {
+			t.Fatal(err)
+		}
+	}
+	timeout := time.After(10 * time.Second)
+	for n := 0; n < msgs; {
+		select {
+		case n = <-got:
+		case <-timeout:
+			t.Fatalf("the reader got %d of %d messages", n, msgs)
+		}
+	}
+	s := frozen.nc.(*h2Stream)
+	s.c.mu.Lock()
+	held := len(s.rbuf)
+	s.c.mu.Unlock()
+	if held == 0 || held > h2StreamWindow {
+		t.Fatalf("the frozen stream holds %d bytes unread, want 1 to %d", held, h2StreamWindow)
+	}
+	for _, c := range []*Conn{frozen, reader, sender} {
+		c.Abort()
+	}
+	waitRelaysEmpty(t, rs)
 }
