@@ -78,9 +78,7 @@ func (p *H2Pool) Close() {
 	p.mu.Unlock()
 	for _, c := range all {
 		<-c.ready
-		if c.nc != nil {
-			c.fail(net.ErrClosed)
-		}
+		c.fail(net.ErrClosed)
 	}
 }
 
@@ -192,12 +190,25 @@ func (c *h2Conn) limit() int {
 	return n
 }
 
-// release gives back a stream slot of c.
+// release gives back a stream slot of c, and closes c when it was the
+// last of a connection that takes no new streams (a GOAWAY, or its stream
+// identifiers used up).
 func (p *H2Pool) release(c *h2Conn) {
 	p.mu.Lock()
 	c.reserved--
+	retired := c.dead && c.reserved == 0
 	p.mu.Unlock()
+	if retired {
+		c.fail(errRetired)
+	}
 }
+
+// errRetired ends a connection whose last stream ended after it stopped
+// taking new ones.
+var errRetired = errors.New("HTTP/2 connection retired")
+
+// maxStreamID is the last client stream identifier a connection may use.
+const maxStreamID = 1<<31 - 1
 
 // drop takes c out of the pool: it opens no more streams.
 func (p *H2Pool) drop(c *h2Conn) {
@@ -343,7 +354,11 @@ func (c *h2Conn) open(ctx context.Context, t Target, protocol string, extra []He
 	c.nextID += 2
 	c.streams[s.id] = s
 	frame := c.peerFrame
+	usedUp := c.nextID > maxStreamID
 	c.mu.Unlock()
+	if usedUp {
+		c.pool.drop(c) // the streams it carries stay; new ones go elsewhere
+	}
 	c.hbuf.Reset()
 	field := func(k, v string) { _ = c.henc.WriteField(hpack.HeaderField{Name: k, Value: v}) }
 	field(":method", "CONNECT")
@@ -427,7 +442,9 @@ func (c *h2Conn) fail(err error) {
 		streams = append(streams, s)
 	}
 	c.mu.Unlock()
-	_ = c.nc.Close()
+	if c.nc != nil {
+		_ = c.nc.Close()
+	}
 	for _, s := range streams {
 		s.wake()
 		c.forget(s)

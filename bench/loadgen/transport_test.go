@@ -358,3 +358,47 @@ func TestH2FrozenStreamBounded(t *testing.T) {
 	}
 	waitRelaysEmpty(t, rs)
 }
+
+// TestH2StreamIDsUsedUp: a connection that has opened its last stream
+// identifier takes no new stream (the next WebSocket opens a new
+// connection) and is closed once its last stream ended.
+func TestH2StreamIDsUsedUp(t *testing.T) {
+	rs, addrs := startRelays(t, 1)
+	tg, err := ParseTarget("ws://" + addrs[0] + "/room/ids")
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := Dialer{H2: NewH2Pool(8), Timeout: 5 * time.Second}
+	defer d.H2.Close()
+	first, err := d.Dial(context.Background(), tg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	hc := first.nc.(*h2Stream).c
+	hc.mu.Lock()
+	hc.nextID = maxStreamID // the relay accepts any higher odd identifier
+	hc.mu.Unlock()
+	last, err := d.Dial(context.Background(), tg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if last.nc.(*h2Stream).c != hc || last.nc.(*h2Stream).id != maxStreamID {
+		t.Fatalf("stream %d, want %d on the first connection", last.nc.(*h2Stream).id, maxStreamID)
+	}
+	next, err := d.Dial(context.Background(), tg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if next.nc.(*h2Stream).c == hc {
+		t.Fatal("a stream opened on a connection without identifiers left")
+	}
+	first.Abort()
+	last.Abort()
+	select {
+	case <-hc.done:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the used-up connection stayed open after its last stream")
+	}
+	next.Abort()
+	waitRelaysEmpty(t, rs)
+}
