@@ -141,38 +141,54 @@ func (p *H2Pool) dial(ctx context.Context, d *Dialer, t Target) (*Conn, error) {
 
 // reserve returns a started connection to t with a stream slot taken for
 // the caller, starting a new one when none has room; fresh is set when
-// this call started it.
+// this call started it. A slot taken on a connection still starting is
+// given up again if the server's SETTINGS_MAX_CONCURRENT_STREAMS turns
+// out lower than the slots taken, and another is looked for.
 func (p *H2Pool) reserve(ctx context.Context, d *Dialer, t Target) (*h2Conn, bool, error) {
 	key := t.Addr + " " + t.Host + " " + strconv.FormatBool(t.TLS)
-	p.mu.Lock()
-	for _, c := range p.conns[key] {
-		if !c.dead && c.reserved < c.limit() {
-			c.reserved++
-			p.mu.Unlock()
-			select {
-			case <-c.ready:
-			case <-ctx.Done():
-				p.release(c)
-				return nil, false, &DialError{Reason: ReasonTimeout, Err: fmt.Errorf("wait for the HTTP/2 connection to %s: %w", t.Addr, ctx.Err())}
+	for ctx.Err() == nil {
+		p.mu.Lock()
+		var c *h2Conn
+		for _, x := range p.conns[key] {
+			if !x.dead && x.reserved < x.limit() {
+				c = x
+				break
 			}
+		}
+		if c == nil {
+			c = &h2Conn{pool: p, key: key, ready: make(chan struct{}), reserved: 1}
+			p.conns[key] = append(p.conns[key], c)
+			p.mu.Unlock()
+			c.startErr = c.start(ctx, d, t)
+			close(c.ready)
 			if c.startErr != nil {
+				p.drop(c)
 				p.release(c)
 				return nil, false, c.startErr
 			}
+			return c, true, nil
+		}
+		c.reserved++
+		p.mu.Unlock()
+		select {
+		case <-c.ready:
+		case <-ctx.Done():
+			p.release(c)
+			return nil, false, &DialError{Reason: ReasonTimeout, Err: fmt.Errorf("wait for the HTTP/2 connection to %s: %w", t.Addr, ctx.Err())}
+		}
+		if c.startErr != nil {
+			p.release(c)
+			return nil, false, c.startErr
+		}
+		p.mu.Lock()
+		over := c.reserved > c.limit()
+		p.mu.Unlock()
+		if !over {
 			return c, false, nil
 		}
-	}
-	c := &h2Conn{pool: p, key: key, ready: make(chan struct{}), reserved: 1}
-	p.conns[key] = append(p.conns[key], c)
-	p.mu.Unlock()
-	c.startErr = c.start(ctx, d, t)
-	close(c.ready)
-	if c.startErr != nil {
-		p.drop(c)
 		p.release(c)
-		return nil, false, c.startErr
 	}
-	return c, true, nil
+	return nil, false, &DialError{Reason: ReasonTimeout, Err: fmt.Errorf("find an HTTP/2 connection to %s: %w", t.Addr, ctx.Err())}
 }
 
 // limit is how many streams c may carry; call with pool.mu held.

@@ -331,7 +331,11 @@ func TestH2FrozenStreamBounded(t *testing.T) {
 		})
 	}()
 	go func() { _, _ = sender.ReadLoop(func(wsframe.Opcode, []byte) {}) }()
-	time.Sleep(100 * time.Millisecond) // all three joined
+	for joined := time.Now().Add(10 * time.Second); rs[0].Info().Connections < 3; time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(joined) {
+			t.Fatalf("the relay holds %d members, want 3", rs[0].Info().Connections)
+		}
+	}
 	payload := make([]byte, size)
 	for range msgs {
 		if err := sender.Write(wsframe.OpBinary, payload); err != nil {

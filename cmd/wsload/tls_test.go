@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/tls"
 	"encoding/json"
+	"fmt"
 	"io"
 	"log/slog"
 	"net"
@@ -11,9 +12,11 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/wsgate/wsgate/bench/loadgen"
 	"github.com/wsgate/wsgate/internal/testca"
+	"github.com/wsgate/wsgate/internal/testproc"
 	"github.com/wsgate/wsgate/relay-backend/relay"
 )
 
@@ -136,5 +139,97 @@ func TestTransportFlagsRefused(t *testing.T) {
 		if code != exitUsage || !strings.Contains(errs, tt.want) {
 			t.Errorf("%v: exit %d, stderr %q; want %d with %q", tt.args, code, errs, exitUsage, tt.want)
 		}
+	}
+}
+
+// TestThroughWsgateProcess runs wsload against a wsgate process whose TLS
+// listener speaks HTTP/2 too (h2 = true) with at most 8 streams a
+// connection: idle over -h2 keeps to the gateway's limit (40 WebSockets,
+// 5 connections though -h2-streams is 100), and fanout delivers every
+// message over wss:// and over -h2.
+func TestThroughWsgateProcess(t *testing.T) {
+	relayAddr := startRelay(t)
+	ca, err := testca.New("wsload test CA")
+	if err != nil {
+		t.Fatal(err)
+	}
+	leaf, err := ca.Server("127.0.0.1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	certFile, keyFile, err := leaf.WriteFiles(dir, "gw")
+	if err != nil {
+		t.Fatal(err)
+	}
+	caFile := filepath.Join(dir, "ca.pem")
+	if err := os.WriteFile(caFile, ca.PEM(), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	tlsAddr := testproc.FreeAddr(t)
+	cfg := filepath.Join(dir, "wsgate.toml")
+	if err := os.WriteFile(cfg, fmt.Appendf(nil, `[gateway]
+listen = %q
+  [gateway.tls]
+  listen = %q
+  h2 = true
+  h2_max_streams = 8
+  [[gateway.tls.certificates]]
+  cert_file = %q
+  key_file = %q
+[admin]
+listen = ""
+[[pools]]
+name = "relay"
+  [[pools.nodes]]
+  addr = %q
+[[routes]]
+pool = "relay"
+`, testproc.FreeAddr(t), tlsAddr, certFile, keyFile, relayAddr), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	gw := testproc.Start(t, "wsgate", testproc.Build(t, "./cmd/wsgate"), "-config", cfg, "-watch=false")
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		c, err := net.Dial("tcp", tlsAddr)
+		if err == nil {
+			c.Close()
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("wsgate's TLS listener did not open within 30s:\n%s", gw.Output())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	url := "wss://" + tlsAddr + "/room/r%d"
+	report := func(t *testing.T, args ...string) loadgen.Report {
+		t.Helper()
+		out, errs, code := wsload(t, append(args, "-url", url, "-ca", caFile, "-json")...)
+		if code != exitOK {
+			t.Fatalf("exit %d\nstdout: %s\nstderr: %s", code, out, errs)
+		}
+		var r loadgen.Report
+		if err := json.Unmarshal([]byte(out), &r); err != nil {
+			t.Fatalf("no report: %v\n%s", err, out)
+		}
+		return r
+	}
+	t.Run("idle -h2", func(t *testing.T) {
+		r := report(t, "idle", "-n", "40", "-hold", "500ms", "-h2")
+		if r.Held != 40 || r.Conns != 5 || r.Transport != "wss+h2" || r.TLS["1.3"] != 5 || r.ALPN["h2"] != 5 {
+			t.Fatalf("held %d over %d connections, transport %q, tls %v, alpn %v", r.Held, r.Conns, r.Transport, r.TLS, r.ALPN)
+		}
+	})
+	for _, h2 := range []bool{false, true} {
+		t.Run(fmt.Sprintf("fanout h2=%v", h2), func(t *testing.T) {
+			args := []string{"fanout", "-rooms", "2", "-members", "3", "-rate", "10", "-duration", "1s", "-settle", "1s"}
+			if h2 {
+				args = append(args, "-h2")
+			}
+			r := report(t, args...)
+			if r.Sent == 0 || r.Delivered != 100 || r.Failed != 0 || r.Dropped != 0 {
+				t.Fatalf("sent %d delivered %v failed %v dropped %v", r.Sent, r.Delivered, r.FailedBy, r.DroppedBy)
+			}
+		})
 	}
 }
