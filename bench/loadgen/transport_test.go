@@ -406,3 +406,50 @@ func TestH2StreamIDsUsedUp(t *testing.T) {
 	next.Abort()
 	waitRelaysEmpty(t, rs)
 }
+
+// TestH2ConnectionLost: when an HTTP/2 connection ends under its
+// streams (here its socket is closed under it, as a killed server would
+// end it), every WebSocket on it ends without a close frame (1006), and
+// the next dial opens a new connection.
+func TestH2ConnectionLost(t *testing.T) {
+	rs, addrs := startRelays(t, 1)
+	tg, err := ParseTarget("ws://" + addrs[0] + "/room/lost")
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := Dialer{H2: NewH2Pool(8), Timeout: 5 * time.Second}
+	defer d.H2.Close()
+	codes := make(chan uint16, 3)
+	var hc *h2Conn
+	for range 3 {
+		c, err := d.Dial(context.Background(), tg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		hc = c.nc.(*h2Stream).c
+		go func() {
+			code, _ := c.ReadLoop(func(wsframe.Opcode, []byte) {})
+			codes <- code
+		}()
+	}
+	_ = hc.nc.Close()
+	for range 3 {
+		select {
+		case code := <-codes:
+			if code != CloseAbnormal {
+				t.Errorf("close code %d, want %d", code, CloseAbnormal)
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatal("a stream outlived its connection")
+		}
+	}
+	c, err := d.Dial(context.Background(), tg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !c.Fresh || c.nc.(*h2Stream).c == hc {
+		t.Fatal("a dial after the loss used the lost connection")
+	}
+	c.Abort()
+	waitRelaysEmpty(t, rs)
+}
