@@ -111,10 +111,12 @@ func churnWorker(ctx context.Context, c *Config, rec *Recorder, w int, run uint3
 		opened++
 		got := make(chan struct{})
 		ended := make(chan struct{})
+		var endCode uint16 // how the probe ended, read once ended is closed
+		var endErr error
 		go func() {
 			defer close(ended)
 			var once sync.Once
-			conn.ReadLoop(func(op wsframe.Opcode, b []byte) {
+			endCode, endErr = conn.ReadLoop(func(op wsframe.Opcode, b []byte) {
 				m, err := ParseMsg(b)
 				if err == nil && m.Run == run && m.Sender == sender && m.Seq == seq && m.Flags&flagEcho != 0 {
 					once.Do(func() { close(got) })
@@ -133,6 +135,9 @@ func churnWorker(ctx context.Context, c *Config, rec *Recorder, w int, run uint3
 				rec.r.RoundTrip.Hist.Record(time.Since(sent))
 				rec.Update(func(r *Report) { r.Received++; r.Expected++ })
 			case <-ended:
+				if n := rec.logged.Add(1); n <= 5 {
+					progress(c, "probe connection ended before the echo: close %d, %v", endCode, endErr)
+				}
 				rec.Update(func(r *Report) { r.Expected++; r.FailedBy["rtt_closed"]++ })
 			case <-timer.C:
 				rec.Update(func(r *Report) { r.Expected++; r.FailedBy["rtt_timeout"]++ })

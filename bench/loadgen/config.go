@@ -24,7 +24,8 @@ var ErrBadConfig = errors.New("loadgen: bad configuration")
 type Config struct {
 	// Scenario is one of Scenarios.
 	Scenario string
-	// URL is the ws:// target; "%d" in it is replaced by a room number.
+	// URL is the ws:// or wss:// target; "%d" in it is replaced by a
+	// room number.
 	URL string
 	// Dialer opens the connections (sources, handshake timeout).
 	Dialer Dialer

@@ -5,6 +5,7 @@ import (
 	"context"
 	"crypto/rand"
 	"crypto/sha1"
+	"crypto/tls"
 	"encoding/base64"
 	"errors"
 	"fmt"
@@ -48,11 +49,16 @@ const (
 	ReasonDial      = "dial"
 	ReasonTimeout   = "timeout"
 	ReasonHandshake = "handshake"
+	// ReasonTLS is a failed TLS handshake: an unknown authority (see
+	// -ca), a name mismatch, no common version or cipher suite.
+	ReasonTLS = "tls"
 )
 
 // DialError is a failed connection attempt with the reason it is counted
-// under: "dial", "timeout", "handshake" (a bad or unreadable 101), or
-// "http_<status>" for any other HTTP answer.
+// under: "dial", "timeout", "tls" (the TLS handshake failed),
+// "handshake" (a bad or unreadable 101, or an HTTP/2 stream that ended
+// without an answer), or "http_<status>" for any other HTTP answer
+// (over HTTP/2 as over HTTP/1.1).
 type DialError struct {
 	Reason string
 	// Status is the HTTP status for "http_*" reasons, else 0.
@@ -76,32 +82,40 @@ func Reason(err error) string {
 	return ReasonDial
 }
 
-// Target is a parsed ws:// URL.
+// Target is a parsed ws:// or wss:// URL.
 type Target struct {
 	// Addr is host:port to dial.
 	Addr string
-	// Host is the Host header.
+	// Host is the Host header (the :authority over HTTP/2).
 	Host string
 	// Path is the request target (path and query).
 	Path string
+	// TLS is set for wss://: the connection is TLS, its server name
+	// (SNI, and the name the certificate is checked against) ServerName,
+	// the URL's host without the port.
+	TLS        bool
+	ServerName string
 }
 
-// ParseTarget parses a ws:// URL (wss is not supported: run wsload against
-// the plain listener, or a TLS terminator's backend side).
+// ParseTarget parses a ws:// or wss:// URL.
 func ParseTarget(raw string) (Target, error) {
 	u, err := url.Parse(raw)
 	if err != nil {
 		return Target{}, fmt.Errorf("parse url %q: %w", raw, err)
 	}
-	if u.Scheme != "ws" {
-		return Target{}, fmt.Errorf("parse url %q: scheme must be ws", raw)
+	if u.Scheme != "ws" && u.Scheme != "wss" {
+		return Target{}, fmt.Errorf("parse url %q: scheme must be ws or wss", raw)
 	}
 	if u.Host == "" {
 		return Target{}, fmt.Errorf("parse url %q: no host", raw)
 	}
-	t := Target{Addr: u.Host, Host: u.Host, Path: u.RequestURI()}
+	t := Target{Addr: u.Host, Host: u.Host, Path: u.RequestURI(), TLS: u.Scheme == "wss", ServerName: u.Hostname()}
 	if u.Port() == "" {
-		t.Addr = net.JoinHostPort(u.Hostname(), "80")
+		port := "80"
+		if t.TLS {
+			port = "443"
+		}
+		t.Addr = net.JoinHostPort(u.Hostname(), port)
 	}
 	return t, nil
 }
@@ -112,8 +126,8 @@ type Dialer struct {
 	// Sources are the local addresses to dial from (default nil: the
 	// kernel's choice).
 	Sources *Sources
-	// Timeout bounds the TCP connect and the upgrade together (default
-	// 10s).
+	// Timeout bounds the TCP connect, the TLS handshake and the upgrade
+	// together (default 10s).
 	Timeout time.Duration
 	// Protocol is offered as Sec-WebSocket-Protocol when set (default
 	// none); the Conn records whether the server selected it.
@@ -121,17 +135,66 @@ type Dialer struct {
 	// Header is sent on every handshake, in order (default none); build
 	// each with ParseHeader.
 	Header []Header
+	// TLS configures wss:// targets (default nil: the system's roots,
+	// TLS 1.2 or 1.3). Its ServerName, NextProtos and session cache are
+	// set per connection: the URL's host, "http/1.1" (or "h2" with
+	// H2), and no resumption, so every connection is a full handshake.
+	TLS *tls.Config
+	// H2, when set, opens every WebSocket as an extended CONNECT stream
+	// (RFC 8441) of one of its HTTP/2 connections instead of a connection
+	// of its own: ALPN h2 over wss://, prior knowledge (h2c) over ws://.
+	// Copies of the Dialer share it.
+	H2 *H2Pool
+}
+
+// Transport names what d opens for t: "ws", "wss", "ws+h2c" or "wss+h2".
+func (d *Dialer) Transport(t Target) string {
+	switch {
+	case d.H2 != nil && t.TLS:
+		return "wss+h2"
+	case d.H2 != nil:
+		return "ws+h2c"
+	case t.TLS:
+		return "wss"
+	}
+	return "ws"
 }
 
 // Dial connects to t and performs the WebSocket upgrade. It returns a
 // *DialError on failure.
 func (d *Dialer) Dial(ctx context.Context, t Target) (*Conn, error) {
-	timeout := d.Timeout
-	if timeout <= 0 {
-		timeout = DefaultTimeout
-	}
-	ctx, cancel := context.WithTimeout(ctx, timeout)
+	ctx, cancel := context.WithTimeout(ctx, d.timeout())
 	defer cancel()
+	if d.H2 != nil {
+		return d.H2.dial(ctx, d, t)
+	}
+	nc, tc, err := d.connect(ctx, t, "http/1.1")
+	if err != nil {
+		return nil, err
+	}
+	c := &Conn{nc: nc, local: nc.LocalAddr(), hardClose: nc.Close, Fresh: true}
+	if tc != nil {
+		c.nc, c.TLS = tc, transportTLS(tc)
+	}
+	deadline, _ := ctx.Deadline()
+	_ = c.nc.SetDeadline(deadline)
+	if err := c.handshake(t, d.Protocol, d.Header); err != nil {
+		_ = nc.Close()
+		return nil, err
+	}
+	_ = c.nc.SetDeadline(time.Time{})
+	if tc != nil {
+		c.reader = newTLSReader(tc, readPool)
+	} else {
+		c.reader = pollread.NewReader(c.nc, readPool)
+	}
+	return c, nil
+}
+
+// connect opens the TCP connection to t (from the next source address)
+// and, for wss://, runs the TLS handshake offering alpn. It returns the
+// TCP connection and, for wss://, the TLS connection over it.
+func (d *Dialer) connect(ctx context.Context, t Target, alpn string) (net.Conn, *tlsConn, error) {
 	nd := net.Dialer{}
 	if la := d.Sources.Next(); la != nil {
 		nd.LocalAddr = la
@@ -139,22 +202,34 @@ func (d *Dialer) Dial(ctx context.Context, t Target) (*Conn, error) {
 	}
 	nc, err := nd.DialContext(ctx, "tcp", t.Addr)
 	if err != nil {
-		reason := ReasonDial
-		if errors.Is(err, context.DeadlineExceeded) || errors.Is(err, os.ErrDeadlineExceeded) {
-			reason = ReasonTimeout
-		}
-		return nil, &DialError{Reason: reason, Err: fmt.Errorf("dial %s: %w", t.Addr, err)}
+		return nil, nil, &DialError{Reason: timeoutOr(err, ReasonDial), Err: fmt.Errorf("dial %s: %w", t.Addr, err)}
 	}
-	c := &Conn{nc: nc.(*net.TCPConn)}
-	deadline, _ := ctx.Deadline()
-	_ = nc.SetDeadline(deadline)
-	if err := c.handshake(t, d.Protocol, d.Header); err != nil {
+	if !t.TLS {
+		return nc, nil, nil
+	}
+	cfg := d.TLS.Clone()
+	if cfg == nil {
+		cfg = &tls.Config{}
+	}
+	if cfg.ServerName == "" {
+		cfg.ServerName = t.ServerName
+	}
+	cfg.NextProtos = []string{alpn}
+	cfg.ClientSessionCache = nil
+	tc := tls.Client(nc, cfg)
+	if err := tc.HandshakeContext(ctx); err != nil {
 		_ = nc.Close()
-		return nil, err
+		return nil, nil, &DialError{Reason: timeoutOr(err, ReasonTLS), Err: fmt.Errorf("tls handshake with %s: %w", t.Addr, err)}
 	}
-	_ = nc.SetDeadline(time.Time{})
-	c.reader = pollread.NewReader(c.nc, readPool)
-	return c, nil
+	return nc, &tlsConn{Conn: tc, tcp: nc}, nil
+}
+
+// timeoutOr returns ReasonTimeout for a deadline error, else reason.
+func timeoutOr(err error, reason string) string {
+	if errors.Is(err, context.DeadlineExceeded) || errors.Is(err, os.ErrDeadlineExceeded) {
+		return ReasonTimeout
+	}
+	return reason
 }
 
 // acceptKey computes Sec-WebSocket-Accept for key (RFC 6455 section 4.2.2).
@@ -259,15 +334,24 @@ func parseResponse(p []byte) (int, map[string]string, error) {
 	return status, hdr, nil
 }
 
-// Conn is one client WebSocket. One goroutine runs ReadLoop; Write, Ping
-// and Close may be called from any goroutine (writes are serialised). While
-// idle it holds no buffer: ReadLoop waits in the runtime poller and borrows
-// a pooled buffer only when bytes arrive.
+// Conn is one client WebSocket: a TCP connection, a TLS connection, or a
+// stream of an HTTP/2 connection. One goroutine runs ReadLoop; Write,
+// Ping and Close may be called from any goroutine (writes are
+// serialised). While idle it holds no buffer: ReadLoop waits in the
+// runtime poller (or for its stream's data) and borrows a pooled buffer
+// only when bytes arrive.
 type Conn struct {
-	nc     *net.TCPConn
-	reader *pollread.Reader
+	nc        net.Conn     // the TCP or TLS connection, or the stream
+	local     net.Addr     // the TCP connection's local address
+	hardClose func() error // closes without a TLS close_notify; resets a stream
+	reader    frameSource
 	// Protocol is the subprotocol the server selected ("" for none).
 	Protocol string
+	// TLS describes the TLS connection the WebSocket runs over (nil
+	// over ws://); Fresh is set when this Dial made it (always, but
+	// for a stream of an HTTP/2 connection opened before).
+	TLS   *TransportTLS
+	Fresh bool
 
 	wmu     sync.Mutex
 	pending []byte // bytes of an incomplete frame, nil while idle
@@ -278,8 +362,19 @@ type Conn struct {
 	closed  atomic.Bool // the close handshake finished or the conn failed
 }
 
-// LocalAddr returns the client side's address.
-func (c *Conn) LocalAddr() net.Addr { return c.nc.LocalAddr() }
+// frameSource reads a connection into pooled buffers (pollread.Reader,
+// tlsReader).
+type frameSource interface {
+	Read() (*[]byte, int, error)
+}
+
+// LocalAddr returns the client side's address (its HTTP/2 connection's
+// for a stream).
+func (c *Conn) LocalAddr() net.Addr { return c.local }
+
+// SetReadDeadline bounds ReadLoop's wait; a passed deadline ends it with
+// an error wrapping os.ErrDeadlineExceeded.
+func (c *Conn) SetReadDeadline(t time.Time) error { return c.nc.SetReadDeadline(t) }
 
 // ReadLoop reads frames until the connection ends and calls onMsg with each
 // complete text or binary message; p is valid only during the call. It
@@ -449,14 +544,15 @@ func (c *Conn) Close(code uint16, wait time.Duration) {
 		code = 1000
 	}
 	c.writeClose(code)
-	_ = c.nc.SetReadDeadline(time.Now().Add(wait))
+	_ = c.SetReadDeadline(time.Now().Add(wait))
 }
 
-// Abort closes the socket without a close frame; ReadLoop returns.
+// Abort closes the socket without a close frame (and without a TLS
+// close_notify; a stream is reset with CANCEL); ReadLoop returns.
 func (c *Conn) Abort() {
 	c.byUs.Store(true)
 	c.closing.Store(true)
-	_ = c.nc.Close()
+	_ = c.hardClose()
 }
 
 // Closing reports whether the client chose to close (Close or Abort), as

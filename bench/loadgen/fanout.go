@@ -178,7 +178,7 @@ func (f *fanout) dial(ctx context.Context, m *fanMember) *Conn {
 		}
 		return nil
 	}
-	f.rec.Connected(time.Since(t0))
+	f.rec.Connected(time.Since(t0), conn)
 	if f.resume && conn.Protocol != relayclient.Subprotocol {
 		conn.Abort()
 		f.rec.Update(func(r *Report) { r.FailedBy["no_relay_v1"]++ })
@@ -653,7 +653,7 @@ func (f *fanout) thaw() {
 func (f *fanout) thawOne(conn *Conn) {
 	var got int64
 	var newest int64 // SentNS of the newest message found
-	_ = conn.nc.SetReadDeadline(time.Now().Add(f.c.Settle))
+	_ = conn.SetReadDeadline(time.Now().Add(f.c.Settle))
 	code, err := conn.ReadLoop(func(_ wsframe.Opcode, p []byte) {
 		if msg, err := ParseMsg(p); err == nil && msg.Run == f.run {
 			got++

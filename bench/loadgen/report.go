@@ -56,6 +56,19 @@ type Report struct {
 	Scenario string `json:"scenario"`
 	URL      string `json:"url"`
 	Procs    int    `json:"procs"`
+	// Transport is what carried the WebSockets: "ws" (a TCP connection
+	// each), "wss" (a TLS connection each), "wss+h2" (streams of HTTP/2
+	// connections over TLS, ALPN h2) or "ws+h2c" (streams of cleartext
+	// HTTP/2 connections, prior knowledge).
+	Transport string `json:"transport"`
+	// Conns counts the TCP connections opened: one per WebSocket, but
+	// over HTTP/2 one per -h2-streams WebSockets at most.
+	Conns int64 `json:"conns"`
+	// TLS counts the TLS handshakes by negotiated version ("1.2",
+	// "1.3"), ALPN by the protocol the server chose ("h2", "http/1.1",
+	// "none").
+	TLS  Counts `json:"tls"`
+	ALPN Counts `json:"alpn"`
 	// ElapsedMS is the scenario's wall time (ms).
 	ElapsedMS float64 `json:"elapsed_ms"`
 
@@ -154,7 +167,7 @@ type Report struct {
 // NewReport returns an empty report for scenario with its maps and
 // histograms ready.
 func NewReport(scenario string) *Report {
-	r := &Report{Scenario: scenario, Procs: 1, FailedBy: Counts{}, DroppedBy: Counts{}, CloseCodes: Counts{}, FrozenEnded: Counts{}, Passed: true}
+	r := &Report{Scenario: scenario, Procs: 1, FailedBy: Counts{}, DroppedBy: Counts{}, CloseCodes: Counts{}, FrozenEnded: Counts{}, TLS: Counts{}, ALPN: Counts{}, Passed: true}
 	for _, l := range r.latencies() {
 		l.Hist = &Hist{}
 	}
@@ -213,6 +226,10 @@ func (r *Report) Merge(o *Report) {
 	if r.Scenario == "" {
 		r.Scenario, r.URL = o.Scenario, o.URL
 	}
+	if r.Transport == "" {
+		r.Transport = o.Transport
+	}
+	r.Conns += o.Conns
 	r.ElapsedMS = max(r.ElapsedMS, o.ElapsedMS)
 	r.Attempts += o.Attempts
 	r.Connected += o.Connected
@@ -220,7 +237,7 @@ func (r *Report) Merge(o *Report) {
 	r.Short += o.Short
 	r.Held += o.Held
 	r.HandshakesPerSec += o.HandshakesPerSec
-	for _, p := range [][2]*Counts{{&r.FailedBy, &o.FailedBy}, {&r.DroppedBy, &o.DroppedBy}, {&r.CloseCodes, &o.CloseCodes}, {&r.FrozenEnded, &o.FrozenEnded}} {
+	for _, p := range [][2]*Counts{{&r.FailedBy, &o.FailedBy}, {&r.DroppedBy, &o.DroppedBy}, {&r.CloseCodes, &o.CloseCodes}, {&r.FrozenEnded, &o.FrozenEnded}, {&r.TLS, &o.TLS}, {&r.ALPN, &o.ALPN}} {
 		if *p[0] == nil {
 			*p[0] = Counts{}
 		}
@@ -299,7 +316,7 @@ func flatten(prefix string, m map[string]any, out map[string]float64) {
 
 // countKeys are the report keys whose members are open-ended (a reason, a
 // close code): a threshold may name any member; a missing one reads 0.
-var countKeys = []string{"failed_by", "dropped_by", "close_codes", "frozen_ended"}
+var countKeys = []string{"failed_by", "dropped_by", "close_codes", "frozen_ended", "tls", "alpn"}
 
 // KnownMetric reports whether name is a metric a threshold may use.
 func KnownMetric(name string) bool {
@@ -320,11 +337,14 @@ func (r *Report) WriteTable(w io.Writer) error {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintf(tw, "wsload %s\t%s\tprocs %d\telapsed %.1fs\n", r.Scenario, r.URL, r.Procs, r.ElapsedMS/1000)
 	row := func(name string, v any) { fmt.Fprintf(tw, "  %s\t%v\n", name, v) }
+	if r.Transport != "" {
+		row("transport", r.Transport+transportDetail(r))
+	}
 	ints := []struct {
 		name string
 		v    int64
 	}{
-		{"attempts", r.Attempts}, {"connected", r.Connected}, {"target", r.Target}, {"short", r.Short},
+		{"attempts", r.Attempts}, {"connected", r.Connected}, {"conns", r.Conns}, {"target", r.Target}, {"short", r.Short},
 		{"failed", r.Failed}, {"dropped", r.Dropped},
 		{"held", r.Held}, {"sent", r.Sent}, {"expected", r.Expected}, {"received", r.Received},
 		{"duplicates", r.Duplicates}, {"duplicates_resent", r.DuplicatesResent}, {"out_of_order", r.OutOfOrder},
@@ -340,7 +360,7 @@ func (r *Report) WriteTable(w io.Writer) error {
 	for _, c := range []struct {
 		name string
 		m    Counts
-	}{{"failed_by", r.FailedBy}, {"dropped_by", r.DroppedBy}, {"close_codes", r.CloseCodes}, {"frozen_ended", r.FrozenEnded}} {
+	}{{"failed_by", r.FailedBy}, {"dropped_by", r.DroppedBy}, {"close_codes", r.CloseCodes}, {"frozen_ended", r.FrozenEnded}, {"tls", r.TLS}, {"alpn", r.ALPN}} {
 		for _, k := range slices.Sorted(maps.Keys(c.m)) {
 			row(c.name+"."+k, c.m[k])
 		}
@@ -389,6 +409,15 @@ func (r *Report) WriteTable(w io.Writer) error {
 	return nil
 }
 
+// transportDetail sums up the TLS versions and ALPN protocols of r's
+// handshakes for the table's transport line: " (TLS 1.3, ALPN h2)".
+func transportDetail(r *Report) string {
+	if len(r.TLS) == 0 {
+		return ""
+	}
+	return " (TLS " + strings.Join(slices.Sorted(maps.Keys(r.TLS)), "+") + ", ALPN " + strings.Join(slices.Sorted(maps.Keys(r.ALPN)), "+") + ")"
+}
+
 // Recorder collects a scenario's measurements into a Report from many
 // goroutines. It is safe for concurrent use; the histograms are lock-free,
 // the counters share one mutex.
@@ -413,10 +442,26 @@ func (rc *Recorder) Fail(reason string) {
 	rc.Update(func(r *Report) { r.Attempts++; r.FailedBy[reason]++ })
 }
 
-// Connected counts a successful handshake that took d.
-func (rc *Recorder) Connected(d time.Duration) {
+// Connected counts a successful handshake of conn that took d, and the
+// connection it opened for it, if any (its TLS version and ALPN).
+func (rc *Recorder) Connected(d time.Duration, conn *Conn) {
 	rc.r.Connect.Hist.Record(d)
-	rc.Update(func(r *Report) { r.Attempts++; r.Connected++ })
+	rc.Update(func(r *Report) {
+		r.Attempts++
+		r.Connected++
+		if conn == nil || !conn.Fresh {
+			return
+		}
+		r.Conns++
+		if t := conn.TLS; t != nil {
+			r.TLS[t.Version]++
+			alpn := t.ALPN
+			if alpn == "" {
+				alpn = "none"
+			}
+			r.ALPN[alpn]++
+		}
+	})
 }
 
 // Report returns the report; call it once the scenario's goroutines are

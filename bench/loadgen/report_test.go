@@ -137,7 +137,8 @@ func TestConfigValidate(t *testing.T) {
 	}{
 		{"idle", Config{Scenario: "idle", URL: "ws://127.0.0.1:1/room/x"}, true},
 		{"unknown", Config{Scenario: "soak", URL: "ws://127.0.0.1:1/"}, false},
-		{"wss", Config{Scenario: "idle", URL: "wss://127.0.0.1:1/"}, false},
+		{"wss", Config{Scenario: "idle", URL: "wss://127.0.0.1:1/"}, true},
+		{"https", Config{Scenario: "idle", URL: "https://127.0.0.1:1/"}, false},
 		{"churn without room", Config{Scenario: "churn", URL: "ws://127.0.0.1:1/room/x"}, false},
 		{"fanout one room", Config{Scenario: "fanout", URL: "ws://127.0.0.1:1/room/x", Rooms: 1}, true},
 		{"fanout one member", Config{Scenario: "fanout", URL: "ws://127.0.0.1:1/room/r%d", Members: 1}, false},

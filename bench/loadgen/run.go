@@ -14,7 +14,8 @@ import (
 
 // Run runs the scenario c describes and returns its finalized report
 // (thresholds not yet applied). ctx cancels the run early; the report then
-// covers what happened so far.
+// covers what happened so far. It closes the connections of
+// c.Dialer.H2 at its end.
 func Run(ctx context.Context, c Config) (*Report, error) {
 	if err := c.Validate(); err != nil {
 		return nil, err
@@ -35,8 +36,14 @@ func Run(ctx context.Context, c Config) (*Report, error) {
 	case "kill", "drain":
 		err = runChaos(ctx, &c, rec)
 	}
+	if c.Dialer.H2 != nil {
+		c.Dialer.H2.Close()
+	}
 	r := rec.Report()
 	r.URL = c.URL
+	if t, terr := ParseTarget(strings.ReplaceAll(c.URL, "%d", "0")); terr == nil {
+		r.Transport = c.Dialer.Transport(t)
+	}
 	r.ElapsedMS = ms(time.Since(start))
 	r.Finalize()
 	return r, err
@@ -148,7 +155,7 @@ func dialOne(ctx context.Context, c *Config, rec *Recorder, t Target) *Conn {
 		}
 		return nil
 	}
-	rec.Connected(time.Since(t0))
+	rec.Connected(time.Since(t0), conn)
 	return conn
 }
 

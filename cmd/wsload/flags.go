@@ -52,7 +52,7 @@ func (f headerFlag) Set(s string) error {
 	return nil
 }
 
-const usage = `usage: wsload <scenario> -url ws://HOST:PORT/PATH [flags]
+const usage = `usage: wsload <scenario> -url ws[s]://HOST:PORT/PATH [flags]
 
 scenarios: idle, churn, fanout, reconnect-storm, kill, drain
 run "wsload <scenario> -h" for its flags; docs/wsload.md for the report keys
@@ -78,13 +78,21 @@ func parseArgs(args []string, out io.Writer) (options, error) {
 	fs.SetOutput(out)
 	var source string
 	var seed uint64
-	fs.StringVar(&c.URL, "url", "", "ws:// URL to load; %d is replaced by a room number (required)")
+	var tlsOpt loadgen.TLSOptions
+	var h2 bool
+	var h2Streams int
+	fs.StringVar(&c.URL, "url", "", "ws:// or wss:// URL to load; %d is replaced by a room number (required)")
+	fs.StringVar(&tlsOpt.CAFile, "ca", "", "wss://: PEM file of the CA certificates to trust instead of the system's")
+	fs.BoolVar(&tlsOpt.Insecure, "insecure", false, "wss://: do not check the server's certificate")
+	fs.StringVar(&tlsOpt.Version, "tls", "", "wss://: TLS version, 1.2 or 1.3 (default: either, as negotiated)")
+	fs.BoolVar(&h2, "h2", false, "open the WebSockets as streams of HTTP/2 connections (RFC 8441): ALPN h2 over wss://, prior knowledge over ws://")
+	fs.IntVar(&h2Streams, "h2-streams", loadgen.DefaultH2Streams, "-h2: WebSockets per HTTP/2 connection")
 	fs.StringVar(&source, "source", "", "local source addresses, round robin: list and ranges, e.g. 127.0.0.2-127.0.0.250")
 	fs.IntVar(&o.procs, "procs", 1, "run as this many child processes and merge their reports")
 	fs.BoolVar(&o.json, "json", false, "print one JSON report on stdout (the table goes to stderr)")
 	fs.Var(thresholdFlag{&o.thresholds}, "threshold", "'metric OP value', e.g. 'p95<50ms', 'delivered>=99.9', 'dropped==0' (repeatable)")
 	fs.Var(headerFlag{&c.Dialer.Header}, "H", "'Name: value' request header sent on every handshake, e.g. a route's token (repeatable)")
-	fs.DurationVar(&c.Dialer.Timeout, "timeout", loadgen.DefaultTimeout, "handshake timeout (TCP connect and upgrade)")
+	fs.DurationVar(&c.Dialer.Timeout, "timeout", loadgen.DefaultTimeout, "handshake timeout (TCP connect, TLS and upgrade; over -h2 the stream's open too)")
 	fs.Uint64Var(&seed, "seed", 0, "seed for jitter and ids (0: random)")
 	fs.IntVar(&o.child, "child", -1, "internal: index of this child process of -procs")
 	switch c.Scenario {
@@ -145,6 +153,15 @@ func parseArgs(args []string, out io.Writer) (options, error) {
 		return o, err
 	}
 	c.Dialer.Sources = src
+	if err := transportFlags(o, fs, tlsOpt, h2, h2Streams); err != nil {
+		return o, err
+	}
+	if c.Dialer.TLS, err = tlsOpt.Config(); err != nil {
+		return o, err
+	}
+	if h2 {
+		c.Dialer.H2 = loadgen.NewH2Pool(h2Streams)
+	}
 	c.Seed = seed
 	if c.Seed == 0 {
 		c.Seed = rand.Uint64()
@@ -153,4 +170,28 @@ func parseArgs(args []string, out io.Writer) (options, error) {
 		return o, err
 	}
 	return o, nil
+}
+
+// transportFlags refuses transport flags that do not go together: the
+// TLS flags without a wss:// URL, -h2-streams without -h2.
+func transportFlags(o options, fs *flag.FlagSet, tlsOpt loadgen.TLSOptions, h2 bool, h2Streams int) error {
+	set := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+	if !strings.HasPrefix(o.cfg.URL, "wss://") {
+		for _, name := range []string{"ca", "insecure", "tls"} {
+			if set[name] {
+				return fmt.Errorf("-%s goes with a wss:// URL, not %s", name, o.cfg.URL)
+			}
+		}
+	}
+	if set["h2-streams"] && !h2 {
+		return errors.New("-h2-streams goes with -h2")
+	}
+	if h2Streams < 1 || h2Streams > 1<<20 {
+		return fmt.Errorf("-h2-streams must be 1-%d, got %d", 1<<20, h2Streams)
+	}
+	if tlsOpt.Insecure && tlsOpt.CAFile != "" {
+		return errors.New("-insecure checks no certificate: -ca is then pointless; give one of them")
+	}
+	return nil
 }

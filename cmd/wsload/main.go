@@ -3,7 +3,11 @@
 //
 // Usage:
 //
-//	wsload <scenario> -url ws://HOST:PORT/room/r%d [flags]
+//	wsload <scenario> -url ws[s]://HOST:PORT/room/r%d [flags]
+//
+// wss:// URLs take -ca FILE, -insecure and -tls 1.2|1.3; -h2 opens the
+// WebSockets as streams of a few HTTP/2 connections (-h2-streams N
+// each): ALPN h2 over wss://, prior knowledge over ws://.
 //
 // Scenarios: idle, churn, fanout, reconnect-storm, kill, drain. Every
 // scenario prints a summary table (stdout, or stderr with -json); -json
