@@ -2,7 +2,6 @@ package tlsrecord
 
 import (
 	"crypto/tls"
-	"errors"
 	"io"
 	"net"
 	"sync"
@@ -177,5 +176,3 @@ func wantCarried(t *testing.T, r result) *sessionConn {
 	}
 	return r.conn.(*sessionConn)
 }
-
-var errShort = errors.New("short read")
