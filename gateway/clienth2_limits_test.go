@@ -81,19 +81,27 @@ func wsConnectBlock(path string) []byte {
 // comes back.
 func flood(t *testing.T, e *env, room string, n, size int) {
 	t.Helper()
-	peer := e.mustDial(room)
+	floodFrom(t, e.mustDial(room), n, size)
+}
+
+// floodFrom has peer, a WebSocket through the gateway, send n messages of
+// size bytes, reading what comes back; the test closes it at its end.
+func floodFrom(t *testing.T, peer *websocket.Conn, n, size int) {
+	t.Helper()
 	t.Cleanup(func() { peer.Close() })
+	readErr := make(chan error, 1)
 	go func() {
 		for {
 			if _, _, err := peer.ReadMessage(); err != nil {
+				readErr <- err
 				return
 			}
 		}
 	}()
 	msg := bytes.Repeat([]byte("m"), size)
-	for range n {
+	for i := range n {
 		if err := peer.WriteMessage(websocket.BinaryMessage, msg); err != nil {
-			t.Fatal(err)
+			t.Fatalf("message %d: %v (read: %v)", i, err, <-readErr)
 		}
 	}
 }
@@ -323,15 +331,20 @@ func TestClientH2DrainReachesConnectionBeforeItsPreface(t *testing.T) {
 }
 
 // TestClientH2WriteTimeoutFollowsReload pins that a reload's write_timeout
-// reaches client HTTP/2 connections served after it, as it reaches new
-// tunnels: after a reload from 60s to 1s, a connection whose client
-// stops reading is closed soon after its writes stop moving (the wait
-// below is ten times the new timeout; with the old one it was sixty).
+// reaches client HTTP/2 connections served after it, while each tunnel
+// keeps the one in force when it started: after a reload from 1h to 1s, a
+// connection whose client stops reading is closed once its writes stop
+// moving, which the old timeout could not do within the test. The peer
+// that floods the room joins before the reload, so its own tunnel keeps
+// 1h: a relay that takes no byte of its writes for a second (as under
+// -race on a loaded machine) does not end it, as it did when the peer
+// joined after the reload and the flood failed with "close sent".
 func TestClientH2WriteTimeoutFollowsReload(t *testing.T) {
 	f := newTLSFiles(t)
 	tlsAddr := testproc.FreeAddr(t)
 	cfgFmt := tlsGatewayConfig("%[3]s", f.table(tlsAddr, "  h2 = true"), catchAll)
-	e := newEnv(t, 1, strings.Replace(cfgFmt, "%[3]s", `write_timeout = "60s"`, 1))
+	e := newEnv(t, 1, strings.Replace(cfgFmt, "%[3]s", `write_timeout = "1h"`, 1))
+	peer := e.mustDial("/room/wt")
 	path := filepath.Join(t.TempDir(), "wsgate.toml")
 	if err := os.WriteFile(path, []byte(fmt.Sprintf(cfgFmt, e.gw, e.addrs[0], `write_timeout = "1s"`)), 0o644); err != nil {
 		t.Fatal(err)
@@ -340,6 +353,6 @@ func TestClientH2WriteTimeoutFollowsReload(t *testing.T) {
 		t.Fatal(err)
 	}
 	neverReader(t, e.srv, f, "/room/wt")
-	flood(t, e, "/room/wt", 64, 512<<10)
+	floodFrom(t, peer, 64, 512<<10)
 	waitUntil(t, func() bool { return e.srv.h2.Stats().Conns == 0 })
 }
