@@ -90,8 +90,12 @@ func TestMetricsMatchRelays(t *testing.T) {
 		}
 	}
 	// Every room member gets the frames: wait until the gateway counted
-	// them toward the clients.
-	waitUntil(t, func() bool { return e.srv.tunnels.Totals().FramesToClient >= 10 })
+	// them both ways (the members' copies can pass 10 toward the clients
+	// before the last of the 10 is counted toward the nodes).
+	waitUntil(t, func() bool {
+		tot := e.srv.tunnels.Totals()
+		return tot.FramesToNode >= 10 && tot.FramesToClient >= 10
+	})
 	fams := e.scrape()
 	got := map[string]float64{}
 	for _, m := range fams["wsgate_connections"].GetMetric() {
