@@ -1,0 +1,247 @@
+package gateway
+
+import (
+	"bytes"
+	"context"
+	"crypto/tls"
+	"errors"
+	"io"
+	"net"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/fasthttp/websocket"
+	"github.com/wsgate/wsgate/internal/testproc"
+)
+
+// rawWSS is a wss client whose TCP socket the test can write to under
+// its TLS connection (records of its own making).
+type rawWSS struct {
+	ws   *websocket.Conn
+	tcp  net.Conn
+	flip *flipConn // tcp, under tls
+	tls  *tls.Conn
+}
+
+// dialRawWSS opens a WebSocket through the TLS listener at addr with cfg,
+// keeping the client's socket and TLS connection.
+func dialRawWSS(t *testing.T, addr, path string, cfg *tls.Config) *rawWSS {
+	t.Helper()
+	r := &rawWSS{}
+	d := websocket.Dialer{
+		HandshakeTimeout: 10 * time.Second,
+		NetDialTLSContext: func(ctx context.Context, network, a string) (net.Conn, error) {
+			c, err := (&net.Dialer{Timeout: 10 * time.Second}).DialContext(ctx, network, a)
+			if err != nil {
+				return nil, err
+			}
+			r.flip = &flipConn{Conn: c}
+			tc := tls.Client(r.flip, cfg)
+			if err := tc.HandshakeContext(ctx); err != nil {
+				c.Close()
+				return nil, err
+			}
+			r.tcp, r.tls = c, tc
+			return tc, nil
+		},
+	}
+	ws, _, err := d.Dial("wss://"+addr+path, nil)
+	if err != nil {
+		t.Fatalf("wss dial: %v", err)
+	}
+	t.Cleanup(func() { ws.Close() })
+	r.ws = ws
+	_ = ws.SetReadDeadline(time.Now().Add(10 * time.Second))
+	if _, _, err := ws.ReadMessage(); err != nil { // hello
+		t.Fatalf("hello: %v", err)
+	}
+	return r
+}
+
+// swapMB has a send size bytes to b in messages of 256 KB, and b the
+// same to a, and checks what each got.
+func swapMB(t *testing.T, a, b *websocket.Conn, size int) {
+	t.Helper()
+	const msg = 256 << 10
+	for _, dir := range [][2]*websocket.Conn{{a, b}, {b, a}} {
+		from, to := dir[0], dir[1]
+		errc := make(chan error, 1)
+		go func() {
+			for i := 0; i < size; i += msg {
+				p := bytes.Repeat([]byte{byte('a' + i/msg%26)}, msg)
+				if err := from.WriteMessage(websocket.BinaryMessage, p); err != nil {
+					errc <- err
+					return
+				}
+			}
+			errc <- nil
+		}()
+		for i := 0; i < size; i += msg {
+			_ = to.SetReadDeadline(time.Now().Add(20 * time.Second))
+			_, p, err := to.ReadMessage()
+			if err != nil {
+				t.Fatalf("message %d: %v", i/msg, err)
+			}
+			if len(p) != msg || p[0] != byte('a'+i/msg%26) || p[msg-1] != p[0] {
+				t.Fatalf("message %d: %d bytes, first %q", i/msg, len(p), p[0])
+			}
+		}
+		if err := <-errc; err != nil {
+			t.Fatalf("send: %v", err)
+		}
+	}
+}
+
+// TestWSSTunnelsOnPollers pins issue 32 item 1: a TLS 1.3 client's tunnel
+// runs on the pollers (counted as epoll-tls, its handshake as the
+// gateway's records), carries 1 MB each way with Go's crypto/tls client at
+// the other end, and a drain closes it with 1001; a TLS 1.2 client's
+// tunnel still runs on goroutines, counted, and carries frames too.
+func TestWSSTunnelsOnPollers(t *testing.T) {
+	f := newTLSFiles(t)
+	e := newEnv(t, 1, tlsGatewayConfig("", f.table(testproc.FreeAddr(t), ""), catchAll))
+	addr := e.srv.TLSAddr().String()
+	m := e.srv.metrics
+	polled0 := counterValue(t, m.StartedOn["epoll-tls"])
+	goroutines0 := counterValue(t, m.StartedOn["goroutines"])
+	taken0 := counterValue(t, m.TLSRecords.WithLabelValues("wsgate", "tls13"))
+	kept0 := counterValue(t, m.TLSRecords.WithLabelValues("crypto_tls", "tls12"))
+
+	a := dialRawWSS(t, addr, "/room/poll?hello=1", f.clientConfig("gw.test"))
+	b := dialRawWSS(t, addr, "/room/poll?hello=1", f.clientConfig("gw.test"))
+	if got := counterValue(t, m.StartedOn["epoll-tls"]) - polled0; got != 2 {
+		t.Fatalf("wsgate_tunnels_started_total{engine=epoll-tls} rose by %v, want 2", got)
+	}
+	if got := counterValue(t, m.TLSRecords.WithLabelValues("wsgate", "tls13")) - taken0; got != 2 {
+		t.Fatalf("wsgate_tls_records_total{layer=wsgate} rose by %v, want 2", got)
+	}
+	swapMB(t, a.ws, b.ws, 1<<20)
+
+	old := f.clientConfig("gw.test")
+	old.MaxVersion = tls.VersionTLS12
+	c := dialRawWSS(t, addr, "/room/poll?hello=1", old)
+	if got := c.tls.ConnectionState().Version; got != tls.VersionTLS12 {
+		t.Fatalf("negotiated %s", tls.VersionName(got))
+	}
+	if got := counterValue(t, m.StartedOn["goroutines"]) - goroutines0; got != 1 {
+		t.Fatalf("wsgate_tunnels_started_total{engine=goroutines} rose by %v, want 1 (the TLS 1.2 client's)", got)
+	}
+	if got := counterValue(t, m.TLSRecords.WithLabelValues("crypto_tls", "tls12")) - kept0; got != 1 {
+		t.Fatalf("wsgate_tls_records_total{layer=crypto_tls,reason=tls12} rose by %v, want 1", got)
+	}
+	swapMB(t, a.ws, c.ws, 256<<10)
+
+	if err := e.srv.Shutdown(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	for i, r := range []*rawWSS{a, b, c} {
+		_ = r.ws.SetReadDeadline(time.Now().Add(10 * time.Second))
+		for {
+			_, _, err := r.ws.ReadMessage()
+			if err == nil {
+				continue // the other clients' frames
+			}
+			if !websocket.IsCloseError(err, websocket.CloseGoingAway) {
+				t.Fatalf("client %d: %v, want close 1001", i, err)
+			}
+			break
+		}
+	}
+	e.waitZero()
+}
+
+// TestWSSBadRecordsCloseOneClient pins what the poller does with records
+// that fail: a client that sends a record that does not authenticate
+// (garbage under a valid header, or a real record with a bit flipped) gets
+// bad_record_mac and its connection ends, while another client's tunnel on
+// the same gateway goes on; one that sends a record over 2^14+256 bytes
+// gets record_overflow.
+func TestWSSBadRecordsCloseOneClient(t *testing.T) {
+	f := newTLSFiles(t)
+	e := newEnv(t, 1, tlsGatewayConfig("", f.table(testproc.FreeAddr(t), ""), catchAll))
+	addr := e.srv.TLSAddr().String()
+	good := dialRawWSS(t, addr, "/room/bad?hello=1", f.clientConfig("gw.test"))
+	peer := dialRawWSS(t, addr, "/room/bad?hello=1", f.clientConfig("gw.test"))
+
+	for _, tc := range []struct {
+		name   string
+		record func(r *rawWSS) []byte
+		alert  string
+	}{
+		{"garbage", func(*rawWSS) []byte {
+			return append([]byte{23, 3, 3, 0, 40}, bytes.Repeat([]byte{0x5a}, 40)...)
+		}, "bad record MAC"},
+		{"flipped bit", func(r *rawWSS) []byte {
+			// A record crypto/tls seals, its tag altered on the way.
+			r.flip.flip.Store(true)
+			if err := r.ws.WriteMessage(websocket.TextMessage, []byte("flipped")); err != nil {
+				t.Fatal(err)
+			}
+			return nil
+		}, "bad record MAC"},
+		{"overflow", func(*rawWSS) []byte {
+			return append([]byte{23, 3, 3, 0x41, 0x01}, make([]byte, 100)...)
+		}, "record overflow"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			bad := dialRawWSS(t, addr, "/room/bad?hello=1", f.clientConfig("gw.test"))
+			if rec := tc.record(bad); rec != nil {
+				if _, err := bad.tcp.Write(rec); err != nil {
+					t.Fatal(err)
+				}
+			}
+			_ = bad.ws.SetReadDeadline(time.Now().Add(10 * time.Second))
+			var err error
+			for err == nil {
+				_, _, err = bad.ws.ReadMessage()
+			}
+			if !strings.Contains(err.Error(), tc.alert) {
+				t.Errorf("the bad client's read: %v, want the alert %q", err, tc.alert)
+			}
+			swapMB(t, good.ws, peer.ws, 256<<10)
+		})
+	}
+	good.ws.Close()
+	peer.ws.Close()
+	e.waitZero()
+}
+
+// flipConn is a client's socket that flips the last bit of its next write
+// once asked to: the tag of the record crypto/tls writes.
+type flipConn struct {
+	net.Conn
+	flip atomic.Bool
+}
+
+func (c *flipConn) Write(b []byte) (int, error) {
+	if c.flip.CompareAndSwap(true, false) {
+		b = bytes.Clone(b)
+		b[len(b)-1] ^= 1
+	}
+	return c.Conn.Write(b)
+}
+
+// TestWSSCloseNotify pins a client that ends its stream with close_notify
+// (and no close frame): its tunnel ends as for a client that hung up, the
+// node's connection is closed, every count returns to zero, and the
+// client reads the gateway's close_notify (a clean end of stream).
+func TestWSSCloseNotify(t *testing.T) {
+	f := newTLSFiles(t)
+	e := newEnv(t, 1, tlsGatewayConfig("", f.table(testproc.FreeAddr(t), ""), catchAll))
+	addr := e.srv.TLSAddr().String()
+	c := dialRawWSS(t, addr, "/room/notify?hello=1", f.clientConfig("gw.test"))
+	if err := c.tls.CloseWrite(); err != nil {
+		t.Fatal(err)
+	}
+	_ = c.tls.SetReadDeadline(time.Now().Add(10 * time.Second))
+	var err error
+	for err == nil {
+		_, err = c.tls.Read(make([]byte, 1024))
+	}
+	if !errors.Is(err, io.EOF) {
+		t.Fatalf("after close_notify the client read %v, want the gateway's close_notify (io.EOF)", err)
+	}
+	e.waitZero()
+}
