@@ -7,7 +7,12 @@ import (
 	"errors"
 	"io"
 	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -244,4 +249,133 @@ func TestWSSCloseNotify(t *testing.T) {
 		t.Fatalf("after close_notify the client read %v, want the gateway's close_notify (io.EOF)", err)
 	}
 	e.waitZero()
+}
+
+// TestWSSOpenSSLClient runs a WebSocket from `openssl s_client -tls1_3`
+// through the TLS listener, one cipher suite at a time, so the poller's
+// records meet a TLS stack other than Go's in each suite: the upgrade, a
+// frame each way with a Go wss client in the same room, then s_client's
+// "K" (a KeyUpdate with update_requested: the gateway rotates its read
+// key, and seals its own KeyUpdate before its next record), and a frame
+// each way again under the new keys. It is skipped without openssl.
+func TestWSSOpenSSLClient(t *testing.T) {
+	bin, err := exec.LookPath("openssl")
+	if err != nil {
+		t.Skip("no openssl")
+	}
+	f := newTLSFiles(t)
+	caFile := filepath.Join(t.TempDir(), "ca.pem")
+	if err := os.WriteFile(caFile, f.ca.PEM(), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	e := newEnv(t, 1, tlsGatewayConfig("", f.table(testproc.FreeAddr(t), ""), catchAll))
+	addr := e.srv.TLSAddr().String()
+	polled0 := counterValue(t, e.srv.metrics.StartedOn["epoll-tls"])
+	for i, suite := range []uint16{tls.TLS_AES_128_GCM_SHA256, tls.TLS_AES_256_GCM_SHA384, tls.TLS_CHACHA20_POLY1305_SHA256} {
+		name := tls.CipherSuiteName(suite)
+		t.Run(name, func(t *testing.T) {
+			room := "/room/ossl" + strconv.Itoa(i) + "?hello=1"
+			peer := dialRawWSS(t, addr, room, f.clientConfig("gw.test"))
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			cmd := exec.CommandContext(ctx, bin, "s_client", "-connect", addr, "-tls1_3", "-ciphersuites", name,
+				"-servername", "gw.test", "-CAfile", caFile, "-verify_return_error")
+			stdin, _ := cmd.StdinPipe()
+			stdout, _ := cmd.StdoutPipe()
+			stderr, _ := cmd.StderrPipe()
+			if err := cmd.Start(); err != nil {
+				t.Fatal(err)
+			}
+			defer cmd.Wait()
+			defer cancel()
+			out := newStreamWatch(stdout)
+			errs := newStreamWatch(stderr)
+			say := func(b []byte) {
+				t.Helper()
+				if _, err := stdin.Write(b); err != nil {
+					t.Fatal(err)
+				}
+			}
+			say([]byte("GET " + room + " HTTP/1.1\r\nHost: gw.test\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n" +
+				"Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\r\n"))
+			out.wait(t, "HTTP/1.1 101")
+			exchangeOpenSSL := func(tag string) {
+				t.Helper()
+				msg := "from openssl " + tag
+				// A masked text frame with a zero mask key: the
+				// payload goes as it is.
+				say(append([]byte{0x81, 0x80 | byte(len(msg)), 0, 0, 0, 0}, msg...))
+				_ = peer.ws.SetReadDeadline(time.Now().Add(10 * time.Second))
+				for {
+					_, p, err := peer.ws.ReadMessage()
+					if err != nil {
+						t.Fatalf("peer: %v", err)
+					}
+					if string(p) == msg {
+						break
+					}
+				}
+				back := "to openssl " + tag
+				if err := peer.ws.WriteMessage(websocket.TextMessage, []byte(back)); err != nil {
+					t.Fatal(err)
+				}
+				out.wait(t, back)
+			}
+			exchangeOpenSSL("before")
+			say([]byte("K\n"))
+			errs.wait(t, "KEYUPDATE")
+			exchangeOpenSSL("after the KeyUpdate")
+		})
+	}
+	if got := counterValue(t, e.srv.metrics.StartedOn["epoll-tls"]) - polled0; got != 6 {
+		t.Errorf("wsgate_tunnels_started_total{engine=epoll-tls} rose by %v, want 6 (s_client's and its peer's, three times)", got)
+	}
+}
+
+// streamWatch collects what a reader gives, for waits on a text in it.
+type streamWatch struct {
+	mu   sync.Mutex
+	buf  []byte
+	more chan struct{}
+}
+
+func newStreamWatch(r io.Reader) *streamWatch {
+	w := &streamWatch{more: make(chan struct{}, 1)}
+	go func() {
+		b := make([]byte, 4096)
+		for {
+			n, err := r.Read(b)
+			w.mu.Lock()
+			w.buf = append(w.buf, b[:n]...)
+			w.mu.Unlock()
+			select {
+			case w.more <- struct{}{}:
+			default:
+			}
+			if err != nil {
+				return
+			}
+		}
+	}()
+	return w
+}
+
+// wait waits up to 10 s for s to appear in what came.
+func (w *streamWatch) wait(t *testing.T, s string) {
+	t.Helper()
+	deadline := time.After(10 * time.Second)
+	for {
+		w.mu.Lock()
+		found := bytes.Contains(w.buf, []byte(s))
+		got := string(w.buf)
+		w.mu.Unlock()
+		if found {
+			return
+		}
+		select {
+		case <-w.more:
+		case <-deadline:
+			t.Fatalf("no %q in:\n%s", s, got)
+		}
+	}
 }

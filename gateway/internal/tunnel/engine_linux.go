@@ -723,6 +723,9 @@ func (t *Tunnel) closeFDs(mayLinger bool) {
 		until, lingers = t.clientLingers()
 	}
 	if r := t.records(); r != nil {
+		if t.toClient.tail != nil {
+			r.cut = true // an abort: the tail may end inside a record
+		}
 		r.closeRecords(cfd)
 	}
 	var sock net.Conn
