@@ -381,7 +381,9 @@ func (h *half) readSrc() {
 	buf := p.buf
 	var rec *recordClient // the client's records, when the poller runs them
 	if !h.toClient {
-		rec = t.records()
+		if rec = t.records(); rec != nil {
+			defer rec.s.Release() // idle, it holds no AEAD state
+		}
 	}
 	retried := false
 	for budget := readBudget; h.readable && !h.ended && !h.writing && !t.fdsClosed(); budget-- {
@@ -463,7 +465,9 @@ func (h *half) writeNB(out [][]byte, lastIsClose bool) {
 	t := h.t
 	var rec *recordClient // the client's records, when the poller runs them
 	if h.toClient {
-		rec = t.records()
+		if rec = t.records(); rec != nil {
+			defer rec.s.Release() // a tail is ciphertext: no AEAD state is needed for it
+		}
 	}
 	for {
 		total, ping := 0, 0 // ping: the bytes of out up to the end of the keepalive ping

@@ -274,6 +274,7 @@ func (t *Tunnel) takeRecords(rc *RecordConn) bool {
 	if s == nil {
 		return false
 	}
+	s.Release() // made again by the first record either way
 	t.client = &recordClient{Conn: sock, s: s, pending: plain}
 	return true
 }
