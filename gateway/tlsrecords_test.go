@@ -379,3 +379,25 @@ func (w *streamWatch) wait(t *testing.T, s string) {
 		}
 	}
 }
+
+// TestWSSToH2Pool pins a TLS 1.3 client's tunnel to a node of an "h2"
+// pool: a stream of the node's HTTP/2 connection, run on the poller that
+// reads that connection, with the client's records: it counts as
+// epoll-tls and carries 256 KB each way.
+func TestWSSToH2Pool(t *testing.T) {
+	f := newTLSFiles(t)
+	cfg := strings.Replace(tlsGatewayConfig("", f.table(testproc.FreeAddr(t), ""), catchAll),
+		"name = \"relay\"\n", "name = \"relay\"\nprotocol = \"h2\"\nh2_connections = 1\n", 1)
+	e := newEnv(t, 1, cfg)
+	addr := e.srv.TLSAddr().String()
+	polled0 := counterValue(t, e.srv.metrics.StartedOn["epoll-tls"])
+	a := dialRawWSS(t, addr, "/room/h2pool?hello=1", f.clientConfig("gw.test"))
+	b := dialRawWSS(t, addr, "/room/h2pool?hello=1", f.clientConfig("gw.test"))
+	if got := counterValue(t, e.srv.metrics.StartedOn["epoll-tls"]) - polled0; got != 2 {
+		t.Fatalf("wsgate_tunnels_started_total{engine=epoll-tls} rose by %v, want 2", got)
+	}
+	swapMB(t, a.ws, b.ws, 256<<10)
+	a.ws.Close()
+	b.ws.Close()
+	e.waitZero()
+}
