@@ -7,9 +7,10 @@ PKGS ?= ./...
 # test runs every test with the race detector, in random order. The
 # integration tests start a real redis-server; deps installs it if missing.
 # The tunnel package runs twice more: on its goroutine engine, and with its
-# clients over TLS (which run on that engine: its use in production); the
-# gateway's HTTP/2 node tests run again on the goroutine engine, which
-# carries a TLS client's tunnel to an HTTP/2 node (TestClientH2*, a client's
+# clients over TLS 1.3 (their records run by the pollers, as the TLS
+# listener's are); the gateway's HTTP/2 node tests run again on the
+# goroutine engine, which carries a TLS 1.2 client's tunnel to an HTTP/2
+# node (TestClientH2*, a client's
 # streams over HTTP/2, run on that engine in every run), and the HTTP/2
 # client's with its connections read the way a poller reads them.
 # Every run goes ahead whatever the ones before it gave, so each

@@ -59,9 +59,10 @@ func (s *Server) serveUpgrade(ctx *fasthttp.RequestCtx, g *generation, rt *route
 	sw := s.switches.New(rt, ctx.Time(), g.handshakeTimeout)
 	sw.WriteTimeout, sw.ExpiryGrace, sw.Engine = g.cfg.Gateway.WriteTimeout.Duration, g.cfg.Gateway.ExpiryGrace.Duration, g.engine
 	// A tunnel between sockets runs on a poller, which then watches the
-	// node's socket from its connect on; a TLS client's runs on
-	// goroutines (see tunnel.Engine).
-	polled := sw.Engine == tunnel.EngineAuto && !ctx.IsTLS()
+	// node's socket from its connect on, and so does a TLS 1.3 client's
+	// whose records were taken from crypto/tls; any other TLS client's
+	// runs on goroutines (see tunnel.Engine).
+	polled := sw.Engine == tunnel.EngineAuto && (!ctx.IsTLS() || tunnel.HasRecords(ctx.Conn()))
 	var gone func() bool // asked between a node's dial and the request (an HTTP/2 client's stream may be reset meanwhile)
 	if upgrade.StreamOf(ctx) != nil {
 		gone = func() bool { return upgrade.Gone(ctx) }

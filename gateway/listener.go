@@ -15,6 +15,12 @@ func (o edgeMetrics) Refused(limit string) { o.m.Refused.WithLabelValues(limit).
 // AcceptError counts an accept error the listener outlived (edge.Metrics).
 func (o edgeMetrics) AcceptError(errno string) { o.m.AcceptErrors.WithLabelValues(errno).Inc() }
 
+// TLSRecords counts who runs a TLS connection's records after its
+// handshake (edge.RecordMetrics).
+func (o edgeMetrics) TLSRecords(layer, reason string) {
+	o.m.TLSRecords.WithLabelValues(layer, reason).Inc()
+}
+
 // TLSReloaded counts a loading of the TLS files, by result
 // (edge.ReloadMetrics).
 func (o edgeMetrics) TLSReloaded(ok bool) {
@@ -28,6 +34,7 @@ func (o edgeMetrics) TLSReloaded(ok bool) {
 var (
 	_ edge.Metrics       = edgeMetrics{}
 	_ edge.ReloadMetrics = edgeMetrics{}
+	_ edge.RecordMetrics = edgeMetrics{}
 	// The access log writes the lines of the connections the client
 	// listeners refuse.
 	_ edge.AccessLog = (*telemetry.AccessLog)(nil)

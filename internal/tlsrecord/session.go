@@ -86,6 +86,14 @@ func NewSession(st State) (*Session, error) {
 	return s, nil
 }
 
+// Release drops the AEAD states of both directions (an AES-GCM state,
+// its key schedules and GHASH table, is 768 bytes), keeping their keys:
+// the next Open or Seal makes the one it needs again. A poller releases
+// the session of a connection with nothing to read or write, so that an
+// idle connection holds its keys and sequence numbers only, at the cost of
+// making a state again (a key schedule) when records come or go.
+func (s *Session) Release() { s.in.aead, s.out.aead = nil, nil }
+
 // recordLen checks the header at the start of b and returns the length
 // of the record's body. Only application_data may come after the
 // handshake (a change_cipher_spec is allowed only before the peer's
@@ -189,7 +197,12 @@ func (s *Session) openRecord(dst, rec []byte) []byte {
 		return dst
 	}
 	start := len(dst)
-	out, err := s.in.aead.Open(dst, s.in.next(), rec[headerLen:], rec[:headerLen])
+	aead, err := s.in.cipher()
+	if err != nil {
+		s.err = err
+		return dst
+	}
+	out, err := aead.Open(dst, s.in.next(), rec[headerLen:], rec[:headerLen])
 	if err != nil {
 		s.err = fail(AlertBadRecordMAC, "record failed to authenticate")
 		return dst
@@ -331,7 +344,12 @@ func (s *Session) seal(dst []byte, typ byte, content []byte) ([]byte, error) {
 		s.err = ErrSeqExhausted
 		return dst, s.err
 	}
-	tag := s.out.aead.Overhead()
+	aead, err := s.out.cipher()
+	if err != nil {
+		s.err = err
+		return dst, err
+	}
+	tag := aead.Overhead()
 	start := len(dst)
 	dst = slices.Grow(dst, headerLen+len(content)+1+tag)
 	dst = append(dst, typeAppData, 3, 3, 0, 0)
@@ -339,7 +357,7 @@ func (s *Session) seal(dst []byte, typ byte, content []byte) ([]byte, error) {
 	dst = append(dst, content...)
 	dst = append(dst, typ)
 	body := dst[start+headerLen:]
-	sealed := s.out.aead.Seal(body[:0], s.out.next(), body, dst[start:start+headerLen])
+	sealed := aead.Seal(body[:0], s.out.next(), body, dst[start:start+headerLen])
 	s.out.seq++
 	return dst[:start+headerLen+len(sealed)], nil
 }

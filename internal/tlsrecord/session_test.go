@@ -540,3 +540,63 @@ func TestPadding(t *testing.T) {
 		t.Fatalf("got %d bytes, %v", len(got), err)
 	}
 }
+
+// TestRelease pins Session.Release: after it a session holds no AEAD
+// state, and records sealed and opened across releases (a record read in
+// part included, and a KeyUpdate each way) are those of a session never
+// released, in each suite.
+func TestRelease(t *testing.T) {
+	for id, name := range suiteNames {
+		t.Run(name, func(t *testing.T) {
+			server, client := pair(t, id)
+			release := func() {
+				server.Release()
+				if server.in.aead != nil || server.out.aead != nil {
+					t.Fatal("an AEAD state held after Release")
+				}
+			}
+			release()
+			rec := seal(t, client, []byte("one"))
+			got, err := server.Open(nil, rec[:7])
+			if err != nil || len(got) != 0 {
+				t.Fatalf("part: %q, %v", got, err)
+			}
+			release()
+			if got, err = server.Open(nil, rec[7:]); err != nil || string(got) != "one" {
+				t.Fatalf("got %q, %v", got, err)
+			}
+			release()
+			out := seal(t, server, []byte("two"))
+			release()
+			out = append(out, seal(t, server, []byte("three"))...)
+			if got, err = client.Open(nil, out); err != nil || string(got) != "twothree" {
+				t.Fatalf("client got %q, %v", got, err)
+			}
+			// A KeyUpdate with update_requested, then data, across releases.
+			stream := rawRecord(t, client, typeHandshake, []byte{msgKeyUpdate, 0, 0, 1, 1})
+			if err := client.out.set(client.suite, client.suite.nextSecret(client.out.secret), 0); err != nil {
+				t.Fatal(err)
+			}
+			if got, err = server.Open(nil, stream); err != nil || len(got) != 0 {
+				t.Fatalf("KeyUpdate: %q, %v", got, err)
+			}
+			release()
+			if got, err = server.Open(nil, seal(t, client, []byte("four"))); err != nil || string(got) != "four" {
+				t.Fatalf("after the client's KeyUpdate: %q, %v", got, err)
+			}
+			release()
+			out = seal(t, server, []byte("five")) // the server's KeyUpdate, then "five"
+			release()
+			out = append(out, seal(t, server, []byte("six"))...)
+			if got, err = client.Open(nil, out); err != nil || string(got) != "fivesix" {
+				t.Fatalf("after the server's KeyUpdate: %q, %v", got, err)
+			}
+			// A tampered record still fails after a release.
+			bad := seal(t, client, []byte("seven"))
+			bad[len(bad)-1] ^= 1
+			release()
+			_, err = server.Open(nil, bad)
+			wantAlert(t, err, AlertBadRecordMAC)
+		})
+	}
+}

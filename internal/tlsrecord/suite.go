@@ -68,11 +68,15 @@ func (s *suite) nextSecret(secret []byte) []byte {
 	return s.expandLabel(secret, "traffic upd", len(secret))
 }
 
-// keys is one direction's record protection: the AEAD of a traffic
-// secret, its IV, and the sequence number of the next record under it.
+// keys is one direction's record protection: the key and IV of a
+// traffic secret, the sequence number of the next record under it, and
+// the AEAD of the key, made from it when a record needs it (cipher) and
+// dropped by Session.Release.
 type keys struct {
 	secret []byte
-	aead   cipher.AEAD
+	suite  *suite
+	aead   cipher.AEAD // nil until cipher makes it, and after a release
+	key    [32]byte    // suite.keyLen bytes of it
 	iv     [ivLen]byte
 	seq    uint64
 	nonce  [ivLen]byte // scratch
@@ -83,13 +87,28 @@ const ivLen = 12
 // set derives the key and IV of secret (RFC 8446 section 7.3), with the
 // sequence number at seq.
 func (k *keys) set(s *suite, secret []byte, seq uint64) error {
-	aead, err := s.aead(s.expandLabel(secret, "key", s.keyLen))
+	key := s.expandLabel(secret, "key", s.keyLen)
+	aead, err := s.aead(key)
 	if err != nil {
 		return err
 	}
+	copy(k.key[:], key)
+	clear(key)
 	copy(k.iv[:], s.expandLabel(secret, "iv", ivLen))
-	k.secret, k.aead, k.seq = secret, aead, seq
+	k.secret, k.suite, k.aead, k.seq = secret, s, aead, seq
 	return nil
+}
+
+// cipher returns the AEAD of the key, made again if it was released.
+func (k *keys) cipher() (cipher.AEAD, error) {
+	if k.aead == nil {
+		aead, err := k.suite.aead(k.key[:k.suite.keyLen])
+		if err != nil {
+			return nil, err
+		}
+		k.aead = aead
+	}
+	return k.aead, nil
 }
 
 // next is the nonce of the record at k.seq: the IV XOR the sequence

@@ -14,6 +14,7 @@ import (
 	"github.com/valyala/fasthttp"
 	"github.com/wsgate/wsgate/gateway/internal/tunnel"
 	"github.com/wsgate/wsgate/internal/throttle"
+	"github.com/wsgate/wsgate/internal/tlsrecord"
 )
 
 // Accept-error backoff: a listener out of descriptors (or kernel memory)
@@ -141,7 +142,7 @@ func (l *Listener) Accept() (net.Conn, error) {
 	// timed-out write is not final (see tunnel.TLSSocket).
 	s := tunnel.NewTLSSocket(c)
 	_ = s.SetDeadline(time.Now().Add(l.handshakeTimeout()))
-	return &serverConn{Conn: tls.Server(s, l.tls)}, nil
+	return newServerConn(s, l.tls, l.metrics), nil
 }
 
 // accept waits for the next connection within the limits, as a counted
@@ -202,9 +203,12 @@ func (l *Listener) acceptRaw() (net.Conn, error) {
 
 // WithTLS makes l a TLS listener serving config (see Listener.tls): an
 // admitted connection's handshake is bounded by handshakeTimeout, read at
-// each accept (the generation in force).
+// each accept (the generation in force). After the handshake the record
+// layer of a TLS 1.3 connection is taken from crypto/tls (see serverConn).
 func (l *Listener) WithTLS(config *tls.Config, handshakeTimeout func() time.Duration) *Listener {
-	l.tls, l.handshakeTimeout = config, handshakeTimeout
+	// Made once: the session ticket keys crypto/tls makes are this
+	// config's (see tlsrecord.ServerConfig).
+	l.tls, l.handshakeTimeout = tlsrecord.ServerConfig(config), handshakeTimeout
 	return l
 }
 

@@ -59,12 +59,14 @@ type Metrics struct {
 	ProxyErrors *prometheus.CounterVec
 	// TLSReloads is wsgate_tls_reloads_total, by result.
 	TLSReloads *prometheus.CounterVec
+	// TLSRecords is wsgate_tls_records_total, by layer and reason.
+	TLSRecords *prometheus.CounterVec
 	// TunnelStarts is wsgate_tunnels_started_total, by engine.
 	TunnelStarts *prometheus.CounterVec
 	// RebalanceMoves is wsgate_rebalance_moves_total, by pool and node:
 	// the rebalancer's, made here so ForgetNode reaches it.
 	RebalanceMoves *prometheus.CounterVec
-	// StartedOn are TunnelStarts' two counters, looked up once: a
+	// StartedOn are TunnelStarts' counters, looked up once: a
 	// handshake counts its tunnel without hashing a label.
 	StartedOn map[string]prometheus.Counter
 }
@@ -181,7 +183,7 @@ func NewMetrics(live Live) *Metrics {
 	}, []string{"result"})
 	m.TunnelStarts = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "wsgate_tunnels_started_total",
-		Help: "Tunnels started, by the engine that runs them: epoll (the event loops of gateway.pollers) or goroutines (a TLS client's tunnel, a tunnel to a TLS node of an http1 pool, or every tunnel with gateway.tunnel_engine = \"goroutines\"); a tunnel to an h2 pool's node runs on the event loops.",
+		Help: "Tunnels started, by the engine that runs them: epoll (the event loops of gateway.pollers), epoll-tls (the event loops, a TLS 1.3 client's records included) or goroutines (a TLS 1.2 client's tunnel, a tunnel to a TLS node of an http1 pool, or every tunnel with gateway.tunnel_engine = \"goroutines\"); a tunnel to an h2 pool's node runs on the event loops.",
 	}, []string{"engine"})
 	m.RebalanceMoves = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "wsgate_rebalance_moves_total",
@@ -190,8 +192,13 @@ func NewMetrics(live Live) *Metrics {
 	m.StartedOn = map[string]prometheus.Counter{
 		"epoll":      m.TunnelStarts.WithLabelValues("epoll"),
 		"goroutines": m.TunnelStarts.WithLabelValues("goroutines"),
+		"epoll-tls":  m.TunnelStarts.WithLabelValues("epoll-tls"),
 	}
-	m.Reg.MustRegister(m.AcceptErrors, m.Refused, m.LocalDialErrors, m.ProxyErrors, m.TLSReloads, m.TunnelStarts, m.RebalanceMoves,
+	m.TLSRecords = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "wsgate_tls_records_total",
+		Help: "TLS handshakes done on the client listener, by who runs the connection's records from then on (layer: wsgate, whose tunnels run them on the event loops; crypto_tls, whose tunnels run on goroutines) and why (reason: tls13; tls12, tls11, tls10; other: a TLS 1.3 handshake whose record layer could not be taken).",
+	}, []string{"layer", "reason"})
+	m.Reg.MustRegister(m.AcceptErrors, m.Refused, m.LocalDialErrors, m.ProxyErrors, m.TLSReloads, m.TunnelStarts, m.RebalanceMoves, m.TLSRecords,
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: "wsgate_tunnel_pollers",
 			Help: "Event loops of the epoll tunnel engine running (gateway.pollers); 0 until the first tunnel on it.",

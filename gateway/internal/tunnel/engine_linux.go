@@ -90,7 +90,12 @@ func (t *Tunnel) adopt(node net.Conn) bool {
 		return t.adoptSocket(s)
 	}
 	ns, isStream := node.(NodeStream)
-	if (!isStream && socketOf(node) == nil) || socketOf(t.client) == nil {
+	client := t.client
+	rc := recordConnOf(client)
+	if rc != nil {
+		client = rc.sock.Conn // the poller runs the records over the socket
+	}
+	if (!isStream && socketOf(node) == nil) || socketOf(client) == nil {
 		return false // not a pair the poller runs: no poller is started for it
 	}
 	// A stream goes to the poller that reads its connection, if one does.
@@ -104,19 +109,28 @@ func (t *Tunnel) adopt(node net.Conn) bool {
 			return false
 		}
 	}
-	cfd, cs, ok := dupSocket(t.client)
+	cfd, cs, ok := dupSocket(client)
 	if !ok {
 		return false
 	}
 	nfd := -1
-	if isStream {
-		t.ns = &polledStream{s: ns, own: own}
-	} else {
-		var nsock *net.TCPConn
+	var nsock *net.TCPConn
+	if !isStream {
 		if nfd, nsock, ok = dupSocket(node); !ok {
 			_ = unix.Close(cfd)
 			return false
 		}
+	}
+	if rc != nil && !t.takeRecords(rc) {
+		_ = unix.Close(cfd)
+		if nfd >= 0 {
+			_ = unix.Close(nfd)
+		}
+		return false
+	}
+	if isStream {
+		t.ns = &polledStream{s: ns, own: own}
+	} else {
 		_ = nsock.Close()
 	}
 	_ = cs.Close()
@@ -134,17 +148,29 @@ func (t *Tunnel) adopt(node net.Conn) bool {
 // the client has no socket to take or its duplicate fails: the tunnel
 // then runs on goroutines, with the NodeSocket as its node connection.
 func (t *Tunnel) adoptSocket(s *NodeSocket) bool {
-	if socketOf(t.client) == nil {
+	orig, client := t.client, t.client
+	rc := recordConnOf(client)
+	if rc != nil {
+		client = rc.sock.Conn
+	}
+	if socketOf(client) == nil {
 		return false
 	}
-	cfd, cs, ok := dupSocket(t.client)
+	cfd, cs, ok := dupSocket(client)
 	if !ok {
+		return false
+	}
+	if rc != nil && !t.takeRecords(rc) {
+		_ = unix.Close(cfd)
 		return false
 	}
 	nfd := s.release()
 	if nfd < 0 {
 		// Closed already (the handshake was given up): a tunnel that
 		// ends at once, on goroutines.
+		if rc != nil {
+			t.giveBackRecords(rc, orig)
+		}
 		_ = unix.Close(cfd)
 		return false
 	}
@@ -291,6 +317,7 @@ type tail struct {
 	shut         bool  // dst's stream ends once b is written (endInsideFrame)
 	thenClose    bool  // the tunnel's connections close once b is written or dropped (closeConns)
 	ping         int32 // the bytes of b up to the end of the keepalive ping in it; 0: none
+	pingLen      int32 // the ping's bytes in b: its frame's, or its record's to a TLS client
 }
 
 // srcFD and dstFD are the half's sockets on the poller engine.
@@ -352,22 +379,40 @@ func (h *half) readSrc() {
 	t := h.t
 	p := t.poller()
 	buf := p.buf
+	var rec *recordClient // the client's records, when the poller runs them
+	if !h.toClient {
+		if rec = t.records(); rec != nil {
+			defer rec.s.Release() // idle, it holds no AEAD state
+		}
+	}
 	retried := false
 	for budget := readBudget; h.readable && !h.ended && !h.writing && !t.fdsClosed(); budget-- {
 		if budget == 0 {
 			p.later(h)
 			return
 		}
-		n, err := h.readNB(buf)
-		if n > 0 {
+		var data []byte
+		var full bool
+		var err error
+		if rec != nil {
+			data, full, err = rec.read(p, h.srcFD())
+		} else {
+			var n int
+			n, err = h.readNB(buf)
+			data, full = buf[:max(n, 0)], n == len(buf)
+		}
+		if len(data) > 0 {
 			// The short-read rule; not for a node stream, whose end
 			// may have been announced with its last bytes and raises
 			// no notification of its own (and whose read costs no
 			// system call): it is read until it has nothing.
-			if n < len(buf) && !h.hup && !h.urgent && !(h.toClient && t.ns != nil) {
+			if !full && !h.hup && !h.urgent && !(h.toClient && t.ns != nil) {
 				h.readable = false
 			}
-			h.forward(p.out, buf[:n])
+			h.forward(p.out, data)
+			continue
+		}
+		if err == errNoData {
 			continue
 		}
 		if err == unix.EAGAIN {
@@ -418,6 +463,12 @@ func (h *half) endSrc(err error) {
 // with the write turn still taken; flushTail goes on from there.
 func (h *half) writeNB(out [][]byte, lastIsClose bool) {
 	t := h.t
+	var rec *recordClient // the client's records, when the poller runs them
+	if h.toClient {
+		if rec = t.records(); rec != nil {
+			defer rec.s.Release() // a tail is ciphertext: no AEAD state is needed for it
+		}
+	}
 	for {
 		total, ping := 0, 0 // ping: the bytes of out up to the end of the keepalive ping
 		for _, b := range out {
@@ -426,20 +477,29 @@ func (h *half) writeNB(out [][]byte, lastIsClose bool) {
 				ping = total
 			}
 		}
+		pingLen := len(pingFrame)
 		n, err := 0, error(net.ErrClosed)
-		if !t.fdsClosed() {
+		if rec != nil && !t.fdsClosed() {
+			// The client gets records: out, sealed, is one segment.
+			var from int
+			if out, from, ping, err = rec.seal(t.poller(), out, ping); err == nil {
+				total, pingLen = len(out[0]), ping-from
+			}
+		}
+		if !t.fdsClosed() && (rec == nil || err == nil) {
 			n, err = h.writeDst(out)
 		}
 		if err == unix.EAGAIN {
 			n, err = 0, nil
 		}
 		if ping > 0 && err == nil && n >= ping {
-			h.pingSent(n - ping)
+			h.pingSent(n-ping, pingLen)
 		}
 		if err == nil && n < total {
 			h.keepTail(out, n, lastIsClose)
 			if ping > n {
 				h.tail.ping = int32(ping - n) // within one write's bytes
+				h.tail.pingLen = int32(pingLen)
 			}
 			return
 		}
@@ -456,15 +516,15 @@ func (h *half) writeNB(out [][]byte, lastIsClose bool) {
 }
 
 // pingSent records where the keepalive ping lies in the client's socket:
-// a write has just handed it over whole, followed by after bytes of the
-// same write.
-func (h *half) pingSent(after int) {
+// a write has just handed it over whole (size bytes: its frame, or the
+// record carrying it), followed by after bytes of the same write.
+func (h *half) pingSent(after, size int) {
 	pos, ok := h.t.clientWritten()
-	if !ok || pos < uint64(after+len(pingFrame)) {
+	if !ok || pos < uint64(after+size) {
 		return
 	}
 	end := pos - uint64(after)
-	h.t.notePing(end-uint64(len(pingFrame)), end)
+	h.t.notePing(end-uint64(size), end)
 }
 
 // keepTail keeps the bytes of out after the first n as the tail and arms
@@ -518,7 +578,7 @@ func (h *half) flushTail() {
 	}
 	if tl.ping > 0 && err == nil {
 		if n >= int(tl.ping) {
-			h.pingSent(n - int(tl.ping))
+			h.pingSent(n-int(tl.ping), max(int(tl.pingLen), len(pingFrame)))
 		}
 		tl.ping -= int32(min(n, int(tl.ping)))
 	}
@@ -554,6 +614,9 @@ func (h *half) flushTail() {
 // dropTail gives up the tail after a timeout, as a failed write does.
 func (h *half) dropTail(err error) {
 	thenClose := h.tail.thenClose
+	if r := h.t.records(); r != nil && h.toClient {
+		r.cut = true // its bytes end inside a record
+	}
 	h.tail = nil
 	h.afterWrite(err)
 	h.failDst(err)
@@ -583,6 +646,9 @@ func (h *half) shutdownDstWrite() {
 	if ns := h.t.nodeStreamOf(h); ns != nil {
 		_ = ns.s.CloseWrite()
 		return
+	}
+	if r := h.t.records(); r != nil && h.toClient {
+		r.closeRecords(h.dstFD()) // close_notify, then the FIN
 	}
 	_ = unix.Shutdown(h.dstFD(), unix.SHUT_WR)
 }
@@ -659,6 +725,12 @@ func (t *Tunnel) closeFDs(mayLinger bool) {
 	lingers := false
 	if mayLinger {
 		until, lingers = t.clientLingers()
+	}
+	if r := t.records(); r != nil {
+		if t.toClient.tail != nil {
+			r.cut = true // an abort: the tail may end inside a record
+		}
+		r.closeRecords(cfd)
 	}
 	var sock net.Conn
 	if lingers {

@@ -30,8 +30,11 @@ func TestMain(m *testing.M) {
 // a connection without a socket and when asked for.
 func TestEngineChoice(t *testing.T) {
 	wantTCP := "epoll"
-	if testEngine == EngineGoroutines || testTLS {
+	switch {
+	case testEngine == EngineGoroutines:
 		wantTCP = "goroutines"
+	case testTLS:
+		wantTCP = EngineNameTLS
 	}
 	_, gwClient := clientPair(t)
 	gwNode, _ := tcpPair(t)

@@ -50,7 +50,7 @@ func registeredData(t *testing.T, p *poller, fd int) (uint64, bool) {
 // the NodeSocket's registration outlived the close, naming an index of
 // p.sockets that the next NodeSocket is given.
 func TestNodeSocketAbortBeforeStartForgets(t *testing.T) {
-	if testEngine == EngineGoroutines || testTLS {
+	if testEngine == EngineGoroutines {
 		t.Skip("the event-driven engine with a socket client only")
 	}
 	_, gwClient := clientPair(t)

@@ -28,7 +28,7 @@ func useNodeSocket() bool {
 	case "0":
 		return false
 	}
-	return !testTLS && testEngine != EngineGoroutines
+	return testEngine != EngineGoroutines
 }
 
 // dialSocket connects a bare non-blocking socket to addr and watches it,
@@ -206,8 +206,11 @@ func TestNodeSocketTunnel(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			engine := tc.engine
-			if testEngine == EngineGoroutines || testTLS {
+			switch {
+			case testEngine == EngineGoroutines:
 				engine = "goroutines"
+			case testTLS && engine == "epoll":
+				engine = EngineNameTLS
 			}
 			client, gwClient := tc.client(t)
 			gwNode, node := socketPair(t)

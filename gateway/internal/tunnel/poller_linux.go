@@ -41,6 +41,7 @@ type poller struct {
 	events []unix.EpollEvent
 	iov    [outSegs]unix.Iovec // writev's vector, one per segment forward may queue; poller-owned so a write allocates nothing
 	out    *outBuf             // forward's queue for every half of the poller's (see half.forward)
+	recs   *pollerRecords      // the buffers of its TLS clients' records; nil until the first
 
 	// slots holds the poller's tunnels; an epoll event names its
 	// tunnel by slot index and generation (see eventData), not by

@@ -88,7 +88,7 @@ func TestTLSAbortAlertInFlight(t *testing.T) {
 // the hang-up at its next probe and the close timeout ends the tunnel.
 func TestTLSClientHangUpEndsStalledNodeWrite(t *testing.T) {
 	const closeTimeout = time.Second
-	client, gwClient := tlsPair(t)
+	client, gwClient := cryptoTLSPair(t)
 	gwNode, node := nodePair(t)
 	if err := node.(*net.TCPConn).SetReadBuffer(4 << 10); err != nil {
 		t.Fatal(err)

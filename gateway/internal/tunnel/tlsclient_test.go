@@ -13,13 +13,25 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/wsgate/wsgate/internal/tlsrecord"
 )
 
 // testTLS, set by WSGATE_TUNNEL_TLS=1 (make test runs it), makes every
-// client connection of the suite a TLS connection over a TLSSocket, as the
-// gateway's TLS listener makes it: such a tunnel runs on the goroutine
-// engine, TLS being that engine's use in production.
+// client connection of the suite a TLS 1.3 connection as the gateway's TLS
+// listener makes it: crypto/tls's handshake over a tlsrecord.Capture on a
+// TLSSocket, then a RecordConn, whose records a tunnel runs on a poller
+// (engine "epoll-tls"), or on goroutines with WSGATE_TUNNEL_ENGINE.
 var testTLS = os.Getenv("WSGATE_TUNNEL_TLS") == "1"
+
+// tlsEngine is the engine a tunnel with a TLS client (tlsPair) and a TCP
+// node runs on in this run of the suite.
+func tlsEngine() string {
+	if testEngine == EngineGoroutines {
+		return "goroutines"
+	}
+	return EngineNameTLS
+}
 
 // clientPair returns the test client's end and the gateway's end of one
 // client connection: loopback TCP, or TLS over it when the suite runs
@@ -32,20 +44,57 @@ func clientPair(t testing.TB) (client, gw net.Conn) {
 	return tlsPair(t)
 }
 
-// tlsPair returns both ends of one loopback TLS connection, handshake
-// done; the server's end is over a TLSSocket.
+// tlsPair returns both ends of one loopback TLS 1.3 connection, handshake
+// done, as the gateway's listener makes it: the gateway's end is a
+// RecordConn over a TLSSocket.
 func tlsPair(t testing.TB) (client, gw net.Conn) {
 	t.Helper()
 	rawClient, rawGW := tcpPair(t)
+	sock := NewTLSSocket(rawGW)
+	capture := tlsrecord.NewCapture(sock)
+	client, sc := tlsOverConfig(t, rawClient, capture, recordServerConfig(t))
+	s, err := capture.Take(sc.(*tls.Conn).ConnectionState())
+	if err != nil {
+		t.Fatalf("the record layer was not taken: %v", err)
+	}
+	gw = NewRecordConn(sock, sc.(*tls.Conn).ConnectionState(), s)
+	t.Cleanup(func() { gw.Close() })
+	return client, gw
+}
+
+// cryptoTLSPair is tlsPair with crypto/tls running the records: the
+// gateway's end is a *tls.Conn over a TLSSocket (a TLS 1.2 client's, on
+// goroutines).
+func cryptoTLSPair(t testing.TB) (client, gw net.Conn) {
+	t.Helper()
+	rawClient, rawGW := tcpPair(t)
 	return tlsOver(t, rawClient, NewTLSSocket(rawGW))
+}
+
+var (
+	recordConfigOnce sync.Once
+	recordConfig     *tls.Config
+)
+
+// recordServerConfig is testServerConfig for handshakes over a Capture.
+func recordServerConfig(t testing.TB) *tls.Config {
+	base := testServerConfig(t)
+	recordConfigOnce.Do(func() { recordConfig = tlsrecord.ServerConfig(base) })
+	return recordConfig
 }
 
 // tlsOver runs the TLS handshake between the test client's socket and
 // the gateway's, and returns both TLS connections.
 func tlsOver(t testing.TB, rawClient, rawGW net.Conn) (client, gw net.Conn) {
 	t.Helper()
+	return tlsOverConfig(t, rawClient, rawGW, testServerConfig(t))
+}
+
+// tlsOverConfig is tlsOver with the gateway's TLS configuration conf.
+func tlsOverConfig(t testing.TB, rawClient, rawGW net.Conn, conf *tls.Config) (client, gw net.Conn) {
+	t.Helper()
 	cc := tls.Client(rawClient, &tls.Config{InsecureSkipVerify: true, ServerName: "gateway.test"})
-	sc := tls.Server(rawGW, testServerConfig(t))
+	sc := tls.Server(rawGW, conf)
 	done := make(chan error, 1)
 	go func() {
 		_ = sc.SetDeadline(time.Now().Add(10 * time.Second))

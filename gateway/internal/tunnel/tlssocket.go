@@ -220,11 +220,18 @@ func (s *TLSSocket) own(h *half) {
 	_ = s.SetWriteDeadline(time.Time{})
 }
 
-// tlsSocketOf returns the TLSSocket under c, a TLS connection, or nil.
+// tlsSocketOf returns the TLSSocket under c, a TLS connection (over a
+// tlsrecord.Capture, or a RecordConn), or nil.
 func tlsSocketOf(c net.Conn) *TLSSocket {
-	if nc, ok := c.(interface{ NetConn() net.Conn }); ok {
-		s, _ := nc.NetConn().(*TLSSocket)
-		return s
+	for range 3 {
+		nc, ok := c.(interface{ NetConn() net.Conn })
+		if !ok {
+			return nil
+		}
+		c = nc.NetConn()
+		if s, ok := c.(*TLSSocket); ok {
+			return s
+		}
 	}
 	return nil
 }

@@ -250,6 +250,12 @@ func New(p Params) *Tunnel {
 	// finds its connections closed).
 	t.pumps.Store(2)
 	polled := p.Engine == EngineAuto && testEngine == EngineAuto && t.adopt(p.Node)
+	if r := t.records(); r != nil && len(r.pending) > 0 {
+		// Data the client sent behind its request that fasthttp did not
+		// read goes after what it did.
+		p.ClientPending = append(append([]byte(nil), p.ClientPending...), r.pending...)
+		r.pending = nil
+	}
 	t.toNode.init(t, false)
 	t.toNode.sc = wsframe.Scanner{MaxPayload: p.MaxFrame, RequireMasked: true}
 	t.toClient.init(t, true)
@@ -284,8 +290,18 @@ func (t *Tunnel) Start() {
 	t.eng.start(t, cp, np)
 }
 
-// Engine names the engine the tunnel runs on: "epoll" or "goroutines".
-func (t *Tunnel) Engine() string { return t.eng.name() }
+// Engine names the engine the tunnel runs on: "epoll", "epoll-tls" or
+// "goroutines".
+func (t *Tunnel) Engine() string {
+	if t.records() != nil {
+		return EngineNameTLS
+	}
+	return t.eng.name()
+}
+
+// EngineNameTLS is Engine's name for a tunnel whose client is TLS and
+// whose records the event-driven engine runs (see RecordConn).
+const EngineNameTLS = "epoll-tls"
 
 // Done is closed when the tunnel has ended and released its lease. The
 // channel is made by the first call (a tunnel nobody waits on holds none).
