@@ -24,15 +24,6 @@ import (
 // (engine "epoll-tls"), or on goroutines with WSGATE_TUNNEL_ENGINE.
 var testTLS = os.Getenv("WSGATE_TUNNEL_TLS") == "1"
 
-// tlsEngine is the engine a tunnel with a TLS client (tlsPair) and a TCP
-// node runs on in this run of the suite.
-func tlsEngine() string {
-	if testEngine == EngineGoroutines {
-		return "goroutines"
-	}
-	return EngineNameTLS
-}
-
 // clientPair returns the test client's end and the gateway's end of one
 // client connection: loopback TCP, or TLS over it when the suite runs
 // over TLS (testTLS).
