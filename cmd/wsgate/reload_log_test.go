@@ -58,11 +58,11 @@ pool = "relay"
 	// the test waits for the watcher's reload before signalling, so that
 	// a SIGHUP landing first (which loads the edit itself and leaves the
 	// watcher nothing new) does not make it a test of who is faster.
-	lines := reloadLines(t, p, 1)
+	reloadLines(t, p, 1)
 	if err := p.Signal(syscall.SIGHUP); err != nil {
 		t.Fatal(err)
 	}
-	lines = reloadLines(t, p, 2)
+	lines := reloadLines(t, p, 2)
 	if lines[0]["trigger"] != "file" || lines[1]["trigger"] != "signal" {
 		t.Errorf("triggers %v and %v, want file then signal", lines[0]["trigger"], lines[1]["trigger"])
 	}
